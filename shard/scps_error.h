@@ -9,7 +9,7 @@ enum {
   SCPS_OK = 0,
   SCPS_EINVAL = -1,     /* malformed argument or input */
   SCPS_ENOMEM = -2,     /* host allocation failed */
-  SCPS_ENOSPC = -3,     /* does not fit in simulated SparseCore memory */
+  SCPS_ENOSPC = -3,     /* does not fit (SparseCore memory, disk, file size limit) */
   SCPS_ENOENT = -4,     /* unknown name (table, feature, stack, file) */
   SCPS_EEXIST = -5,     /* duplicate name */
   SCPS_ERANGE = -6,     /* id, row or sample out of range */

@@ -1,0 +1,107 @@
+/* scps_checkpoint: crash-safe checkpoint files of one process's SparseCores
+ * (rows, optimizer slots, step, limits in force), restore with resharding,
+ * verification and export of a table as a .npy array.
+ *
+ * On disk a checkpoint of step s is the directory ROOT/step-<s, 12 digits>/.
+ * Process p writes one data file per (stack, global SparseCore) it owns,
+ * "<stack index>.sc<global sc>.bin" = the shard's rows then each slot
+ * ([rows_per_sc x dim] little-endian float32 each, padding included), and
+ * last its manifest "manifest.p<p>.json": format version, step, topology,
+ * the specs in the workload-file format, the stacks (name, tables, limits in
+ * force) and every file with its size and XXH64 checksum. Each file is
+ * written as "<name>.tmp", fsynced, renamed, and the directory fsynced, so a
+ * crash at any point leaves either a complete manifest or none. A checkpoint
+ * is complete when the manifests of all its num_processes processes are
+ * present and every file they list has the listed size. */
+#ifndef SCPS_CHECKPOINT_H
+#define SCPS_CHECKPOINT_H
+
+#include <stdint.h>
+
+#include "scps_engine.h"
+#include "scps_error.h"
+#include "scps_spec.h"
+
+#define SCPS_CHECKPOINT_FORMAT 1
+
+/* Limits in force of one stack, by stack name (scps_prep_get_limits). */
+typedef struct scps_checkpoint_limits {
+  char stack[SCPS_STACK_NAME_MAX];
+  int32_t max_ids_per_partition;
+  int32_t max_unique_ids_per_partition;
+} scps_checkpoint_limits;
+
+/* What a save or load did, for logs, Stats and benchmarks. */
+typedef struct scps_checkpoint_stats {
+  int64_t bytes;    /* data bytes written or read */
+  int32_t files;    /* data files written or read */
+  double seconds;   /* wall time of the whole call */
+} scps_checkpoint_stats;
+
+/* Writes this process's part of the checkpoint of `step` under root (created
+ * if missing; the step directory too). limits has one entry per stack of the
+ * engine's layout, in stack order, or is NULL for the layout's own limits.
+ * The caller guarantees that nothing writes the engine's rows or slots during
+ * the call (lookups may go on). An existing manifest of this process for the
+ * same step is removed first, so a repeated save never leaves a manifest that
+ * describes half-rewritten files. On failure (SCPS_EIO naming the path and
+ * errno text; SCPS_ENOSPC for ENOSPC/EFBIG) the temporaries are removed and
+ * any other checkpoint is untouched. */
+int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
+                         const scps_checkpoint_limits *limits, scps_checkpoint_stats *stats,
+                         scps_error *err);
+
+/* An opened checkpoint: its manifests read and cross-checked (same step,
+ * topology, specs in every one; every file present with its size). Data is
+ * not read until load, verify or export. */
+typedef struct scps_checkpoint scps_checkpoint;
+
+/* dir is a step directory. Refuses an incomplete or inconsistent checkpoint
+ * with SCPS_ENOENT / SCPS_EPARSE / SCPS_EMISMATCH naming the file. */
+int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err);
+void scps_checkpoint_close(scps_checkpoint *c);
+
+int64_t scps_checkpoint_step(const scps_checkpoint *c);
+const scps_topology *scps_checkpoint_topology(const scps_checkpoint *c);
+/* The specs the checkpoint was written with; valid until close. */
+void scps_checkpoint_specs(const scps_checkpoint *c, const scps_table_spec **tables, int *n_tables,
+                           const scps_feature_spec **features, int *n_features);
+/* Limits in force saved for the stack named `stack`; SCPS_ENOENT if the
+ * checkpoint has no stack of that name (restoring into another stacking). */
+int scps_checkpoint_limits_of(const scps_checkpoint *c, const char *stack, int32_t *max_ids,
+                              int32_t *max_unique_ids);
+
+/* Fills the engine's rows and slots from the checkpoint. The engine's specs
+ * must equal the checkpoint's (SCPS_EMISMATCH naming the first difference,
+ * scps_specs_diff); its topology may differ: every (table, id) row and its
+ * slots land where the engine's layout puts them, so P x S -> P' x S' is
+ * exact. Every file read is checked against its size and checksum; a
+ * mismatch gives SCPS_ECORRUPT naming the file, and the engine's contents
+ * are then unspecified (the caller must not serve from it). */
+int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
+                         scps_error *err);
+
+/* Reads every file of the checkpoint and checks sizes and checksums. */
+int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stats, scps_error *err);
+
+/* Writes table `table` as an unstacked, unsharded .npy file (format 1.0,
+ * '<f4', shape (vocabulary_size, embedding_dim), C order); slot >= 0 writes
+ * that optimizer slot instead (scps_optimizer_slot_name) of the rows (-1). */
+int scps_checkpoint_export_table(const scps_checkpoint *c, const char *table, int slot,
+                                 const char *path, scps_error *err);
+
+/* Rewrites the checkpoint at dir for another topology under dst_root, with
+ * the same step, specs and limits: values and slots identical. */
+int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char *dst_root,
+                            scps_checkpoint_stats *stats, scps_error *err);
+
+/* Path of the step directory of the newest complete checkpoint under root
+ * (cap bytes); SCPS_ENOENT when there is none. Incomplete ones (a crash
+ * during their save) are skipped. */
+int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_error *err);
+
+/* Deletes all but the newest `keep` complete checkpoints under root, and
+ * incomplete ones older than the newest complete one. */
+int scps_checkpoint_retain(const char *root, int keep, scps_error *err);
+
+#endif
