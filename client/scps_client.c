@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "scps.pb-c.h"
+#include "scps_client_buf.h"
 #include "scps_client_wire.h"
 #include "scps_spec_pb.h"
 
@@ -74,6 +75,12 @@ struct scps_batch {
   int *slot;            /* [server * n_stacks] position in that request, -1: not sent */
   int *n_sent;          /* [server] stacks sent */
   bool *stack_used;     /* [n_stacks] entries on some server */
+  /* Reused from batch to batch, so steady-state steps allocate nothing
+   * large (see scps_client_buf.h). */
+  scps_client_buf **lookup_buf; /* [server] backs lookup[server] */
+  scps_client_buf **reply_buf;  /* [server] that server's last LookupResponse */
+  scps_client_buf **grad_buf;   /* [n_stacks] gradients sent by the last apply */
+  scps_wire_activations *parsed; /* [server * n_stacks] reply_buf's stacks, by slot */
 };
 
 struct rpc {
@@ -94,7 +101,7 @@ struct rpc {
   rpc *next_retry;
   int rc; /* this server's outcome */
   scps_error err;
-  ProtobufCMessage *reply; /* GetConfig and Lookup */
+  ProtobufCMessage *reply; /* GetConfig */
 };
 
 typedef struct op {
@@ -306,29 +313,51 @@ static void run_due_retries(scps_client *c) {
   }
 }
 
-/* Checks a LookupResponse against the stacks the request listed. */
-static int check_lookup_reply(rpc *r, const Scps__V1__LookupResponse *m) {
+/* Copies a LookupResponse into the server's reply buffer of the batch,
+ * parses it in place and checks it against the stacks the request listed;
+ * the merge then reads the activations where they lie. */
+static int read_lookup_reply(rpc *r, grpc_byte_buffer_reader *rd) {
   op *o = r->op;
   scps_client *c = o->c;
+  scps_batch *b = o->b;
   const scps_layout *l = c->layout;
   int p = r->server, ns = l->n_stacks;
-  if (m->n_stacks != (size_t)o->b->n_sent[p])
-    return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answered %zu stacks for a request of %d", p,
-                          addr_of(c, p), m->n_stacks, o->b->n_sent[p]);
+  size_t n = grpc_byte_buffer_length(r->response);
+  uint8_t *buf = scps_client_buf_reserve(&b->reply_buf[p], n);
+  if (!buf)
+    return scps_error_set(&r->err, SCPS_ENOMEM, "server %d (%s): Lookup: no memory for a %zu-byte response", p,
+                          addr_of(c, p), n);
+  size_t at = 0;
+  grpc_slice s;
+  while (grpc_byte_buffer_reader_next(rd, &s)) {
+    size_t len = GRPC_SLICE_LENGTH(s);
+    if (len > n - at) len = n - at;
+    memcpy(buf + at, GRPC_SLICE_START_PTR(s), len);
+    at += len;
+    grpc_slice_unref(s);
+  }
+  scps_wire_activations *acts = &b->parsed[(size_t)p * (size_t)ns];
+  int got = scps_wire_parse_lookup_response(buf, at, acts, ns);
+  if (got < 0)
+    return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup: response of %zu bytes is not a valid "
+                          "scps.v1.LookupResponse", p, addr_of(c, p), at);
+  if (got != b->n_sent[p])
+    return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answered %d stacks for a request of %d", p,
+                          addr_of(c, p), got, b->n_sent[p]);
   for (int st = 0; st < ns; st++) {
-    int k = o->b->slot[p * ns + st];
+    int k = b->slot[p * ns + st];
     if (k < 0) continue;
-    const Scps__V1__StackActivations *a = m->stacks[k];
+    const scps_wire_activations *a = &acts[k];
     const scps_stack_layout *sl = &l->stacks[st];
     size_t want = (size_t)sl->total_sample_count * (size_t)sl->dim * sizeof(float);
-    if (!a->stack || strcmp(a->stack, sl->name))
-      return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answer stacks[%d] is '%s', requested '%s'", p,
-                            addr_of(c, p), k, a->stack ? a->stack : "", sl->name);
-    if (a->activations.len != want)
+    if (a->stack_len != strlen(sl->name) || memcmp(a->stack, sl->name, a->stack_len))
+      return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answer stacks[%d] is '%.*s', requested '%s'",
+                            p, addr_of(c, p), k, (int)(a->stack_len > 64 ? 64 : a->stack_len), a->stack, sl->name);
+    if (a->len != want)
       return scps_error_set(&r->err, SCPS_EIO,
                             "server %d (%s): Lookup answer for stack '%s' holds %zu bytes of activations, "
                             "expected %zu",
-                            p, addr_of(c, p), sl->name, a->activations.len, want);
+                            p, addr_of(c, p), sl->name, a->len, want);
   }
   return 0;
 }
@@ -346,6 +375,11 @@ static int read_reply(rpc *r) {
   if (!grpc_byte_buffer_reader_init(&rd, r->response))
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: unreadable response", r->server,
                           addr_of(c, r->server), method_names[o->method]);
+  if (o->method == M_LOOKUP) {
+    int rc = read_lookup_reply(r, &rd);
+    grpc_byte_buffer_reader_destroy(&rd);
+    return rc;
+  }
   grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
   grpc_byte_buffer_reader_destroy(&rd);
   ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
@@ -359,7 +393,7 @@ static int read_reply(rpc *r) {
     return 0;
   }
   r->reply = m;
-  return o->method == M_LOOKUP ? check_lookup_reply(r, (Scps__V1__LookupResponse *)m) : 0;
+  return 0;
 }
 
 /* One server's call completed (its tag came back on a queue thread). */
@@ -457,16 +491,21 @@ static void merge_activations(op *o) {
     for (int p = 0; p < c->n; p++) {
       int k = b->slot[p * ns + fl->stack];
       if (k < 0) continue;
-      const Scps__V1__LookupResponse *m = (const Scps__V1__LookupResponse *)o->rpcs[p].reply;
-      const float *restrict src = (const float *)(const void *)m->stacks[k]->activations.data +
-                                  (size_t)fl->sample_offset * dim;
+      /* The activations lie unaligned in the reply buffer: read them by
+       * memcpy, which compiles to plain (vector) loads. */
+      const uint8_t *src = b->parsed[p * ns + k].data + (size_t)fl->sample_offset * dim * sizeof(float);
       for (size_t r = 0; r < rows; r++) {
         float *restrict d = dst + r * width;
-        const float *restrict s = src + r * dim;
-        if (first)
+        const uint8_t *restrict s = src + r * dim * sizeof(float);
+        if (first) {
           memcpy(d, s, width * sizeof(float));
-        else
-          for (size_t j = 0; j < width; j++) d[j] += s[j];
+        } else {
+          for (size_t j = 0; j < width; j++) {
+            float v;
+            memcpy(&v, s + j * sizeof(float), sizeof v);
+            d[j] += v;
+          }
+        }
       }
       first = false;
     }
@@ -871,7 +910,12 @@ int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err) {
   b->slot = calloc(n * ns, sizeof *b->slot);
   b->n_sent = calloc(n, sizeof *b->n_sent);
   b->stack_used = calloc(ns, sizeof *b->stack_used);
-  if (!b->lookup || !b->parts_off || !b->parts_len || !b->slot || !b->n_sent || !b->stack_used) {
+  b->lookup_buf = calloc(n, sizeof *b->lookup_buf);
+  b->reply_buf = calloc(n, sizeof *b->reply_buf);
+  b->grad_buf = calloc(ns, sizeof *b->grad_buf);
+  b->parsed = calloc(n * ns, sizeof *b->parsed);
+  if (!b->lookup || !b->parts_off || !b->parts_len || !b->slot || !b->n_sent || !b->stack_used || !b->lookup_buf ||
+      !b->reply_buf || !b->grad_buf || !b->parsed) {
     scps_batch_destroy(b);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
@@ -897,6 +941,13 @@ void scps_batch_destroy(scps_batch *b) {
   free(b->slot);
   free(b->n_sent);
   free(b->stack_used);
+  for (int p = 0; b->lookup_buf && p < b->c->n; p++) scps_client_buf_release(&b->lookup_buf[p]);
+  for (int p = 0; b->reply_buf && p < b->c->n; p++) scps_client_buf_release(&b->reply_buf[p]);
+  for (int st = 0; b->grad_buf && st < b->c->layout->n_stacks; st++) scps_client_buf_release(&b->grad_buf[st]);
+  free(b->lookup_buf);
+  free(b->reply_buf);
+  free(b->grad_buf);
+  free(b->parsed);
   free(b);
 }
 
@@ -934,8 +985,14 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
                             "batch: the Lookup request for server %d (%s) would be %zu bytes, over the server's "
                             "limit of %lld (--max-message-mb)",
                             p, addr_of(c, p), total, (long long)c->max_message_bytes);
-    grpc_slice s = grpc_slice_malloc_large(total);
-    uint8_t *start = GRPC_SLICE_START_PTR(s), *w = scps_wire_put_view(start, c->fingerprint, p);
+    grpc_slice_unref(b->lookup[p]);
+    b->lookup[p] = grpc_empty_slice();
+    grpc_slice s;
+    uint8_t *start = scps_client_buf_lend(&b->lookup_buf[p], total, &s);
+    if (!start)
+      return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the %zu-byte Lookup request of server %d", total,
+                            p);
+    uint8_t *w = scps_wire_put_view(start, c->fingerprint, p);
     for (int st = 0; st < ns; st++) {
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       if (b->slot[i] < 0) continue;
@@ -944,7 +1001,6 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       b->parts_off[i] = (size_t)(w - start);
       w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S);
     }
-    grpc_slice_unref(b->lookup[p]);
     b->lookup[p] = s;
   }
   return 0;
@@ -1099,9 +1155,14 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   for (int st = 0; st < ns && !rc; st++) {
     if (!b->stack_used[st]) continue;
     const scps_stack_layout *sl = &l->stacks[st];
-    gs[st] = grpc_slice_malloc_large((size_t)sl->total_sample_count * (size_t)sl->dim * sizeof(float));
+    float *g = scps_client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * sizeof(float),
+                                    &gs[st]);
+    if (!g) {
+      rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients", fn, sl->name);
+      break;
+    }
     int64_t at = 0;
-    int f = stack_gradients(l, st, grads, (float *)(void *)GRPC_SLICE_START_PTR(gs[st]), &at);
+    int f = stack_gradients(l, st, grads, g, &at);
     if (f >= 0) {
       int64_t width = l->table_specs[l->features[f].table].embedding_dim;
       rc = scps_error_set(err, SCPS_EINVAL, "%s: grads[%d] (feature '%s') sample %lld column %lld is %g; gradients "

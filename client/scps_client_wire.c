@@ -3,7 +3,7 @@
 #include <string.h>
 
 /* Protobuf wire types. */
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2 };
+enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
 static inline uint8_t tag(int field, int wire_type) { return (uint8_t)(field << 3 | wire_type); }
 
@@ -130,4 +130,71 @@ uint8_t *scps_wire_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t g
 uint8_t *scps_wire_put_gradients_prefix(uint8_t *p, size_t grads_len) {
   *p++ = tag(2, WT_LEN);
   return scps_wire_put_varint(p, grads_len);
+}
+
+/* Reads a varint at *p (< end); NULL if truncated or longer than 10 bytes. */
+static const uint8_t *get_varint(const uint8_t *p, const uint8_t *end, uint64_t *v) {
+  uint64_t x = 0;
+  for (int shift = 0; shift < 70 && p < end; shift += 7) {
+    uint8_t b = *p++;
+    x |= (uint64_t)(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      *v = x;
+      return p;
+    }
+  }
+  return NULL;
+}
+
+/* Reads one field's key and, for length-delimited fields, its extent;
+ * other wire types are skipped. NULL on a malformed field. */
+static const uint8_t *get_field(const uint8_t *p, const uint8_t *end, uint64_t *field, int *wire_type,
+                                const uint8_t **data, size_t *len) {
+  uint64_t key, v;
+  if (!(p = get_varint(p, end, &key)) || key >> 3 == 0) return NULL;
+  *field = key >> 3;
+  *wire_type = (int)(key & 7);
+  switch (*wire_type) {
+  case WT_VARINT: return get_varint(p, end, &v);
+  case WT_I64: return end - p >= 8 ? p + 8 : NULL;
+  case WT_I32: return end - p >= 4 ? p + 4 : NULL;
+  case WT_LEN:
+    if (!(p = get_varint(p, end, &v)) || v > (uint64_t)(end - p)) return NULL;
+    *data = p;
+    *len = (size_t)v;
+    return p + v;
+  default: return NULL;
+  }
+}
+
+int scps_wire_parse_lookup_response(const uint8_t *p, size_t n, scps_wire_activations *out, int max) {
+  const uint8_t *end = p + n;
+  int count = 0;
+  while (p < end) {
+    uint64_t field;
+    int wt;
+    const uint8_t *body = NULL;
+    size_t body_len = 0;
+    if (!(p = get_field(p, end, &field, &wt, &body, &body_len))) return -1;
+    if (field != 1) continue;
+    if (wt != WT_LEN || count == INT32_MAX) return -1;
+    scps_wire_activations a = {"", 0, NULL, 0};
+    const uint8_t *q = body, *qend = body + body_len;
+    while (q < qend) {
+      const uint8_t *d = NULL;
+      size_t len = 0;
+      if (!(q = get_field(q, qend, &field, &wt, &d, &len))) return -1;
+      if ((field == 1 || field == 2) && wt != WT_LEN) return -1;
+      if (field == 1) {
+        a.stack = (const char *)d;
+        a.stack_len = len;
+      } else if (field == 2) {
+        a.data = d;
+        a.len = len;
+      }
+    }
+    if (count < max) out[count] = a;
+    count++;
+  }
+  return count;
 }

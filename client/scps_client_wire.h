@@ -1,5 +1,6 @@
 /* scps_client_wire: libscps's hand-written protobuf encoding of LookupRequest
- * and ApplyGradientsRequest, so COO entries are copied once into the send buffer. */
+ * and ApplyGradientsRequest and decoding of LookupResponse, so bulk arrays
+ * are copied once on the way out and not at all on the way in. */
 #ifndef SCPS_CLIENT_WIRE_H
 #define SCPS_CLIENT_WIRE_H
 
@@ -12,6 +13,20 @@
  * little-endian arrays (scps.proto), which the encoder copies as they are. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "libscps writes its requests with memcpy and needs a little-endian host"
+/* One LookupResponse.stacks[i] (StackActivations), pointing into the
+ * parsed buffer; data is not aligned. */
+typedef struct scps_wire_activations {
+  const char *stack;
+  size_t stack_len;
+  const uint8_t *data;
+  size_t len;
+} scps_wire_activations;
+
+/* Parses a LookupResponse of n bytes: fills out[0..max-1] and returns the
+ * number of stacks it holds (which may exceed max), or -1 if the bytes are
+ * not a valid encoding. Unknown fields are skipped, as protobuf requires. */
+int scps_wire_parse_lookup_response(const uint8_t *p, size_t n, scps_wire_activations *out, int max);
+
 #endif
 
 #define SCPS_WIRE_FINGERPRINT_BYTES 32
@@ -50,5 +65,19 @@ uint8_t *scps_wire_put_step(uint8_t *p, int64_t step, double learning_rate);
  * 2 + 2 * SCPS_WIRE_VARINT_MAX bytes. */
 uint8_t *scps_wire_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len);
 uint8_t *scps_wire_put_gradients_prefix(uint8_t *p, size_t grads_len);
+
+/* One LookupResponse.stacks[i] (StackActivations), pointing into the
+ * parsed buffer; data is not aligned. */
+typedef struct scps_wire_activations {
+  const char *stack;
+  size_t stack_len;
+  const uint8_t *data;
+  size_t len;
+} scps_wire_activations;
+
+/* Parses a LookupResponse of n bytes: fills out[0..max-1] and returns the
+ * number of stacks it holds (which may exceed max), or -1 if the bytes are
+ * not a valid encoding. Unknown fields are skipped, as protobuf requires. */
+int scps_wire_parse_lookup_response(const uint8_t *p, size_t n, scps_wire_activations *out, int max);
 
 #endif

@@ -11,6 +11,7 @@
 
 #include "scps_ctr.h"
 #include "scps_mlp.h"
+#include "scps_memtune.h"
 #include "scps_train.h"
 
 static const char usage[] =
@@ -200,6 +201,7 @@ int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *json = NULL;
   long steps = 2000, eval_batches = 20, deadline = 30000;
+  scps_memtune_apply();
   double dense_lr = 0.003, logit_std = 1.5;
   int32_t hidden[MAX_HIDDEN] = {48, 24};
   int n_hidden = 2;

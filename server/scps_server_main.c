@@ -7,6 +7,7 @@
 #include <uv.h>
 
 #include "scps_server.h"
+#include "scps_memtune.h"
 #include "scps_workload.h"
 
 static const char usage[] =
@@ -107,6 +108,7 @@ int main(int argc, char **argv) {
   const char *config = NULL, *port_file = NULL;
   scps_server_options o = {0};
   o.listen = "0.0.0.0:50051";
+  scps_memtune_apply();
   o.topology = (scps_topology){1, 2, (int64_t)4 << 30};
   o.cq_threads = 2;
   o.tc_threads = 1;

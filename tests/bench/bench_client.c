@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "scps_client.h"
+#include "scps_memtune.h"
 #include "scps_train.h"
 #include "scps_workload.h"
 
@@ -120,6 +121,7 @@ int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *mode = "lookup";
   long batches = 20, warmup = 3;
+  scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
                                        {"mode", required_argument, 0, 'm'},    {"batches", required_argument, 0, 'n'},
                                        {"warmup", required_argument, 0, 'u'},  {"help", no_argument, 0, 'h'},

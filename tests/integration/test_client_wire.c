@@ -1,7 +1,9 @@
 /* libscps's hand-written request encoding, decoded by protobuf-c (the
- * server's decoder): every field must come back as written. */
+ * server's decoder): every field must come back as written; and its
+ * LookupResponse decoder, fed by protobuf-c's encoder. */
 #include <math.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -150,8 +152,78 @@ static void test_apply_request(int64_t step, double lr) {
   free(buf);
 }
 
+/* Packs a LookupResponse with protobuf-c, optionally with unknown fields
+ * that the decoder must skip. */
+static size_t pack_response(uint8_t **out, int n, const float *data, size_t per, bool unknown) {
+  Scps__V1__StackActivations sa[4], *psa[4];
+  char names[4][16];
+  for (int i = 0; i < n; i++) {
+    scps__v1__stack_activations__init(&sa[i]);
+    snprintf(names[i], sizeof names[i], "stack_%d", i);
+    sa[i].stack = names[i];
+    sa[i].activations.data = (uint8_t *)(const void *)(data + (size_t)i * per);
+    sa[i].activations.len = per * sizeof(float);
+    psa[i] = &sa[i];
+  }
+  Scps__V1__LookupResponse m = SCPS__V1__LOOKUP_RESPONSE__INIT;
+  m.n_stacks = (size_t)n;
+  m.stacks = psa;
+  size_t len = scps__v1__lookup_response__get_packed_size(&m);
+  /* Unknown fields: a varint (field 7), a fixed64 (8), a string (9) and a
+   * fixed32 (10) ahead of the message, as a newer server might send. */
+  static const uint8_t extra[] = {7 << 3 | 0, 0x96, 0x01, 8 << 3 | 1, 1, 2, 3, 4, 5, 6, 7, 8,
+                                  9 << 3 | 2, 3, 'a', 'b', 'c', 10 << 3 | 5, 1, 2, 3, 4};
+  size_t pre = unknown ? sizeof extra : 0;
+  *out = malloc(pre + len);
+  if (unknown) memcpy(*out, extra, sizeof extra);
+  scps__v1__lookup_response__pack(&m, *out + pre);
+  return pre + len;
+}
+
+static void test_lookup_response(void) {
+  float data[4 * 64];
+  for (int i = 0; i < 4 * 64; i++) data[i] = (float)i * 0.5f - 3.0f;
+  for (int unknown = 0; unknown < 2; unknown++) {
+    uint8_t *buf;
+    size_t len = pack_response(&buf, 3, data, 64, unknown);
+    scps_wire_activations a[4];
+    int n = scps_wire_parse_lookup_response(buf, len, a, 4);
+    CHECKF(n == 3, "%d stacks", n);
+    for (int i = 0; i < n && i < 3; i++) {
+      char want[16];
+      snprintf(want, sizeof want, "stack_%d", i);
+      CHECK(a[i].stack_len == strlen(want) && !memcmp(a[i].stack, want, a[i].stack_len));
+      CHECK(a[i].len == 64 * sizeof(float) && !memcmp(a[i].data, data + i * 64, a[i].len));
+    }
+    /* Fewer slots than stacks: the count still says how many there are. */
+    CHECK(scps_wire_parse_lookup_response(buf, len, a, 1) == 3);
+    /* Every truncation is malformed except at a field boundary of the top
+     * level, which a decoder cannot tell from a shorter message. */
+    int bad = 0;
+    for (size_t cut = 1; cut < len; cut++)
+      if (scps_wire_parse_lookup_response(buf, cut, a, 4) < 0) bad++;
+    CHECKF(bad >= (int)len - 1 - 3 - (unknown ? 4 : 0), "%d of %zu truncations refused", bad, len - 1);
+    free(buf);
+  }
+  /* A stacks entry that is not length-delimited, a field number 0, a
+   * varint longer than 10 bytes and a length past the end. */
+  static const uint8_t wrong_type[] = {1 << 3 | 0, 5};
+  static const uint8_t field_zero[] = {0 << 3 | 0, 5};
+  static const uint8_t long_varint[] = {7 << 3 | 0, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 1};
+  static const uint8_t past_end[] = {1 << 3 | 2, 9, 1 << 3 | 2, 0};
+  static const uint8_t group[] = {1 << 3 | 3};
+  scps_wire_activations a[1];
+  CHECK(scps_wire_parse_lookup_response(wrong_type, sizeof wrong_type, a, 1) == -1);
+  CHECK(scps_wire_parse_lookup_response(field_zero, sizeof field_zero, a, 1) == -1);
+  CHECK(scps_wire_parse_lookup_response(long_varint, sizeof long_varint, a, 1) == -1);
+  CHECK(scps_wire_parse_lookup_response(past_end, sizeof past_end, a, 1) == -1);
+  CHECK(scps_wire_parse_lookup_response(group, sizeof group, a, 1) == -1);
+  CHECK(scps_wire_parse_lookup_response(NULL, 0, a, 1) == 0);
+}
+
 int main(void) {
   test_varints();
+  test_lookup_response();
   test_lookup_request(0);
   test_lookup_request(2);
   test_lookup_request(1023);
