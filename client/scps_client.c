@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "scps.pb-c.h"
+#include "scps_bf16.h"
 #include "scps_client_buf.h"
 #include "scps_client_wire.h"
 #include "scps_spec_pb.h"
@@ -53,6 +54,8 @@ struct scps_client {
   pthread_mutex_t prep_mu;
   uint8_t fingerprint[SCPS_WIRE_FINGERPRINT_BYTES];
   int64_t max_message_bytes; /* smallest of the servers' limits */
+  scps_float_format format;   /* of activations and gradients on the wire */
+  size_t value_bytes;         /* 4 or 2: bytes of one such value */
 
   bool grpc_started;
   grpc_completion_queue *cq;
@@ -349,7 +352,7 @@ static int read_lookup_reply(rpc *r, grpc_byte_buffer_reader *rd) {
     if (k < 0) continue;
     const scps_wire_activations *a = &acts[k];
     const scps_stack_layout *sl = &l->stacks[st];
-    size_t want = (size_t)sl->total_sample_count * (size_t)sl->dim * sizeof(float);
+    size_t want = (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes;
     if (a->stack_len != strlen(sl->name) || memcmp(a->stack, sl->name, a->stack_len))
       return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answer stacks[%d] is '%.*s', requested '%s'",
                             p, addr_of(c, p), k, (int)(a->stack_len > 64 ? 64 : a->stack_len), a->stack, sl->name);
@@ -493,11 +496,16 @@ static void merge_activations(op *o) {
       if (k < 0) continue;
       /* The activations lie unaligned in the reply buffer: read them by
        * memcpy, which compiles to plain (vector) loads. */
-      const uint8_t *src = b->parsed[p * ns + k].data + (size_t)fl->sample_offset * dim * sizeof(float);
+      size_t vb = c->value_bytes;
+      const uint8_t *src = b->parsed[p * ns + k].data + (size_t)fl->sample_offset * dim * vb;
       for (size_t r = 0; r < rows; r++) {
         float *restrict d = dst + r * width;
-        const uint8_t *restrict s = src + r * dim * sizeof(float);
-        if (first) {
+        const uint8_t *restrict s = src + r * dim * vb;
+        if (vb == 2 && first) {
+          scps_bf16_decode(s, d, width);
+        } else if (vb == 2) {
+          for (size_t j = 0; j < width; j++) d[j] += scps_bf16_to_f32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
+        } else if (first) {
           memcpy(d, s, width * sizeof(float));
         } else {
           for (size_t j = 0; j < width; j++) {
@@ -750,6 +758,17 @@ static int adopt_config(scps_client *c, const scps_client_options *o, const Scps
   return 0;
 }
 
+int scps_float_format_from_name(const char *name, scps_float_format *out) {
+  if (name && !strcmp(name, "float32")) *out = SCPS_WIRE_FLOAT32;
+  else if (name && !strcmp(name, "bfloat16")) *out = SCPS_WIRE_BFLOAT16;
+  else return SCPS_EINVAL;
+  return 0;
+}
+
+const char *scps_float_format_name(scps_float_format f) {
+  return f == SCPS_WIRE_BFLOAT16 ? "bfloat16" : f == SCPS_WIRE_FLOAT32 ? "float32" : "unknown";
+}
+
 static int check_options(const scps_client_options *o, scps_error *err) {
   if (!o || !o->servers || o->n_servers < 1 || o->n_servers > MAX_SERVERS)
     return scps_error_set(err, SCPS_EINVAL, "options: need 1 to %d server addresses (n_servers %d)", MAX_SERVERS,
@@ -769,6 +788,10 @@ static int check_options(const scps_client_options *o, scps_error *err) {
   if (o->connect_timeout_ms < 0)
     return scps_error_set(err, SCPS_EINVAL, "options: connect_timeout_ms %lld is negative",
                           (long long)o->connect_timeout_ms);
+  if (o->wire_format != SCPS_WIRE_FLOAT32 && o->wire_format != SCPS_WIRE_BFLOAT16)
+    return scps_error_set(err, SCPS_EINVAL,
+                          "options: wire_format %d is neither SCPS_WIRE_FLOAT32 nor SCPS_WIRE_BFLOAT16",
+                          (int)o->wire_format);
   return 0;
 }
 
@@ -835,6 +858,8 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
   scps_client *c = calloc(1, sizeof *c);
   if (!c) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   c->n = o->n_servers;
+  c->format = o->wire_format;
+  c->value_bytes = o->wire_format == SCPS_WIRE_BFLOAT16 ? 2 : sizeof(float);
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->prep_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
@@ -960,7 +985,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
   const scps_coo *coo[MAX_SC_PER_PROCESS];
   memset(b->stack_used, 0, sizeof *b->stack_used * (size_t)ns);
   for (int p = 0; p < c->n; p++) {
-    size_t total = scps_wire_view_size(p);
+    size_t total = scps_wire_view_size(p) + scps_wire_format_size(c->format);
     b->n_sent[p] = 0;
     for (int st = 0; st < ns; st++) {
       size_t entries = 0;
@@ -993,6 +1018,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the %zu-byte Lookup request of server %d", total,
                             p);
     uint8_t *w = scps_wire_put_view(start, c->fingerprint, p);
+    w = scps_wire_put_lookup_format(w, c->format);
     for (int st = 0; st < ns; st++) {
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       if (b->slot[i] < 0) continue;
@@ -1092,19 +1118,30 @@ int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, 
 /* One stack's [total_sample_count x dim] gradients from the features'
  * [batch x embedding_dim] ones, padding columns zero. Returns the first
  * feature holding a NaN or infinity, or -1. */
-static int stack_gradients(const scps_layout *l, int st, const float *const *grads, float *out, int64_t *bad_at) {
+static int stack_gradients(const scps_layout *l, int st, const float *const *grads, void *out, bool bf16,
+                           int64_t *bad_at) {
   const scps_stack_layout *sl = &l->stacks[st];
   size_t dim = (size_t)sl->dim;
   for (int k = 0; k < sl->n_features; k++) {
     int f = sl->features[k];
     size_t rows = (size_t)l->feature_specs[f].batch_size;
     size_t width = (size_t)l->table_specs[l->features[f].table].embedding_dim;
-    float *dst = out + (size_t)l->features[f].sample_offset * dim;
+    size_t first = (size_t)l->features[f].sample_offset * dim;
     const float *src = grads[f];
     uint32_t nonfinite = 0;
     for (size_t r = 0; r < rows; r++) {
-      float *restrict d = dst + r * dim;
       const float *restrict s = src + r * width;
+      if (bf16) {
+        uint16_t *restrict d = (uint16_t *)out + first + r * dim;
+        for (size_t j = 0; j < width; j++) {
+          uint16_t h = scps_bf16_from_f32(s[j]);
+          nonfinite |= (uint32_t)((h & 0x7f80u) == 0x7f80u);
+          d[j] = h;
+        }
+        for (size_t j = width; j < dim; j++) d[j] = 0;
+        continue;
+      }
+      float *restrict d = (float *)out + first + r * dim;
       for (size_t j = 0; j < width; j++) {
         uint32_t bits;
         memcpy(&bits, &s[j], sizeof bits);
@@ -1115,7 +1152,7 @@ static int stack_gradients(const scps_layout *l, int st, const float *const *gra
     }
     if (nonfinite) {
       for (size_t i = 0; i < rows * width; i++)
-        if (!isfinite(src[i])) {
+        if (!isfinite(bf16 ? scps_bf16_to_f32(scps_bf16_from_f32(src[i])) : src[i])) {
           *bad_at = (int64_t)i;
           break;
         }
@@ -1155,20 +1192,20 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   for (int st = 0; st < ns && !rc; st++) {
     if (!b->stack_used[st]) continue;
     const scps_stack_layout *sl = &l->stacks[st];
-    float *g = scps_client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * sizeof(float),
-                                    &gs[st]);
+    void *g = scps_client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes,
+                                   &gs[st]);
     if (!g) {
       rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients", fn, sl->name);
       break;
     }
     int64_t at = 0;
-    int f = stack_gradients(l, st, grads, g, &at);
+    int f = stack_gradients(l, st, grads, g, c->format == SCPS_WIRE_BFLOAT16, &at);
     if (f >= 0) {
       int64_t width = l->table_specs[l->features[f].table].embedding_dim;
       rc = scps_error_set(err, SCPS_EINVAL, "%s: grads[%d] (feature '%s') sample %lld column %lld is %g; gradients "
-                          "must be finite (nothing was sent)",
+                          "must be finite%s (nothing was sent)",
                           fn, f, l->feature_specs[f].name, (long long)(at / width), (long long)(at % width),
-                          grads[f][at]);
+                          grads[f][at], c->format == SCPS_WIRE_BFLOAT16 ? ", also once rounded to bfloat16" : "");
     }
   }
   uint8_t head[64], pre[64];
@@ -1181,6 +1218,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     }
     uint8_t *w = scps_wire_put_view(head, c->fingerprint, p);
     w = scps_wire_put_step(w, step, learning_rate);
+    w = scps_wire_put_apply_format(w, c->format);
     r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)head, (size_t)(w - head));
     size_t total = (size_t)(w - head);
     for (int st = 0; st < ns; st++) {

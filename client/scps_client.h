@@ -30,6 +30,17 @@
 typedef struct scps_client scps_client;
 typedef struct scps_batch scps_batch;
 
+/* Encoding of activations and gradients on the wire (scps.proto
+ * FloatFormat). bfloat16 halves the bytes of Lookup replies and
+ * ApplyGradients requests; each server's partial activations and the
+ * gradients are rounded to bfloat16 (about 3 significant digits), all
+ * arithmetic stays float32. */
+typedef enum scps_float_format { SCPS_WIRE_FLOAT32 = 0, SCPS_WIRE_BFLOAT16 = 1 } scps_float_format;
+
+/* "float32" or "bfloat16" (as programs take it in --wire-format). */
+int scps_float_format_from_name(const char *name, scps_float_format *out);
+const char *scps_float_format_name(scps_float_format f);
+
 typedef struct scps_client_options {
   const char *const *servers; /* "host:port" of every process, in process-index order */
   int n_servers;
@@ -46,6 +57,7 @@ typedef struct scps_client_options {
   scps_limit_policy policy;   /* what preprocessing does with ids over the limits */
   int prep_threads;           /* preprocessing threads; 0 or 1: the caller's */
   int64_t connect_timeout_ms; /* for the configuration check; 0: 10 s */
+  scps_float_format wire_format; /* 0: float32 */
 } scps_client_options;
 
 /* Connects to every server, reads and cross-checks their configurations

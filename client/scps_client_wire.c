@@ -101,6 +101,17 @@ uint8_t *scps_wire_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t proc
   return scps_wire_put_varint(p, int_varint(process_index));
 }
 
+size_t scps_wire_format_size(int format) { return format ? 1 + scps_wire_varint_size((uint64_t)format) : 0; }
+
+static uint8_t *put_format(uint8_t *p, int field, int format) {
+  if (!format) return p;
+  *p++ = tag(field, WT_VARINT);
+  return scps_wire_put_varint(p, (uint64_t)format);
+}
+
+uint8_t *scps_wire_put_lookup_format(uint8_t *p, int format) { return put_format(p, 4, format); }
+uint8_t *scps_wire_put_apply_format(uint8_t *p, int format) { return put_format(p, 6, format); }
+
 size_t scps_wire_lookup_stack_prefix_size(size_t len) { return 1 + scps_wire_varint_size(len); }
 
 uint8_t *scps_wire_put_lookup_stack_prefix(uint8_t *p, size_t len) {

@@ -50,6 +50,13 @@ uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo 
 size_t scps_wire_view_size(int32_t process_index);
 uint8_t *scps_wire_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index);
 
+/* LookupRequest.activation_format (field 4) or
+ * ApplyGradientsRequest.gradient_format (field 6): nothing for float32 (0,
+ * the default), else 2 bytes. */
+size_t scps_wire_format_size(int format);
+uint8_t *scps_wire_put_lookup_format(uint8_t *p, int format);
+uint8_t *scps_wire_put_apply_format(uint8_t *p, int format);
+
 /* Prefix of LookupRequest.stacks[i] (field 3) whose body has len bytes;
  * at most 1 + SCPS_WIRE_VARINT_MAX bytes. */
 uint8_t *scps_wire_put_lookup_stack_prefix(uint8_t *p, size_t len);

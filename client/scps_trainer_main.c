@@ -35,6 +35,8 @@ static const char usage[] =
     "  --dense-lr X         Adam learning rate of the MLP (default 0.003)\n"
     "  --logit-std X        strength of the planted signal (default 1.5)\n"
     "  --deadline-ms N      deadline of every lookup and push (default 30000)\n"
+    "  --wire-format F      activations and gradients on the wire: float32\n"
+    "                       (default) or bfloat16 (half the bytes)\n"
     "  --json FILE          also write the final figures as JSON to FILE\n"
     "  --help               this text\n"
     "\n"
@@ -201,6 +203,7 @@ int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *json = NULL;
   long steps = 2000, eval_batches = 20, deadline = 30000;
+  scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_memtune_apply();
   double dense_lr = 0.003, logit_std = 1.5;
   int32_t hidden[MAX_HIDDEN] = {48, 24};
@@ -213,6 +216,7 @@ int main(int argc, char **argv) {
       {"hidden", required_argument, 0, 'H'},    {"dense-lr", required_argument, 0, 'l'},
       {"logit-std", required_argument, 0, 'z'}, {"deadline-ms", required_argument, 0, 'd'},
       {"json", required_argument, 0, 'j'},      {"help", no_argument, 0, 'h'},
+      {"wire-format", required_argument, 0, 'W'},
       {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -233,6 +237,12 @@ int main(int argc, char **argv) {
     case 'z': logit_std = atof(optarg); break;
     case 'd': deadline = atol(optarg); break;
     case 'j': json = optarg; break;
+    case 'W':
+      if (scps_float_format_from_name(optarg, &wire)) {
+        fprintf(stderr, "scps-trainer: --wire-format '%s': expected float32 or bfloat16\n", optarg);
+        return 2;
+      }
+      break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -255,7 +265,7 @@ int main(int argc, char **argv) {
   if (!rc) {
     scps_client_options co = {.servers = servers, .n_servers = n_servers, .tables = w->tables,
                               .n_tables = w->n_tables, .features = w->features, .n_features = w->n_features,
-                              .policy = SCPS_LIMIT_ERROR};
+                              .policy = SCPS_LIMIT_ERROR, .wire_format = wire};
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) {
@@ -306,10 +316,11 @@ int main(int argc, char **argv) {
       FILE *f = fopen(json, "w");
       if (f) {
         fprintf(f,
-                "{\"mode\": \"%s\", \"steps\": %lld, \"batch\": %d, \"wall_seconds\": %.4f, \"samples_per_s\": %.1f, "
+                "{\"mode\": \"%s\", \"wire_format\": \"%s\", \"steps\": %lld, \"batch\": %d, \"wall_seconds\": %.4f, \"samples_per_s\": %.1f, "
                 "\"sc_busy_seconds\": %.4f, \"tc_busy_seconds\": %.4f, \"heldout_logloss\": %.6f, "
                 "\"planted_logloss\": %.6f, \"heldout_auc\": %.6f, \"planted_auc\": %.6f}\n",
-                mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential", (long long)st.steps, t.batch,
+                mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential", scps_float_format_name(wire),
+                (long long)st.steps, t.batch,
                 st.wall_seconds, sps, st.sc_busy_seconds, st.tc_busy_seconds, loss, ploss, auc, pauc);
         fclose(f);
       } else {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_bf16.h"
 #include "scps_server_int.h"
 #include "scps_sha256.h"
 #include "scps_spec_pb.h"
@@ -474,6 +475,12 @@ static void lookup_tc(scps_job *job) {
       for (size_t j = 0; j < block; j++) o[j] += p[j];
     }
     size_t name_len = strlen(sl->name), act_len = block * sizeof(float);
+    void *act = cs->partial;
+    if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
+      scps_bf16_encode(cs->partial, cs->encoded, block);
+      act = cs->encoded;
+      act_len = block * 2;
+    }
     size_t inner = 1 + varint_len(name_len) + name_len + 1 + varint_len(act_len) + act_len;
     uint8_t head[SCPS_STACK_NAME_MAX + 48];
     size_t h = 0;
@@ -486,7 +493,7 @@ static void lookup_tc(scps_job *job) {
     head[h++] = 0x12; /* StackActivations.activations */
     h += put_varint(head + h, act_len);
     slices[2 * i] = grpc_slice_from_copied_buffer((const char *)head, h);
-    slices[2 * i + 1] = grpc_slice_new_with_user_data(cs->partial, act_len, scratch_release, owner);
+    slices[2 * i + 1] = grpc_slice_new_with_user_data(act, act_len, scratch_release, owner);
     total += h + act_len;
   }
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, 2 * (size_t)c->n_stacks);
@@ -496,12 +503,31 @@ static void lookup_tc(scps_job *job) {
   scps_call_finish_buffer(c, bb, total);
 }
 
+static grpc_status_code check_format(scps_call *c, int format, const char *field, char *msg, size_t len) {
+  if (format != SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_FLOAT32 && format != SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
+    snprintf(msg, len, "%s %d: unknown FloatFormat (0 float32, 1 bfloat16)", field, format);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  c->format = format;
+  return GRPC_STATUS_OK;
+}
+
+/* Floats of scratch one Lookup stack needs: a partial per SparseCore, then
+ * room for the bfloat16 encoding of the merged one. */
+static size_t lookup_scratch(const scps_call *c, int stack) {
+  const scps_stack_layout *sl = &c->srv->layout->stacks[stack];
+  size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
+  size_t bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : 0;
+  return block * (size_t)c->srv->S + bf16;
+}
+
 static void handle_lookup(scps_call *c) {
   scps_server *s = c->srv;
   Scps__V1__LookupRequest *req = (Scps__V1__LookupRequest *)read_request(c, &scps__v1__lookup_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
   grpc_status_code st = check_view(c, req->config_fingerprint, req->process_index, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = check_format(c, (int)req->activation_format, "activation_format", msg, sizeof msg);
   if (st == GRPC_STATUS_OK && alloc_stacks(c, req->n_stacks)) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory", NULL, 0);
     return;
@@ -514,10 +540,7 @@ static void handle_lookup(scps_call *c) {
       snprintf(msg, sizeof msg, "%s.stack: stack '%s' listed twice", field, req->stacks[i]->stack);
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
-    if (st == GRPC_STATUS_OK) {
-      const scps_stack_layout *sl = &s->layout->stacks[c->stacks[i].stack];
-      scratch += (size_t)sl->total_sample_count * (size_t)sl->dim * (size_t)s->S;
-    }
+    if (st == GRPC_STATUS_OK) scratch += lookup_scratch(c, c->stacks[i].stack);
   }
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);
@@ -531,8 +554,10 @@ static void handle_lookup(scps_call *c) {
   size_t off = 0;
   for (int i = 0; i < c->n_stacks; i++) {
     const scps_stack_layout *sl = &s->layout->stacks[c->stacks[i].stack];
+    size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
     c->stacks[i].partial = c->scratch + off;
-    off += (size_t)sl->total_sample_count * (size_t)sl->dim * (size_t)s->S;
+    c->stacks[i].encoded = (uint8_t *)(c->scratch + off + block * (size_t)s->S);
+    off += lookup_scratch(c, c->stacks[i].stack);
     record_partition_stats(s, &c->stacks[i]);
   }
   c->job.sc_fn = lookup_sc;
@@ -564,16 +589,24 @@ static void apply_tc(scps_job *job) {
   scps_call_finish_packed(c, &r.base);
 }
 
+/* wide: room for n floats when the gradients come as bfloat16. */
 static grpc_status_code check_gradients(scps_call *c, const Scps__V1__StackGradients *sg, const char *field,
-                                        call_stack *cs, char *msg, size_t len) {
+                                        call_stack *cs, float *wide, char *msg, size_t len) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
   size_t n = (size_t)sl->total_sample_count * (size_t)sl->dim;
-  if (sg->gradients.len != n * sizeof(float)) {
-    snprintf(msg, len, "%s.gradients: %zu bytes; stack '%s' needs total_sample_count %lld x dim %d x 4 = %zu",
-             field, sg->gradients.len, sl->name, (long long)sl->total_sample_count, sl->dim, n * sizeof(float));
+  bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
+  size_t width = bf16 ? 2 : sizeof(float);
+  if (sg->gradients.len != n * width) {
+    snprintf(msg, len, "%s.gradients: %zu bytes; stack '%s' needs total_sample_count %lld x dim %d x %zu (%s) = %zu",
+             field, sg->gradients.len, sl->name, (long long)sl->total_sample_count, sl->dim, width,
+             bf16 ? "bfloat16" : "float32", n * width);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   const float *g = (const float *)(const void *)sg->gradients.data;
+  if (bf16) {
+    scps_bf16_decode(sg->gradients.data, wide, n);
+    g = wide;
+  }
   for (size_t i = 0; i < n; i++)
     if (!isfinite(g[i])) {
       snprintf(msg, len, "%s.gradients: element %zu (sample %zu, column %zu) is %g; gradients must be finite",
@@ -600,10 +633,24 @@ static void handle_apply(scps_call *c) {
     snprintf(msg, sizeof msg, "learning_rate %g: must be finite and >= 0", req->learning_rate);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
+  if (st == GRPC_STATUS_OK) st = check_format(c, (int)req->gradient_format, "gradient_format", msg, sizeof msg);
   if (st == GRPC_STATUS_OK && alloc_stacks(c, req->n_stacks)) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory", NULL, 0);
     return;
   }
+  /* Widened bfloat16 gradients need float room: bounded by what the
+   * request itself holds (2 bytes per value), so no client can make the
+   * server allocate more than twice its message. */
+  if (st == GRPC_STATUS_OK && c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
+    size_t values = 0;
+    for (size_t i = 0; i < req->n_stacks; i++) values += req->stacks[i]->gradients.len / 2;
+    c->scratch = malloc(sizeof(float) * (values ? values : 1));
+    if (!c->scratch) {
+      scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
+      return;
+    }
+  }
+  size_t wide_at = 0;
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
     const Scps__V1__StackGradients *sg = req->stacks[i];
@@ -619,7 +666,10 @@ static void handle_apply(scps_call *c) {
       snprintf(msg, sizeof msg, "%s: stack '%s' listed twice", field, sg->partitions->stack);
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
-    if (st == GRPC_STATUS_OK) st = check_gradients(c, sg, field, &c->stacks[i], msg, sizeof msg);
+    if (st == GRPC_STATUS_OK) {
+      st = check_gradients(c, sg, field, &c->stacks[i], c->scratch ? c->scratch + wide_at : NULL, msg, sizeof msg);
+      wide_at += sg->gradients.len / 2;
+    }
   }
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);

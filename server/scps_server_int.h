@@ -100,7 +100,10 @@ struct scps_call {
   scps_job job;
   int n_stacks;
   struct call_stack *stacks;
-  float *scratch;           /* partial activations, one block per stack and SparseCore */
+  float *scratch;           /* Lookup: partial activations, one block per stack and SparseCore,
+                             * then the bfloat16 encoding; ApplyGradients: widened bfloat16
+                             * gradients */
+  int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
   scps_step step;
 };
@@ -111,6 +114,7 @@ typedef struct call_stack {
   scps_coo coo[64];         /* per local SparseCore; arrays point into the request */
   const float *grads;       /* ApplyGradients only */
   float *partial;           /* Lookup: S blocks of total_sample_count x dim */
+  uint8_t *encoded;         /* Lookup in bfloat16: the merged partial as sent */
 } call_stack;
 
 #define SCPS_MAX_SC_PER_PROCESS 64

@@ -14,7 +14,7 @@
 
 static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined]\n"
-    "                         [--batches K] [--warmup W]\n"
+    "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
@@ -121,10 +121,12 @@ int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *mode = "lookup";
   long batches = 20, warmup = 3;
+  scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
                                        {"mode", required_argument, 0, 'm'},    {"batches", required_argument, 0, 'n'},
                                        {"warmup", required_argument, 0, 'u'},  {"help", no_argument, 0, 'h'},
+                                       {"wire-format", required_argument, 0, 'W'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -134,6 +136,12 @@ int main(int argc, char **argv) {
     case 'm': mode = optarg; break;
     case 'n': batches = atol(optarg); break;
     case 'u': warmup = atol(optarg); break;
+    case 'W':
+      if (scps_float_format_from_name(optarg, &wire)) {
+        fputs(usage, stderr);
+        return 2;
+      }
+      break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -154,7 +162,8 @@ int main(int argc, char **argv) {
   scps_batch *b = NULL;
   int rc = scps_workload_load(workload, &w, &err);
   if (!rc) {
-    scps_client_options co = {.servers = servers, .n_servers = n_servers, .policy = SCPS_LIMIT_ERROR, .prep_threads = 1};
+    scps_client_options co = {.servers = servers, .n_servers = n_servers, .policy = SCPS_LIMIT_ERROR, .prep_threads = 1,
+                              .wire_format = wire};
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) rc = scps_workload_gen_create(w, 1, &gen, &err);
@@ -207,9 +216,9 @@ int main(int argc, char **argv) {
       return 1;
     }
     double per = ss.wall_seconds / (double)batches;
-    printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"pipelined\", \"servers\": %d, "
-           "\"batches\": %ld, \"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f}\n",
-           w->name, n_servers, batches, per * 1e3, w->batch_size / per, (double)ids / per);
+    printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"pipelined\", \"wire_format\": \"%s\", "
+           "\"servers\": %d, \"batches\": %ld, \"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f}\n",
+           w->name, scps_float_format_name(wire), n_servers, batches, per * 1e3, w->batch_size / per, (double)ids / per);
   } else {
     rc = time_steps(c, b, st, distinct, acts, grads, warmup, batches, train, &err);
     if (rc) {
@@ -217,10 +226,11 @@ int main(int argc, char **argv) {
       return 1;
     }
     double med = t_step[batches / 2];
-    printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"servers\": %d, \"batches\": %ld, "
+    printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"wire_format\": \"%s\", "
+           "\"servers\": %d, \"batches\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f}\n",
-           w->name, mode, n_servers, batches, med * 1e3, w->batch_size / med, (double)ids / med,
+           w->name, mode, scps_float_format_name(wire), n_servers, batches, med * 1e3, w->batch_size / med, (double)ids / med,
            t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3);
   }
   for (int f = 0; f < nf; f++) {

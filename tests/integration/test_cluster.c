@@ -74,6 +74,7 @@ typedef struct ref {
   scps_engine *eng[SCPS_IT_MAX_PROCS];
   scps_prep *prep;
   int P, S;
+  bool bf16; /* the wire's FloatFormat is bfloat16 */
 } ref;
 
 static int ref_init(ref *r, const scps_workload *w, int P, int S, scps_error *err) {
@@ -93,8 +94,20 @@ static void ref_free(ref *r) {
   scps_layout_destroy(r->layout);
 }
 
+/* Rounds through bfloat16 by its definition (nearest, ties to even, on the
+ * float's bits), written apart from scps_bf16.h. */
+static float bf16_round(float f) {
+  uint32_t u;
+  memcpy(&u, &f, sizeof u);
+  uint32_t lower = u & 0xffffu, upper = u & 0xffff0000u;
+  if (lower > 0x8000u || (lower == 0x8000u && (upper & 0x10000u))) upper += 0x10000u;
+  memcpy(&f, &upper, sizeof f);
+  return f;
+}
+
 /* What a server computes for a stack (its SparseCores' blocks summed in
- * order) and what a client makes of it (processes summed in order). */
+ * order, rounded to bfloat16 if that is the wire format) and what a client
+ * makes of it (processes summed in order). */
 static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_error *err) {
   int rc = scps_prep_run(r->prep, in, err);
   if (rc) return rc;
@@ -110,6 +123,8 @@ static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_e
       }
       for (int k = 1; k < r->S; k++)
         for (size_t j = 0; j < block; j++) blk[j] += blk[block * (size_t)k + j];
+      if (r->bf16)
+        for (size_t j = 0; j < block; j++) blk[j] = bf16_round(blk[j]);
       for (size_t j = 0; j < block; j++) sum[j] = p == 0 ? blk[j] : sum[j] + blk[j];
     }
     for (int i = 0; i < sl->n_features; i++) {
@@ -137,7 +152,8 @@ static void ref_apply(ref *r, float *const *grads, int64_t step, double lr) {
       int64_t b = l->feature_specs[f].batch_size, off = l->features[f].sample_offset;
       int32_t width = l->table_specs[l->features[f].table].embedding_dim;
       for (int64_t q = 0; q < b; q++)
-        for (int32_t c = 0; c < width; c++) g[(off + q) * sl->dim + c] = grads[f][q * width + c];
+        for (int32_t c = 0; c < width; c++)
+          g[(off + q) * sl->dim + c] = r->bf16 ? bf16_round(grads[f][q * width + c]) : grads[f][q * width + c];
     }
     for (int p = 0; p < r->P; p++)
       for (int k = 0; k < r->S; k++)
@@ -265,9 +281,9 @@ static void random_grads(const scps_layout *l, float **grads) {
   }
 }
 
-static void run_topology(const scps_workload *w, int P, int S, bool declare) {
+static void run_topology(const scps_workload *w, int P, int S, bool declare, bool bf16) {
   char what[64];
-  snprintf(what, sizeof what, "%dx%d", P, S);
+  snprintf(what, sizeof what, "%dx%d%s", P, S, bf16 ? " bfloat16" : "");
   scps_it_cluster cl;
   scps_error err;
   scps_error_clear(&err);
@@ -286,8 +302,10 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare) {
     goto out;
   }
   MUST(ref_init(&r, w, P, S, &err));
+  r.bf16 = bf16;
   scps_topology topo = {P, S, SC_MEMORY};
-  scps_client_options o = {.servers = cl.addr_list, .n_servers = P, .prep_threads = declare ? 1 : 2};
+  scps_client_options o = {.servers = cl.addr_list, .n_servers = P, .prep_threads = declare ? 1 : 2,
+                           .wire_format = bf16 ? SCPS_WIRE_BFLOAT16 : SCPS_WIRE_FLOAT32};
   if (declare) {
     o.topology = &topo;
     o.tables = w->tables;
@@ -386,8 +404,9 @@ int main(void) {
   scps_workload *w = NULL;
   CHECK_OK(scps_workload_parse(config_json, strlen(config_json), &w, &err), &err);
   if (w) {
-    run_topology(w, 1, 4, true);
-    run_topology(w, 3, 2, false);
+    run_topology(w, 1, 4, true, false);
+    run_topology(w, 3, 2, false, false);
+    run_topology(w, 3, 2, false, true);
   }
   scps_workload_destroy(w);
   return scps_test_finish("test_cluster");

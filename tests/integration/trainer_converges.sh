@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Acceptance of the example trainer: against a real 2-process cluster, both
-# --sequential and --pipelined training reach a held-out log-loss within 2%
-# of the planted model's (or an AUC within 0.01 of it).
+# Acceptance of the example trainer: against a real 2-process cluster,
+# --sequential and --pipelined training, and pipelined training with
+# bfloat16 on the wire, reach a held-out log-loss within 2% of the planted
+# model's (or an AUC within 0.01 of it).
 #   trainer_converges.sh SCPS_SERVER SCPS_TRAINER WORKLOAD [STEPS]
 set -euo pipefail
 server=$1 trainer=$2 workload=$3 steps=${4:-2000}
@@ -11,15 +12,17 @@ servers=$SCPS_CLUSTER_SERVERS
 tmp=$SCPS_CLUSTER_DIR
 
 status=0
-for mode in sequential pipelined; do
-  "$trainer" --servers "$servers" --workload "$workload" --steps "$steps" "--$mode" --json "$tmp/$mode.json" 2>/dev/null
-  /usr/bin/python3 - "$tmp/$mode.json" <<'PY' || status=1
+for run in sequential:float32 pipelined:float32 pipelined:bfloat16; do
+  mode=${run%:*} wire=${run#*:}
+  "$trainer" --servers "$servers" --workload "$workload" --steps "$steps" "--$mode" --wire-format "$wire" \
+    --json "$tmp/$run.json" 2>/dev/null
+  /usr/bin/python3 - "$tmp/$run.json" <<'PY' || status=1
 import json, sys
 r = json.load(open(sys.argv[1]))
 gap = (r["heldout_logloss"] - r["planted_logloss"]) / r["planted_logloss"]
 auc_gap = r["planted_auc"] - r["heldout_auc"]
 ok = gap <= 0.02 or auc_gap <= 0.01
-print(f"{r['mode']}: log-loss {r['heldout_logloss']:.4f} vs planted {r['planted_logloss']:.4f} ({100 * gap:+.2f}%), "
+print(f"{r['mode']} {r['wire_format']}: log-loss {r['heldout_logloss']:.4f} vs planted {r['planted_logloss']:.4f} ({100 * gap:+.2f}%), "
       f"AUC {r['heldout_auc']:.4f} vs {r['planted_auc']:.4f}, {r['samples_per_s']:.0f} samples/s: "
       + ("ok" if ok else "FAILED (needs log-loss within 2% or AUC within 0.01)"))
 sys.exit(0 if ok else 1)

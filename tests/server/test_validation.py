@@ -239,6 +239,27 @@ def test_invalid_requests(env):
     v.expect("ApplyGradients all-NaN first stack", "ApplyGradients", v.apply_with(
         lambda r: setattr(r.stacks[0], "gradients", f32(np.full(BATCH * 8, np.nan)))), "INVALID_ARGUMENT",
         ["stacks[0].gradients", "element 0"])
+    v.expect("Lookup activation_format 7", "Lookup", v.lookup_with(lambda r: setattr(r, "activation_format", 7)),
+             "INVALID_ARGUMENT", ["activation_format 7", "unknown FloatFormat"])
+    v.expect("ApplyGradients gradient_format 9", "ApplyGradients",
+             v.apply_with(lambda r: setattr(r, "gradient_format", 9)), "INVALID_ARGUMENT",
+             ["gradient_format 9", "unknown FloatFormat"])
+    # float32-sized gradients announced as bfloat16: twice the bytes needed.
+    v.expect("ApplyGradients bfloat16 of float32 size", "ApplyGradients",
+             v.apply_with(lambda r: setattr(r, "gradient_format", pb.FLOAT_FORMAT_BFLOAT16)), "INVALID_ARGUMENT",
+             ["stacks[0].gradients", "bfloat16", str(BATCH * 8 * 2)])
+
+    def bf16_nan(r):
+        r.gradient_format = pb.FLOAT_FORMAT_BFLOAT16
+        for s in r.stacks:
+            g = np.frombuffer(s.gradients, "<f4")
+            h = (g.view("<u4") >> 16).astype("<u2")
+            s.gradients = h.tobytes()
+        h = np.frombuffer(r.stacks[1].gradients, "<u2").copy()
+        h[last] = 0x7fc0
+        r.stacks[1].gradients = h.tobytes()
+    v.expect("ApplyGradients bfloat16 NaN", "ApplyGradients", v.apply_with(bf16_nan), "INVALID_ARGUMENT",
+             ["stacks[1].gradients", "element %d" % last, "nan"])
     v.expect("ApplyGradients step -1", "ApplyGradients", v.apply_with(lambda r: setattr(r, "step", -1)),
              "INVALID_ARGUMENT", ["step -1"])
     for lr, name in ((-0.5, "-0.5"), (float("nan"), "nan"), (float("inf"), "inf"), (-0.0 - 1e-30, "-1e-30")):
