@@ -306,6 +306,17 @@ static int rpc_start(rpc *r) {
   return r->rc;
 }
 
+static void op_start(op *o);
+
+/* Starts an operation built by one of the *_start functions. */
+static void op_launch(op *o, bool blocking, scps_client_done done, void *ud, op **out) {
+  o->blocking = blocking;
+  o->done = done;
+  o->ud = ud;
+  *out = o;
+  op_start(o);
+}
+
 /* Starts every server's call; servers whose call cannot start count as
  * answered with that error. */
 static void op_start(op *o) {
@@ -1084,11 +1095,7 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
   }
   memcpy(o->acts, acts, sizeof *o->acts * (size_t)c->layout->n_features);
   o->b = b;
-  o->blocking = blocking;
-  o->done = done;
-  o->ud = ud;
-  *out = o;
-  op_start(o);
+  op_launch(o, blocking, done, ud, out);
   return 0;
 }
 
@@ -1222,11 +1229,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   }
   o->b = b;
   o->step = step;
-  o->blocking = blocking;
-  o->done = done;
-  o->ud = ud;
-  *out = o;
-  op_start(o);
+  op_launch(o, blocking, done, ud, out);
   return 0;
 }
 
@@ -1305,11 +1308,7 @@ static int checkpoint_start(scps_client *c, int64_t step, const char *directory,
     return rc;
   }
   o->step = step;
-  o->blocking = blocking;
-  o->done = done;
-  o->ud = ud;
-  *out = o;
-  op_start(o);
+  op_launch(o, blocking, done, ud, out);
   return 0;
 }
 

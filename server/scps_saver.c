@@ -98,16 +98,20 @@ const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *b
 
 /* ------------------------------------------------------------------ gate */
 
+static void append(scps_call **head, scps_call **tail, scps_call *c) {
+  c->next = NULL;
+  if (*tail)
+    (*tail)->next = c;
+  else
+    *head = c;
+  *tail = c;
+}
+
 void scps_saver_submit_apply(scps_server *s, scps_call *c) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   if (sv->gate_closed) {
-    c->next = NULL;
-    if (sv->parked_tail)
-      sv->parked_tail->next = c;
-    else
-      sv->parked = c;
-    sv->parked_tail = c;
+    append(&sv->parked, &sv->parked_tail, c);
   } else {
     sv->applies_running++;
     scps_pipeline_submit(s->pipeline, &c->job);
@@ -216,12 +220,7 @@ void scps_saver_handle(scps_call *c) {
     return;
   }
   pthread_mutex_lock(&sv->mu);
-  c->next = NULL;
-  if (sv->queue_tail)
-    sv->queue_tail->next = c;
-  else
-    sv->queue = c;
-  sv->queue_tail = c;
+  append(&sv->queue, &sv->queue_tail, c);
   sv->gate_closed = true;
   pthread_cond_broadcast(&sv->cv);
   pthread_mutex_unlock(&sv->mu);
