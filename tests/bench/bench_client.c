@@ -194,7 +194,7 @@ int main(int argc, char **argv) {
     replay r = {ins, distinct, (const float *const *)grads, nf, sizes};
     scps_train_hooks h = {replay_inputs, replay_compute};
     scps_schedule_stats ss;
-    scps_train_options to = {SCPS_SCHEDULE_PIPELINED, warmup, 0, -1.0, 60000};
+    scps_train_options to = {.mode = SCPS_SCHEDULE_PIPELINED, .steps = warmup, .learning_rate = -1.0, .deadline_ms = 60000};
     rc = scps_train_run(c, &to, &h, &r, &ss, &err);
     to.steps = batches;
     to.first_step = warmup;

@@ -439,7 +439,7 @@ static void during_save_run(const char *root) {
   io x;
   io_init(&x, 1, big_vocab, big_dim);
   size_t n = acts_len(&x);
-  float *after0 = calloc(n, sizeof(float));
+  float *after0 = calloc(n, sizeof(float)), *after0_next = calloc(n, sizeof(float));
   char flag_dir[600], step_dir[700];
   snprintf(flag_dir, sizeof flag_dir, "%s", root);
   MUST(scps_it_init(&cl, big_json, 1, 2));
@@ -452,6 +452,8 @@ static void during_save_run(const char *root) {
   MUST(train_step(c, b, &x, 0, &err));
   MUST(probe(c, b, &x, 0, &err));
   acts_copy(&x, after0);
+  MUST(probe(c, b, &x, 1, &err)); /* rows step 1 will move */
+  acts_copy(&x, after0_next);
 
   saver_arg a = {.c = c, .step = 0};
   pthread_t th;
@@ -460,10 +462,11 @@ static void during_save_run(const char *root) {
   CHECKF(wait_for(step_dir), "no save of step 0 began");
   MUST(probe(c, b, &x, 0, &err));
   CHECKF(!atomic_load(&a.done), "the lookup issued during the save finished only after it");
+  /* A push during the save waits for it: step 0's checkpoint must not hold
+   * any of step 1 (checked by the restore below). */
+  MUST(train_step(c, b, &x, 1, &err));
   pthread_join(th, NULL);
   CHECKF(a.rc == 0, "checkpoint of step 0: %s", a.err.msg);
-
-  MUST(train_step(c, b, &x, 1, &err));
   saver_arg a2 = {.c = c, .step = 1};
   snprintf(step_dir, sizeof step_dir, "%s/step-%012d", root, 1);
   pthread_create(&th, NULL, checkpoint_thread, &a2);
@@ -482,12 +485,15 @@ static void during_save_run(const char *root) {
   MUST(scps_batch_create(c, &b, &err));
   MUST(probe(c, b, &x, 0, &err));
   CHECKF(acts_equal(&x, after0), "rows restored after the kill differ from step 0's");
+  MUST(probe(c, b, &x, 1, &err));
+  CHECKF(acts_equal(&x, after0_next), "step 0's checkpoint holds updates of step 1, pushed during its save");
 out:
   scps_batch_destroy(b);
   scps_client_destroy(c);
   scps_it_stop(&cl);
   io_free(&x);
   free(after0);
+  free(after0_next);
 }
 
 /* --checkpoint-every 1: pushes carry checkpoint_due and libscps saves the
