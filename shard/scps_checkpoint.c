@@ -833,25 +833,47 @@ static const ck_file *file_of(const scps_checkpoint *c, int stack, int32_t sc) {
 typedef int (*row_visitor)(void *ctx, const scps_checkpoint *c, int stack, int32_t sc, int region,
                            int64_t first_row, int64_t n_rows, const float *data, scps_error *err);
 
+/* One data file being read front to back, hashed as it goes. */
+typedef struct data_reader {
+  const ck_file *f;
+  char path[PATH_CAP];
+  int fd;
+  scps_hash64_ctx h;
+} data_reader;
+
+static int data_open(const scps_checkpoint *c, int stack, int32_t sc, data_reader *r, scps_error *err) {
+  r->f = file_of(c, stack, sc);
+  scps_hash64_init(&r->h, 0);
+  int rc = path_join(r->path, sizeof r->path, c->dir, r->f->name, err);
+  return rc ? rc : open_read(r->path, r->f->bytes, &r->fd, err);
+}
+
+static int data_read(data_reader *r, void *dst, size_t len, scps_error *err) {
+  return read_all(r->fd, dst, len, &r->h, r->path, err);
+}
+
+/* Closes the file; after a clean read the checksum must match. */
+static int data_close(data_reader *r, int rc, scps_error *err) {
+  close(r->fd);
+  uint64_t got = scps_hash64_digest(&r->h);
+  if (!rc && got != r->f->xxh64) rc = checksum_error(err, r->path, got, r->f->xxh64);
+  return rc;
+}
+
 static int stream_file(const scps_checkpoint *c, int stack, int32_t sc, float *buf, size_t buf_rows,
                        row_visitor visit, void *ctx, scps_error *err) {
   const ck_stack *st = &c->stacks[stack];
-  const ck_file *f = file_of(c, stack, sc);
-  char path[PATH_CAP];
-  int fd, rc = path_join(path, sizeof path, c->dir, f->name, err);
-  if (rc || (rc = open_read(path, f->bytes, &fd, err))) return rc;
-  scps_hash64_ctx h;
-  scps_hash64_init(&h, 0);
+  data_reader r;
+  int rc = data_open(c, stack, sc, &r, err);
+  if (rc) return rc;
   const size_t row_bytes = (size_t)st->dim * sizeof(float);
   for (int region = 0; region <= st->num_slots && !rc; region++)
-    for (int64_t r = 0; r < st->rows_per_sc && !rc; r += (int64_t)buf_rows) {
-      int64_t n = st->rows_per_sc - r < (int64_t)buf_rows ? st->rows_per_sc - r : (int64_t)buf_rows;
-      rc = read_all(fd, buf, (size_t)n * row_bytes, &h, path, err);
-      if (!rc && visit) rc = visit(ctx, c, stack, sc, region, r, n, buf, err);
+    for (int64_t row = 0; row < st->rows_per_sc && !rc; row += (int64_t)buf_rows) {
+      int64_t n = st->rows_per_sc - row < (int64_t)buf_rows ? st->rows_per_sc - row : (int64_t)buf_rows;
+      rc = data_read(&r, buf, (size_t)n * row_bytes, err);
+      if (!rc && visit) rc = visit(ctx, c, stack, sc, region, row, n, buf, err);
     }
-  close(fd);
-  if (!rc && scps_hash64_digest(&h) != f->xxh64) rc = checksum_error(err, path, scps_hash64_digest(&h), f->xxh64);
-  return rc;
+  return data_close(&r, rc, err);
 }
 
 static size_t rows_per_buffer(const ck_stack *st) {
@@ -941,18 +963,14 @@ static int load_direct(const scps_checkpoint *c, scps_engine *e, int stack, int3
                        scps_error *err) {
   const int32_t sc = scps_engine_process_index(e) * scps_engine_layout(e)->topology.sc_per_process + ls;
   const ck_stack *st = &c->stacks[stack];
-  const ck_file *f = file_of(c, stack, sc);
-  char path[PATH_CAP];
-  int fd, rc = path_join(path, sizeof path, c->dir, f->name, err);
-  if (rc || (rc = open_read(path, f->bytes, &fd, err))) return rc;
-  scps_hash64_ctx h;
-  scps_hash64_init(&h, 0);
-  rc = read_all(fd, scps_engine_shard(e, stack, ls), (size_t)region_bytes(st), &h, path, err);
+  data_reader r;
+  int rc = data_open(c, stack, sc, &r, err);
+  if (rc) return rc;
+  rc = data_read(&r, scps_engine_shard(e, stack, ls), (size_t)region_bytes(st), err);
   for (int k = 0; k < st->num_slots && !rc; k++)
-    rc = read_all(fd, scps_engine_slot(e, stack, ls, k), (size_t)region_bytes(st), &h, path, err);
-  close(fd);
-  if (!rc && scps_hash64_digest(&h) != f->xxh64) rc = checksum_error(err, path, scps_hash64_digest(&h), f->xxh64);
-  if (!rc) *bytes += f->bytes;
+    rc = data_read(&r, scps_engine_slot(e, stack, ls, k), (size_t)region_bytes(st), err);
+  rc = data_close(&r, rc, err);
+  if (!rc) *bytes += r.f->bytes;
   return rc;
 }
 
