@@ -571,5 +571,5 @@ int main(void) {
   free(ref.probe_before);
   free(ref.probe_after);
   scps_it_remove_tree(scratch);
-  return scps_test_finish("test_checkpoint");
+  return scps_test_finish("test_checkpoint_rpc");
 }
