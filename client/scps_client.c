@@ -29,12 +29,15 @@
 #define MAX_SERVERS 1024
 #define MAX_SC_PER_PROCESS 64 /* scps.proto's Topology.sc_per_process bound */
 
-enum { M_GET_CONFIG, M_LOOKUP, M_APPLY, M_COUNT };
+#define DEFAULT_CHECKPOINT_TIMEOUT_MS 600000
+#define MAX_DIRECTORY 4000 /* leaves room for the step directory and file names below PATH_MAX */
 
-static const char *const method_paths[M_COUNT] = {"/scps.v1.EmbeddingService/GetConfig",
-                                                  "/scps.v1.EmbeddingService/Lookup",
-                                                  "/scps.v1.EmbeddingService/ApplyGradients"};
-static const char *const method_names[M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients"};
+enum { M_GET_CONFIG, M_LOOKUP, M_APPLY, M_CHECKPOINT, M_COUNT };
+
+static const char *const method_paths[M_COUNT] = {
+    "/scps.v1.EmbeddingService/GetConfig", "/scps.v1.EmbeddingService/Lookup",
+    "/scps.v1.EmbeddingService/ApplyGradients", "/scps.v1.EmbeddingService/Checkpoint"};
+static const char *const method_names[M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Checkpoint"};
 
 typedef struct server {
   char *addr;
@@ -56,6 +59,9 @@ struct scps_client {
   int64_t max_message_bytes; /* smallest of the servers' limits */
   scps_float_format format;   /* of activations and gradients on the wire */
   size_t value_bytes;         /* 4 or 2: bytes of one such value */
+  int64_t step;              /* lowest GetConfig last_step at connect; -1: none */
+  bool ignore_checkpoint_due;
+  int64_t checkpoint_timeout_ms;
 
   bool grpc_started;
   grpc_completion_queue *cq;
@@ -66,6 +72,11 @@ struct scps_client {
   pthread_cond_t cv; /* an operation finished (waiters and destroy re-check) */
   int in_flight;     /* operations started and not yet released */
   rpc *retries;      /* Lookup attempts waiting for their backoff, by due time */
+  /* The latest automatic checkpoint (guarded by mu). */
+  bool auto_any;
+  int auto_rc;
+  scps_error auto_err;
+  scps_client_checkpoint_result auto_result;
 };
 
 struct scps_batch {
@@ -104,7 +115,7 @@ struct rpc {
   rpc *next_retry;
   int rc; /* this server's outcome */
   scps_error err;
-  ProtobufCMessage *reply; /* GetConfig */
+  ProtobufCMessage *reply; /* GetConfig and Checkpoint */
 };
 
 typedef struct op {
@@ -118,6 +129,8 @@ typedef struct op {
   bool blocking;
   bool finished;
   int64_t step;
+  atomic_bool checkpoint_due; /* ApplyGradients: some server asked for a checkpoint */
+  scps_client_checkpoint_result *result; /* Checkpoint: filled on success */
   float **acts;
   scps_client_done done;
   void *ud;
@@ -206,9 +219,16 @@ static void op_destroy(op *o) {
 }
 
 static int op_result(op *o, scps_error *err);
+static int checkpoint_start(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms, bool blocking,
+                            scps_client_done done, void *ud, op **out, scps_error *err);
+static void record_auto_checkpoint(scps_client *c, int rc, const scps_error *err,
+                                   const scps_client_checkpoint_result *result);
 
 /* The last server answered. Blocking callers are woken and finish on their
- * own thread; asynchronous operations finish here, on a queue thread. */
+ * own thread; asynchronous operations finish here, on a queue thread. An
+ * asynchronous push that a server answered with checkpoint_due is followed
+ * by the automatic checkpoint, and its done runs once that has finished
+ * (asynchronous Checkpoint operations are only ever automatic ones). */
 static void op_complete(op *o) {
   scps_client *c = o->c;
   if (o->blocking) {
@@ -220,8 +240,26 @@ static void op_complete(op *o) {
   }
   scps_error err;
   scps_error_clear(&err);
+  scps_client_checkpoint_result result;
+  memset(&result, 0, sizeof result);
+  if (o->method == M_CHECKPOINT) o->result = &result;
   int rc = op_result(o, &err);
   if (o->b) atomic_store(&o->b->busy, false);
+  if (o->method == M_APPLY && !rc && atomic_load(&o->checkpoint_due) && !c->ignore_checkpoint_due) {
+    op *ck;
+    int e = checkpoint_start(c, o->step, NULL, c->checkpoint_timeout_ms, false, o->done, o->ud, &ck, &err);
+    if (!e) {
+      op_destroy(o);
+      return;
+    }
+    record_auto_checkpoint(c, e, &err, NULL);
+    scps_error_clear(&err);
+  }
+  if (o->method == M_CHECKPOINT) {
+    record_auto_checkpoint(c, rc, &err, rc ? NULL : &result);
+    rc = 0; /* the push this checkpoint followed succeeded */
+    scps_error_clear(&err);
+  }
   o->done(o->ud, rc, &err);
   op_destroy(o);
 }
@@ -276,6 +314,17 @@ static int rpc_start(rpc *r) {
   r->rc = scps_error_set(&r->err, SCPS_EINTERNAL, "server %d (%s): %s: cannot start the call (grpc_call_error %d)",
                          r->server, addr_of(c, r->server), method_names[o->method], (int)e);
   return r->rc;
+}
+
+static void op_start(op *o);
+
+/* Starts an operation built by one of the *_start functions. */
+static void op_launch(op *o, bool blocking, scps_client_done done, void *ud, op **out) {
+  o->blocking = blocking;
+  o->done = done;
+  o->ud = ud;
+  *out = o;
+  op_start(o);
 }
 
 /* Starts every server's call; servers whose call cannot start count as
@@ -370,7 +419,8 @@ static int read_reply(rpc *r) {
   scps_client *c = o->c;
   const ProtobufCMessageDescriptor *desc = o->method == M_GET_CONFIG ? &scps__v1__get_config_response__descriptor
                                            : o->method == M_LOOKUP   ? &scps__v1__lookup_response__descriptor
-                                                                     : &scps__v1__apply_gradients_response__descriptor;
+                                           : o->method == M_APPLY    ? &scps__v1__apply_gradients_response__descriptor
+                                                                     : &scps__v1__checkpoint_response__descriptor;
   if (!r->response)
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: OK without a response message", r->server,
                           addr_of(c, r->server), method_names[o->method]);
@@ -392,6 +442,7 @@ static int read_reply(rpc *r) {
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: response of %zu bytes is not a valid %s",
                           r->server, addr_of(c, r->server), method_names[o->method], len, desc->name);
   if (o->method == M_APPLY) {
+    if (((const Scps__V1__ApplyGradientsResponse *)m)->checkpoint_due) atomic_store(&o->checkpoint_due, true);
     protobuf_c_message_free_unpacked(m, NULL);
     return 0;
   }
@@ -464,12 +515,14 @@ static void *cq_main(void *arg) {
   }
 }
 
-/* Waits for a blocking operation and finishes it on the caller's thread. */
-static int op_wait(op *o, scps_error *err) {
+/* Waits for a blocking operation and finishes it on the caller's thread;
+ * *checkpoint_due (may be NULL) tells whether a server asked for one. */
+static int op_wait(op *o, bool *checkpoint_due, scps_error *err) {
   scps_client *c = o->c;
   pthread_mutex_lock(&c->mu);
   while (!o->finished) pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
+  if (checkpoint_due) *checkpoint_due = atomic_load(&o->checkpoint_due);
   int rc = op_result(o, err);
   if (o->b) atomic_store(&o->b->busy, false);
   op_destroy(o);
@@ -521,6 +574,19 @@ static void merge_activations(op *o) {
   }
 }
 
+/* Totals of a Checkpoint every server saved. */
+static void checkpoint_summary(const op *o, scps_client_checkpoint_result *res) {
+  memset(res, 0, sizeof *res);
+  res->step = o->step;
+  for (int p = 0; p < o->n_rpcs; p++) {
+    const Scps__V1__CheckpointResponse *m = (const Scps__V1__CheckpointResponse *)o->rpcs[p].reply;
+    if (p == 0) snprintf(res->path, sizeof res->path, "%s", m->path);
+    res->bytes += m->bytes;
+    res->files += m->files;
+    if (m->seconds > res->seconds) res->seconds = m->seconds;
+  }
+}
+
 /* Lists the servers in [0, n) whose outcome is (failed ? an error : OK). */
 static void list_servers(const op *o, bool failed, char *buf, size_t len) {
   size_t used = 0;
@@ -540,9 +606,18 @@ static int op_result(op *o, scps_error *err) {
     }
   if (first < 0) {
     if (o->method == M_LOOKUP) merge_activations(o);
+    if (o->method == M_CHECKPOINT && o->result) checkpoint_summary(o, o->result);
     return 0;
   }
   const rpc *r = &o->rpcs[first];
+  if (o->method == M_CHECKPOINT) {
+    char bad[128], good[128];
+    list_servers(o, true, bad, sizeof bad);
+    list_servers(o, false, good, sizeof good);
+    return scps_error_set(err, r->rc, "%s [checkpoint of step %lld failed on servers %s, saved by %s: it is "
+                          "incomplete and will not be restored]",
+                          r->err.msg, (long long)o->step, bad, good);
+  }
   if (o->method == M_APPLY) {
     char bad[128], good[128];
     list_servers(o, true, bad, sizeof bad);
@@ -726,6 +801,10 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
                           p, a, addr_of(c, 0));
   if (m->max_message_bytes > 0 && (c->max_message_bytes == 0 || m->max_message_bytes < c->max_message_bytes))
     c->max_message_bytes = m->max_message_bytes;
+  int64_t step = m->last_step_present_case == SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP
+                     ? m->last_step
+                     : -1;
+  if (p == 0 || step < c->step) c->step = step;
   return 0;
 }
 
@@ -785,9 +864,9 @@ static int check_options(const scps_client_options *o, scps_error *err) {
   if (o->policy != SCPS_LIMIT_ERROR && o->policy != SCPS_LIMIT_DROP)
     return scps_error_set(err, SCPS_EINVAL, "options: policy %d is neither SCPS_LIMIT_ERROR nor SCPS_LIMIT_DROP",
                           (int)o->policy);
-  if (o->connect_timeout_ms < 0)
-    return scps_error_set(err, SCPS_EINVAL, "options: connect_timeout_ms %lld is negative",
-                          (long long)o->connect_timeout_ms);
+  if (o->connect_timeout_ms < 0 || o->checkpoint_timeout_ms < 0)
+    return scps_error_set(err, SCPS_EINVAL, "options: connect_timeout_ms %lld or checkpoint_timeout_ms %lld is negative",
+                          (long long)o->connect_timeout_ms, (long long)o->checkpoint_timeout_ms);
   if (o->wire_format != SCPS_WIRE_FLOAT32 && o->wire_format != SCPS_WIRE_BFLOAT16)
     return scps_error_set(err, SCPS_EINVAL,
                           "options: wire_format %d is neither SCPS_WIRE_FLOAT32 nor SCPS_WIRE_BFLOAT16",
@@ -860,6 +939,8 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
   c->n = o->n_servers;
   c->format = o->wire_format;
   c->value_bytes = o->wire_format == SCPS_WIRE_BFLOAT16 ? 2 : sizeof(float);
+  c->ignore_checkpoint_due = o->ignore_checkpoint_due;
+  c->checkpoint_timeout_ms = o->checkpoint_timeout_ms ? o->checkpoint_timeout_ms : DEFAULT_CHECKPOINT_TIMEOUT_MS;
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->prep_mu, NULL);
   pthread_cond_init(&c->cv, NULL);
@@ -918,6 +999,8 @@ void scps_client_destroy(scps_client *c) {
 const scps_layout *scps_client_layout(const scps_client *c) { return c->layout; }
 
 scps_prep *scps_client_prep(scps_client *c) { return c->prep; }
+
+int64_t scps_client_step(const scps_client *c) { return c->step; }
 
 /* --------------------------------------------------------------- batches */
 
@@ -1094,18 +1177,14 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
   }
   memcpy(o->acts, acts, sizeof *o->acts * (size_t)c->layout->n_features);
   o->b = b;
-  o->blocking = blocking;
-  o->done = done;
-  o->ud = ud;
-  *out = o;
-  op_start(o);
+  op_launch(o, blocking, done, ud, out);
   return 0;
 }
 
 int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms, scps_error *err) {
   op *o;
   int rc = lookup_start(c, b, acts, deadline_ms, true, NULL, NULL, &o, err);
-  return rc ? rc : op_wait(o, err);
+  return rc ? rc : op_wait(o, NULL, err);
 }
 
 int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
@@ -1249,11 +1328,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   }
   o->b = b;
   o->step = step;
-  o->blocking = blocking;
-  o->done = done;
-  o->ud = ud;
-  *out = o;
-  op_start(o);
+  op_launch(o, blocking, done, ud, out);
   return 0;
 }
 
@@ -1261,7 +1336,16 @@ int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *cons
                                 double learning_rate, int64_t deadline_ms, scps_error *err) {
   op *o;
   int rc = apply_start(c, b, grads, step, learning_rate, deadline_ms, true, NULL, NULL, &o, err);
-  return rc ? rc : op_wait(o, err);
+  bool due = false;
+  if (!rc) rc = op_wait(o, &due, err);
+  if (!rc && due && !c->ignore_checkpoint_due) {
+    scps_client_checkpoint_result result;
+    scps_error e;
+    scps_error_clear(&e);
+    int ck = scps_client_checkpoint(c, step, NULL, c->checkpoint_timeout_ms, &result, &e);
+    record_auto_checkpoint(c, ck, &e, ck ? NULL : &result);
+  }
+  return rc;
 }
 
 int scps_client_apply_gradients_async(scps_client *c, scps_batch *b, const float *const *grads, int64_t step,
@@ -1269,4 +1353,90 @@ int scps_client_apply_gradients_async(scps_client *c, scps_batch *b, const float
   if (!done) return SCPS_EINVAL;
   op *o;
   return apply_start(c, b, grads, step, learning_rate, deadline_ms, false, done, ud, &o, NULL);
+}
+
+/* ----------------------------------------------------------- checkpoints */
+
+static int checkpoint_start(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms, bool blocking,
+                            scps_client_done done, void *ud, op **out, scps_error *err) {
+  if (step < 0) return scps_error_set(err, SCPS_EINVAL, "scps_client_checkpoint: step %lld must be >= 0", (long long)step);
+  if (deadline_ms <= 0)
+    return scps_error_set(err, SCPS_EINVAL, "scps_client_checkpoint: deadline_ms %lld must be > 0", (long long)deadline_ms);
+  if (directory && strlen(directory) > MAX_DIRECTORY)
+    return scps_error_set(err, SCPS_EINVAL, "scps_client_checkpoint: directory of %zu bytes, longer than %d",
+                          strlen(directory), MAX_DIRECTORY);
+  const scps_layout *l = c->layout;
+  int ns = l->n_stacks;
+  Scps__V1__StackLimits *lim = calloc((size_t)(ns ? ns : 1), sizeof *lim);
+  Scps__V1__StackLimits **limp = calloc((size_t)(ns ? ns : 1), sizeof *limp);
+  op *o = lim && limp ? op_create(c, M_CHECKPOINT, c->n, deadline_ms) : NULL;
+  int rc = o ? 0 : scps_error_set(err, SCPS_ENOMEM, "scps_client_checkpoint: out of memory");
+  /* The limits in force are the prep's, which FDO may have raised. */
+  pthread_mutex_lock(&c->prep_mu);
+  for (int st = 0; !rc && st < ns; st++) {
+    scps__v1__stack_limits__init(&lim[st]);
+    lim[st].stack = (char *)l->stacks[st].name;
+    scps_prep_get_limits(c->prep, st, &lim[st].max_ids_per_partition, &lim[st].max_unique_ids_per_partition);
+    limp[st] = &lim[st];
+  }
+  pthread_mutex_unlock(&c->prep_mu);
+  Scps__V1__CheckpointRequest req = SCPS__V1__CHECKPOINT_REQUEST__INIT;
+  req.config_fingerprint.data = c->fingerprint;
+  req.config_fingerprint.len = sizeof c->fingerprint;
+  req.step = step;
+  req.directory = (char *)(directory ? directory : "");
+  req.n_limits = (size_t)ns;
+  req.limits = limp;
+  for (int p = 0; !rc && p < c->n; p++) {
+    rpc *r = &o->rpcs[p];
+    req.process_index = p;
+    r->req = malloc(sizeof *r->req);
+    if (!r->req) {
+      rc = scps_error_set(err, SCPS_ENOMEM, "scps_client_checkpoint: out of memory");
+      break;
+    }
+    size_t n = scps__v1__checkpoint_request__get_packed_size(&req);
+    r->req[0] = grpc_slice_malloc(n);
+    scps__v1__checkpoint_request__pack(&req, GRPC_SLICE_START_PTR(r->req[0]));
+    r->n_req = 1;
+  }
+  free(lim);
+  free(limp);
+  if (rc) {
+    if (o) op_destroy(o);
+    return rc;
+  }
+  o->step = step;
+  op_launch(o, blocking, done, ud, out);
+  return 0;
+}
+
+int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
+                           scps_client_checkpoint_result *result, scps_error *err) {
+  if (!c || !result) return scps_error_set(err, SCPS_EINVAL, "scps_client_checkpoint: client or result is NULL");
+  op *o;
+  int rc = checkpoint_start(c, step, directory, deadline_ms, true, NULL, NULL, &o, err);
+  if (rc) return rc;
+  o->result = result;
+  return op_wait(o, NULL, err);
+}
+
+static void record_auto_checkpoint(scps_client *c, int rc, const scps_error *err,
+                                   const scps_client_checkpoint_result *result) {
+  pthread_mutex_lock(&c->mu);
+  c->auto_any = true;
+  c->auto_rc = rc;
+  c->auto_err = *err;
+  if (result) c->auto_result = *result;
+  pthread_mutex_unlock(&c->mu);
+}
+
+int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *result, scps_error *err) {
+  pthread_mutex_lock(&c->mu);
+  int rc = !c->auto_any ? scps_error_set(err, SCPS_ENOENT, "no server has asked for a checkpoint yet")
+           : c->auto_rc ? scps_error_set(err, c->auto_rc, "%s", c->auto_err.msg)
+                        : 0;
+  if (c->auto_any && !c->auto_rc && result) *result = c->auto_result;
+  pthread_mutex_unlock(&c->mu);
+  return rc;
 }

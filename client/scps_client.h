@@ -22,6 +22,7 @@
 #ifndef SCPS_CLIENT_H
 #define SCPS_CLIENT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "scps_layout.h"
@@ -58,12 +59,18 @@ typedef struct scps_client_options {
   int prep_threads;           /* preprocessing threads; 0 or 1: the caller's */
   int64_t connect_timeout_ms; /* for the configuration check; 0: 10 s */
   scps_float_format wire_format; /* 0: float32 */
+  /* Servers run with --checkpoint-every ask for cluster checkpoints through
+   * their ApplyGradients answers (see scps_client_apply_gradients); true
+   * leaves those requests unanswered (the servers then save alone). */
+  bool ignore_checkpoint_due;
+  int64_t checkpoint_timeout_ms; /* deadline of those automatic checkpoints; 0: 600 s */
 } scps_client_options;
 
 /* Connects to every server, reads and cross-checks their configurations
  * (same declaration and fingerprint, each at its expected process index,
  * num_processes == n_servers, the servers' stacks equal to the layout built
- * here) and builds the layout. Servers still starting are waited for until
+ * here) and builds the layout, with server 0's limits in force (a restored
+ * checkpoint's, which FDO may have raised). Servers still starting are waited for until
  * connect_timeout_ms. Fails with SCPS_EUNAVAIL naming a server that does not
  * answer within the timeout, SCPS_EMISMATCH naming what differs. Starts the
  * client's two completion-queue threads. */
@@ -76,6 +83,12 @@ void scps_client_destroy(scps_client *c);
 
 /* The cluster's layout: tables, features, stacks and topology. */
 const scps_layout *scps_client_layout(const scps_client *c);
+
+/* The last step the servers hold the result of, as they reported it at
+ * connect (a checkpoint they restored, or the last push they applied): the
+ * lowest over the servers, -1 when none has one. A trainer resumes at this
+ * step + 1. */
+int64_t scps_client_step(const scps_client *c);
 
 /* The preprocessing state: limits in force, last batch's stats (FDO). Its
  * limits start as the servers report them (GetConfig). Do not change them
@@ -109,7 +122,16 @@ int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_
  * stack's rate. Gradients must be finite: a NaN or infinity fails with
  * SCPS_EINVAL naming feature, sample and column before anything is sent.
  * Never retried: on an error some servers may have applied the step and
- * others not; the message lists both. */
+ * others not; the message lists both.
+ *
+ * When a server answers with checkpoint_due (its --checkpoint-every timer
+ * fired) and the push succeeded on every server, the call then saves the
+ * cluster checkpoint of `step` under the servers' --checkpoint-dir
+ * (scps_client_checkpoint) before returning; the push's own result is
+ * returned either way, the checkpoint's is kept for
+ * scps_client_auto_checkpoint. The asynchronous form does the same before
+ * its done runs. Pushes of one client must then not overlap (one step
+ * acknowledged before the next is sent), as scps_train's schedules do. */
 int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *const *grads, int64_t step,
                                 double learning_rate, int64_t deadline_ms, scps_error *err);
 
@@ -127,5 +149,34 @@ int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, 
 int scps_client_apply_gradients_async(scps_client *c, scps_batch *b, const float *const *grads,
                                       int64_t step, double learning_rate, int64_t deadline_ms,
                                       scps_client_done done, void *ud);
+
+/* Checkpoints. A cluster checkpoint of step s is every server's state after
+ * step s, written to <directory>/step-<s, 12 digits>/ by every server at
+ * once; it is complete (restorable, scps-server --restore) once all of them
+ * have written it. */
+typedef struct scps_client_checkpoint_result {
+  int64_t step;
+  char path[4096]; /* the step directory (as server 0 names it) */
+  int64_t bytes;   /* data bytes written, all servers */
+  int32_t files;   /* data files written, all servers */
+  double seconds;  /* the slowest server's save */
+} scps_client_checkpoint_result;
+
+/* Asks every server in parallel to save step `step` (>= 0, every push of it
+ * acknowledged and none later sent) under directory (absolute; NULL: each
+ * server's --checkpoint-dir), with the prep's limits in force, and waits up
+ * to deadline_ms. Servers go on answering lookups meanwhile; pushes wait
+ * for the save. Errors name the servers that failed and those that saved
+ * (such a checkpoint is incomplete and is never restored): SCPS_EMISMATCH
+ * when a server has already applied a later step, SCPS_EINVAL for a bad
+ * directory, SCPS_ENOSPC for a full disk or file size limit, SCPS_EIO for
+ * permissions and other file system errors. */
+int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
+                           scps_client_checkpoint_result *result, scps_error *err);
+
+/* The outcome of the latest automatic checkpoint (see
+ * scps_client_apply_gradients): 0 and *result, SCPS_ENOENT when there has
+ * been none, or that checkpoint's error. */
+int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *result, scps_error *err);
 
 #endif

@@ -36,11 +36,20 @@ static int op_compute(void *ud, int64_t batch, scps_error *err) {
   return r->h->compute(r->ud, batch, s->acts, s->grads, err);
 }
 
+#define CHECKPOINT_DEADLINE_MS 600000
+
 static int op_push(void *ud, int64_t batch, scps_error *err) {
   run *r = ud;
   slot *s = slot_of(r, batch);
-  return scps_client_apply_gradients(r->client, s->batch, (const float *const *)s->grads,
-                                     r->o->first_step + batch, r->o->learning_rate, r->deadline_ms, err);
+  int64_t step = r->o->first_step + batch;
+  int rc = scps_client_apply_gradients(r->client, s->batch, (const float *const *)s->grads, step,
+                                       r->o->learning_rate, r->deadline_ms, err);
+  int64_t every = r->o->checkpoint_every_steps;
+  if (!rc && every > 0 && (batch + 1) % every == 0) {
+    scps_client_checkpoint_result res;
+    rc = scps_client_checkpoint(r->client, step, r->o->checkpoint_dir, CHECKPOINT_DEADLINE_MS, &res, err);
+  }
+  return rc;
 }
 
 static void slots_free(run *r) {

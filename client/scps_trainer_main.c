@@ -22,7 +22,10 @@ static const char usage[] =
     "synthetic clicks drawn from a planted model over the workload's ids\n"
     "(Zipf as the workload says), so the best achievable log-loss is known:\n"
     "the final line compares the trained model with it on held-out batches.\n"
-    "The servers must serve the workload's tables and features.\n"
+    "The servers must serve the workload's tables and features. Training\n"
+    "resumes at the step after the one the servers report (a restored\n"
+    "checkpoint, or the last push they applied); the MLP and the data stream\n"
+    "start afresh.\n"
     "\n"
     "  --servers LIST       scps-server addresses in process-index order\n"
     "  --workload FILE      workload JSON (tables, features, batch size, ids)\n"
@@ -38,6 +41,9 @@ static const char usage[] =
     "  --wire-format F      activations and gradients on the wire: float32\n"
     "                       (default) or bfloat16 (half the bytes)\n"
     "  --json FILE          also write the final figures as JSON to FILE\n"
+    "  --checkpoint-every-steps N  after every N-th push, save a cluster\n"
+    "                       checkpoint of the embeddings (tables, slots, limits)\n"
+    "  --checkpoint-dir DIR where (absolute; default: the servers' --checkpoint-dir)\n"
     "  --help               this text\n"
     "\n"
     "Exit status: 0 when training finished, 1 on an error from the cluster or\n"
@@ -202,7 +208,8 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
 int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *json = NULL;
-  long steps = 2000, eval_batches = 20, deadline = 30000;
+  long steps = 2000, eval_batches = 20, deadline = 30000, checkpoint_every = 0;
+  const char *checkpoint_dir = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_memtune_apply();
   double dense_lr = 0.003, logit_std = 1.5;
@@ -215,7 +222,8 @@ int main(int argc, char **argv) {
       {"sequential", no_argument, 0, 'q'},      {"eval-batches", required_argument, 0, 'e'},
       {"hidden", required_argument, 0, 'H'},    {"dense-lr", required_argument, 0, 'l'},
       {"logit-std", required_argument, 0, 'z'}, {"deadline-ms", required_argument, 0, 'd'},
-      {"json", required_argument, 0, 'j'},      {"help", no_argument, 0, 'h'},
+      {"json", required_argument, 0, 'j'},      {"checkpoint-every-steps", required_argument, 0, 'c'},
+      {"checkpoint-dir", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
       {"wire-format", required_argument, 0, 'W'},
       {0, 0, 0, 0}};
   int o;
@@ -243,14 +251,17 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'c': checkpoint_every = atol(optarg); break;
+    case 'C': checkpoint_dir = optarg; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
   }
   if (!servers_arg || !workload || steps < 1 || eval_batches < 1 || deadline < 1 || !(dense_lr > 0) ||
-      !(logit_std > 0)) {
+      !(logit_std > 0) || checkpoint_every < 0) {
     fprintf(stderr, "scps-trainer: --servers and --workload are required; --steps, --eval-batches, "
-                    "--deadline-ms, --dense-lr and --logit-std must be positive\n%s",
+                    "--deadline-ms, --dense-lr and --logit-std must be positive, --checkpoint-every-steps "
+                    "not negative\n%s",
             usage);
     return 2;
   }
@@ -299,7 +310,10 @@ int main(int argc, char **argv) {
             w->n_features, t.width, t.batch, n_servers, mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential");
     t.tty = isatty(2);
     t.t0 = t.last_print = now();
-    scps_train_options to = {mode, steps, 0, -1.0, deadline};
+    int64_t first = scps_client_step(c) + 1;
+    if (first > 0) fprintf(stderr, "scps-trainer: the servers hold step %lld; resuming at step %lld\n",
+                           (long long)first - 1, (long long)first);
+    scps_train_options to = {mode, steps, first, -1.0, deadline, checkpoint_every, checkpoint_dir};
     scps_train_hooks hooks = {hook_inputs, hook_compute};
     rc = scps_train_run(c, &to, &hooks, &t, &st, &err);
     progress(&t, 1);

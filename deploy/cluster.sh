@@ -5,6 +5,8 @@
 #   scps_cluster_start SERVER_BIN CONFIG PROCESSES SC_PER_PROCESS SC_MEMORY
 #   ... "$SCPS_CLUSTER_SERVERS" is "127.0.0.1:PORT,..." in process order;
 #   ... "$SCPS_CLUSTER_DIR" is a scratch directory removed on exit.
+# Flags in the array SCPS_CLUSTER_FLAGS, if set, go to every process
+# (e.g. SCPS_CLUSTER_FLAGS=(--checkpoint-dir /data/ckpt)).
 
 SCPS_CLUSTER_DIR=$(mktemp -d)
 SCPS_CLUSTER_SERVERS=""
@@ -24,7 +26,7 @@ scps_cluster_start() {
   for ((p = 0; p < procs; p++)); do
     "$bin" --config "$config" --listen 127.0.0.1:0 --port-file "$SCPS_CLUSTER_DIR/port$p" \
       --process-index "$p" --num-processes "$procs" --sc-per-process "$sc" --sc-memory "$mem" \
-      2>"$SCPS_CLUSTER_DIR/server$p.log" &
+      ${SCPS_CLUSTER_FLAGS[@]+"${SCPS_CLUSTER_FLAGS[@]}"} 2>"$SCPS_CLUSTER_DIR/server$p.log" &
     scps_cluster_pids+=($!)
   done
   SCPS_CLUSTER_SERVERS=""

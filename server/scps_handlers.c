@@ -1,4 +1,4 @@
-/* The five EmbeddingService methods: decode, validate everything before
+/* The EmbeddingService methods but Checkpoint (scps_saver): decode, validate everything before
  * anything is applied, run Lookup/ApplyGradients through the SparseCore and
  * TensorCore stages, encode. */
 #include <math.h>
@@ -23,57 +23,80 @@ static void hex12(const uint8_t *d, size_t n, char out[13]) {
   out[k] = '\0';
 }
 
+/* The GetConfigResponse: built once, its limits in force and step filled
+ * in per call. */
+struct scps_config_pb {
+  scps_cluster_pb *cluster;
+  Scps__V1__GetConfigResponse resp;
+  Scps__V1__StackInfo *infos;
+  Scps__V1__StackInfo **ptrs;
+  char ***names;
+  int n_stacks;
+};
+
+static void config_pb_free(struct scps_config_pb *g) {
+  if (!g) return;
+  for (int st = 0; g->infos && st < g->n_stacks; st++) {
+    free(g->infos[st].row_offsets);
+    free(g->infos[st].rotations);
+    free(g->infos[st].feature_sample_offsets);
+    if (g->names) free(g->names[st]);
+  }
+  free(g->infos);
+  free(g->ptrs);
+  free(g->names);
+  scps_cluster_pb_destroy(g->cluster);
+  free(g);
+}
+
 int scps_handlers_init(scps_server *s, scps_error *err) {
   const scps_layout *l = s->layout;
-  scps_cluster_pb *cpb = NULL;
+  struct scps_config_pb *g = calloc(1, sizeof *g);
+  if (!g) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  s->config = g;
   int rc = scps_cluster_pb_create(&s->opts.topology, s->tables, s->opts.n_tables, s->features,
-                                  s->opts.n_features, &cpb, err);
+                                  s->opts.n_features, &g->cluster, err);
   if (rc) return rc;
-  size_t n = scps__v1__cluster_spec__get_packed_size(&cpb->msg);
+  size_t n = scps__v1__cluster_spec__get_packed_size(&g->cluster->msg);
   uint8_t *packed = malloc(n ? n : 1);
-  if (!packed) {
-    scps_cluster_pb_destroy(cpb);
-    return scps_error_set(err, SCPS_ENOMEM, "out of memory");
-  }
-  scps__v1__cluster_spec__pack(&cpb->msg, packed);
+  if (!packed) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  scps__v1__cluster_spec__pack(&g->cluster->msg, packed);
   scps_sha256(packed, n, s->fingerprint);
   free(packed);
 
-  Scps__V1__GetConfigResponse resp = SCPS__V1__GET_CONFIG_RESPONSE__INIT;
-  resp.cluster = &cpb->msg;
-  resp.process_index = s->opts.process_index;
-  resp.config_fingerprint.data = s->fingerprint;
-  resp.config_fingerprint.len = sizeof s->fingerprint;
-  resp.max_message_bytes = s->opts.max_message_bytes;
-  resp.version = SCPS_VERSION;
-  resp.n_stacks = (size_t)l->n_stacks;
-  Scps__V1__StackInfo *infos = calloc((size_t)l->n_stacks, sizeof *infos);
-  Scps__V1__StackInfo **ptrs = calloc((size_t)l->n_stacks, sizeof *ptrs);
-  char ***names = calloc((size_t)l->n_stacks, sizeof *names);
-  rc = infos && ptrs && names ? 0 : SCPS_ENOMEM;
-  for (int st = 0; !rc && st < l->n_stacks; st++) {
+  Scps__V1__GetConfigResponse *resp = &g->resp;
+  scps__v1__get_config_response__init(resp);
+  resp->cluster = &g->cluster->msg;
+  resp->process_index = s->opts.process_index;
+  resp->config_fingerprint.data = s->fingerprint;
+  resp->config_fingerprint.len = sizeof s->fingerprint;
+  resp->max_message_bytes = s->opts.max_message_bytes;
+  resp->version = SCPS_VERSION;
+  resp->n_stacks = (size_t)l->n_stacks;
+  g->n_stacks = l->n_stacks;
+  g->infos = calloc((size_t)l->n_stacks, sizeof *g->infos);
+  g->ptrs = calloc((size_t)l->n_stacks, sizeof *g->ptrs);
+  g->names = calloc((size_t)l->n_stacks, sizeof *g->names);
+  if (!g->infos || !g->ptrs || !g->names) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  for (int st = 0; st < l->n_stacks; st++) {
     const scps_stack_layout *sl = &l->stacks[st];
-    Scps__V1__StackInfo *in = &infos[st];
+    Scps__V1__StackInfo *in = &g->infos[st];
     scps__v1__stack_info__init(in);
-    ptrs[st] = in;
+    g->ptrs[st] = in;
     in->name = (char *)sl->name;
     in->dim = sl->dim;
     in->rows_per_sc = sl->rows_per_sc;
     in->total_sample_count = sl->total_sample_count;
-    in->max_ids_per_partition = sl->max_ids_per_partition;
-    in->max_unique_ids_per_partition = sl->max_unique_ids_per_partition;
     in->n_tables = in->n_row_offsets = in->n_rotations = (size_t)sl->n_tables;
     in->n_features = in->n_feature_sample_offsets = (size_t)sl->n_features;
-    names[st] = calloc((size_t)(sl->n_tables + sl->n_features + 1), sizeof(char *));
+    g->names[st] = calloc((size_t)(sl->n_tables + sl->n_features + 1), sizeof(char *));
     in->row_offsets = calloc((size_t)sl->n_tables + 1, sizeof(int64_t));
     in->rotations = calloc((size_t)sl->n_tables + 1, sizeof(int32_t));
     in->feature_sample_offsets = calloc((size_t)sl->n_features + 1, sizeof(int64_t));
-    if (!names[st] || !in->row_offsets || !in->rotations || !in->feature_sample_offsets) {
-      rc = SCPS_ENOMEM;
-      break;
-    }
-    in->tables = names[st];
-    in->features = names[st] + sl->n_tables;
+    if (!g->names[st] || !in->row_offsets || !in->rotations || !in->feature_sample_offsets)
+      return scps_error_set(err, SCPS_ENOMEM, "out of memory building the configuration response");
+    in->tables = g->names[st];
+    in->features = g->names[st] + sl->n_tables;
     for (int k = 0; k < sl->n_tables; k++) {
       int t = sl->tables[k];
       in->tables[k] = l->table_specs[t].name;
@@ -86,26 +109,7 @@ int scps_handlers_init(scps_server *s, scps_error *err) {
       in->feature_sample_offsets[k] = l->features[f].sample_offset;
     }
   }
-  resp.stacks = ptrs;
-  if (!rc) {
-    s->config_len = scps__v1__get_config_response__get_packed_size(&resp);
-    s->config_msg = malloc(s->config_len);
-    if (s->config_msg)
-      scps__v1__get_config_response__pack(&resp, s->config_msg);
-    else
-      rc = SCPS_ENOMEM;
-  }
-  for (int st = 0; infos && st < l->n_stacks; st++) {
-    free(infos[st].row_offsets);
-    free(infos[st].rotations);
-    free(infos[st].feature_sample_offsets);
-    if (names) free(names[st]);
-  }
-  free(infos);
-  free(ptrs);
-  free(names);
-  scps_cluster_pb_destroy(cpb);
-  if (rc) return scps_error_set(err, rc, "out of memory building the configuration response");
+  resp->stacks = g->ptrs;
 
   /* Which source SparseCore each sample comes from (the reference's even
    * data-parallel split of every feature's batch), for the FDO counts. */
@@ -130,11 +134,11 @@ void scps_handlers_free(scps_server *s) {
     for (int st = 0; st < s->layout->n_stacks; st++) free(s->sample_src[st]);
   free(s->sample_src);
   free(s->sc_stats);
-  free(s->config_msg);
+  config_pb_free(s->config);
+  s->config = NULL;
 }
 
-/* Unpacks the call's request as `desc`; on failure answers the call. */
-static ProtobufCMessage *read_request(scps_call *c, const ProtobufCMessageDescriptor *desc) {
+ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc) {
   uint8_t *data;
   size_t len;
   char msg[256];
@@ -158,7 +162,7 @@ static ProtobufCMessage *read_request(scps_call *c, const ProtobufCMessageDescri
 static void handle_get_config(scps_call *c) {
   scps_server *s = c->srv;
   Scps__V1__GetConfigRequest *req =
-      (Scps__V1__GetConfigRequest *)read_request(c, &scps__v1__get_config_request__descriptor);
+      (Scps__V1__GetConfigRequest *)scps_read_request(c, &scps__v1__get_config_request__descriptor);
   if (!req) return;
   if (req->expected) {
     scps_cluster_spec cs;
@@ -181,12 +185,34 @@ static void handle_get_config(scps_call *c) {
       return;
     }
   }
-  scps_call_finish(c, GRPC_STATUS_OK, NULL, s->config_msg, s->config_len);
+  /* Packed under the saver's lock: the limits in force and the step change
+   * with Checkpoint requests, and two threads may answer GetConfig at once. */
+  struct scps_config_pb *g = s->config;
+  scps_saver *sv = &s->saver;
+  pthread_mutex_lock(&sv->mu);
+  for (int st = 0; st < g->n_stacks; st++) {
+    g->infos[st].max_ids_per_partition = sv->limits[st].max_ids_per_partition;
+    g->infos[st].max_unique_ids_per_partition = sv->limits[st].max_unique_ids_per_partition;
+  }
+  g->resp.last_step_present_case = sv->last_step >= 0 ? SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP
+                                                      : SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT__NOT_SET;
+  g->resp.last_step = sv->last_step;
+  g->resp.restored_from = sv->restored_from;
+  size_t len = scps__v1__get_config_response__get_packed_size(&g->resp);
+  uint8_t *buf = malloc(len ? len : 1);
+  if (buf) scps__v1__get_config_response__pack(&g->resp, buf);
+  pthread_mutex_unlock(&sv->mu);
+  if (!buf) {
+    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "GetConfig: out of memory", NULL, 0);
+    return;
+  }
+  scps_call_finish(c, GRPC_STATUS_OK, NULL, buf, len);
+  free(buf);
 }
 
 static void handle_health(scps_call *c) {
   scps_server *s = c->srv;
-  if (!read_request(c, &scps__v1__health_request__descriptor)) return;
+  if (!scps_read_request(c, &scps__v1__health_request__descriptor)) return;
   Scps__V1__HealthResponse r = SCPS__V1__HEALTH_RESPONSE__INIT;
   r.status = atomic_load(&s->draining) ? SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING
                                        : SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING;
@@ -198,7 +224,7 @@ static void handle_health(scps_call *c) {
 static void handle_stats(scps_call *c) {
   scps_server *s = c->srv;
   const scps_layout *l = s->layout;
-  if (!read_request(c, &scps__v1__stats_request__descriptor)) return;
+  if (!scps_read_request(c, &scps__v1__stats_request__descriptor)) return;
   Scps__V1__StatsResponse r = SCPS__V1__STATS_RESPONSE__INIT;
   r.process_index = s->opts.process_index;
   r.uptime_seconds = (double)scps_now_ns() * 1e-9 - s->start_time;
@@ -227,8 +253,6 @@ static void handle_stats(scps_call *c) {
     Scps__V1__StackStats *x = &sts[st];
     scps__v1__stack_stats__init(x);
     x->stack = (char *)l->stacks[st].name;
-    x->max_ids_limit = l->stacks[st].max_ids_per_partition;
-    x->max_unique_ids_limit = l->stacks[st].max_unique_ids_per_partition;
     x->n_max_ids_per_partition = x->n_max_unique_ids_per_partition = (size_t)S;
     x->max_ids_per_partition = counts + (size_t)st * (size_t)S * 2;
     x->max_unique_ids_per_partition = x->max_ids_per_partition + S;
@@ -243,6 +267,25 @@ static void handle_stats(scps_call *c) {
   }
   r.n_stacks = (size_t)ns;
   r.stacks = stp;
+  Scps__V1__CheckpointStats ck = SCPS__V1__CHECKPOINT_STATS__INIT;
+  char last_path[sizeof s->saver.last_path];
+  scps_saver *sv = &s->saver;
+  pthread_mutex_lock(&sv->mu);
+  for (int st = 0; st < ns; st++) {
+    sts[st].max_ids_limit = sv->limits[st].max_ids_per_partition;
+    sts[st].max_unique_ids_limit = sv->limits[st].max_unique_ids_per_partition;
+  }
+  ck.saves = sv->saves;
+  ck.failures = sv->failures;
+  ck.last_step = sv->last_saved_step;
+  memcpy(last_path, sv->last_path, sizeof last_path);
+  ck.last_bytes = sv->last_bytes;
+  ck.last_seconds = sv->last_seconds;
+  ck.saving = sv->saving;
+  ck.bytes_total = sv->bytes_total;
+  pthread_mutex_unlock(&sv->mu);
+  ck.last_path = last_path;
+  r.checkpoints = &ck;
   for (int m = 0; m < SCPS_M_COUNT; m++) {
     scps__v1__method_stats__init(&ms[m]);
     ms[m].method = (char *)scps_method_names[m];
@@ -363,7 +406,7 @@ out:
   free(last);
 }
 
-static grpc_status_code check_view(scps_call *c, ProtobufCBinaryData fp, int32_t process_index, char *msg,
+grpc_status_code scps_check_view(scps_call *c, ProtobufCBinaryData fp, int32_t process_index, char *msg,
                                    size_t len) {
   scps_server *s = c->srv;
   if (fp.len != sizeof s->fingerprint || memcmp(fp.data, s->fingerprint, sizeof s->fingerprint)) {
@@ -523,10 +566,10 @@ static size_t lookup_scratch(const scps_call *c, int stack) {
 
 static void handle_lookup(scps_call *c) {
   scps_server *s = c->srv;
-  Scps__V1__LookupRequest *req = (Scps__V1__LookupRequest *)read_request(c, &scps__v1__lookup_request__descriptor);
+  Scps__V1__LookupRequest *req = (Scps__V1__LookupRequest *)scps_read_request(c, &scps__v1__lookup_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
-  grpc_status_code st = check_view(c, req->config_fingerprint, req->process_index, msg, sizeof msg);
+  grpc_status_code st = scps_check_view(c, req->config_fingerprint, req->process_index, msg, sizeof msg);
   if (st == GRPC_STATUS_OK) st = check_format(c, (int)req->activation_format, "activation_format", msg, sizeof msg);
   if (st == GRPC_STATUS_OK && alloc_stacks(c, req->n_stacks)) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory", NULL, 0);
@@ -586,6 +629,7 @@ static void apply_tc(scps_job *job) {
   scps_call *c = job->data;
   Scps__V1__ApplyGradientsResponse r = SCPS__V1__APPLY_GRADIENTS_RESPONSE__INIT;
   for (int k = 0; k < c->srv->S; k++) r.rows_updated += c->rows_updated[k];
+  r.checkpoint_due = scps_saver_apply_done(c->srv, c->step.step);
   scps_call_finish_packed(c, &r.base);
 }
 
@@ -620,10 +664,10 @@ static grpc_status_code check_gradients(scps_call *c, const Scps__V1__StackGradi
 static void handle_apply(scps_call *c) {
   scps_server *s = c->srv;
   Scps__V1__ApplyGradientsRequest *req =
-      (Scps__V1__ApplyGradientsRequest *)read_request(c, &scps__v1__apply_gradients_request__descriptor);
+      (Scps__V1__ApplyGradientsRequest *)scps_read_request(c, &scps__v1__apply_gradients_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
-  grpc_status_code st = check_view(c, req->config_fingerprint, req->process_index, msg, sizeof msg);
+  grpc_status_code st = scps_check_view(c, req->config_fingerprint, req->process_index, msg, sizeof msg);
   if (st == GRPC_STATUS_OK && req->step < 0) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
@@ -680,7 +724,7 @@ static void handle_apply(scps_call *c) {
   c->job.sc_fn = apply_sc;
   c->job.tc_fn = apply_tc;
   c->job.data = c;
-  scps_pipeline_submit(s->pipeline, &c->job);
+  scps_saver_submit_apply(s, c);
 }
 
 void scps_handle_call(scps_call *c) {
@@ -690,6 +734,7 @@ void scps_handle_call(scps_call *c) {
   case SCPS_M_APPLY_GRADIENTS: handle_apply(c); break;
   case SCPS_M_STATS: handle_stats(c); break;
   case SCPS_M_HEALTH: handle_health(c); break;
+  case SCPS_M_CHECKPOINT: scps_saver_handle(c); break;
   default: scps_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL, 0); break;
   }
 }

@@ -15,7 +15,7 @@
 #define POSTED_SMALL 2
 
 const char *const scps_method_names[SCPS_M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Stats",
-                                                     "Health"};
+                                                     "Health",    "Checkpoint"};
 
 int64_t scps_now_ns(void) {
   struct timespec t;
@@ -238,6 +238,8 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   if (o->topology.sc_per_process > SCPS_MAX_SC_PER_PROCESS)
     return scps_error_set(err, SCPS_EINVAL, "--sc-per-process %d exceeds %d", o->topology.sc_per_process,
                           SCPS_MAX_SC_PER_PROCESS);
+  if (o->checkpoint_keep < 1)
+    return scps_error_set(err, SCPS_EINVAL, "--checkpoint-keep %d must be >= 1", o->checkpoint_keep);
   if (o->max_message_bytes < 4096 || o->max_message_bytes > INT32_MAX)
     return scps_error_set(err, SCPS_EINVAL, "max message size %lld not in [4096, %d] bytes",
                           (long long)o->max_message_bytes, INT32_MAX);
@@ -259,6 +261,7 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   if (!rc) rc = scps_engine_create(s->layout, o->process_index, &s->engine, err);
   if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, &s->pipeline, err);
   if (!rc) rc = scps_handlers_init(s, err);
+  if (!rc) rc = scps_saver_init(s, err);
   if (rc) {
     scps_server_destroy(s);
     return rc;
@@ -311,6 +314,8 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
 }
 
 int scps_server_port(const scps_server *s) { return s->port; }
+
+void scps_server_checkpoint_tick(scps_server *s) { scps_saver_tick(s); }
 
 int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, scps_error *err) {
   s->on_stopped = on_stopped;
@@ -375,7 +380,9 @@ void scps_server_destroy(scps_server *s) {
       grpc_server_cancel_all_calls(s->server);
     }
     /* Every call has finished (the shutdown tag came), so no job is left in
-     * the pipeline that could still start a batch on a call. */
+     * the pipeline that could still start a batch on a call, and no
+     * ApplyGradients is parked; a save of the timer's may still run. */
+    scps_saver_free(s);
     scps_pipeline_destroy(s->pipeline);
     s->pipeline = NULL;
     for (int i = 0; i < s->opts.cq_threads; i++) grpc_completion_queue_shutdown(s->cqs[i]);
@@ -388,6 +395,7 @@ void scps_server_destroy(scps_server *s) {
   }
   free(s->cqs);
   free(s->threads);
+  scps_saver_free(s);
   scps_pipeline_destroy(s->pipeline);
   scps_handlers_free(s);
   scps_engine_destroy(s->engine);

@@ -1,5 +1,6 @@
 /* scps_server: one scps-server process: the engine, the SparseCore/TensorCore
- * pipeline and the gRPC front (completion-queue threads, the five methods). */
+ * pipeline, the gRPC front (completion-queue threads, the six methods) and
+ * checkpoints (restore at start, saves on a dedicated thread). */
 #ifndef SCPS_SERVER_H
 #define SCPS_SERVER_H
 
@@ -19,16 +20,38 @@ typedef struct scps_server_options {
   int32_t cq_threads;         /* completion queues, one thread each */
   int32_t tc_threads;         /* TensorCore workers */
   int64_t max_message_bytes;  /* largest request accepted */
+  /* Checkpoints. checkpoint_dir: root of Checkpoint requests without a
+   * directory and of the timer's saves (NULL: none). restore_dir: a step
+   * directory restored at create; NULL: the newest complete checkpoint under
+   * checkpoint_dir, if any. checkpoint_keep: complete checkpoints kept per
+   * root after each save (>= 1). */
+  const char *checkpoint_dir;
+  const char *restore_dir;
+  int32_t checkpoint_keep;
 } scps_server_options;
 
 typedef struct scps_server scps_server;
 
-/* Builds the layout and engine (placing and initializing every stack) and
- * binds the listen address; nothing is served until scps_server_start. */
+/* Builds the layout and engine (placing and initializing every stack),
+ * restores the checkpoint if there is one (see restore_dir; a checkpoint
+ * that fails to open, verify or load fails create with the message naming
+ * the file, never a half-restored server) and binds the listen address;
+ * nothing is served until scps_server_start. */
 int scps_server_create(const scps_server_options *opts, scps_server **out, scps_error *err);
 
 /* The port actually bound (useful with port 0). */
 int scps_server_port(const scps_server *s);
+
+/* The step directory restored at create, or NULL; its step and what loading
+ * it read. */
+const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *bytes, double *seconds);
+
+/* The checkpoint timer's tick (scps-server --checkpoint-every), from any
+ * thread. If steps were applied since the last save, the first tick makes
+ * ApplyGradients responses carry checkpoint_due; if no Checkpoint request
+ * has arrived by the next tick, the server saves alone at its last applied
+ * step under checkpoint_dir (and logs that it did). */
+void scps_server_checkpoint_tick(scps_server *s);
 
 /* Starts the completion-queue threads. on_stopped is called once, from a
  * server thread, when a shutdown has finished every call in flight. */

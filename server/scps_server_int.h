@@ -11,6 +11,7 @@
 #include "scps.pb-c.h"
 #include "scps_engine.h"
 #include "scps_pipeline.h"
+#include "scps_saver.h"
 #include "scps_server.h"
 
 enum {
@@ -19,6 +20,7 @@ enum {
   SCPS_M_APPLY_GRADIENTS,
   SCPS_M_STATS,
   SCPS_M_HEALTH,
+  SCPS_M_CHECKPOINT,
   SCPS_M_COUNT,
   SCPS_M_UNKNOWN = SCPS_M_COUNT /* generic request: answered UNIMPLEMENTED */
 };
@@ -54,8 +56,8 @@ struct scps_server {
   scps_pipeline *pipeline;
   int32_t S;
   uint8_t fingerprint[32];
-  uint8_t *config_msg; /* packed GetConfigResponse */
-  size_t config_len;
+  struct scps_config_pb *config; /* GetConfigResponse, packed per call with the limits in force */
+  scps_saver saver;
   int32_t **sample_src;         /* [stack][sample]: source SparseCore of a sample */
   scps_sc_stack_stats *sc_stats;/* [stack * S + local sc] */
   scps_method_stats methods[SCPS_M_COUNT + 1];
@@ -106,6 +108,7 @@ struct scps_call {
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
   scps_step step;
+  scps_call *next;          /* in the saver's parked or checkpoint queue */
 };
 
 /* A validated stack of a Lookup or ApplyGradients request. */
@@ -139,6 +142,15 @@ int64_t scps_now_ns(void);
 /* Builds the packed GetConfigResponse and per-stack tables handlers use. */
 int scps_handlers_init(scps_server *s, scps_error *err);
 void scps_handlers_free(scps_server *s);
+
+/* Unpacks the call's request as `desc`; on failure answers the call and
+ * returns NULL. The message is the call's (freed with it). */
+ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc);
+
+/* Checks a data request's config_fingerprint and process_index; fills msg
+ * and returns FAILED_PRECONDITION when the client's view differs. */
+grpc_status_code scps_check_view(scps_call *c, ProtobufCBinaryData fp, int32_t process_index, char *msg,
+                                 size_t len);
 
 /* Runs the method of a newly arrived call (on its completion-queue thread). */
 void scps_handle_call(scps_call *c);

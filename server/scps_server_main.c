@@ -1,6 +1,8 @@
 /* scps-server: flags, configuration file, and the libuv loop that owns
- * signals and the drain timer while the server threads serve. */
+ * signals, the drain timer and the checkpoint timer while the server threads
+ * serve. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,16 +35,33 @@ static const char usage[] =
     "  --drain-seconds N      on SIGTERM/SIGINT, wait this long for calls in\n"
     "                         flight before cancelling them (default 10)\n"
     "  --port-file FILE       write the bound port to FILE once serving\n"
+    "  --checkpoint-dir ROOT  checkpoints go to ROOT/step-<step>/ (Checkpoint\n"
+    "                         requests without a directory, the timer's saves);\n"
+    "                         without --restore, the newest complete checkpoint\n"
+    "                         under ROOT is restored at start\n"
+    "  --restore DIR          restore this step directory at start (any topology:\n"
+    "                         the tables are resharded); a missing or corrupt\n"
+    "                         file stops the start, naming the file\n"
+    "  --checkpoint-every S   every S seconds with steps applied, ask clients for\n"
+    "                         a cluster checkpoint (checkpoint_due in\n"
+    "                         ApplyGradients responses); without a Checkpoint\n"
+    "                         request by the next period, save alone at the last\n"
+    "                         applied step (needs --checkpoint-dir)\n"
+    "  --checkpoint-keep K    complete checkpoints kept per root after a save\n"
+    "                         (default 3)\n"
     "  --help                 this text\n"
     "\n"
+    "While a checkpoint is saved, Lookups are served and ApplyGradients wait for\n"
+    "the save to finish, then run in arrival order; one save runs at a time.\n"
+    "\n"
     "Exit status: 0 after a clean shutdown on SIGTERM or SIGINT; 1 when the\n"
-    "configuration is invalid, the tables do not fit or the address is in use;\n"
-    "2 for bad flags.\n";
+    "configuration is invalid, the tables do not fit, the checkpoint to restore\n"
+    "is missing or corrupt, or the address is in use; 2 for bad flags.\n";
 
 typedef struct app {
   uv_loop_t *loop;
   uv_signal_t sigterm, sigint;
-  uv_timer_t drain;
+  uv_timer_t drain, checkpoint;
   uv_async_t stopped;
   scps_server *server;
   double drain_seconds;
@@ -52,6 +71,8 @@ typedef struct app {
 static void on_stopped_async(uv_async_t *a) {
   app *ap = a->data;
   uv_timer_stop(&ap->drain);
+  uv_timer_stop(&ap->checkpoint);
+  uv_close((uv_handle_t *)&ap->checkpoint, NULL);
   uv_close((uv_handle_t *)&ap->sigterm, NULL);
   uv_close((uv_handle_t *)&ap->sigint, NULL);
   uv_close((uv_handle_t *)&ap->drain, NULL);
@@ -70,11 +91,17 @@ static void on_drain_timeout(uv_timer_t *t) {
   scps_server_cancel_all(ap->server);
 }
 
+static void on_checkpoint_timer(uv_timer_t *t) {
+  app *ap = t->data;
+  scps_server_checkpoint_tick(ap->server);
+}
+
 static void on_signal(uv_signal_t *h, int signum) {
   app *ap = h->data;
   if (ap->shutting_down) return;
   ap->shutting_down = 1;
   fprintf(stderr, "scps-server: %s: finishing calls in flight\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  uv_timer_stop(&ap->checkpoint);
   scps_server_shutdown(ap->server);
   uv_timer_start(&ap->drain, on_drain_timeout, (uint64_t)(ap->drain_seconds * 1000), 0);
 }
@@ -113,14 +140,18 @@ int main(int argc, char **argv) {
   o.cq_threads = 2;
   o.tc_threads = 1;
   o.max_message_bytes = (int64_t)256 << 20;
+  o.checkpoint_keep = 3;
   double drain = 10;
+  long checkpoint_every = 0;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},        {"listen", required_argument, 0, 'l'},
       {"process-index", required_argument, 0, 'i'}, {"num-processes", required_argument, 0, 'p'},
       {"sc-per-process", required_argument, 0, 's'}, {"sc-memory", required_argument, 0, 'm'},
       {"cq-threads", required_argument, 0, 'q'},    {"tc-threads", required_argument, 0, 't'},
       {"max-message-mb", required_argument, 0, 'M'}, {"drain-seconds", required_argument, 0, 'd'},
-      {"port-file", required_argument, 0, 'f'},     {"help", no_argument, 0, 'h'},
+      {"port-file", required_argument, 0, 'f'},     {"checkpoint-dir", required_argument, 0, 'C'},
+      {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
+      {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -142,6 +173,10 @@ int main(int argc, char **argv) {
       }
       break;
     case 'f': port_file = optarg; break;
+    case 'C': o.checkpoint_dir = optarg; break;
+    case 'R': o.restore_dir = optarg; break;
+    case 'E': if (parse_int("--checkpoint-every", optarg, 1, 30L * 86400, &checkpoint_every)) return 2; break;
+    case 'K': if (parse_int("--checkpoint-keep", optarg, 1, 1000000, &v)) return 2; o.checkpoint_keep = (int32_t)v; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -155,6 +190,13 @@ int main(int argc, char **argv) {
             o.topology.num_processes);
     return 2;
   }
+  if (checkpoint_every && !o.checkpoint_dir) {
+    fprintf(stderr, "scps-server: --checkpoint-every needs --checkpoint-dir\n");
+    return 2;
+  }
+  /* A file size limit must fail a checkpoint write with EFBIG (reported as
+   * RESOURCE_EXHAUSTED), not kill the server. */
+  signal(SIGXFSZ, SIG_IGN);
   scps_error err;
   scps_workload *w = NULL;
   if (scps_workload_load(config, &w, &err)) {
@@ -173,12 +215,26 @@ int main(int argc, char **argv) {
     fprintf(stderr, "scps-server: %s\n", err.msg);
     return 1;
   }
+  int64_t restored_step, restored_bytes;
+  double restored_seconds;
+  const char *restored = scps_server_restored(ap.server, &restored_step, &restored_bytes, &restored_seconds);
+  if (restored)
+    fprintf(stderr, "scps-server: restored step %lld from %s: %lld bytes in %.3f s (%.2f GB/s)\n",
+            (long long)restored_step, restored, (long long)restored_bytes, restored_seconds,
+            restored_seconds > 0 ? (double)restored_bytes / restored_seconds * 1e-9 : 0.0);
+  else if (o.checkpoint_dir)
+    fprintf(stderr, "scps-server: no complete checkpoint under %s; starting from the initializers\n",
+            o.checkpoint_dir);
   ap.loop = uv_default_loop();
   uv_signal_init(ap.loop, &ap.sigterm);
   uv_signal_init(ap.loop, &ap.sigint);
   uv_timer_init(ap.loop, &ap.drain);
+  uv_timer_init(ap.loop, &ap.checkpoint);
   uv_async_init(ap.loop, &ap.stopped, on_stopped_async);
-  ap.sigterm.data = ap.sigint.data = ap.drain.data = ap.stopped.data = &ap;
+  ap.sigterm.data = ap.sigint.data = ap.drain.data = ap.checkpoint.data = ap.stopped.data = &ap;
+  if (checkpoint_every)
+    uv_timer_start(&ap.checkpoint, on_checkpoint_timer, (uint64_t)checkpoint_every * 1000,
+                   (uint64_t)checkpoint_every * 1000);
   uv_signal_start(&ap.sigterm, on_signal, SIGTERM);
   uv_signal_start(&ap.sigint, on_signal, SIGINT);
   if (scps_server_start(ap.server, on_stopped, &ap, &err)) {

@@ -8,7 +8,9 @@
  * ([rows_per_sc x dim] little-endian float32 each, padding included), and
  * last its manifest "manifest.p<p>.json": format version, step, topology,
  * the specs in the workload-file format, the stacks (name, tables, limits in
- * force) and every file with its size and XXH64 checksum. Each file is
+ * force) and every file with its size and XXH64 checksum, and last a
+ * "checksum" member: the XXH64 of the manifest's own text with that
+ * member's digits as zeros (so a damaged manifest is caught too). Each file is
  * written as "<name>.tmp", fsynced, renamed, and the directory fsynced, so a
  * crash at any point leaves either a complete manifest or none. A checkpoint
  * is complete when the manifests of all its num_processes processes are
@@ -57,7 +59,10 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
 typedef struct scps_checkpoint scps_checkpoint;
 
 /* dir is a step directory. Refuses an incomplete or inconsistent checkpoint
- * with SCPS_ENOENT / SCPS_EPARSE / SCPS_EMISMATCH naming the file. */
+ * with SCPS_ENOENT / SCPS_EPARSE / SCPS_EMISMATCH naming the file, and a
+ * manifest whose checksum fails or a data file of another size than listed
+ * with SCPS_ECORRUPT naming it. Every size read from a manifest is bounded
+ * before it is used. */
 int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err);
 void scps_checkpoint_close(scps_checkpoint *c);
 

@@ -533,26 +533,143 @@ static int parse_workload(const scps_json *root, scps_workload *w, scps_error *e
   return scps_specs_validate(w->tables, w->n_tables, w->features, w->n_features, err);
 }
 
-int scps_workload_parse(const char *text, size_t len, scps_workload **out, scps_error *err) {
+int scps_workload_from_json(const scps_json *root, scps_workload **out, scps_error *err) {
   *out = NULL;
-  scps_json *root;
-  int rc = scps_json_parse(text, len, &root, err);
-  if (rc) return rc;
   scps_workload *w = calloc(1, sizeof *w);
   if (w) w->description = calloc(1, 1);
   if (!w || !w->description) {
     free(w);
-    scps_json_destroy(root);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory for a workload");
   }
-  rc = parse_workload(root, w, err);
-  scps_json_destroy(root);
+  int rc = parse_workload(root, w, err);
   if (rc) {
     scps_workload_destroy(w);
     return rc;
   }
   *out = w;
   return 0;
+}
+
+int scps_workload_parse(const char *text, size_t len, scps_workload **out, scps_error *err) {
+  *out = NULL;
+  scps_json *root;
+  int rc = scps_json_parse(text, len, &root, err);
+  if (rc) return rc;
+  rc = scps_workload_from_json(root, out, err);
+  scps_json_destroy(root);
+  return rc;
+}
+
+/* ---- writing specs back in the same format ---- */
+
+static void write_optimizer(scps_jsonw *w, const scps_optimizer_spec *o) {
+  scps_jsonw_printf(w, "{\"type\": \"%s\"", scps_optimizer_name(o->type));
+  for (size_t i = 0; i < COUNT(hyper_params); i++) {
+    const hyper_param *hp = &hyper_params[i];
+    if (!(hp->optimizers & OPT_BIT(o->type))) continue;
+    const char *field = (const char *)o + hp->offset;
+    scps_jsonw_printf(w, ", \"%s\": ", hp->name);
+    if (hp->kind == HP_BOOL) {
+      bool b;
+      memcpy(&b, field, sizeof b);
+      scps_jsonw_printf(w, "%s", b ? "true" : "false");
+    } else {
+      double d;
+      memcpy(&d, field, sizeof d);
+      scps_jsonw_double(w, d);
+    }
+  }
+  scps_jsonw_printf(w, "}");
+}
+
+static void write_initializer(scps_jsonw *w, const scps_initializer_spec *in) {
+  scps_jsonw_printf(w, "{\"type\": \"%s\"", scps_initializer_name(in->type));
+  switch (in->type) {
+  case SCPS_INIT_UNIFORM: scps_jsonw_printf(w, ", \"scale\": "), scps_jsonw_double(w, in->scale); break;
+  case SCPS_INIT_NORMAL:
+  case SCPS_INIT_TRUNCATED_NORMAL:
+    scps_jsonw_printf(w, ", \"stddev\": "), scps_jsonw_double(w, in->stddev);
+    break;
+  case SCPS_INIT_CONSTANT: scps_jsonw_printf(w, ", \"value\": "), scps_jsonw_double(w, in->value); break;
+  case SCPS_INIT_ZEROS: break;
+  }
+  if (in->seed) scps_jsonw_printf(w, ", \"seed\": %llu", (unsigned long long)in->seed);
+  scps_jsonw_printf(w, "}");
+}
+
+static void write_table(scps_jsonw *w, const scps_table_spec *t) {
+  scps_jsonw_printf(w, "{\"name\": ");
+  scps_jsonw_string(w, t->name);
+  scps_jsonw_printf(w, ", \"vocabulary_size\": %lld, \"embedding_dim\": %d, \"combiner\": \"%s\",",
+                    (long long)t->vocabulary_size, t->embedding_dim,
+                    scps_combiner_name(t->combiner));
+  scps_jsonw_printf(w, "\n     \"optimizer\": ");
+  write_optimizer(w, &t->optimizer);
+  scps_jsonw_printf(w, ",\n     \"initializer\": ");
+  write_initializer(w, &t->initializer);
+  scps_jsonw_printf(w, ",\n     \"max_ids_per_partition\": %d, \"max_unique_ids_per_partition\": %d",
+                    t->max_ids_per_partition, t->max_unique_ids_per_partition);
+  if (t->clip) {
+    /* Floats widened to double print exactly and narrow back to themselves. */
+    scps_jsonw_printf(w, ", \"clip\": [");
+    scps_jsonw_double(w, t->clip_min);
+    scps_jsonw_printf(w, ", ");
+    scps_jsonw_double(w, t->clip_max);
+    scps_jsonw_printf(w, "]");
+  }
+  if (t->stack[0]) {
+    scps_jsonw_printf(w, ", \"stack\": ");
+    scps_jsonw_string(w, t->stack);
+  }
+  scps_jsonw_printf(w, "}");
+}
+
+int scps_workload_write_specs(const scps_table_spec *tables, int n_tables,
+                              const scps_feature_spec *features, int n_features, scps_jsonw *w,
+                              scps_error *err) {
+  if (n_tables < 1 || n_features < 1)
+    return scps_error_set(err, SCPS_EINVAL, "specs: %d tables and %d features; a workload needs at least one of each",
+                          n_tables, n_features);
+  for (int i = 0; i < n_tables; i++)
+    if (tables[i].initializer.seed > (uint64_t)SCPS_JSON_INT_MAX)
+      return scps_error_set(err, SCPS_EINVAL,
+                            "table '%s': initializer seed %llu is above 2^53 and not exact in JSON",
+                            tables[i].name, (unsigned long long)tables[i].initializer.seed);
+  const int32_t batch = features[0].batch_size;
+  for (int i = 0; i < n_features; i++) {
+    const scps_feature_spec *f = &features[i];
+    int t = scps_find_table(tables, n_tables, f->table);
+    if (t < 0)
+      return scps_error_set(err, SCPS_EINVAL, "feature '%s': no table named '%s'", f->name, f->table);
+    if (f->batch_size != batch)
+      return scps_error_set(err, SCPS_EINVAL,
+                            "feature '%s': batch_size %d differs from feature '%s' (%d); the "
+                            "workload format has one batch size",
+                            f->name, f->batch_size, features[0].name, batch);
+    if (f->output_dim != tables[t].embedding_dim)
+      return scps_error_set(err, SCPS_EINVAL,
+                            "feature '%s': output_dim %d is not table '%s' embedding_dim %d, which "
+                            "the workload format implies",
+                            f->name, f->output_dim, tables[t].name, tables[t].embedding_dim);
+  }
+  scps_jsonw_printf(w, "{\"batch_size\": %d, \"ids\": {\"distribution\": \"uniform\", \"seed\": 0},\n  \"tables\": [",
+                    batch);
+  for (int i = 0; i < n_tables; i++) {
+    scps_jsonw_printf(w, "%s\n    ", i ? "," : "");
+    write_table(w, &tables[i]);
+  }
+  scps_jsonw_printf(w, "],\n  \"features\": [");
+  for (int i = 0; i < n_features; i++) {
+    const scps_feature_spec *f = &features[i];
+    scps_jsonw_printf(w, "%s\n    {\"name\": ", i ? "," : "");
+    scps_jsonw_string(w, f->name);
+    scps_jsonw_printf(w, ", \"table\": ");
+    scps_jsonw_string(w, f->table);
+    if (f->valency > 0) scps_jsonw_printf(w, ", \"valency\": %d}", f->valency);
+    else scps_jsonw_printf(w, ", \"valency\": [0, 1]}");
+  }
+  scps_jsonw_printf(w, "]}");
+  return scps_jsonw_finish(w, "specs", err);
 }
 
 int scps_workload_load(const char *path, scps_workload **out, scps_error *err) {

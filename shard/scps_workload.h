@@ -8,6 +8,8 @@
 #include <stdint.h>
 
 #include "scps_error.h"
+#include "scps_json.h"
+#include "scps_jsonw.h"
 #include "scps_prep.h"
 #include "scps_spec.h"
 
@@ -62,6 +64,22 @@ typedef struct scps_workload {
  * stack (an explicit stack name) and an initializer seed. Optimizer
  * hyper-parameters left out take the reference defaults. */
 int scps_workload_parse(const char *text, size_t len, scps_workload **out, scps_error *err);
+
+/* The same from a document parsed already (the object a workload file holds),
+ * e.g. one member of a larger file such as a checkpoint manifest. */
+int scps_workload_from_json(const scps_json *root, scps_workload **out, scps_error *err);
+
+/* Writes a spec set as a workload object that scps_workload_parse reads back
+ * into equal specs (scps_specs_diff): every table field, hyper-parameter,
+ * initializer, clip, stack and limit, doubles with 17 digits. The format has
+ * one batch size and no per-feature output_dim, so specs whose features
+ * differ in batch_size or whose output_dim is not the table's embedding_dim,
+ * and seeds above 2^53 (not exact in JSON), give SCPS_EINVAL naming the
+ * feature or table. "ids" is a placeholder (uniform, seed 0) and a ragged
+ * feature gets valency [0, 1]: id distributions are not part of the specs. */
+int scps_workload_write_specs(const scps_table_spec *tables, int n_tables,
+                              const scps_feature_spec *features, int n_features, scps_jsonw *w,
+                              scps_error *err);
 
 /* Reads and parses a file; messages are prefixed with the path. */
 int scps_workload_load(const char *path, scps_workload **out, scps_error *err);

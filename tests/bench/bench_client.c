@@ -2,6 +2,9 @@
  * running cluster, on a workload's batches: what tests/bench/network.sh sets
  * next to PyTorch's in-process EmbeddingBag. */
 #include <getopt.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,7 +16,7 @@
 #include "scps_workload.h"
 
 static const char usage[] =
-    "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined]\n"
+    "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
@@ -21,7 +24,9 @@ static const char usage[] =
     "scps_train.h (batch i looked up while batch i-1 is pushed; the figure is\n"
     "the mean over K batches). Batches are generated before timing; preprocessing is\n"
     "timed, as a trainer pays it. Prints one JSON line with the medians of the\n"
-    "whole step and of its parts.\n";
+    "whole step and of its parts. checkpoint = one push, K lookups timed idle,\n"
+    "then a Checkpoint (to the servers' --checkpoint-dir) with lookups timed\n"
+    "back to back until it returns: save figures and lookup p50/max of both.\n";
 
 static double now(void) {
   struct timespec t;
@@ -117,6 +122,57 @@ static int time_steps(scps_client *c, scps_batch *b, const stored *st, int disti
   return 0;
 }
 
+typedef struct saving {
+  scps_client *c;
+  atomic_bool done;
+  int rc;
+  scps_error err;
+  scps_client_checkpoint_result res;
+  double wall;
+} saving;
+
+static void *save_thread(void *p) {
+  saving *sv = p;
+  double t0 = now();
+  sv->rc = scps_client_checkpoint(sv->c, 0, NULL, 3600000, &sv->res, &sv->err);
+  sv->wall = now() - t0;
+  atomic_store(&sv->done, true);
+  return NULL;
+}
+
+/* Lookups idle, then lookups back to back during a Checkpoint of step 0. */
+static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, float *const *acts,
+                            float *const *grads, long batches, const char *name, scps_error *err) {
+  int rc = scps_client_prepare(c, st[0].in, b, err);
+  if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
+  if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, 0, -1, 60000, err);
+  if (!rc) rc = time_steps(c, b, st, 4, acts, grads, 2, batches, 0, err);
+  if (rc) return rc;
+  double idle_p50 = t_look[batches / 2], idle_max = t_look[batches - 1];
+  saving sv = {.c = c};
+  pthread_t th;
+  if (pthread_create(&th, NULL, save_thread, &sv)) return scps_error_set(err, SCPS_ENOMEM, "cannot start a thread");
+  long n = 0;
+  while (!atomic_load(&sv.done) && n < MAX_BATCHES && !rc) {
+    rc = scps_client_prepare(c, st[n % 4].in, b, err);
+    double t0 = now();
+    if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
+    t_look[n++] = now() - t0;
+  }
+  pthread_join(th, NULL);
+  if (rc) return rc;
+  if (sv.rc) return scps_error_set(err, sv.rc, "%s", sv.err.msg);
+  qsort(t_look, (size_t)n, sizeof(double), cmp_double);
+  printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"checkpoint\", \"path\": \"%s\", "
+         "\"bytes\": %lld, \"files\": %d, \"save_seconds\": %.4f, \"rpc_seconds\": %.4f, \"save_gb_per_s\": %.3f, "
+         "\"idle_lookup_ms_p50\": %.3f, \"idle_lookup_ms_max\": %.3f, \"save_lookups\": %ld, "
+         "\"save_lookup_ms_p50\": %.3f, \"save_lookup_ms_max\": %.3f}\n",
+         name, sv.res.path, (long long)sv.res.bytes, sv.res.files, sv.res.seconds, sv.wall,
+         (double)sv.res.bytes / sv.res.seconds * 1e-9, idle_p50 * 1e3, idle_max * 1e3, n,
+         n ? t_look[n / 2] * 1e3 : 0.0, n ? t_look[n - 1] * 1e3 : 0.0);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *mode = "lookup";
@@ -146,9 +202,9 @@ int main(int argc, char **argv) {
     default: fputs(usage, stderr); return 2;
     }
   }
-  int train = !strcmp(mode, "train"), pipelined = !strcmp(mode, "pipelined");
+  int train = !strcmp(mode, "train"), pipelined = !strcmp(mode, "pipelined"), ckpt = !strcmp(mode, "checkpoint");
   if (!servers_arg || !workload || batches < 1 || batches > MAX_BATCHES || warmup < 0 ||
-      (!train && !pipelined && strcmp(mode, "lookup"))) {
+      (!train && !pipelined && !ckpt && strcmp(mode, "lookup"))) {
     fputs(usage, stderr);
     return 2;
   }
@@ -196,7 +252,13 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < n; i++) grads[f][i] = 1e-3f * (float)((i % 7) - 3);
     ids += (int64_t)st[0].in[f].n_ids;
   }
-  if (pipelined) {
+  if (ckpt) {
+    rc = bench_checkpoint(c, b, st, acts, grads, batches, w->name, &err);
+    if (rc) {
+      fprintf(stderr, "scps-bench-client: %s\n", err.msg);
+      return 1;
+    }
+  } else if (pipelined) {
     const scps_feature_input *ins[4];
     size_t *sizes = calloc((size_t)nf, sizeof *sizes);
     for (int k = 0; k < distinct; k++) ins[k] = st[k].in;
@@ -205,7 +267,7 @@ int main(int argc, char **argv) {
     replay r = {ins, distinct, (const float *const *)grads, nf, sizes};
     scps_train_hooks h = {replay_inputs, replay_compute};
     scps_schedule_stats ss;
-    scps_train_options to = {SCPS_SCHEDULE_PIPELINED, warmup, 0, -1.0, 60000};
+    scps_train_options to = {.mode = SCPS_SCHEDULE_PIPELINED, .steps = warmup, .learning_rate = -1.0, .deadline_ms = 60000};
     rc = scps_train_run(c, &to, &h, &r, &ss, &err);
     to.steps = batches;
     to.first_step = warmup;

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -78,9 +79,13 @@ int scps_it_start_one(scps_it_cluster *cl, int i, int port, int wait) {
   snprintf(idx, sizeof idx, "%d", i);
   snprintf(np, sizeof np, "%d", cl->num_processes);
   snprintf(sc, sizeof sc, "%d", cl->sc_per_process);
-  char *argv[] = {(char *)bin, "--config", cl->config, "--listen", listen, "--port-file", pf,
-                  "--process-index", idx, "--num-processes", np, "--sc-per-process", sc,
-                  "--sc-memory", (char *)cl->sc_memory, "--drain-seconds", "2", NULL};
+  char *argv[32] = {(char *)bin, "--config", cl->config, "--listen", listen, "--port-file", pf,
+                    "--process-index", idx, "--num-processes", np, "--sc-per-process", sc,
+                    "--sc-memory", (char *)cl->sc_memory, "--drain-seconds", "2", NULL};
+  int argc = 17;
+  for (int k = 0; k < 8 && cl->extra[k]; k++) argv[argc++] = (char *)cl->extra[k];
+  argv[argc] = NULL;
+  struct rlimit fsize = {(rlim_t)cl->fsize_limit, (rlim_t)cl->fsize_limit};
   /* Under ThreadSanitizer these tests check libscps; a server's own reports
    * go to its log (see scps_it_stop) instead of stopping it mid-test. The
    * environment is built here: between fork and exec only async-signal-safe
@@ -108,6 +113,7 @@ int scps_it_start_one(scps_it_cluster *cl, int i, int port, int wait) {
     /* The server must not outlive a test that crashed or was killed. */
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (getppid() != parent) _exit(127);
+    if (cl->fsize_limit > 0 && setrlimit(RLIMIT_FSIZE, &fsize)) _exit(126);
     int fd = open(logp, O_WRONLY | O_CREAT | O_APPEND, 0644);
     if (fd >= 0) {
       dup2(fd, 1);
@@ -184,18 +190,38 @@ static void note_sanitizer_reports(const scps_it_cluster *cl, int i) {
   fclose(f);
 }
 
-static void remove_dir(const char *dir) {
+void scps_it_remove_tree(const char *dir) {
   DIR *d = opendir(dir);
-  if (!d) return;
+  if (!d) {
+    unlink(dir);
+    return;
+  }
   struct dirent *e;
-  char path[600];
+  char path[1024];
   while ((e = readdir(d)))
     if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
       snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-      unlink(path);
+      struct stat sb;
+      if (!lstat(path, &sb) && S_ISDIR(sb.st_mode)) {
+        chmod(path, 0755);
+        scps_it_remove_tree(path);
+      } else {
+        unlink(path);
+      }
     }
   closedir(d);
   rmdir(dir);
+}
+
+void scps_it_read_log(const scps_it_cluster *cl, int i, char *buf, size_t len) {
+  char path[320];
+  snprintf(path, sizeof path, "%s/server.%d.log", cl->dir, i);
+  buf[0] = '\0';
+  FILE *f = fopen(path, "r");
+  if (!f) return;
+  size_t n = fread(buf, 1, len - 1, f);
+  buf[n] = '\0';
+  fclose(f);
 }
 
 void scps_it_stop(scps_it_cluster *cl) {
@@ -222,6 +248,6 @@ void scps_it_stop(scps_it_cluster *cl) {
     }
   }
   for (int i = 0; cl->dir[0] && i < cl->num_processes; i++) note_sanitizer_reports(cl, i);
-  if (cl->dir[0]) remove_dir(cl->dir);
+  if (cl->dir[0]) scps_it_remove_tree(cl->dir);
   cl->dir[0] = '\0';
 }

@@ -3,6 +3,7 @@
 #ifndef SCPS_IT_H
 #define SCPS_IT_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -13,6 +14,8 @@ typedef struct scps_it_cluster {
   char config[300]; /* workload JSON every process serves */
   int num_processes, sc_per_process;
   const char *sc_memory; /* --sc-memory of every process; scps_it_init sets "32M" */
+  const char *extra[8];  /* more flags for every process, NULL-terminated (--restore DIR, ...) */
+  long fsize_limit;      /* > 0: every process's RLIMIT_FSIZE in bytes (ulimit -f) */
   pid_t pids[SCPS_IT_MAX_PROCS]; /* 0: not running */
   int ports[SCPS_IT_MAX_PROCS];
   char addrs[SCPS_IT_MAX_PROCS][32];
@@ -36,8 +39,14 @@ int scps_it_wait_one(scps_it_cluster *cl, int i);
 void scps_it_kill(scps_it_cluster *cl, int i);
 
 /* Stops every running process (SIGTERM, then SIGKILL after 10 s), removes
- * the scratch directory. Safe to call twice. */
+ * the scratch directory and everything below it. Safe to call twice. */
 void scps_it_stop(scps_it_cluster *cl);
+
+/* Server i's log so far (stdout and stderr), NUL-terminated, in buf. */
+void scps_it_read_log(const scps_it_cluster *cl, int i, char *buf, size_t len);
+
+/* Removes path and, if it is a directory, everything below it. */
+void scps_it_remove_tree(const char *path);
 
 /* Milliseconds on the monotonic clock. */
 double scps_it_now_ms(void);

@@ -819,6 +819,151 @@ static void report_throughput(void) {
   scps_workload_destroy(w);
 }
 
+/* ---- writing specs back ---- */
+
+/* Every optimizer with every hyper-parameter moved off its default to a value
+ * that needs all 17 digits, every initializer, clip, explicit stacks, limits,
+ * seeds up to 2^53 and names that need escaping: written, parsed back, equal. */
+static void test_write_specs_round_trip(void) {
+  static const scps_optimizer_type types[] = {SCPS_OPT_SGD,  SCPS_OPT_ADAGRAD, SCPS_OPT_ADAGRAD_MOMENTUM,
+                                              SCPS_OPT_ADAM, SCPS_OPT_FTRL,    SCPS_OPT_LAPROP,
+                                              SCPS_OPT_F2A};
+  enum { NT = 7 };
+  scps_table_spec t[NT];
+  scps_feature_spec f[NT + 1];
+  for (int i = 0; i < NT; i++) {
+    scps_table_spec_init(&t[i]);
+    snprintf(t[i].name, sizeof t[i].name, i == 2 ? "t\"%d\\x\x01" : "t%d", i);
+    t[i].vocabulary_size = 1000 + 37 * i;
+    t[i].embedding_dim = 3 + i;
+    t[i].combiner = (scps_combiner)(i % 3);
+    t[i].max_ids_per_partition = 100 + i;
+    t[i].max_unique_ids_per_partition = 50 + i;
+    scps_optimizer_spec *o = &t[i].optimizer;
+    scps_optimizer_spec_init(o, types[i]);
+    o->learning_rate = 0.1 / 3;
+    switch (types[i]) {
+    case SCPS_OPT_SGD: break;
+    case SCPS_OPT_ADAGRAD: o->initial_accumulator = 0.2 / 3; break;
+    case SCPS_OPT_ADAGRAD_MOMENTUM:
+      o->initial_accumulator = 0.2 / 7;
+      o->momentum = 2.0 / 3;
+      o->beta2 = 0.999 / 1.0001;
+      o->epsilon = 1e-7 / 3;
+      o->exponent = 2.0 + 1.0 / 3;
+      o->use_nesterov = !o->use_nesterov;
+      break;
+    case SCPS_OPT_ADAM:
+    case SCPS_OPT_LAPROP:
+      o->beta1 = 0.9 / 1.01;
+      o->beta2 = 0.999 / 1.0001;
+      o->epsilon = 1e-8 / 3;
+      break;
+    case SCPS_OPT_FTRL:
+      o->initial_accumulator = 0.1 / 7;
+      o->learning_rate_power = -0.5 / 1.1;
+      o->l1 = 1e-3 / 7;
+      o->l2 = 1e-4 / 9;
+      o->beta = 0.1 / 3;
+      o->multiply_linear_by_learning_rate = !o->multiply_linear_by_learning_rate;
+      o->initial_linear = 0.01 / 3;
+      break;
+    case SCPS_OPT_F2A:
+      o->initial_accumulator = 0.1 / 9;
+      o->l1 = 1e-3 / 11;
+      o->l2 = 1e-4 / 13;
+      o->rho = 0.1 / 3;
+      o->max_lr_multiplier = 10.0 / 3;
+      break;
+    }
+    scps_initializer_spec *in = &t[i].initializer;
+    in->type = (scps_initializer_type)(i % 5);
+    in->value = in->type == SCPS_INIT_CONSTANT ? -1.0 / 3 : 0;
+    in->scale = in->type == SCPS_INIT_UNIFORM ? 0.05 / 3 : 0;
+    in->stddev = in->type == SCPS_INIT_NORMAL || in->type == SCPS_INIT_TRUNCATED_NORMAL ? 0.02 / 3 : 0;
+    in->seed = i == 3 ? (uint64_t)1 << 53 : (uint64_t)i * 12345;
+    if (i % 2) {
+      t[i].clip = true;
+      t[i].clip_min = -0.1f / 3;
+      t[i].clip_max = 0.7f / 3;
+    }
+    if (i >= 5) snprintf(t[i].stack, sizeof t[i].stack, "explicit \"stack\"");
+  }
+  for (int i = 0; i <= NT; i++) {
+    int ti = i % NT;
+    scps_feature_spec_init(&f[i]);
+    snprintf(f[i].name, sizeof f[i].name, "f%d", i);
+    snprintf(f[i].table, sizeof f[i].table, "%s", t[ti].name);
+    f[i].batch_size = 17;
+    f[i].valency = i % 3;
+    f[i].output_dim = t[ti].embedding_dim;
+  }
+  scps_error err_, *err = &err_;
+  CHECK_OK(scps_specs_validate(t, NT, f, NT + 1, err), err);
+
+  scps_jsonw w;
+  scps_jsonw_init(&w);
+  CHECK_OK(scps_workload_write_specs(t, NT, f, NT + 1, &w, err), err);
+  scps_workload *back = NULL;
+  if (!w.failed) CHECK_OK(scps_workload_parse(w.buf, w.len, &back, err), err);
+  if (back) {
+    scps_topology topo = {1, 1, 1 << 20};
+    char msg[512] = "";
+    int diff = scps_specs_diff(&topo, t, NT, f, NT + 1, &topo, back->tables, back->n_tables,
+                               back->features, back->n_features, "written", "read", msg, sizeof msg);
+    CHECKF(diff == 0, "%s\n%s", msg, w.buf);
+    for (int i = 0; i < NT && i < back->n_tables; i++)
+      CHECKF(!memcmp(&t[i].optimizer, &back->tables[i].optimizer, sizeof t[i].optimizer),
+             "table %d optimizer not bitwise equal", i);
+    scps_workload_destroy(back);
+  }
+  scps_jsonw_free(&w);
+
+  /* What the format cannot carry is refused, naming it. */
+  f[3].batch_size = 18;
+  scps_jsonw_init(&w);
+  CHECK(scps_workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
+  CHECKF(strstr(err->msg, "'f3'") && strstr(err->msg, "batch_size"), "%s", err->msg);
+  scps_jsonw_free(&w);
+  f[3].batch_size = 17;
+  f[4].output_dim = 1;
+  scps_jsonw_init(&w);
+  CHECK(scps_workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
+  CHECKF(strstr(err->msg, "'f4'") && strstr(err->msg, "output_dim"), "%s", err->msg);
+  scps_jsonw_free(&w);
+  f[4].output_dim = t[4].embedding_dim;
+  t[1].initializer.seed = ((uint64_t)1 << 53) + 1;
+  scps_jsonw_init(&w);
+  CHECK(scps_workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
+  CHECKF(strstr(err->msg, "'t1'") && strstr(err->msg, "seed"), "%s", err->msg);
+  scps_jsonw_free(&w);
+}
+
+/* The shared files' specs survive a write and a parse unchanged. */
+static void test_write_specs_shared_files(void) {
+  static const char *const names[] = {"dlrm8", "criteo26", "shared-tables", "serving-small-batch"};
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++) {
+    scps_workload *w = load_shared(names[k]), *back = NULL;
+    if (!w) continue;
+    scps_error err_, *err = &err_;
+    scps_jsonw out;
+    scps_jsonw_init(&out);
+    CHECK_OK(scps_workload_write_specs(w->tables, w->n_tables, w->features, w->n_features, &out, err), err);
+    if (!out.failed) CHECK_OK(scps_workload_parse(out.buf, out.len, &back, err), err);
+    if (back) {
+      scps_topology topo = {1, 1, 1 << 20};
+      char msg[512] = "";
+      CHECKF(!scps_specs_diff(&topo, w->tables, w->n_tables, w->features, w->n_features, &topo,
+                              back->tables, back->n_tables, back->features, back->n_features,
+                              "file", "written", msg, sizeof msg),
+             "%s: %s", names[k], msg);
+    }
+    scps_workload_destroy(back);
+    scps_workload_destroy(w);
+    scps_jsonw_free(&out);
+  }
+}
+
 int main(void) {
   test_dlrm8_and_serving();
   test_criteo26();
@@ -831,6 +976,8 @@ int main(void) {
   test_zipf_folding();
   test_uniform();
   test_generator_limits();
+  test_write_specs_round_trip();
+  test_write_specs_shared_files();
   report_throughput();
   return scps_test_finish("test_workload");
 }

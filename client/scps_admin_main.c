@@ -1,0 +1,352 @@
+/* scps-admin: operator commands, one table entry each ("checkpoint list",
+ * "checkpoint verify", ...): offline checkpoint tools on files today. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "scps_checkpoint.h"
+
+typedef struct command {
+  const char *name;  /* one or two words: "checkpoint list" */
+  const char *summary;
+  const char *usage; /* the --help text: usage line, then what it does and its options */
+  int (*run)(int argc, char **argv);
+} command;
+
+static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+  char *end;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || v < lo || v > hi) {
+    fprintf(stderr, "scps-admin: %s '%s': expected an integer in [%ld, %ld]\n", flag, s, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+static int parse_bytes(const char *s, int64_t *out) {
+  char *end;
+  double v = strtod(s, &end);
+  switch (*end) {
+  case 'K': case 'k': v *= 1024.0; end++; break;
+  case 'M': case 'm': v *= 1024.0 * 1024; end++; break;
+  case 'G': case 'g': v *= 1024.0 * 1024 * 1024; end++; break;
+  default: break;
+  }
+  if (end == s || *end || !(v > 0) || v > 9.2e18) return -1;
+  *out = (int64_t)v;
+  return 0;
+}
+
+static double gbps(const scps_checkpoint_stats *st) {
+  return st->seconds > 0 ? (double)st->bytes / st->seconds / 1e9 : 0;
+}
+
+/* Options shared by every command: --help prints its usage. Returns 1 when
+ * the command should stop with status *status. */
+static int wants_help(const command *c, int argc, char **argv, int *status) {
+  for (int i = 1; i < argc; i++)
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+      fputs(c->usage, stdout);
+      *status = 0;
+      return 1;
+    }
+  return 0;
+}
+
+/* ---- checkpoint list ---- */
+
+static const char list_usage[] =
+    "usage: scps-admin checkpoint list ROOT\n"
+    "Lists the checkpoints under ROOT (a --checkpoint-dir), oldest first: step,\n"
+    "whether it is complete (all manifests present, every file of its listed\n"
+    "size; checksums are not read, see 'checkpoint verify'), the bytes its\n"
+    "directory holds and its path. The newest complete one is what a server\n"
+    "restores.\n";
+
+static int64_t dir_bytes(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int64_t total = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    struct stat st;
+    if (!fstatat(dirfd(d), de->d_name, &st, 0) && S_ISREG(st.st_mode)) total += st.st_size;
+  }
+  closedir(d);
+  return total;
+}
+
+static int cmp_names(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int run_list(int argc, char **argv) {
+  if (argc != 2) {
+    fputs(list_usage, stderr);
+    return 2;
+  }
+  const char *root = argv[1];
+  DIR *d = opendir(root);
+  if (!d) {
+    perror(root);
+    return 1;
+  }
+  char **names = NULL;
+  size_t n = 0, cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    if (strncmp(de->d_name, "step-", 5)) continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      char **nn = realloc(names, cap * sizeof *names);
+      if (!nn) break;
+      names = nn;
+    }
+    if (!(names[n] = strdup(de->d_name))) break;
+    n++;
+  }
+  closedir(d);
+  /* Zero-padded steps sort by name. */
+  if (n) qsort(names, n, sizeof *names, cmp_names);
+  printf("%-14s %-10s %14s  %s\n", "step", "state", "bytes", "directory");
+  for (size_t i = 0; i < n; i++) {
+    char dir[8192];
+    snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
+    scps_checkpoint *c = NULL;
+    scps_error err;
+    int rc = scps_checkpoint_open(dir, &c, &err);
+    printf("%-14s %-10s %14lld  %s\n", names[i] + 5, rc ? "incomplete" : "complete",
+           (long long)dir_bytes(dir), dir);
+    if (rc) printf("    %s\n", err.msg);
+    scps_checkpoint_close(c);
+    free(names[i]);
+  }
+  free(names);
+  return 0;
+}
+
+/* ---- checkpoint verify ---- */
+
+static const char verify_usage[] =
+    "usage: scps-admin checkpoint verify DIR\n"
+    "Opens the checkpoint in DIR (a step-... directory), cross-checks its\n"
+    "manifests, then reads every data file and checks its size and XXH64\n"
+    "checksum. Prints a summary and exits 0, or names the first bad file and\n"
+    "exits 1.\n";
+
+static int run_verify(int argc, char **argv) {
+  if (argc != 2) {
+    fputs(verify_usage, stderr);
+    return 2;
+  }
+  scps_checkpoint *c;
+  scps_error err;
+  scps_checkpoint_stats st = {0};
+  int rc = scps_checkpoint_open(argv[1], &c, &err);
+  if (!rc) {
+    rc = scps_checkpoint_verify(c, &st, &err);
+    if (!rc) {
+      const scps_topology *t = scps_checkpoint_topology(c);
+      printf("%s: step %lld, %d x %d SparseCores, %d files, %lld bytes: OK (%.2f GB/s)\n", argv[1],
+             (long long)scps_checkpoint_step(c), t->num_processes, t->sc_per_process, st.files,
+             (long long)st.bytes, gbps(&st));
+    }
+    scps_checkpoint_close(c);
+  }
+  if (rc) fprintf(stderr, "scps-admin: %s\n", err.msg);
+  return rc ? 1 : 0;
+}
+
+/* ---- checkpoint convert ---- */
+
+static const char convert_usage[] =
+    "usage: scps-admin checkpoint convert DIR --to-processes P --to-sc-per-process S\n"
+    "                                     [--sc-memory SIZE] --out ROOT\n"
+    "Rewrites the checkpoint in DIR for a cluster of P processes x S SparseCores,\n"
+    "as ROOT/step-<same step>/: same specs, step and limits, every row and\n"
+    "optimizer slot identical. Servers started with --num-processes P\n"
+    "--sc-per-process S restore it.\n"
+    "\n"
+    "  --to-processes P         processes of the target cluster\n"
+    "  --to-sc-per-process S    SparseCores per process of the target cluster\n"
+    "  --sc-memory SIZE         memory per SparseCore of the target (K, M, G\n"
+    "                           suffixes); default: the source's, scaled up when\n"
+    "                           there are fewer SparseCores\n"
+    "  --out ROOT               where the converted checkpoint goes\n";
+
+static int run_convert(int argc, char **argv) {
+  static const struct option opts[] = {{"to-processes", required_argument, 0, 'p'},
+                                       {"to-sc-per-process", required_argument, 0, 's'},
+                                       {"sc-memory", required_argument, 0, 'm'},
+                                       {"out", required_argument, 0, 'o'},
+                                       {0, 0, 0, 0}};
+  long P = 0, S = 0;
+  int64_t mem = 0;
+  const char *out = NULL;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (ch) {
+    case 'p': if (parse_int("--to-processes", optarg, 1, 1024, &P)) return 2; break;
+    case 's': if (parse_int("--to-sc-per-process", optarg, 1, 64, &S)) return 2; break;
+    case 'm':
+      if (parse_bytes(optarg, &mem)) {
+        fprintf(stderr, "scps-admin: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
+        return 2;
+      }
+      break;
+    case 'o': out = optarg; break;
+    default: fputs(convert_usage, stderr); return 2;
+    }
+  }
+  if (optind != argc - 1 || !P || !S || !out) {
+    fputs(convert_usage, stderr);
+    return 2;
+  }
+  const char *dir = argv[optind];
+  scps_error err;
+  if (!mem) {
+    scps_checkpoint *c;
+    if (scps_checkpoint_open(dir, &c, &err)) {
+      fprintf(stderr, "scps-admin: %s\n", err.msg);
+      return 1;
+    }
+    const scps_topology *t = scps_checkpoint_topology(c);
+    int64_t from = (int64_t)t->num_processes * t->sc_per_process, to = P * S;
+    mem = t->sc_memory_bytes * ((from + to - 1) / to);
+    scps_checkpoint_close(c);
+  }
+  scps_topology to = {(int32_t)P, (int32_t)S, mem};
+  scps_checkpoint_stats st = {0};
+  if (scps_checkpoint_convert(dir, &to, out, &st, &err)) {
+    fprintf(stderr, "scps-admin: %s\n", err.msg);
+    return 1;
+  }
+  printf("%s -> %s: %ld x %ld SparseCores, %d files, %lld bytes in %.2f s\n", dir, out, P, S, st.files,
+         (long long)st.bytes, st.seconds);
+  return 0;
+}
+
+/* ---- checkpoint export ---- */
+
+static const char export_usage[] =
+    "usage: scps-admin checkpoint export DIR --table NAME [--slot NAME] --out FILE.npy\n"
+    "Writes table NAME of the checkpoint in DIR as one unstacked, unsharded\n"
+    "array: a .npy file (float32, shape (vocabulary_size, embedding_dim), row\n"
+    "i = id i) that numpy.load reads. Every file read is checksummed.\n"
+    "\n"
+    "  --table NAME    the table\n"
+    "  --slot NAME     an optimizer slot instead of the rows: accumulator\n"
+    "                  (adagrad, adagrad_momentum, ftrl, f2a), momentum\n"
+    "                  (adagrad_momentum, adam), velocity (adam), linear\n"
+    "                  (ftrl), mu and nu (laprop), local_step (f2a)\n"
+    "  --out FILE      the .npy file to write\n";
+
+static int run_export(int argc, char **argv) {
+  static const struct option opts[] = {{"table", required_argument, 0, 't'},
+                                       {"slot", required_argument, 0, 's'},
+                                       {"out", required_argument, 0, 'o'},
+                                       {0, 0, 0, 0}};
+  const char *table = NULL, *slot_name = NULL, *out = NULL;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (ch) {
+    case 't': table = optarg; break;
+    case 's': slot_name = optarg; break;
+    case 'o': out = optarg; break;
+    default: fputs(export_usage, stderr); return 2;
+    }
+  }
+  if (optind != argc - 1 || !table || !out) {
+    fputs(export_usage, stderr);
+    return 2;
+  }
+  scps_checkpoint *c;
+  scps_error err;
+  int rc = scps_checkpoint_open(argv[optind], &c, &err);
+  int slot = -1;
+  if (!rc && slot_name) {
+    const scps_table_spec *t;
+    const scps_feature_spec *f;
+    int nt, nf;
+    scps_checkpoint_specs(c, &t, &nt, &f, &nf);
+    int ti = scps_find_table(t, nt, table);
+    scps_optimizer_type type = ti >= 0 ? t[ti].optimizer.type : SCPS_OPT_SGD;
+    for (int k = 0; k < scps_optimizer_num_slots(type); k++)
+      if (!strcmp(scps_optimizer_slot_name(type, k), slot_name)) slot = k;
+    if (ti >= 0 && slot < 0) {
+      char names[256] = "";
+      for (int k = 0; k < scps_optimizer_num_slots(type); k++)
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
+                 scps_optimizer_slot_name(type, k));
+      rc = scps_error_set(&err, SCPS_EINVAL, "table '%s' (%s) has no slot '%s'; its slots: %s", table,
+                          scps_optimizer_name(type), slot_name, names[0] ? names : "none");
+    }
+  }
+  if (!rc) rc = scps_checkpoint_export_table(c, table, slot, out, &err);
+  scps_checkpoint_close(c);
+  if (rc) {
+    fprintf(stderr, "scps-admin: %s\n", err.msg);
+    return 1;
+  }
+  printf("%s: table '%s'%s%s written\n", out, table, slot_name ? " slot " : "", slot_name ? slot_name : "");
+  return 0;
+}
+
+/* ---- the command table ---- */
+
+static const command commands[] = {
+    {"checkpoint list", "list the checkpoints under a directory", list_usage, run_list},
+    {"checkpoint verify", "check every file of a checkpoint against its checksum", verify_usage,
+     run_verify},
+    {"checkpoint convert", "reshard a checkpoint for another topology", convert_usage, run_convert},
+    {"checkpoint export", "write a table or slot as a .npy array", export_usage, run_export},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
+static void usage(FILE *out) {
+  fputs("usage: scps-admin COMMAND [ARGS]   (scps-admin COMMAND --help for its options)\n"
+        "Operator commands for an scps cluster and its files:\n",
+        out);
+  for (size_t i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-20s %s\n", commands[i].name, commands[i].summary);
+}
+
+/* How many leading words of argv (from argv[1]) name command c, or 0. */
+static int matches(const command *c, int argc, char **argv) {
+  const char *name = c->name;
+  int words = 0;
+  while (*name) {
+    size_t len = strcspn(name, " ");
+    if (words + 1 >= argc || strlen(argv[words + 1]) != len || strncmp(argv[words + 1], name, len))
+      return 0;
+    words++;
+    name += len;
+    if (*name == ' ') name++;
+  }
+  return words;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  for (size_t i = 0; i < N_COMMANDS; i++) {
+    int words = matches(&commands[i], argc, argv);
+    if (!words) continue;
+    /* The command sees its own name as argv[0], then its arguments. */
+    int sub_argc = argc - words;
+    char **sub_argv = argv + words;
+    int status;
+    if (wants_help(&commands[i], sub_argc, sub_argv, &status)) return status;
+    return commands[i].run(sub_argc, sub_argv);
+  }
+  fprintf(stderr, "scps-admin: unknown command '%s%s%s'\n", argv[1], argc > 2 ? " " : "",
+          argc > 2 ? argv[2] : "");
+  usage(stderr);
+  return 2;
+}

@@ -1,0 +1,73 @@
+/* scps_saver: a server process's checkpoints: restore at start, the save
+ * thread, the gate that parks ApplyGradients during a save, the Checkpoint
+ * method, the timer's checkpoint_due and solo saves, and their counters. */
+#ifndef SCPS_SAVER_H
+#define SCPS_SAVER_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "scps_checkpoint.h"
+#include "scps_error.h"
+
+struct scps_server;
+struct scps_call;
+
+/* Guarded by mu. A save is taken only while no ApplyGradients runs: from the
+ * moment a save is queued the gate is closed, new ApplyGradients are parked
+ * in arrival order, and the save thread waits for those already in the
+ * pipeline to finish. When the queue is empty the parked ones are submitted,
+ * still in order, before any newer one. Lookups never pass the gate. */
+typedef struct scps_saver {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  pthread_t thread;
+  bool inited, started, stop;
+  bool gate_closed;
+  int applies_running;                    /* submitted, tc_fn not yet done */
+  struct scps_call *parked, *parked_tail; /* ApplyGradients waiting for the gate */
+  struct scps_call *queue, *queue_tail;   /* Checkpoint calls waiting for the thread */
+  bool solo_pending;                      /* the timer asked for a save */
+  bool due;                               /* checkpoint_due in ApplyGradients responses */
+  int64_t last_step;                      /* highest step applied or restored; -1: none */
+  bool dirty;                             /* applied since the last save or restore */
+  scps_checkpoint_limits *limits;         /* [n_stacks] limits in force */
+
+  /* Restored at create. */
+  char restored_from[PATH_MAX];
+  int64_t restored_step, restored_bytes;
+  double restored_seconds;
+
+  /* Counters for Stats. */
+  bool saving;
+  int64_t saves, failures, bytes_total;
+  int64_t last_saved_step, last_bytes;
+  double last_seconds;
+  char last_path[PATH_MAX];
+} scps_saver;
+
+/* Sets up the saver, restores the checkpoint the options name (or the
+ * newest under checkpoint_dir) into the engine and starts the save thread. */
+int scps_saver_init(struct scps_server *s, scps_error *err);
+
+/* Stops the save thread once its queue is done; then frees. */
+void scps_saver_free(struct scps_server *s);
+
+/* Submits a validated ApplyGradients call to the pipeline, or parks it while
+ * the gate is closed. */
+void scps_saver_submit_apply(struct scps_server *s, struct scps_call *c);
+
+/* An ApplyGradients finished on every SparseCore (from its tc_fn): records
+ * its step; returns whether the response should carry checkpoint_due. */
+bool scps_saver_apply_done(struct scps_server *s, int64_t step);
+
+/* The Checkpoint method (on a completion-queue thread): validates and queues. */
+void scps_saver_handle(struct scps_call *c);
+
+/* See scps_server_checkpoint_tick. */
+void scps_saver_tick(struct scps_server *s);
+
+#endif

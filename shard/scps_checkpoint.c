@@ -1,0 +1,1264 @@
+#include "scps_checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "scps_hash64.h"
+#include "scps_json.h"
+#include "scps_jsonw.h"
+#include "scps_workload.h"
+
+/* Data files are the shards' memory as it is: float32 in host order. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "scps checkpoint files are little-endian; this host is not"
+#endif
+
+/* Every read and write moves this much per call: large enough that syscall
+ * cost vanishes, small enough that the chunk just hashed is still in cache
+ * when write() copies it (or read() has just put it there). */
+#define IO_CHUNK ((size_t)4 << 20)
+/* A manifest is a few KiB per stack; anything larger is not one of ours. */
+#define MANIFEST_MAX ((size_t)64 << 20)
+#define MAX_STACKS 65536
+#define PATH_CAP 4096
+#define FILE_NAME_CAP 64
+#define STEP_PREFIX "step-"
+#define MANIFEST_PREFIX "manifest.p"
+
+/* ---- the checkpoint's own description of where rows live ---- */
+
+typedef struct ck_table {
+  char name[SCPS_NAME_MAX];
+  int spec;            /* index into specs->tables */
+  int64_t row_offset;  /* first row of the table in each shard of its stack */
+  int64_t rows;        /* rows per shard = padded vocabulary / N */
+  int32_t rotation;
+} ck_table;
+
+typedef struct ck_stack {
+  char name[SCPS_STACK_NAME_MAX];
+  int32_t dim;
+  int64_t rows_per_sc;
+  int32_t num_slots;
+  int32_t max_ids, max_unique_ids;
+  int n_tables;
+  ck_table *tables;
+} ck_stack;
+
+typedef struct ck_file {
+  char name[FILE_NAME_CAP];
+  int stack;
+  int32_t sc;
+  int64_t bytes;
+  uint64_t xxh64;
+} ck_file;
+
+struct scps_checkpoint {
+  char dir[PATH_CAP];
+  int64_t step;
+  scps_topology topology;
+  int32_t num_sc;
+  scps_workload *specs;
+  int n_stacks;
+  ck_stack *stacks;
+  ck_file *files; /* [n_stacks * num_sc], index stack * num_sc + sc */
+};
+
+static double now_seconds(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int64_t region_bytes(const ck_stack *s) {
+  return s->rows_per_sc * s->dim * (int64_t)sizeof(float);
+}
+
+static void data_file_name(int stack, int32_t sc, char out[FILE_NAME_CAP]) {
+  snprintf(out, FILE_NAME_CAP, "%d.sc%d.bin", stack, sc);
+}
+
+static void step_dir_name(const char *root, int64_t step, char *out, size_t cap) {
+  snprintf(out, cap, "%s/" STEP_PREFIX "%012lld", root, (long long)step);
+}
+
+static int path_join(char *out, size_t cap, const char *dir, const char *name, scps_error *err) {
+  int n = snprintf(out, cap, "%s/%s", dir, name);
+  if (n < 0 || (size_t)n >= cap)
+    return scps_error_set(err, SCPS_EINVAL, "path '%s/%s' is longer than %zu bytes", dir, name,
+                          cap - 1);
+  return 0;
+}
+
+static int io_error(scps_error *err, int e, const char *what, const char *path) {
+  int code = (e == ENOSPC || e == EFBIG || e == EDQUOT) ? SCPS_ENOSPC : SCPS_EIO;
+  return scps_error_set(err, code, "%s '%s': %s", what, path, strerror(e));
+}
+
+/* ---- file system helpers ---- */
+
+static int fsync_dir(const char *dir, scps_error *err) {
+  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return io_error(err, errno, "cannot open directory", dir);
+  int rc = 0;
+  if (fsync(fd)) rc = io_error(err, errno, "cannot fsync directory", dir);
+  close(fd);
+  return rc;
+}
+
+/* mkdir -p: every missing component of path. */
+static int make_dirs(const char *path, scps_error *err) {
+  char buf[PATH_CAP];
+  size_t n = strlen(path);
+  if (n == 0 || n >= sizeof buf)
+    return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s': empty or too long", path);
+  memcpy(buf, path, n + 1);
+  for (size_t i = 1; i <= n; i++) {
+    if (buf[i] != '/' && buf[i] != '\0') continue;
+    char c = buf[i];
+    buf[i] = '\0';
+    if (mkdir(buf, 0755) && errno != EEXIST) return io_error(err, errno, "cannot create directory", buf);
+    struct stat st;
+    if (stat(buf, &st)) return io_error(err, errno, "cannot stat", buf);
+    if (!S_ISDIR(st.st_mode)) return io_error(err, ENOTDIR, "cannot create directory", buf);
+    buf[i] = c;
+  }
+  return 0;
+}
+
+static int write_all(int fd, const void *data, size_t len, scps_hash64_ctx *h, const char *path,
+                     scps_error *err) {
+  const char *p = data;
+  while (len > 0) {
+    size_t chunk = len < IO_CHUNK ? len : IO_CHUNK;
+    if (h) scps_hash64_update(h, p, chunk);
+    size_t done = 0;
+    while (done < chunk) {
+      ssize_t w = write(fd, p + done, chunk - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return io_error(err, errno, "cannot write", path);
+      done += (size_t)w;
+    }
+    p += chunk;
+    len -= chunk;
+  }
+  return 0;
+}
+
+/* Reads exactly len bytes; a short file is corruption (its size was checked
+ * when the checkpoint was opened, so it changed since). */
+static int read_all(int fd, void *data, size_t len, scps_hash64_ctx *h, const char *path,
+                    scps_error *err) {
+  char *p = data;
+  while (len > 0) {
+    size_t chunk = len < IO_CHUNK ? len : IO_CHUNK;
+    size_t done = 0;
+    while (done < chunk) {
+      ssize_t r = read(fd, p + done, chunk - done);
+      if (r < 0 && errno == EINTR) continue;
+      if (r < 0) return io_error(err, errno, "cannot read", path);
+      if (r == 0) return scps_error_set(err, SCPS_ECORRUPT, "'%s' is truncated", path);
+      done += (size_t)r;
+    }
+    if (h) scps_hash64_update(h, p, chunk);
+    p += chunk;
+    len -= chunk;
+  }
+  return 0;
+}
+
+static int open_read(const char *path, int64_t want_bytes, int *fd_out, scps_error *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint file '%s' is missing", path)
+                           : io_error(err, errno, "cannot open", path);
+  struct stat st;
+  if (fstat(fd, &st)) {
+    int rc = io_error(err, errno, "cannot stat", path);
+    close(fd);
+    return rc;
+  }
+  if (st.st_size != want_bytes) {
+    close(fd);
+    return scps_error_set(err, SCPS_ECORRUPT, "'%s' has %lld bytes, its manifest says %lld", path,
+                          (long long)st.st_size, (long long)want_bytes);
+  }
+  (void)posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
+  *fd_out = fd;
+  return 0;
+}
+
+static int checksum_error(scps_error *err, const char *path, uint64_t got, uint64_t want) {
+  return scps_error_set(err, SCPS_ECORRUPT, "'%s': checksum %016" PRIx64 ", manifest says %016" PRIx64,
+                        path, got, want);
+}
+
+/* Removes every entry of a flat directory, then the directory. */
+static int remove_dir(const char *dir, scps_error *err) {
+  DIR *d = opendir(dir);
+  if (!d) return io_error(err, errno, "cannot open directory", dir);
+  int rc = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && !rc) {
+    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+    if (unlinkat(dirfd(d), de->d_name, 0) && errno != ENOENT) {
+      char p[PATH_CAP + 256];
+      snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+      rc = io_error(err, errno, "cannot remove", p);
+    }
+  }
+  closedir(d);
+  if (!rc && rmdir(dir)) rc = io_error(err, errno, "cannot remove directory", dir);
+  return rc;
+}
+
+/* ---- manifest checksum ---- */
+
+/* A manifest ends with "checksum": "<16 hex digits>"}: the XXH64 of the whole
+ * text with those digits as zeros. A flipped byte anywhere in it is caught
+ * before its content is believed. */
+#define CHECKSUM_KEY "\"checksum\": \""
+#define CHECKSUM_HEX 16
+
+static const char *find_checksum(const char *text, size_t len) {
+  const size_t key = strlen(CHECKSUM_KEY);
+  for (size_t i = len >= key + CHECKSUM_HEX ? len - key - CHECKSUM_HEX + 1 : 0; i-- > 0;)
+    if (!memcmp(text + i, CHECKSUM_KEY, key)) return text + i + key;
+  return NULL;
+}
+
+static void seal_manifest(char *text, size_t len) {
+  char *digits = (char *)find_checksum(text, len);
+  char hex[CHECKSUM_HEX + 1];
+  snprintf(hex, sizeof hex, "%016" PRIx64, scps_hash64(text, len, 0));
+  memcpy(digits, hex, CHECKSUM_HEX);
+}
+
+static int check_manifest_sum(const char *path, char *text, size_t len, scps_error *err) {
+  char *digits = (char *)find_checksum(text, len);
+  if (!digits)
+    return scps_error_set(err, SCPS_ECORRUPT, "'%s': no \"checksum\" member at its end", path);
+  char want[CHECKSUM_HEX + 1], *end;
+  memcpy(want, digits, CHECKSUM_HEX);
+  want[CHECKSUM_HEX] = '\0';
+  uint64_t w = strtoull(want, &end, 16);
+  memset(digits, '0', CHECKSUM_HEX);
+  uint64_t got = scps_hash64(text, len, 0);
+  memcpy(digits, want, CHECKSUM_HEX);
+  if (*end || strspn(want, "0123456789abcdef") != CHECKSUM_HEX)
+    return scps_error_set(err, SCPS_ECORRUPT, "'%s': checksum '%s' is not 16 hex digits", path, want);
+  if (got != w)
+    return scps_error_set(err, SCPS_ECORRUPT, "'%s': checksum %016" PRIx64 ", its text hashes to %016" PRIx64,
+                          path, w, got);
+  return 0;
+}
+
+/* ---- save ---- */
+
+/* Writes one file as <path>.tmp, fsyncs and renames it. The tmp is removed
+ * on failure. */
+typedef struct out_file {
+  char path[PATH_CAP];
+  char tmp[PATH_CAP + 8];
+  int fd;
+} out_file;
+
+static int out_open(out_file *o, const char *dir, const char *name, scps_error *err) {
+  int rc = path_join(o->path, sizeof o->path, dir, name, err);
+  if (rc) return rc;
+  snprintf(o->tmp, sizeof o->tmp, "%s.tmp", o->path);
+  o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (o->fd < 0) return io_error(err, errno, "cannot create", o->tmp);
+  return 0;
+}
+
+static int out_commit(out_file *o, scps_error *err) {
+  int rc = 0;
+  if (fsync(o->fd)) rc = io_error(err, errno, "cannot fsync", o->tmp);
+  if (close(o->fd) && !rc) rc = io_error(err, errno, "cannot close", o->tmp);
+  o->fd = -1;
+  if (!rc && rename(o->tmp, o->path)) rc = io_error(err, errno, "cannot rename to", o->path);
+  if (rc) unlink(o->tmp);
+  return rc;
+}
+
+static void out_abort(out_file *o) {
+  if (o->fd >= 0) close(o->fd);
+  o->fd = -1;
+  unlink(o->tmp);
+}
+
+static void write_manifest(scps_jsonw *w, const scps_layout *l, int32_t process, int64_t step,
+                           const scps_checkpoint_limits *limits, const ck_file *files,
+                           int n_files) {
+  const scps_topology *t = &l->topology;
+  scps_jsonw_printf(w,
+                    "{\"format\": %d, \"step\": %lld, \"process_index\": %d,\n"
+                    " \"topology\": {\"num_processes\": %d, \"sc_per_process\": %d, "
+                    "\"sc_memory_bytes\": %lld},\n \"stacks\": [",
+                    SCPS_CHECKPOINT_FORMAT, (long long)step, process, t->num_processes,
+                    t->sc_per_process, (long long)t->sc_memory_bytes);
+  for (int s = 0; s < l->n_stacks; s++) {
+    const scps_stack_layout *st = &l->stacks[s];
+    scps_jsonw_printf(w, "%s\n  {\"name\": ", s ? "," : "");
+    scps_jsonw_string(w, st->name);
+    scps_jsonw_printf(w,
+                      ", \"dim\": %d, \"rows_per_sc\": %lld, \"slots\": %d, "
+                      "\"max_ids_per_partition\": %d, \"max_unique_ids_per_partition\": %d,\n"
+                      "   \"tables\": [",
+                      st->dim, (long long)st->rows_per_sc, scps_optimizer_num_slots(st->optimizer.type),
+                      limits ? limits[s].max_ids_per_partition : st->max_ids_per_partition,
+                      limits ? limits[s].max_unique_ids_per_partition
+                             : st->max_unique_ids_per_partition);
+    for (int i = 0; i < st->n_tables; i++) {
+      const scps_table_layout *tl = &l->tables[st->tables[i]];
+      scps_jsonw_printf(w, "%s{\"name\": ", i ? ", " : "");
+      scps_jsonw_string(w, l->table_specs[st->tables[i]].name);
+      scps_jsonw_printf(w, ", \"row_offset\": %lld, \"rows\": %lld, \"rotation\": %d}",
+                        (long long)tl->row_offset_in_shard, (long long)(tl->padded_vocab / l->num_sc),
+                        tl->shard_rotation);
+    }
+    scps_jsonw_printf(w, "]}");
+  }
+  scps_jsonw_printf(w, "],\n \"files\": [");
+  for (int i = 0; i < n_files; i++)
+    scps_jsonw_printf(w, "%s\n  {\"name\": \"%s\", \"stack\": %d, \"sc\": %d, \"bytes\": %lld, "
+                         "\"xxh64\": \"%016" PRIx64 "\"}",
+                      i ? "," : "", files[i].name, files[i].stack, files[i].sc,
+                      (long long)files[i].bytes, files[i].xxh64);
+  scps_jsonw_printf(w, "],\n \"specs\": ");
+}
+
+static int check_limits(const scps_layout *l, const scps_checkpoint_limits *limits,
+                        scps_error *err) {
+  if (!limits) return 0;
+  for (int s = 0; s < l->n_stacks; s++) {
+    if (strcmp(limits[s].stack, l->stacks[s].name))
+      return scps_error_set(err, SCPS_EINVAL, "checkpoint limits[%d] names stack '%s', expected '%s'",
+                            s, limits[s].stack, l->stacks[s].name);
+    if (limits[s].max_ids_per_partition < 1 || limits[s].max_unique_ids_per_partition < 1)
+      return scps_error_set(err, SCPS_EINVAL, "checkpoint limits of stack '%s': (%d, %d) must be >= 1",
+                            l->stacks[s].name, limits[s].max_ids_per_partition,
+                            limits[s].max_unique_ids_per_partition);
+  }
+  return 0;
+}
+
+int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
+                         const scps_checkpoint_limits *limits, scps_checkpoint_stats *stats,
+                         scps_error *err) {
+  double t0 = now_seconds();
+  const scps_layout *l = scps_engine_layout(e);
+  const int32_t S = l->topology.sc_per_process, p = scps_engine_process_index(e);
+  /* The engine's accessors hand out writable pointers; save only reads them. */
+  scps_engine *me = (scps_engine *)e;
+  if (step < 0) return scps_error_set(err, SCPS_EINVAL, "checkpoint step %lld is negative", (long long)step);
+  int rc = check_limits(l, limits, err);
+  if (rc) return rc;
+  char dir[PATH_CAP], manifest_name[FILE_NAME_CAP];
+  step_dir_name(root, step, dir, sizeof dir);
+  if (strlen(dir) >= sizeof dir - FILE_NAME_CAP - 8)
+    return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s' is too long", root);
+  snprintf(manifest_name, sizeof manifest_name, MANIFEST_PREFIX "%d.json", p);
+
+  scps_jsonw w;
+  scps_jsonw_init(&w);
+  const int n_files = l->n_stacks * S;
+  ck_file *files = calloc((size_t)(n_files ? n_files : 1), sizeof *files);
+  char *specs = NULL;
+  out_file o = {.fd = -1};
+  int written = 0;
+  int64_t bytes = 0;
+  if (!files) return scps_error_set(err, SCPS_ENOMEM, "checkpoint: out of memory");
+  /* Specs first: a set the manifest cannot describe fails before any I/O. */
+  if ((rc = scps_workload_write_specs(l->table_specs, l->n_tables, l->feature_specs, l->n_features,
+                                      &w, err)))
+    goto out;
+  specs = w.buf;
+  w.buf = NULL;
+  scps_jsonw_free(&w);
+  if ((rc = make_dirs(dir, err))) goto out;
+  {
+    /* A manifest from an earlier save of this step would describe the files
+     * about to be rewritten; it goes first, durably. */
+    char old[PATH_CAP];
+    if ((rc = path_join(old, sizeof old, dir, manifest_name, err))) goto out;
+    if (unlink(old) == 0) {
+      if ((rc = fsync_dir(dir, err))) goto out;
+    } else if (errno != ENOENT) {
+      rc = io_error(err, errno, "cannot remove", old);
+      goto out;
+    }
+  }
+  for (int s = 0; s < l->n_stacks; s++) {
+    const scps_stack_layout *st = &l->stacks[s];
+    size_t region = (size_t)st->rows_per_sc * (size_t)st->dim * sizeof(float);
+    int slots = scps_optimizer_num_slots(st->optimizer.type);
+    for (int32_t ls = 0; ls < S; ls++) {
+      ck_file *f = &files[written];
+      f->stack = s;
+      f->sc = p * S + ls;
+      data_file_name(s, f->sc, f->name);
+      if ((rc = out_open(&o, dir, f->name, err))) goto out;
+      scps_hash64_ctx h;
+      scps_hash64_init(&h, 0);
+      rc = write_all(o.fd, scps_engine_shard(me, s, ls), region, &h, o.tmp, err);
+      for (int k = 0; k < slots && !rc; k++)
+        rc = write_all(o.fd, scps_engine_slot(me, s, ls, k), region, &h, o.tmp, err);
+      if (rc || (rc = out_commit(&o, err))) goto out;
+      f->bytes = (int64_t)region * (1 + slots);
+      f->xxh64 = scps_hash64_digest(&h);
+      bytes += f->bytes;
+      written++;
+    }
+  }
+  if ((rc = fsync_dir(dir, err))) goto out;
+  write_manifest(&w, l, p, step, limits, files, n_files);
+  scps_jsonw_printf(&w, "%s,\n " CHECKSUM_KEY "0000000000000000\"}\n", specs);
+  if ((rc = scps_jsonw_finish(&w, "checkpoint manifest", err))) goto out;
+  seal_manifest(w.buf, w.len);
+  if ((rc = out_open(&o, dir, manifest_name, err))) goto out;
+  if ((rc = write_all(o.fd, w.buf, w.len, NULL, o.tmp, err))) goto out;
+  if ((rc = out_commit(&o, err))) goto out;
+  rc = fsync_dir(dir, err);
+out:
+  if (rc) {
+    out_abort(&o);
+    /* Data files of a save without its manifest are useless: give the space back. */
+    for (int i = 0; i < written; i++) {
+      char path[PATH_CAP];
+      if (!path_join(path, sizeof path, dir, files[i].name, NULL)) unlink(path);
+    }
+  } else if (stats) {
+    stats->bytes = bytes;
+    stats->files = written;
+    stats->seconds = now_seconds() - t0;
+  }
+  free(specs);
+  free(files);
+  scps_jsonw_free(&w);
+  return rc;
+}
+
+/* ---- open: reading and cross-checking manifests ---- */
+
+static int read_text(const char *path, char **out, size_t *len, scps_error *err) {
+  int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "'%s' is missing", path)
+                           : io_error(err, errno, "cannot open", path);
+  struct stat st;
+  int rc = 0;
+  if (fstat(fd, &st)) rc = io_error(err, errno, "cannot stat", path);
+  else if (st.st_size < 0 || (uint64_t)st.st_size > MANIFEST_MAX)
+    rc = scps_error_set(err, SCPS_EPARSE, "'%s': %lld bytes, more than a manifest may have (%zu)",
+                        path, (long long)st.st_size, MANIFEST_MAX);
+  char *buf = NULL;
+  if (!rc && !(buf = malloc((size_t)st.st_size + 1))) rc = scps_error_set(err, SCPS_ENOMEM, "'%s': out of memory", path);
+  if (!rc) rc = read_all(fd, buf, (size_t)st.st_size, NULL, path, err);
+  close(fd);
+  if (rc) {
+    free(buf);
+    return rc;
+  }
+  buf[st.st_size] = '\0';
+  *out = buf;
+  *len = (size_t)st.st_size;
+  return 0;
+}
+
+/* Typed members of a manifest; anything off is SCPS_EPARSE naming the file. */
+typedef struct mreader {
+  const char *path;
+  scps_error *err;
+} mreader;
+
+static int bad(const mreader *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int bad(const mreader *m, const char *fmt, ...) {
+  char what[SCPS_ERROR_MSG_MAX];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(what, sizeof what, fmt, ap);
+  va_end(ap);
+  return scps_error_set(m->err, SCPS_EPARSE, "'%s': %s", m->path, what);
+}
+
+static int m_int(const mreader *m, const scps_json *obj, const char *key, int64_t min, int64_t max,
+                 int64_t *out) {
+  int64_t v;
+  if (scps_json_int(scps_json_get(obj, key), &v) || v < min || v > max)
+    return bad(m, "'%s' must be an integer in [%lld, %lld]", key, (long long)min,
+             (long long)max);
+  *out = v;
+  return 0;
+}
+
+static int m_name(const mreader *m, const scps_json *obj, const char *key, char *out, size_t cap) {
+  size_t n;
+  const char *s = scps_json_string(scps_json_get(obj, key), &n);
+  if (!s || n == 0 || n >= cap || strlen(s) != n)
+    return bad(m, "'%s' must be a non-empty string", key);
+  memcpy(out, s, n + 1);
+  return 0;
+}
+
+static const scps_json *m_array(const mreader *m, const scps_json *obj, const char *key,
+                                size_t max) {
+  const scps_json *v = scps_json_get(obj, key);
+  if (scps_json_typeof(v) != SCPS_JSON_ARRAY || scps_json_length(v) == 0 ||
+      scps_json_length(v) > max) {
+    bad(m, "'%s' must be an array of 1 to %zu entries", key, max);
+    return NULL;
+  }
+  return v;
+}
+
+/* One parsed manifest, before it is merged into the checkpoint. */
+typedef struct manifest {
+  int64_t format, step, process;
+  scps_topology topology;
+  scps_workload *specs;
+  int n_stacks;
+  ck_stack *stacks;
+  int n_files;
+  ck_file *files;
+} manifest;
+
+static void manifest_free(manifest *mf) {
+  scps_workload_destroy(mf->specs);
+  for (int s = 0; s < mf->n_stacks; s++) free(mf->stacks[s].tables);
+  free(mf->stacks);
+  free(mf->files);
+  memset(mf, 0, sizeof *mf);
+}
+
+static int parse_stack(const mreader *m, const scps_json *js, const manifest *mf, int32_t num_sc,
+                       ck_stack *st) {
+  int64_t v;
+  int rc;
+  if ((rc = m_name(m, js, "name", st->name, sizeof st->name))) return rc;
+  if ((rc = m_int(m, js, "dim", 1, 1 << 16, &v))) return rc;
+  st->dim = (int32_t)v;
+  if ((rc = m_int(m, js, "slots", 0, SCPS_MAX_SLOTS, &v))) return rc;
+  st->num_slots = (int32_t)v;
+  /* Bounded so that a shard's bytes fit an exact JSON integer. */
+  if ((rc = m_int(m, js, "rows_per_sc", 1, SCPS_JSON_INT_MAX / (4 * st->dim * (1 + st->num_slots)), &v)))
+    return rc;
+  st->rows_per_sc = v;
+  if ((rc = m_int(m, js, "max_ids_per_partition", 1, INT32_MAX, &v))) return rc;
+  st->max_ids = (int32_t)v;
+  if ((rc = m_int(m, js, "max_unique_ids_per_partition", 1, INT32_MAX, &v))) return rc;
+  st->max_unique_ids = (int32_t)v;
+  const scps_json *jt = m_array(m, js, "tables", (size_t)mf->specs->n_tables);
+  if (!jt) return SCPS_EPARSE;
+  st->n_tables = (int)scps_json_length(jt);
+  st->tables = calloc((size_t)st->n_tables, sizeof *st->tables);
+  if (!st->tables) return scps_error_set(m->err, SCPS_ENOMEM, "'%s': out of memory", m->path);
+  for (int i = 0; i < st->n_tables; i++) {
+    const scps_json *x = scps_json_at(jt, (size_t)i);
+    ck_table *t = &st->tables[i];
+    if ((rc = m_name(m, x, "name", t->name, sizeof t->name))) return rc;
+    t->spec = scps_find_table(mf->specs->tables, mf->specs->n_tables, t->name);
+    if (t->spec < 0)
+      return bad(m, "stack '%s' lists table '%s', which its specs lack", st->name, t->name);
+    if ((rc = m_int(m, x, "row_offset", 0, st->rows_per_sc - 1, &v))) return rc;
+    t->row_offset = v;
+    if ((rc = m_int(m, x, "rows", 1, st->rows_per_sc - t->row_offset, &v))) return rc;
+    t->rows = v;
+    if ((rc = m_int(m, x, "rotation", 0, num_sc - 1, &v))) return rc;
+    t->rotation = (int32_t)v;
+    const scps_table_spec *spec = &mf->specs->tables[t->spec];
+    if (t->rows * num_sc < spec->vocabulary_size || spec->embedding_dim > st->dim)
+      return bad(m, "table '%s' does not fit its place in stack '%s'", t->name, st->name);
+  }
+  return 0;
+}
+
+static int parse_manifest(const char *path, const scps_json *root, manifest *mf, scps_error *err) {
+  mreader m = {path, err};
+  int64_t v;
+  int rc;
+  if (scps_json_typeof(root) != SCPS_JSON_OBJECT) return bad(&m, "not a JSON object");
+  if ((rc = m_int(&m, root, "format", 1, INT32_MAX, &mf->format))) return rc;
+  if (mf->format != SCPS_CHECKPOINT_FORMAT)
+    return scps_error_set(err, SCPS_EPARSE, "'%s': format %lld, this build reads format %d", path,
+                          (long long)mf->format, SCPS_CHECKPOINT_FORMAT);
+  if ((rc = m_int(&m, root, "step", 0, SCPS_JSON_INT_MAX, &mf->step))) return rc;
+  const scps_json *jt = scps_json_get(root, "topology");
+  if (scps_json_typeof(jt) != SCPS_JSON_OBJECT) return bad(&m, "'topology' must be an object");
+  if ((rc = m_int(&m, jt, "num_processes", 1, 1024, &v))) return rc;
+  mf->topology.num_processes = (int32_t)v;
+  if ((rc = m_int(&m, jt, "sc_per_process", 1, 64, &v))) return rc;
+  mf->topology.sc_per_process = (int32_t)v;
+  if ((rc = m_int(&m, jt, "sc_memory_bytes", 1, SCPS_JSON_INT_MAX, &v))) return rc;
+  mf->topology.sc_memory_bytes = v;
+  if ((rc = m_int(&m, root, "process_index", 0, mf->topology.num_processes - 1, &mf->process)))
+    return rc;
+  const int32_t num_sc = mf->topology.num_processes * mf->topology.sc_per_process;
+
+  scps_error local;
+  if (scps_json_typeof(scps_json_get(root, "specs")) != SCPS_JSON_OBJECT)
+    return bad(&m, "'specs' must be an object");
+  if ((rc = scps_workload_from_json(scps_json_get(root, "specs"), &mf->specs, &local)))
+    return scps_error_set(err, SCPS_EPARSE, "'%s': specs: %s", path, local.msg);
+
+  const scps_json *js = m_array(&m, root, "stacks", MAX_STACKS);
+  if (!js) return SCPS_EPARSE;
+  mf->n_stacks = (int)scps_json_length(js);
+  mf->stacks = calloc((size_t)mf->n_stacks, sizeof *mf->stacks);
+  if (!mf->stacks) return scps_error_set(err, SCPS_ENOMEM, "'%s': out of memory", path);
+  for (int s = 0; s < mf->n_stacks; s++)
+    if ((rc = parse_stack(&m, scps_json_at(js, (size_t)s), mf, num_sc, &mf->stacks[s]))) return rc;
+  /* Every table in exactly one stack, or rows would be loaded twice or not at all. */
+  int *seen = calloc((size_t)mf->specs->n_tables, sizeof *seen);
+  if (!seen) return scps_error_set(err, SCPS_ENOMEM, "'%s': out of memory", path);
+  for (int s = 0; s < mf->n_stacks; s++)
+    for (int i = 0; i < mf->stacks[s].n_tables; i++) seen[mf->stacks[s].tables[i].spec]++;
+  for (int t = 0; t < mf->specs->n_tables && !rc; t++)
+    if (seen[t] != 1)
+      rc = scps_error_set(err, SCPS_EPARSE, "'%s': table '%s' is in %d stacks, not 1", path,
+                          mf->specs->tables[t].name, seen[t]);
+  free(seen);
+  if (rc) return rc;
+
+  /* Exactly one file per (stack, SparseCore of this process). */
+  const size_t want = (size_t)mf->n_stacks * (size_t)mf->topology.sc_per_process;
+  const scps_json *jf = m_array(&m, root, "files", want);
+  if (!jf) return SCPS_EPARSE;
+  if (scps_json_length(jf) != want)
+    return bad(&m, "'files' lists %zu files, expected %zu", scps_json_length(jf), want);
+  mf->n_files = (int)want;
+  mf->files = calloc(want, sizeof *mf->files);
+  if (!mf->files) return scps_error_set(err, SCPS_ENOMEM, "'%s': out of memory", path);
+  const int32_t first_sc = (int32_t)mf->process * mf->topology.sc_per_process;
+  for (int i = 0; i < mf->n_files; i++) {
+    const scps_json *x = scps_json_at(jf, (size_t)i);
+    ck_file *f = &mf->files[i];
+    if ((rc = m_int(&m, x, "stack", 0, mf->n_stacks - 1, &v))) return rc;
+    f->stack = (int)v;
+    if ((rc = m_int(&m, x, "sc", first_sc, first_sc + mf->topology.sc_per_process - 1, &v))) return rc;
+    f->sc = (int32_t)v;
+    const ck_stack *st = &mf->stacks[f->stack];
+    if ((rc = m_int(&m, x, "bytes", 0, SCPS_JSON_INT_MAX, &f->bytes))) return rc;
+    if (f->bytes != region_bytes(st) * (1 + st->num_slots))
+      return bad(&m, "file %d: %lld bytes, stack '%s' needs %lld", i,
+               (long long)f->bytes, st->name, (long long)(region_bytes(st) * (1 + st->num_slots)));
+    /* Names are derived, never taken from the file: a manifest cannot point outside its directory. */
+    char name[FILE_NAME_CAP];
+    data_file_name(f->stack, f->sc, f->name);
+    if ((rc = m_name(&m, x, "name", name, sizeof name))) return rc;
+    if (strcmp(name, f->name))
+      return bad(&m, "file %d is named '%s', expected '%s'", i, name, f->name);
+    const char *hex = scps_json_string(scps_json_get(x, "xxh64"), NULL);
+    char *end = NULL;
+    if (hex && strlen(hex) == 16) f->xxh64 = strtoull(hex, &end, 16);
+    if (!hex || strlen(hex) != 16 || !end || *end)
+      return bad(&m, "file '%s': 'xxh64' must be 16 hex digits", f->name);
+  }
+  return 0;
+}
+
+static int load_manifest(const char *dir, int32_t process, manifest *mf, scps_error *err) {
+  char path[PATH_CAP], name[FILE_NAME_CAP];
+  snprintf(name, sizeof name, MANIFEST_PREFIX "%d.json", process);
+  int rc = path_join(path, sizeof path, dir, name, err);
+  if (rc) return rc;
+  char *text = NULL;
+  size_t len = 0;
+  if ((rc = read_text(path, &text, &len, err))) {
+    if (rc == SCPS_ENOENT)
+      scps_error_set(err, SCPS_ENOENT, "checkpoint '%s' is incomplete: '%s' is missing", dir, path);
+    return rc;
+  }
+  if ((rc = check_manifest_sum(path, text, len, err))) {
+    free(text);
+    return rc;
+  }
+  scps_json *root;
+  scps_error local;
+  rc = scps_json_parse(text, len, &root, &local);
+  free(text);
+  if (rc) return scps_error_set(err, SCPS_EPARSE, "'%s': %s", path, local.msg);
+  rc = parse_manifest(path, root, mf, err);
+  scps_json_destroy(root);
+  if (!rc && mf->process != process)
+    rc = scps_error_set(err, SCPS_EPARSE, "'%s' says it is process %lld's", path, (long long)mf->process);
+  return rc;
+}
+
+static int stacks_equal(const manifest *a, const manifest *b) {
+  if (a->n_stacks != b->n_stacks) return 0;
+  for (int s = 0; s < a->n_stacks; s++) {
+    const ck_stack *x = &a->stacks[s], *y = &b->stacks[s];
+    if (strcmp(x->name, y->name) || x->dim != y->dim || x->rows_per_sc != y->rows_per_sc ||
+        x->num_slots != y->num_slots || x->max_ids != y->max_ids ||
+        x->max_unique_ids != y->max_unique_ids || x->n_tables != y->n_tables)
+      return 0;
+    for (int i = 0; i < x->n_tables; i++)
+      if (strcmp(x->tables[i].name, y->tables[i].name) ||
+          x->tables[i].row_offset != y->tables[i].row_offset ||
+          x->tables[i].rows != y->tables[i].rows || x->tables[i].rotation != y->tables[i].rotation)
+        return 0;
+  }
+  return 1;
+}
+
+/* Manifest p (p > 0) must describe the same checkpoint as manifest 0. */
+static int cross_check(const char *dir, const manifest *m0, const manifest *mp, int32_t p,
+                       scps_error *err) {
+  char msg[512];
+  if (mp->step != m0->step)
+    return scps_error_set(err, SCPS_EMISMATCH, "'%s': manifest.p%d.json is of step %lld, manifest.p0.json of %lld",
+                          dir, p, (long long)mp->step, (long long)m0->step);
+  const scps_workload *a = m0->specs, *b = mp->specs;
+  if (scps_specs_diff(&m0->topology, a->tables, a->n_tables, a->features, a->n_features,
+                      &mp->topology, b->tables, b->n_tables, b->features, b->n_features,
+                      "manifest.p0.json", "other", msg, sizeof msg))
+    return scps_error_set(err, SCPS_EMISMATCH, "'%s': manifest.p%d.json differs: %s", dir, p, msg);
+  if (!stacks_equal(m0, mp))
+    return scps_error_set(err, SCPS_EMISMATCH, "'%s': manifest.p%d.json and manifest.p0.json describe different stacks",
+                          dir, p);
+  return 0;
+}
+
+void scps_checkpoint_close(scps_checkpoint *c) {
+  if (!c) return;
+  scps_workload_destroy(c->specs);
+  for (int s = 0; s < c->n_stacks; s++) free(c->stacks[s].tables);
+  free(c->stacks);
+  free(c->files);
+  free(c);
+}
+
+int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err) {
+  *out = NULL;
+  if (strlen(dir) >= PATH_CAP - FILE_NAME_CAP - 8)
+    return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s' is too long", dir);
+  manifest m0 = {0};
+  int rc = load_manifest(dir, 0, &m0, err);
+  if (rc) return rc;
+  scps_checkpoint *c = calloc(1, sizeof *c);
+  const int32_t P = m0.topology.num_processes, N = P * m0.topology.sc_per_process;
+  if (c) c->files = calloc((size_t)m0.n_stacks * (size_t)N, sizeof *c->files);
+  if (!c || !c->files) {
+    manifest_free(&m0);
+    scps_checkpoint_close(c);
+    return scps_error_set(err, SCPS_ENOMEM, "checkpoint '%s': out of memory", dir);
+  }
+  snprintf(c->dir, sizeof c->dir, "%s", dir);
+  for (int32_t p = 0; p < P && !rc; p++) {
+    manifest mp = {0};
+    const manifest *cur = &m0;
+    if (p > 0) {
+      rc = load_manifest(dir, p, &mp, err);
+      if (!rc) rc = cross_check(dir, &m0, &mp, p, err);
+      cur = &mp;
+    }
+    for (int i = 0; i < cur->n_files && !rc; i++) {
+      const ck_file *f = &cur->files[i];
+      ck_file *slot = &c->files[(size_t)f->stack * (size_t)N + (size_t)f->sc];
+      if (slot->name[0])
+        rc = scps_error_set(err, SCPS_EPARSE, "'%s': manifest.p%d.json lists '%s' twice", dir, p, f->name);
+      *slot = *f;
+      char path[PATH_CAP];
+      struct stat st;
+      if (!rc) rc = path_join(path, sizeof path, dir, f->name, err);
+      if (!rc && stat(path, &st))
+        rc = errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint file '%s' is missing", path)
+                             : io_error(err, errno, "cannot stat", path);
+      if (!rc && st.st_size != f->bytes)
+        rc = scps_error_set(err, SCPS_ECORRUPT, "'%s' has %lld bytes, its manifest says %lld", path,
+                            (long long)st.st_size, (long long)f->bytes);
+    }
+    if (p > 0) manifest_free(&mp);
+  }
+  if (rc) {
+    manifest_free(&m0);
+    scps_checkpoint_close(c);
+    return rc;
+  }
+  c->step = m0.step;
+  c->topology = m0.topology;
+  c->num_sc = N;
+  c->specs = m0.specs;
+  c->n_stacks = m0.n_stacks;
+  c->stacks = m0.stacks;
+  free(m0.files);
+  *out = c;
+  return 0;
+}
+
+int64_t scps_checkpoint_step(const scps_checkpoint *c) { return c->step; }
+const scps_topology *scps_checkpoint_topology(const scps_checkpoint *c) { return &c->topology; }
+
+void scps_checkpoint_specs(const scps_checkpoint *c, const scps_table_spec **tables, int *n_tables,
+                           const scps_feature_spec **features, int *n_features) {
+  *tables = c->specs->tables;
+  *n_tables = c->specs->n_tables;
+  *features = c->specs->features;
+  *n_features = c->specs->n_features;
+}
+
+int scps_checkpoint_limits_of(const scps_checkpoint *c, const char *stack, int32_t *max_ids,
+                              int32_t *max_unique_ids) {
+  for (int s = 0; s < c->n_stacks; s++)
+    if (!strcmp(c->stacks[s].name, stack)) {
+      *max_ids = c->stacks[s].max_ids;
+      *max_unique_ids = c->stacks[s].max_unique_ids;
+      return 0;
+    }
+  return SCPS_ENOENT;
+}
+
+/* ---- reading data files ---- */
+
+static const ck_file *file_of(const scps_checkpoint *c, int stack, int32_t sc) {
+  return &c->files[(size_t)stack * (size_t)c->num_sc + (size_t)sc];
+}
+
+/* Streams one data file through a buffer, checking its checksum; visit sees
+ * each buffer-full of whole rows of one region (0 = rows, 1 + k = slot k). */
+typedef int (*row_visitor)(void *ctx, const scps_checkpoint *c, int stack, int32_t sc, int region,
+                           int64_t first_row, int64_t n_rows, const float *data, scps_error *err);
+
+/* One data file being read front to back, hashed as it goes. */
+typedef struct data_reader {
+  const ck_file *f;
+  char path[PATH_CAP];
+  int fd;
+  scps_hash64_ctx h;
+} data_reader;
+
+static int data_open(const scps_checkpoint *c, int stack, int32_t sc, data_reader *r, scps_error *err) {
+  r->f = file_of(c, stack, sc);
+  scps_hash64_init(&r->h, 0);
+  int rc = path_join(r->path, sizeof r->path, c->dir, r->f->name, err);
+  return rc ? rc : open_read(r->path, r->f->bytes, &r->fd, err);
+}
+
+static int data_read(data_reader *r, void *dst, size_t len, scps_error *err) {
+  return read_all(r->fd, dst, len, &r->h, r->path, err);
+}
+
+/* Closes the file; after a clean read the checksum must match. */
+static int data_close(data_reader *r, int rc, scps_error *err) {
+  close(r->fd);
+  uint64_t got = scps_hash64_digest(&r->h);
+  if (!rc && got != r->f->xxh64) rc = checksum_error(err, r->path, got, r->f->xxh64);
+  return rc;
+}
+
+static int stream_file(const scps_checkpoint *c, int stack, int32_t sc, float *buf, size_t buf_rows,
+                       row_visitor visit, void *ctx, scps_error *err) {
+  const ck_stack *st = &c->stacks[stack];
+  data_reader r;
+  int rc = data_open(c, stack, sc, &r, err);
+  if (rc) return rc;
+  const size_t row_bytes = (size_t)st->dim * sizeof(float);
+  for (int region = 0; region <= st->num_slots && !rc; region++)
+    for (int64_t row = 0; row < st->rows_per_sc && !rc; row += (int64_t)buf_rows) {
+      int64_t n = st->rows_per_sc - row < (int64_t)buf_rows ? st->rows_per_sc - row : (int64_t)buf_rows;
+      rc = data_read(&r, buf, (size_t)n * row_bytes, err);
+      if (!rc && visit) rc = visit(ctx, c, stack, sc, region, row, n, buf, err);
+    }
+  return data_close(&r, rc, err);
+}
+
+static size_t rows_per_buffer(const ck_stack *st) {
+  size_t row_bytes = (size_t)st->dim * sizeof(float);
+  size_t n = IO_CHUNK / row_bytes;
+  return n ? n : 1;
+}
+
+/* For every table of the stack whose rows intersect [first, first + n): the
+ * logical ids there, and where they sit in data. */
+typedef void (*id_visitor)(void *ctx, const ck_table *t, int64_t id, const float *row);
+
+static void for_each_id(const scps_checkpoint *c, int stack, int32_t sc, int64_t first, int64_t n,
+                        const float *data, id_visitor visit, void *ctx) {
+  const ck_stack *st = &c->stacks[stack];
+  const int32_t N = c->num_sc;
+  for (int i = 0; i < st->n_tables; i++) {
+    const ck_table *t = &st->tables[i];
+    const int64_t vocab = c->specs->tables[t->spec].vocabulary_size;
+    int64_t lo = first > t->row_offset ? first : t->row_offset;
+    int64_t hi = first + n < t->row_offset + t->rows ? first + n : t->row_offset + t->rows;
+    int64_t residue = ((int64_t)sc - t->rotation) % N;
+    if (residue < 0) residue += N;
+    for (int64_t r = lo; r < hi; r++) {
+      int64_t id = (r - t->row_offset) * N + residue;
+      if (id >= vocab) break;
+      visit(ctx, t, id, data + (size_t)(r - first) * (size_t)st->dim);
+    }
+  }
+}
+
+/* ---- load ---- */
+
+typedef struct load_ctx {
+  scps_engine *e;
+  const scps_layout *l;
+  int32_t p, S;
+  int region;
+  int *engine_table; /* [specs->n_tables]: checkpoint spec index -> engine table */
+} load_ctx;
+
+static void load_row(void *arg, const ck_table *t, int64_t id, const float *row) {
+  load_ctx *x = arg;
+  const scps_layout *l = x->l;
+  int te = x->engine_table[t->spec];
+  int32_t sc = scps_layout_sc_of(l, te, id);
+  if (scps_layout_process_of_sc(l, sc) != x->p) return;
+  int stack = l->tables[te].stack;
+  int32_t ls = sc - x->p * x->S;
+  float *base = x->region == 0 ? scps_engine_shard(x->e, stack, ls)
+                               : scps_engine_slot(x->e, stack, ls, x->region - 1);
+  size_t off = (size_t)scps_layout_local_row(l, te, id) * (size_t)l->stacks[stack].dim;
+  memcpy(base + off, row, sizeof(float) * (size_t)l->table_specs[te].embedding_dim);
+}
+
+static int load_rows(void *arg, const scps_checkpoint *c, int stack, int32_t sc, int region,
+                     int64_t first, int64_t n, const float *data, scps_error *err) {
+  load_ctx *x = arg;
+  x->region = region;
+  for_each_id(c, stack, sc, first, n, data, load_row, x);
+  return 0;
+}
+
+/* Same number of SparseCores and the same stacks, tables, offsets and
+ * rotations: every file is one of the engine's shards byte for byte. */
+static bool same_placement(const scps_checkpoint *c, const scps_layout *l) {
+  if (c->num_sc != l->num_sc || c->n_stacks != l->n_stacks) return false;
+  for (int s = 0; s < c->n_stacks; s++) {
+    const ck_stack *cs = &c->stacks[s];
+    const scps_stack_layout *ls = &l->stacks[s];
+    if (strcmp(cs->name, ls->name) || cs->dim != ls->dim || cs->rows_per_sc != ls->rows_per_sc ||
+        cs->n_tables != ls->n_tables || cs->num_slots != scps_optimizer_num_slots(ls->optimizer.type))
+      return false;
+    for (int i = 0; i < cs->n_tables; i++) {
+      const scps_table_layout *tl = &l->tables[ls->tables[i]];
+      if (strcmp(cs->tables[i].name, l->table_specs[ls->tables[i]].name) ||
+          cs->tables[i].row_offset != tl->row_offset_in_shard ||
+          cs->tables[i].rotation != tl->shard_rotation ||
+          cs->tables[i].rows * l->num_sc != tl->padded_vocab)
+        return false;
+    }
+  }
+  return true;
+}
+
+static int load_direct(const scps_checkpoint *c, scps_engine *e, int stack, int32_t ls, int64_t *bytes,
+                       scps_error *err) {
+  const int32_t sc = scps_engine_process_index(e) * scps_engine_layout(e)->topology.sc_per_process + ls;
+  const ck_stack *st = &c->stacks[stack];
+  data_reader r;
+  int rc = data_open(c, stack, sc, &r, err);
+  if (rc) return rc;
+  rc = data_read(&r, scps_engine_shard(e, stack, ls), (size_t)region_bytes(st), err);
+  for (int k = 0; k < st->num_slots && !rc; k++)
+    rc = data_read(&r, scps_engine_slot(e, stack, ls, k), (size_t)region_bytes(st), err);
+  rc = data_close(&r, rc, err);
+  if (!rc) *bytes += r.f->bytes;
+  return rc;
+}
+
+int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
+                         scps_error *err) {
+  double t0 = now_seconds();
+  const scps_layout *l = scps_engine_layout(e);
+  char msg[512];
+  const scps_workload *w = c->specs;
+  if (scps_specs_diff(&l->topology, w->tables, w->n_tables, w->features, w->n_features,
+                      &l->topology, l->table_specs, l->n_tables, l->feature_specs, l->n_features,
+                      "checkpoint", "engine", msg, sizeof msg))
+    return scps_error_set(err, SCPS_EMISMATCH, "checkpoint '%s' does not match the engine's specs: %s",
+                          c->dir, msg);
+  const int32_t S = l->topology.sc_per_process, p = scps_engine_process_index(e);
+  int64_t bytes = 0;
+  int files = 0, rc = 0;
+  if (same_placement(c, l)) {
+    for (int s = 0; s < c->n_stacks && !rc; s++)
+      for (int32_t ls = 0; ls < S && !rc; ls++, files++) rc = load_direct(c, e, s, ls, &bytes, err);
+  } else {
+    load_ctx x = {.e = e, .l = l, .p = p, .S = S};
+    x.engine_table = calloc((size_t)w->n_tables, sizeof *x.engine_table);
+    if (!x.engine_table) return scps_error_set(err, SCPS_ENOMEM, "checkpoint load: out of memory");
+    for (int i = 0; i < w->n_tables; i++) x.engine_table[i] = scps_find_table(l->table_specs, l->n_tables, w->tables[i].name);
+    for (int s = 0; s < c->n_stacks && !rc; s++) {
+      size_t buf_rows = rows_per_buffer(&c->stacks[s]);
+      float *buf = malloc(buf_rows * (size_t)c->stacks[s].dim * sizeof(float));
+      if (!buf) rc = scps_error_set(err, SCPS_ENOMEM, "checkpoint load: out of memory");
+      for (int32_t sc = 0; sc < c->num_sc && !rc; sc++, files++) {
+        rc = stream_file(c, s, sc, buf, buf_rows, load_rows, &x, err);
+        if (!rc) bytes += file_of(c, s, sc)->bytes;
+      }
+      free(buf);
+    }
+    free(x.engine_table);
+  }
+  if (!rc && stats) {
+    stats->bytes = bytes;
+    stats->files = files;
+    stats->seconds = now_seconds() - t0;
+  }
+  return rc;
+}
+
+int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stats, scps_error *err) {
+  double t0 = now_seconds();
+  int64_t bytes = 0;
+  int files = 0, rc = 0;
+  for (int s = 0; s < c->n_stacks && !rc; s++) {
+    size_t buf_rows = rows_per_buffer(&c->stacks[s]);
+    float *buf = malloc(buf_rows * (size_t)c->stacks[s].dim * sizeof(float));
+    if (!buf) rc = scps_error_set(err, SCPS_ENOMEM, "checkpoint verify: out of memory");
+    for (int32_t sc = 0; sc < c->num_sc && !rc; sc++, files++) {
+      rc = stream_file(c, s, sc, buf, buf_rows, NULL, NULL, err);
+      if (!rc) bytes += file_of(c, s, sc)->bytes;
+    }
+    free(buf);
+  }
+  if (!rc && stats) {
+    stats->bytes = bytes;
+    stats->files = files;
+    stats->seconds = now_seconds() - t0;
+  }
+  return rc;
+}
+
+/* ---- export ---- */
+
+typedef struct export_ctx {
+  const char *table;
+  int region;
+  int32_t dim; /* embedding_dim */
+  float *out;  /* [vocabulary_size x dim] */
+} export_ctx;
+
+static void export_row(void *arg, const ck_table *t, int64_t id, const float *row) {
+  export_ctx *x = arg;
+  if (strcmp(t->name, x->table)) return;
+  memcpy(x->out + (size_t)id * (size_t)x->dim, row, sizeof(float) * (size_t)x->dim);
+}
+
+static int export_rows(void *arg, const scps_checkpoint *c, int stack, int32_t sc, int region,
+                       int64_t first, int64_t n, const float *data, scps_error *err) {
+  export_ctx *x = arg;
+  if (region == x->region) for_each_id(c, stack, sc, first, n, data, export_row, x);
+  return 0;
+}
+
+/* .npy format 1.0: magic, version, header length, a Python dict literal
+ * padded with spaces to a multiple of 64 bytes ending in '\n'. */
+static int write_npy(const char *path, const float *data, int64_t rows, int32_t cols, scps_error *err) {
+  char header[256];
+  int n = snprintf(header + 10, sizeof header - 10,
+                   "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %d), }",
+                   (long long)rows, cols);
+  size_t total = (10 + (size_t)n + 1 + 63) / 64 * 64;
+  memset(header + 10 + n, ' ', total - 10 - (size_t)n);
+  header[total - 1] = '\n';
+  memcpy(header, "\x93NUMPY\x01\x00", 8);
+  header[8] = (char)((total - 10) & 0xff);
+  header[9] = (char)((total - 10) >> 8);
+  char dir[PATH_CAP];
+  snprintf(dir, sizeof dir, "%s", path);
+  char *slash = strrchr(dir, '/');
+  const char *name = slash ? slash + 1 : dir;
+  if (slash) *slash = '\0';
+  out_file o = {.fd = -1};
+  int rc = out_open(&o, slash ? (dir[0] ? dir : "/") : ".", name, err);
+  if (!rc) rc = write_all(o.fd, header, total, NULL, o.tmp, err);
+  if (!rc) rc = write_all(o.fd, data, (size_t)rows * (size_t)cols * sizeof(float), NULL, o.tmp, err);
+  if (!rc) rc = out_commit(&o, err);
+  if (rc) out_abort(&o);
+  return rc;
+}
+
+int scps_checkpoint_export_table(const scps_checkpoint *c, const char *table, int slot,
+                                 const char *path, scps_error *err) {
+  int stack = -1;
+  const ck_table *t = NULL;
+  for (int s = 0; s < c->n_stacks && !t; s++)
+    for (int i = 0; i < c->stacks[s].n_tables; i++)
+      if (!strcmp(c->stacks[s].tables[i].name, table)) {
+        stack = s;
+        t = &c->stacks[s].tables[i];
+        break;
+      }
+  if (!t) return scps_error_set(err, SCPS_ENOENT, "checkpoint '%s' has no table '%s'", c->dir, table);
+  const ck_stack *st = &c->stacks[stack];
+  const scps_table_spec *spec = &c->specs->tables[t->spec];
+  if (slot < -1 || slot >= st->num_slots)
+    return scps_error_set(err, SCPS_EINVAL, "table '%s' (%s) has %d optimizer slots; slot %d does not exist",
+                          table, scps_optimizer_name(spec->optimizer.type), st->num_slots, slot);
+  /* vocabulary x dim is at most what the table's files hold, sizes checked at open. */
+  export_ctx x = {.table = table, .region = slot + 1, .dim = spec->embedding_dim};
+  x.out = calloc((size_t)spec->vocabulary_size * (size_t)spec->embedding_dim, sizeof(float));
+  size_t buf_rows = rows_per_buffer(st);
+  float *buf = malloc(buf_rows * (size_t)st->dim * sizeof(float));
+  int rc = 0;
+  if (!x.out || !buf) rc = scps_error_set(err, SCPS_ENOMEM, "export of table '%s': out of memory", table);
+  for (int32_t sc = 0; sc < c->num_sc && !rc; sc++)
+    rc = stream_file(c, stack, sc, buf, buf_rows, export_rows, &x, err);
+  if (!rc) rc = write_npy(path, x.out, spec->vocabulary_size, spec->embedding_dim, err);
+  free(buf);
+  free(x.out);
+  return rc;
+}
+
+/* ---- convert ---- */
+
+int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char *dst_root,
+                            scps_checkpoint_stats *stats, scps_error *err) {
+  double t0 = now_seconds();
+  int rc = scps_topology_validate(to, err);
+  if (rc) return rc;
+  scps_checkpoint *c;
+  if ((rc = scps_checkpoint_open(dir, &c, err))) return rc;
+  const scps_workload *w = c->specs;
+  scps_layout *l = NULL;
+  scps_checkpoint_limits *limits = NULL;
+  scps_checkpoint_stats total = {0};
+  rc = scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, to, NULL, &l, err);
+  if (!rc && !(limits = calloc((size_t)l->n_stacks, sizeof *limits)))
+    rc = scps_error_set(err, SCPS_ENOMEM, "convert: out of memory");
+  for (int s = 0; !rc && s < l->n_stacks; s++) {
+    /* A stack the source did not have (another stacking) keeps its declared limits. */
+    snprintf(limits[s].stack, sizeof limits[s].stack, "%s", l->stacks[s].name);
+    limits[s].max_ids_per_partition = l->stacks[s].max_ids_per_partition;
+    limits[s].max_unique_ids_per_partition = l->stacks[s].max_unique_ids_per_partition;
+    scps_checkpoint_limits_of(c, l->stacks[s].name, &limits[s].max_ids_per_partition,
+                              &limits[s].max_unique_ids_per_partition);
+  }
+  for (int32_t p = 0; !rc && p < to->num_processes; p++) {
+    scps_engine *e;
+    scps_checkpoint_stats one;
+    if ((rc = scps_engine_create(l, p, &e, err))) break;
+    rc = scps_checkpoint_load(c, e, NULL, err);
+    if (!rc) rc = scps_checkpoint_save(e, dst_root, c->step, limits, &one, err);
+    if (!rc) {
+      total.bytes += one.bytes;
+      total.files += one.files;
+    }
+    scps_engine_destroy(e);
+  }
+  if (!rc && stats) {
+    *stats = total;
+    stats->seconds = now_seconds() - t0;
+  }
+  free(limits);
+  scps_layout_destroy(l);
+  scps_checkpoint_close(c);
+  return rc;
+}
+
+/* ---- finding and retiring checkpoints ---- */
+
+typedef struct step_entry {
+  int64_t step;
+  bool complete;
+} step_entry;
+
+static int cmp_step_desc(const void *a, const void *b) {
+  int64_t x = ((const step_entry *)a)->step, y = ((const step_entry *)b)->step;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* The step directories under root, newest first, each marked complete when
+ * it opens (all manifests present, every listed file of its listed size). */
+static int list_steps(const char *root, step_entry **out, int *n_out, scps_error *err) {
+  *out = NULL;
+  *n_out = 0;
+  DIR *d = opendir(root);
+  if (!d)
+    return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint directory '%s' does not exist", root)
+                           : io_error(err, errno, "cannot open directory", root);
+  step_entry *v = NULL;
+  int n = 0, cap = 0, rc = 0;
+  struct dirent *de;
+  while ((de = readdir(d))) {
+    const char *s = de->d_name;
+    if (strncmp(s, STEP_PREFIX, strlen(STEP_PREFIX))) continue;
+    s += strlen(STEP_PREFIX);
+    size_t digits = strspn(s, "0123456789");
+    if (digits < 12 || digits > 18 || s[digits]) continue;
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      step_entry *nv = realloc(v, (size_t)cap * sizeof *v);
+      if (!nv) {
+        rc = scps_error_set(err, SCPS_ENOMEM, "'%s': out of memory listing checkpoints", root);
+        break;
+      }
+      v = nv;
+    }
+    v[n++] = (step_entry){.step = strtoll(s, NULL, 10)};
+  }
+  closedir(d);
+  if (rc) {
+    free(v);
+    return rc;
+  }
+  if (n) qsort(v, (size_t)n, sizeof *v, cmp_step_desc);
+  for (int i = 0; i < n; i++) {
+    char dir[PATH_CAP];
+    scps_checkpoint *c;
+    step_dir_name(root, v[i].step, dir, sizeof dir);
+    v[i].complete = scps_checkpoint_open(dir, &c, NULL) == 0;
+    scps_checkpoint_close(v[i].complete ? c : NULL);
+  }
+  *out = v;
+  *n_out = n;
+  return 0;
+}
+
+int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_error *err) {
+  step_entry *v;
+  int n, rc = list_steps(root, &v, &n, err);
+  if (rc) return rc;
+  rc = scps_error_set(err, SCPS_ENOENT, "no complete checkpoint under '%s'", root);
+  for (int i = 0; i < n; i++)
+    if (v[i].complete) {
+      char dir[PATH_CAP];
+      step_dir_name(root, v[i].step, dir, sizeof dir);
+      if (strlen(dir) >= cap) rc = scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
+      else {
+        memcpy(path, dir, strlen(dir) + 1);
+        rc = 0;
+      }
+      break;
+    }
+  free(v);
+  return rc;
+}
+
+int scps_checkpoint_retain(const char *root, int keep, scps_error *err) {
+  if (keep < 1) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention %d must be >= 1", keep);
+  step_entry *v;
+  int n, rc = list_steps(root, &v, &n, err);
+  if (rc) return rc;
+  int complete_seen = 0;
+  for (int i = 0; i < n && !rc; i++) {
+    /* Incomplete ones newer than every complete one may be saves in progress. */
+    bool drop = v[i].complete ? ++complete_seen > keep : complete_seen > 0;
+    if (!drop) continue;
+    char dir[PATH_CAP];
+    step_dir_name(root, v[i].step, dir, sizeof dir);
+    rc = remove_dir(dir, err);
+  }
+  if (!rc && n) rc = fsync_dir(root, err);
+  free(v);
+  return rc;
+}

@@ -1,0 +1,522 @@
+/* Checkpoints on real files: save and load bitwise on one topology;
+ * 2x2 -> 3x1 -> 1x4 resharding (and convert) over all 7 optimizers with
+ * stacked tables, row by row with slots; step and limits kept; incomplete
+ * checkpoints skipped; every flipped byte, truncation, bad manifests,
+ * unwritable directories and a file-size limit refused with the file named;
+ * retention. */
+#define _XOPEN_SOURCE 700
+#include <dirent.h>
+#include <errno.h>
+#include <ftw.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "scps_checkpoint.h"
+#include "scps_hash64.h"
+#include "scps_test.h"
+
+#define MAX_P 8
+
+static char base_dir[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+static void rm_tree(const char *path) { nftw(path, rm_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static const char *sub(const char *name) {
+  static char buf[4][512];
+  static int k;
+  k = (k + 1) % 4;
+  snprintf(buf[k], sizeof buf[k], "%s/%s", base_dir, name);
+  return buf[k];
+}
+
+/* ---- specs: every optimizer, explicit two-table stacks and automatic ones ---- */
+
+static const scps_optimizer_type all_types[] = {SCPS_OPT_SGD,  SCPS_OPT_ADAGRAD, SCPS_OPT_ADAGRAD_MOMENTUM,
+                                                SCPS_OPT_ADAM, SCPS_OPT_FTRL,    SCPS_OPT_LAPROP,
+                                                SCPS_OPT_F2A};
+#define N_TYPES 7
+#define N_TABLES (2 * N_TYPES + 1)
+
+typedef struct specs {
+  scps_table_spec t[N_TABLES];
+  scps_feature_spec f[N_TABLES];
+} specs;
+
+static void make_specs(specs *s) {
+  for (int i = 0; i < N_TABLES; i++) {
+    scps_table_spec *t = &s->t[i];
+    scps_table_spec_init(t);
+    snprintf(t->name, sizeof t->name, "t%02d", i);
+    t->vocabulary_size = 50 + 23 * i;
+    t->embedding_dim = 3 + (i * 5) % 14;
+    int type = i < 2 * N_TYPES ? i / 2 : 1;
+    scps_optimizer_spec_init(&t->optimizer, all_types[type]);
+    t->initializer.type = SCPS_INIT_UNIFORM;
+    t->initializer.scale = 0.1;
+    /* Pairs share an explicit stack; the last table is stacked automatically. */
+    if (i < 2 * N_TYPES) snprintf(t->stack, sizeof t->stack, "s_%s", scps_optimizer_name(all_types[type]));
+    scps_feature_spec *f = &s->f[i];
+    scps_feature_spec_init(f);
+    snprintf(f->name, sizeof f->name, "f%02d", i);
+    snprintf(f->table, sizeof f->table, "%s", t->name);
+    f->batch_size = 8;
+    f->valency = 2;
+    f->output_dim = t->embedding_dim;
+  }
+}
+
+typedef struct cluster {
+  scps_layout *layout;
+  int P;
+  scps_engine *e[MAX_P];
+} cluster;
+
+static int cluster_create(cluster *c, const specs *s, int P, int S) {
+  memset(c, 0, sizeof *c);
+  scps_topology topo = {P, S, 1 << 20};
+  scps_error err_, *err = &err_;
+  int rc = scps_layout_create(s->t, N_TABLES, s->f, N_TABLES, &topo, NULL, &c->layout, err);
+  CHECK_OK(rc, err);
+  for (int p = 0; !rc && p < P; p++) {
+    rc = scps_engine_create(c->layout, p, &c->e[p], err);
+    CHECK_OK(rc, err);
+    c->P = p + 1;
+  }
+  return rc;
+}
+
+static void cluster_destroy(cluster *c) {
+  for (int p = 0; p < c->P; p++) scps_engine_destroy(c->e[p]);
+  scps_layout_destroy(c->layout);
+  memset(c, 0, sizeof *c);
+}
+
+/* Overwrites every row and slot float (padding included) with distinct
+ * values, so that any misplaced row or column shows. */
+static void scramble(cluster *c, uint64_t seed) {
+  const scps_layout *l = c->layout;
+  for (int p = 0; p < c->P; p++)
+    for (int s = 0; s < l->n_stacks; s++)
+      for (int32_t ls = 0; ls < l->topology.sc_per_process; ls++) {
+        size_t n = (size_t)l->stacks[s].rows_per_sc * (size_t)l->stacks[s].dim;
+        int slots = scps_optimizer_num_slots(l->stacks[s].optimizer.type);
+        for (int k = -1; k < slots; k++) {
+          float *v = k < 0 ? scps_engine_shard(c->e[p], s, ls) : scps_engine_slot(c->e[p], s, ls, k);
+          for (size_t i = 0; i < n; i++) {
+            uint64_t x = seed ^ ((uint64_t)p << 56) ^ ((uint64_t)s << 48) ^ ((uint64_t)ls << 40) ^
+                         ((uint64_t)(k + 1) << 36) ^ i;
+            v[i] = (float)(scps_hash64(&x, sizeof x, 0) >> 40) * 0x1p-20f - 8.0f;
+          }
+        }
+      }
+}
+
+/* Every (table, id) row and its slots equal in both clusters. */
+static int compare_rows(const cluster *a, const cluster *b, const char *what) {
+  const scps_layout *la = a->layout, *lb = b->layout;
+  int bad = 0;
+  float ra[32], rb[32], sa[64], sb[64];
+  for (int t = 0; t < la->n_tables; t++) {
+    int d = la->table_specs[t].embedding_dim, ns = scps_optimizer_num_slots(la->table_specs[t].optimizer.type);
+    for (int64_t id = 0; id < la->table_specs[t].vocabulary_size; id++) {
+      int pa = scps_layout_process_of_sc(la, scps_layout_sc_of(la, t, id));
+      int pb = scps_layout_process_of_sc(lb, scps_layout_sc_of(lb, t, id));
+      scps_error err;
+      if (scps_engine_read_row(a->e[pa], t, id, ra, sa, &err) ||
+          scps_engine_read_row(b->e[pb], t, id, rb, sb, &err)) {
+        CHECKF(0, "%s: read_row: %s", what, err.msg);
+        return 1;
+      }
+      if (memcmp(ra, rb, sizeof(float) * (size_t)d) || memcmp(sa, sb, sizeof(float) * (size_t)(d * ns))) {
+        if (bad++ < 3) CHECKF(0, "%s: table %s id %lld differs", what, la->table_specs[t].name, (long long)id);
+      }
+    }
+  }
+  CHECKF(bad == 0, "%s: %d rows differ", what, bad);
+  return bad;
+}
+
+static void save_all(const cluster *c, const char *root, int64_t step, const scps_checkpoint_limits *lim) {
+  scps_error err_, *err = &err_;
+  for (int p = 0; p < c->P; p++) {
+    scps_checkpoint_stats st = {0};
+    CHECK_OK(scps_checkpoint_save(c->e[p], root, step, lim, &st, err), err);
+    CHECK(st.files == c->layout->n_stacks * c->layout->topology.sc_per_process && st.bytes > 0);
+  }
+}
+
+static int load_all(cluster *c, const char *dir, scps_error *err) {
+  scps_checkpoint *ck = NULL;
+  int rc = scps_checkpoint_open(dir, &ck, err);
+  for (int p = 0; !rc && p < c->P; p++) rc = scps_checkpoint_load(ck, c->e[p], NULL, err);
+  scps_checkpoint_close(ck);
+  return rc;
+}
+
+static const char *step_dir(const char *root, int64_t step) {
+  static char buf[512];
+  snprintf(buf, sizeof buf, "%s/step-%012lld", root, (long long)step);
+  return buf;
+}
+
+/* ---- tests ---- */
+
+static void test_same_topology_bitwise(const specs *s) {
+  cluster a, b;
+  if (cluster_create(&a, s, 2, 2) || cluster_create(&b, s, 2, 2)) goto out;
+  scramble(&a, 1);
+  const char *root = sub("same");
+  save_all(&a, root, 7, NULL);
+  scps_error err_, *err = &err_;
+  CHECK_OK(load_all(&b, step_dir(root, 7), err), err);
+  const scps_layout *l = a.layout;
+  for (int p = 0; p < 2; p++)
+    for (int st = 0; st < l->n_stacks; st++)
+      for (int32_t ls = 0; ls < 2; ls++) {
+        size_t n = (size_t)l->stacks[st].rows_per_sc * (size_t)l->stacks[st].dim * sizeof(float);
+        CHECKF(!memcmp(scps_engine_shard(a.e[p], st, ls), scps_engine_shard(b.e[p], st, ls), n),
+               "process %d stack %d sc %d rows", p, st, ls);
+        for (int k = 0; k < scps_optimizer_num_slots(l->stacks[st].optimizer.type); k++)
+          CHECKF(!memcmp(scps_engine_slot(a.e[p], st, ls, k), scps_engine_slot(b.e[p], st, ls, k), n),
+                 "process %d stack %d sc %d slot %d", p, st, ls, k);
+      }
+out:
+  cluster_destroy(&a);
+  cluster_destroy(&b);
+}
+
+static void test_reshard_round_trip(const specs *s) {
+  cluster a, b, c, d;
+  memset(&b, 0, sizeof b), memset(&c, 0, sizeof c), memset(&d, 0, sizeof d);
+  if (cluster_create(&a, s, 2, 2) || cluster_create(&b, s, 3, 1) || cluster_create(&c, s, 1, 4))
+    goto out;
+  scramble(&a, 2);
+  scps_error err_, *err = &err_;
+  const scps_layout *l = a.layout;
+  scps_checkpoint_limits *lim = calloc((size_t)l->n_stacks, sizeof *lim);
+  for (int st = 0; st < l->n_stacks; st++) {
+    snprintf(lim[st].stack, sizeof lim[st].stack, "%s", l->stacks[st].name);
+    lim[st].max_ids_per_partition = 1000 + st;
+    lim[st].max_unique_ids_per_partition = 500 + st;
+  }
+  const char *ra = sub("r2x2"), *rb = sub("r3x1");
+  save_all(&a, ra, 42, lim);
+  CHECK_OK(load_all(&b, step_dir(ra, 42), err), err);
+  compare_rows(&a, &b, "2x2 -> 3x1");
+  save_all(&b, rb, 42, NULL);
+  CHECK_OK(load_all(&c, step_dir(rb, 42), err), err);
+  compare_rows(&a, &c, "2x2 -> 3x1 -> 1x4");
+
+  /* Step, specs and the limits in force survive, by stack name. */
+  scps_checkpoint *ck = NULL;
+  CHECK_OK(scps_checkpoint_open(step_dir(ra, 42), &ck, err), err);
+  if (ck) {
+    CHECK(scps_checkpoint_step(ck) == 42);
+    CHECK(scps_checkpoint_topology(ck)->num_processes == 2);
+    for (int st = 0; st < l->n_stacks; st++) {
+      int32_t m = 0, u = 0;
+      CHECK_OK(scps_checkpoint_limits_of(ck, l->stacks[st].name, &m, &u), err);
+      CHECKF(m == 1000 + st && u == 500 + st, "stack %s limits %d %d", l->stacks[st].name, m, u);
+    }
+    CHECK(scps_checkpoint_limits_of(ck, "no such stack", &(int32_t){0}, &(int32_t){0}) == SCPS_ENOENT);
+    const scps_table_spec *t;
+    const scps_feature_spec *f;
+    int nt, nf;
+    scps_checkpoint_specs(ck, &t, &nt, &f, &nf);
+    char msg[512];
+    CHECKF(!scps_specs_diff(&l->topology, s->t, N_TABLES, s->f, N_TABLES, &l->topology, t, nt, f, nf,
+                            "test", "checkpoint", msg, sizeof msg), "%s", msg);
+    CHECK_OK(scps_checkpoint_verify(ck, NULL, err), err);
+    scps_checkpoint_close(ck);
+  }
+  /* Limits of the 3x1 save were the layout's own. */
+  CHECK_OK(scps_checkpoint_open(step_dir(rb, 42), &ck, err), err);
+  if (ck) {
+    int32_t m = 0, u = 0;
+    CHECK_OK(scps_checkpoint_limits_of(ck, b.layout->stacks[0].name, &m, &u), err);
+    CHECK(m == b.layout->stacks[0].max_ids_per_partition);
+    scps_checkpoint_close(ck);
+  }
+
+  /* The offline converter: 2x2 -> 1x4 under another root, same values and limits. */
+  scps_topology to = {1, 4, 1 << 20};
+  scps_checkpoint_stats cst = {0};
+  CHECK_OK(scps_checkpoint_convert(step_dir(ra, 42), &to, sub("conv"), &cst, err), err);
+  CHECK(cst.files > 0 && cst.bytes > 0);
+  if (cluster_create(&d, s, 1, 4) == 0) {
+    CHECK_OK(load_all(&d, step_dir(sub("conv"), 42), err), err);
+    compare_rows(&a, &d, "convert 2x2 -> 1x4");
+    CHECK_OK(scps_checkpoint_open(step_dir(sub("conv"), 42), &ck, err), err);
+    if (ck) {
+      int32_t m = 0, u = 0;
+      CHECK_OK(scps_checkpoint_limits_of(ck, l->stacks[1].name, &m, &u), err);
+      CHECK(m == 1001 && u == 501);
+      scps_checkpoint_close(ck);
+    }
+  }
+  /* Specs that differ are refused, naming the difference. */
+  specs other = *s;
+  other.t[14].optimizer.learning_rate *= 2;
+  cluster x;
+  if (cluster_create(&x, &other, 2, 2) == 0) {
+    CHECK(load_all(&x, step_dir(ra, 42), err) == SCPS_EMISMATCH);
+    CHECKF(strstr(err->msg, "t14") && strstr(err->msg, "learning_rate"), "%s", err->msg);
+  }
+  cluster_destroy(&x);
+  free(lim);
+out:
+  cluster_destroy(&a);
+  cluster_destroy(&b);
+  cluster_destroy(&c);
+  cluster_destroy(&d);
+}
+
+static void write_file(const char *path, const char *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  CHECK(f != NULL);
+  if (!f) return;
+  fwrite(data, 1, len, f);
+  fclose(f);
+}
+
+static char *read_file(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  fseek(f, 0, SEEK_END);
+  long n = ftell(f);
+  fseek(f, 0, SEEK_SET);
+  char *buf = malloc((size_t)n + 1);
+  *len = fread(buf, 1, (size_t)n, f);
+  buf[*len] = '\0';
+  fclose(f);
+  return buf;
+}
+
+/* Rewrites a manifest's checksum for its (edited) text, as a writer would. */
+static void reseal(char *text, size_t len) {
+  char *key = NULL, *p = text;
+  while ((p = strstr(p, "\"checksum\": \""))) key = p++;
+  if (!key) return;
+  char *digits = key + strlen("\"checksum\": \"");
+  memset(digits, '0', 16);
+  char hex[17];
+  snprintf(hex, sizeof hex, "%016" PRIx64, scps_hash64(text, len, 0));
+  memcpy(digits, hex, 16);
+}
+
+static void test_corruption(const specs *s) {
+  cluster a;
+  if (cluster_create(&a, s, 2, 2)) return;
+  scramble(&a, 3);
+  const char *root = sub("corrupt");
+  save_all(&a, root, 1, NULL);
+  const char *dir = step_dir(root, 1);
+  char dirc[512];
+  snprintf(dirc, sizeof dirc, "%s", dir);
+  scps_error err_, *err = &err_;
+  DIR *d = opendir(dirc);
+  CHECK(d != NULL);
+  int n_files = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d))) {
+    if (de->d_name[0] == '.') continue;
+    char path[1024];
+    snprintf(path, sizeof path, "%s/%s", dirc, de->d_name);
+    size_t len;
+    char *orig = read_file(path, &len);
+    if (!orig) continue;
+    n_files++;
+    /* A byte near the end and one in the middle, in turn. */
+    size_t where[2] = {len / 2, len - 3};
+    for (int w = 0; w < 2; w++) {
+      char *bad = malloc(len);
+      memcpy(bad, orig, len);
+      bad[where[w]] ^= 0x10;
+      write_file(path, bad, len);
+      free(bad);
+      int rc = load_all(&a, dirc, err);
+      CHECKF(rc == SCPS_ECORRUPT && strstr(err->msg, de->d_name), "flip in %s at %zu: rc %d: %s",
+             de->d_name, where[w], rc, err->msg);
+    }
+    /* Truncated: open refuses, naming it. */
+    write_file(path, orig, len - 1);
+    scps_checkpoint *ck = NULL;
+    int rc = scps_checkpoint_open(dirc, &ck, err);
+    CHECKF(rc == SCPS_ECORRUPT && strstr(err->msg, de->d_name), "truncated %s: rc %d: %s", de->d_name,
+           rc, err->msg);
+    scps_checkpoint_close(ck);
+    write_file(path, orig, len);
+    free(orig);
+  }
+  if (d) closedir(d);
+  CHECK(n_files == 2 + 2 * 2 * a.layout->n_stacks);
+  CHECK_OK(load_all(&a, dirc, err), err);
+
+  /* Manifests that are not JSON, or whose content is off (with a valid
+   * checksum), give clear errors and no huge allocation. */
+  char mpath[1024];
+  snprintf(mpath, sizeof mpath, "%s/manifest.p1.json", dirc);
+  size_t len;
+  char *orig = read_file(mpath, &len);
+  static const struct {
+    const char *from, *to;
+    int code;
+    const char *says;
+  } edits[] = {
+      {"{\"format\"", "[\"format\"", SCPS_EPARSE, "line 1"},
+      {"\"rows_per_sc\": ", "\"rows_per_sc\": 9999999999999", SCPS_EPARSE, "rows_per_sc"},
+      {"\"format\": 1", "\"format\": 7", SCPS_EPARSE, "format 7"},
+      {"\"step\": 1,", "\"step\": 2,", SCPS_EMISMATCH, "step"},
+      {".sc2.bin", ".sc0.bin", SCPS_EPARSE, "expected"},
+  };
+  for (size_t i = 0; orig && i < sizeof edits / sizeof edits[0]; i++) {
+    char *at = strstr(orig, edits[i].from);
+    CHECKF(at != NULL, "edit %zu: '%s' not in the manifest", i, edits[i].from);
+    if (!at) continue;
+    size_t nlen = len - strlen(edits[i].from) + strlen(edits[i].to);
+    char *ed = malloc(nlen + 1);
+    size_t pre = (size_t)(at - orig);
+    memcpy(ed, orig, pre);
+    memcpy(ed + pre, edits[i].to, strlen(edits[i].to));
+    memcpy(ed + pre + strlen(edits[i].to), at + strlen(edits[i].from), len - pre - strlen(edits[i].from));
+    ed[nlen] = '\0';
+    reseal(ed, nlen);
+    write_file(mpath, ed, nlen);
+    free(ed);
+    scps_checkpoint *ck = NULL;
+    int rc = scps_checkpoint_open(dirc, &ck, err);
+    CHECKF(rc == edits[i].code && strstr(err->msg, edits[i].says), "edit %zu: rc %d: %s", i, rc, err->msg);
+    scps_checkpoint_close(ck);
+  }
+  write_file(mpath, "not json", 8);
+  CHECK(scps_checkpoint_open(dirc, &(scps_checkpoint *){NULL}, err) == SCPS_ECORRUPT);
+  CHECKF(strstr(err->msg, "manifest.p1.json"), "%s", err->msg);
+  if (orig) write_file(mpath, orig, len);
+  free(orig);
+  /* A data file that is missing. */
+  char dpath[1024];
+  snprintf(dpath, sizeof dpath, "%s/0.sc3.bin", dirc);
+  char *data = read_file(dpath, &len);
+  unlink(dpath);
+  CHECK(scps_checkpoint_open(dirc, &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
+  CHECKF(strstr(err->msg, "0.sc3.bin"), "%s", err->msg);
+  if (data) write_file(dpath, data, len);
+  free(data);
+  CHECK_OK(load_all(&a, dirc, err), err);
+  cluster_destroy(&a);
+}
+
+static void test_latest_and_errors(const specs *s) {
+  cluster a;
+  if (cluster_create(&a, s, 2, 2)) return;
+  scramble(&a, 4);
+  scps_error err_, *err = &err_;
+  const char *root = sub("latest");
+  char path[512];
+  CHECK(scps_checkpoint_find_latest(root, path, sizeof path, err) == SCPS_ENOENT);
+  save_all(&a, root, 10, NULL);
+  scramble(&a, 5);
+  save_all(&a, root, 20, NULL);
+  CHECK_OK(scps_checkpoint_find_latest(root, path, sizeof path, err), err);
+  CHECKF(!strcmp(path, step_dir(root, 20)), "%s", path);
+  /* A crash before process 1's manifest: step 20 is incomplete. */
+  char m[600];
+  snprintf(m, sizeof m, "%s/manifest.p1.json", step_dir(root, 20));
+  CHECK(unlink(m) == 0);
+  CHECK_OK(scps_checkpoint_find_latest(root, path, sizeof path, err), err);
+  CHECKF(!strcmp(path, step_dir(root, 10)), "%s", path);
+  CHECK(scps_checkpoint_open(step_dir(root, 20), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
+  CHECKF(strstr(err->msg, "manifest.p1.json"), "%s", err->msg);
+
+  /* An unwritable place: a path through a regular file. */
+  write_file(sub("plainfile"), "x", 1);
+  char bad_root[600];
+  snprintf(bad_root, sizeof bad_root, "%s/ckpt", sub("plainfile"));
+  int rc = scps_checkpoint_save(a.e[0], bad_root, 1, NULL, NULL, err);
+  CHECKF(rc == SCPS_EIO && strstr(err->msg, sub("plainfile")), "rc %d: %s", rc, err->msg);
+
+  /* A file-size limit: the save fails with ENOSPC, leaves no temporaries and
+   * the previous checkpoint still loads. Forked: the limit is per process. */
+  const char *froot = sub("fsize");
+  save_all(&a, froot, 1, NULL);
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &rl);
+    scps_error e;
+    int r = scps_checkpoint_save(a.e[0], froot, 2, NULL, NULL, &e);
+    _exit(r == SCPS_ENOSPC && strstr(e.msg, ".bin") ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  DIR *d = opendir(step_dir(froot, 2));
+  int leftovers = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    if (de->d_name[0] != '.') leftovers++;
+  if (d) closedir(d);
+  CHECKF(leftovers == 0, "%d files left in the failed save's directory", leftovers);
+  CHECK_OK(scps_checkpoint_find_latest(froot, path, sizeof path, err), err);
+  CHECKF(!strcmp(path, step_dir(froot, 1)), "%s", path);
+  CHECK_OK(load_all(&a, path, err), err);
+  cluster_destroy(&a);
+}
+
+static void test_retain(const specs *s) {
+  cluster a;
+  if (cluster_create(&a, s, 1, 2)) return;
+  scps_error err_, *err = &err_;
+  const char *root = sub("retain");
+  for (int step = 1; step <= 6; step++) save_all(&a, root, step, NULL);
+  char m[600];
+  /* 3 and 6 incomplete: 3 is older than the newest complete one and goes;
+   * 6 may be a save in progress and stays. */
+  snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(root, 3));
+  unlink(m);
+  snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(root, 6));
+  unlink(m);
+  CHECK(scps_checkpoint_retain(root, 0, err) == SCPS_EINVAL);
+  CHECK_OK(scps_checkpoint_retain(root, 2, err), err);
+  struct stat st;
+  for (int step = 1; step <= 6; step++) {
+    bool want = step == 4 || step == 5 || step == 6;
+    CHECKF((stat(step_dir(root, step), &st) == 0) == want, "step %d %s", step, want ? "missing" : "kept");
+  }
+  char path[512];
+  CHECK_OK(scps_checkpoint_find_latest(root, path, sizeof path, err), err);
+  CHECKF(!strcmp(path, step_dir(root, 5)), "%s", path);
+  cluster_destroy(&a);
+}
+
+int main(void) {
+  snprintf(base_dir, sizeof base_dir, "%s/scps_ckpt_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (!mkdtemp(base_dir)) {
+    perror("mkdtemp");
+    return 1;
+  }
+  specs s;
+  make_specs(&s);
+  test_same_topology_bitwise(&s);
+  test_reshard_round_trip(&s);
+  test_corruption(&s);
+  test_latest_and_errors(&s);
+  test_retain(&s);
+  rm_tree(base_dir);
+  return scps_test_finish("test_checkpoint");
+}
