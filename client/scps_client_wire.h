@@ -13,20 +13,6 @@
  * little-endian arrays (scps.proto), which the encoder copies as they are. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "libscps writes its requests with memcpy and needs a little-endian host"
-/* One LookupResponse.stacks[i] (StackActivations), pointing into the
- * parsed buffer; data is not aligned. */
-typedef struct scps_wire_activations {
-  const char *stack;
-  size_t stack_len;
-  const uint8_t *data;
-  size_t len;
-} scps_wire_activations;
-
-/* Parses a LookupResponse of n bytes: fills out[0..max-1] and returns the
- * number of stacks it holds (which may exceed max), or -1 if the bytes are
- * not a valid encoding. Unknown fields are skipped, as protobuf requires. */
-int scps_wire_parse_lookup_response(const uint8_t *p, size_t n, scps_wire_activations *out, int max);
-
 #endif
 
 #define SCPS_WIRE_FINGERPRINT_BYTES 32
