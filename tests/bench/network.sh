@@ -3,9 +3,11 @@
 #   tests/bench/network.sh [--workload FILE] [--processes P] [--batches K]
 # Builds (Release, -march=native) in build-bench/, starts P scps-server
 # processes on 127.0.0.1 serving the workload (2 SparseCores each), times
-# lookup and train steps through libscps (scps-bench-client), runs
-# shared/anchors/torch_embeddingbag.py on the same workload, prints the
-# figures and ratios and writes build-bench/bench-network.json.
+# lookup and train steps through libscps (scps-bench-client) with float32
+# activations and gradients on the wire, then again with bfloat16 (labelled;
+# tests/integration/trainer_converges.sh shows what it does to a model's
+# loss), runs shared/anchors/torch_embeddingbag.py on the same workload,
+# prints the figures and ratios and writes build-bench/bench-network.json.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -36,26 +38,35 @@ servers=$SCPS_CLUSTER_SERVERS
 tmp=$SCPS_CLUSTER_DIR
 
 echo "network.sh: $(basename "$workload"), $processes server process(es) x 2 SparseCores, $batches batches" >&2
-"$build/tests/bench/scps-bench-client" --servers "$servers" --workload "$workload" --mode lookup --batches "$batches" >"$tmp/lookup.json"
-"$build/tests/bench/scps-bench-client" --servers "$servers" --workload "$workload" --mode train --batches "$batches" >"$tmp/train.json"
+for fmt in float32 bfloat16; do
+  for m in lookup train; do
+    "$build/tests/bench/scps-bench-client" --servers "$servers" --workload "$workload" --mode $m \
+      --batches "$batches" --wire-format $fmt >"$tmp/$m-$fmt.json"
+  done
+done
 /usr/bin/python3 "$shared/anchors/torch_embeddingbag.py" "$workload" --mode lookup train --steps "$batches" >"$tmp/torch.json"
 
 /usr/bin/python3 - "$tmp" "$build/bench-network.json" "$processes" <<'PY'
 import json, sys
 tmp, out, procs = sys.argv[1], sys.argv[2], int(sys.argv[3])
-scps = {m: json.load(open(f"{tmp}/{m}.json")) for m in ("lookup", "train")}
+fmts = ("float32", "bfloat16")
+scps = {(m, f): json.load(open(f"{tmp}/{m}-{f}.json")) for m in ("lookup", "train") for f in fmts}
 torch = {}
 for line in open(f"{tmp}/torch.json"):
     r = json.loads(line)
     torch[r["mode"]] = r
-print(f"{'':28s} {'samples/s':>12s} {'ms/batch':>10s} {'ratio':>8s}")
+print(f"{'':36s} {'samples/s':>12s} {'ms/batch':>10s} {'ratio':>8s}")
 rows = {}
 for m in ("lookup", "train"):
-    t, s = torch[m], scps[m]
-    ratio = s["samples_per_s"] / t["samples_per_s"]
-    rows[m] = {"torch": t, "scps": s, "ratio": ratio}
-    print(f"{'torch EmbeddingBag ' + m:28s} {t['samples_per_s']:12.0f} {t['ms_per_batch_median']:10.3f} {1.0:8.3f}")
-    print(f"{'scps ' + m + f' ({procs} proc)':28s} {s['samples_per_s']:12.0f} {s['ms_per_batch_median']:10.3f} {ratio:8.3f}")
-print("targets (issue 4): lookup >= 0.5x, train >= 2x PyTorch in-process")
+    t = torch[m]
+    rows[m] = {"torch": t}
+    print(f"{'torch EmbeddingBag ' + m:36s} {t['samples_per_s']:12.0f} {t['ms_per_batch_median']:10.3f} {1.0:8.3f}")
+    for f in fmts:
+        s = scps[(m, f)]
+        ratio = s["samples_per_s"] / t["samples_per_s"]
+        rows[m][f] = {"scps": s, "ratio": ratio}
+        label = f"scps {m} ({procs} proc, {f} wire)"
+        print(f"{label:36s} {s['samples_per_s']:12.0f} {s['ms_per_batch_median']:10.3f} {ratio:8.3f}")
+print("targets (issue 4): lookup >= 0.5x, train >= 2x PyTorch in-process (float32 wire)")
 json.dump(rows, open(out, "w"), indent=1)
 PY
