@@ -92,9 +92,11 @@ struct scps_batch {
   /* Reused from batch to batch, so steady-state steps allocate nothing
    * large (see scps_client_buf.h). */
   scps_client_buf **lookup_buf; /* [server] backs lookup[server] */
-  scps_client_buf **reply_buf;  /* [server] that server's last LookupResponse */
   scps_client_buf **grad_buf;   /* [n_stacks] gradients sent by the last apply */
-  scps_wire_activations *parsed; /* [server * n_stacks] reply_buf's stacks, by slot */
+  /* A lookup's replies as gRPC received them, merged from there and let go
+   * by the merge: copying them out first would cost a pass per byte. */
+  scps_slices *reply;           /* [server] */
+  scps_wire_activations *parsed; /* [server * n_stacks] reply's stacks, by slot */
 };
 
 struct rpc {
@@ -365,34 +367,27 @@ static void run_due_retries(scps_client *c) {
   }
 }
 
-/* Copies a LookupResponse into the server's reply buffer of the batch,
- * parses it in place and checks it against the stacks the request listed;
- * the merge then reads the activations where they lie. */
-static int read_lookup_reply(rpc *r, grpc_byte_buffer_reader *rd) {
+/* Keeps a LookupResponse's slices in the batch and checks its stacks
+ * against those the request listed; the merge then reads the activations
+ * where gRPC put them. */
+static int read_lookup_reply(rpc *r) {
   op *o = r->op;
   scps_client *c = o->c;
   scps_batch *b = o->b;
   const scps_layout *l = c->layout;
   int p = r->server, ns = l->n_stacks;
-  size_t n = grpc_byte_buffer_length(r->response);
-  uint8_t *buf = scps_client_buf_reserve(&b->reply_buf[p], n);
-  if (!buf)
-    return scps_error_set(&r->err, SCPS_ENOMEM, "server %d (%s): Lookup: no memory for a %zu-byte response", p,
-                          addr_of(c, p), n);
-  size_t at = 0;
-  grpc_slice s;
-  while (grpc_byte_buffer_reader_next(rd, &s)) {
-    size_t len = GRPC_SLICE_LENGTH(s);
-    if (len > n - at) len = n - at;
-    memcpy(buf + at, GRPC_SLICE_START_PTR(s), len);
-    at += len;
-    grpc_slice_unref(s);
-  }
+  scps_slices *m = &b->reply[p];
+  scps_slices_free(m);
+  int rc = scps_slices_init(m, r->response);
+  if (rc)
+    return scps_error_set(&r->err, rc == SCPS_ENOMEM ? SCPS_ENOMEM : SCPS_EIO,
+                          "server %d (%s): Lookup: cannot read a %zu-byte response", p, addr_of(c, p),
+                          grpc_byte_buffer_length(r->response));
   scps_wire_activations *acts = &b->parsed[(size_t)p * (size_t)ns];
-  int got = scps_wire_parse_lookup_response(buf, at, acts, ns);
+  int got = scps_wire_parse_lookup_response(m, acts, ns);
   if (got < 0)
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup: response of %zu bytes is not a valid "
-                          "scps.v1.LookupResponse", p, addr_of(c, p), at);
+                          "scps.v1.LookupResponse", p, addr_of(c, p), m->total);
   if (got != b->n_sent[p])
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answered %d stacks for a request of %d", p,
                           addr_of(c, p), got, b->n_sent[p]);
@@ -402,9 +397,12 @@ static int read_lookup_reply(rpc *r, grpc_byte_buffer_reader *rd) {
     const scps_wire_activations *a = &acts[k];
     const scps_stack_layout *sl = &l->stacks[st];
     size_t want = (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes;
-    if (a->stack_len != strlen(sl->name) || memcmp(a->stack, sl->name, a->stack_len))
+    uint8_t name[SCPS_STACK_NAME_MAX];
+    size_t shown = a->stack_len < sizeof name ? a->stack_len : sizeof name;
+    const uint8_t *got_name = scps_slices_span(m, a->stack_off, shown, name);
+    if (a->stack_len != strlen(sl->name) || memcmp(got_name, sl->name, a->stack_len))
       return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answer stacks[%d] is '%.*s', requested '%s'",
-                            p, addr_of(c, p), k, (int)(a->stack_len > 64 ? 64 : a->stack_len), a->stack, sl->name);
+                            p, addr_of(c, p), k, (int)shown, (const char *)got_name, sl->name);
     if (a->len != want)
       return scps_error_set(&r->err, SCPS_EIO,
                             "server %d (%s): Lookup answer for stack '%s' holds %zu bytes of activations, "
@@ -424,15 +422,11 @@ static int read_reply(rpc *r) {
   if (!r->response)
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: OK without a response message", r->server,
                           addr_of(c, r->server), method_names[o->method]);
+  if (o->method == M_LOOKUP) return read_lookup_reply(r);
   grpc_byte_buffer_reader rd;
   if (!grpc_byte_buffer_reader_init(&rd, r->response))
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: unreadable response", r->server,
                           addr_of(c, r->server), method_names[o->method]);
-  if (o->method == M_LOOKUP) {
-    int rc = read_lookup_reply(r, &rd);
-    grpc_byte_buffer_reader_destroy(&rd);
-    return rc;
-  }
   grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
   grpc_byte_buffer_reader_destroy(&rd);
   ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
@@ -531,12 +525,16 @@ static int op_wait(op *o, bool *checkpoint_due, scps_error *err) {
 
 /* ------------------------------------------------------------- results */
 
-/* Sums the servers' partials in process order and cuts out each feature. */
+/* Sums the servers' partials in process order and cuts out each feature,
+ * reading each row where it lies in the received slices (a row split
+ * between two slices is gathered into tmp first). */
 static void merge_activations(op *o) {
   const scps_client *c = o->c;
   const scps_layout *l = c->layout;
   const scps_batch *b = o->b;
   int ns = l->n_stacks;
+  const size_t vb = c->value_bytes;
+  uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
   for (int f = 0; f < l->n_features; f++) {
     const scps_feature_layout *fl = &l->features[f];
     const scps_stack_layout *sl = &l->stacks[fl->stack];
@@ -547,13 +545,13 @@ static void merge_activations(op *o) {
     for (int p = 0; p < c->n; p++) {
       int k = b->slot[p * ns + fl->stack];
       if (k < 0) continue;
-      /* The activations lie unaligned in the reply buffer: read them by
-       * memcpy, which compiles to plain (vector) loads. */
-      size_t vb = c->value_bytes;
-      const uint8_t *src = b->parsed[p * ns + k].data + (size_t)fl->sample_offset * dim * vb;
-      for (size_t r = 0; r < rows; r++) {
+      const scps_slices *m = &b->reply[p];
+      size_t at = b->parsed[p * ns + k].off + (size_t)fl->sample_offset * dim * vb;
+      for (size_t r = 0; r < rows; r++, at += dim * vb) {
         float *restrict d = dst + r * width;
-        const uint8_t *restrict s = src + r * dim * vb;
+        /* Unaligned in the slices: read by memcpy, which compiles to plain
+         * (vector) loads. */
+        const uint8_t *restrict s = scps_slices_span(m, at, width * vb, tmp);
         if (vb == 2 && first) {
           scps_bf16_decode(s, d, width);
         } else if (vb == 2) {
@@ -604,8 +602,11 @@ static int op_result(op *o, scps_error *err) {
       if (first < 0) first = i;
       failures++;
     }
+  if (o->method == M_LOOKUP) {
+    if (first < 0) merge_activations(o);
+    for (int p = 0; p < o->n_rpcs; p++) scps_slices_free(&o->b->reply[p]);
+  }
   if (first < 0) {
-    if (o->method == M_LOOKUP) merge_activations(o);
     if (o->method == M_CHECKPOINT && o->result) checkpoint_summary(o, o->result);
     return 0;
   }
@@ -1019,11 +1020,11 @@ int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err) {
   b->n_sent = calloc(n, sizeof *b->n_sent);
   b->stack_used = calloc(ns, sizeof *b->stack_used);
   b->lookup_buf = calloc(n, sizeof *b->lookup_buf);
-  b->reply_buf = calloc(n, sizeof *b->reply_buf);
+  b->reply = calloc(n, sizeof *b->reply);
   b->grad_buf = calloc(ns, sizeof *b->grad_buf);
   b->parsed = calloc(n * ns, sizeof *b->parsed);
   if (!b->lookup || !b->parts_off || !b->parts_len || !b->slot || !b->n_sent || !b->stack_used || !b->lookup_buf ||
-      !b->reply_buf || !b->grad_buf || !b->parsed) {
+      !b->reply || !b->grad_buf || !b->parsed) {
     scps_batch_destroy(b);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
@@ -1050,10 +1051,10 @@ void scps_batch_destroy(scps_batch *b) {
   free(b->n_sent);
   free(b->stack_used);
   for (int p = 0; b->lookup_buf && p < b->c->n; p++) scps_client_buf_release(&b->lookup_buf[p]);
-  for (int p = 0; b->reply_buf && p < b->c->n; p++) scps_client_buf_release(&b->reply_buf[p]);
+  for (int p = 0; b->reply && p < b->c->n; p++) scps_slices_free(&b->reply[p]);
   for (int st = 0; b->grad_buf && st < b->c->layout->n_stacks; st++) scps_client_buf_release(&b->grad_buf[st]);
   free(b->lookup_buf);
-  free(b->reply_buf);
+  free(b->reply);
   free(b->grad_buf);
   free(b->parsed);
   free(b);

@@ -71,8 +71,3 @@ void *scps_client_buf_lend(scps_client_buf **slot, size_t len, grpc_slice *out) 
   *out = grpc_slice_new_with_user_data(b->data, len, buf_returned, b);
   return b->data;
 }
-
-void *scps_client_buf_reserve(scps_client_buf **slot, size_t len) {
-  scps_client_buf *b = buf_idle(slot, len);
-  return b ? b->data : NULL;
-}

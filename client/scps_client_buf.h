@@ -21,8 +21,4 @@ void *scps_client_buf_lend(scps_client_buf **slot, size_t len, grpc_slice *out);
  * its last reference. *slot becomes NULL. */
 void scps_client_buf_release(scps_client_buf **slot);
 
-/* A buffer of at least len bytes kept in *slot for the owner's own use (not
- * lent), grown as needed; NULL when out of memory. */
-void *scps_client_buf_reserve(scps_client_buf **slot, size_t len);
-
 #endif

@@ -2,8 +2,6 @@
 
 #include <string.h>
 
-/* Protobuf wire types. */
-enum { WT_VARINT = 0, WT_I64 = 1, WT_LEN = 2, WT_I32 = 5 };
 
 static inline uint8_t tag(int field, int wire_type) { return (uint8_t)(field << 3 | wire_type); }
 
@@ -28,7 +26,7 @@ uint8_t *scps_wire_put_varint(uint8_t *p, uint64_t v) {
 static size_t len_field_size(size_t len) { return 1 + scps_wire_varint_size(len) + len; }
 
 static uint8_t *put_len_field(uint8_t *p, int field, const void *data, size_t len) {
-  *p++ = tag(field, WT_LEN);
+  *p++ = tag(field, SCPS_WT_LEN);
   p = scps_wire_put_varint(p, len);
   if (len) memcpy(p, data, len);
   return p + len;
@@ -58,7 +56,7 @@ size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, 
 /* One of rows, samples, gains: the S partitions' arrays back to back. */
 static uint8_t *put_entries(uint8_t *p, int field, const scps_coo *const *coo, int n_sc, size_t n,
                             int which) {
-  *p++ = tag(field, WT_LEN);
+  *p++ = tag(field, SCPS_WT_LEN);
   p = scps_wire_put_varint(p, 4 * n);
   for (int k = 0; k < n_sc; k++) {
     const void *src = which == 0 ? (const void *)coo[k]->rows
@@ -74,7 +72,7 @@ uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo 
                                   int n_sc) {
   size_t n = entry_count(coo, n_sc);
   p = put_len_field(p, 1, stack, strlen(stack));
-  *p++ = tag(2, WT_LEN);
+  *p++ = tag(2, SCPS_WT_LEN);
   p = scps_wire_put_varint(p, offsets_body_size(coo, n_sc));
   size_t total = 0;
   p = scps_wire_put_varint(p, 0);
@@ -97,7 +95,7 @@ size_t scps_wire_view_size(int32_t process_index) {
 
 uint8_t *scps_wire_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index) {
   p = put_len_field(p, 1, fingerprint, SCPS_WIRE_FINGERPRINT_BYTES);
-  *p++ = tag(2, WT_VARINT);
+  *p++ = tag(2, SCPS_WT_VARINT);
   return scps_wire_put_varint(p, int_varint(process_index));
 }
 
@@ -105,7 +103,7 @@ size_t scps_wire_format_size(int format) { return format ? 1 + scps_wire_varint_
 
 static uint8_t *put_format(uint8_t *p, int field, int format) {
   if (!format) return p;
-  *p++ = tag(field, WT_VARINT);
+  *p++ = tag(field, SCPS_WT_VARINT);
   return scps_wire_put_varint(p, (uint64_t)format);
 }
 
@@ -115,15 +113,15 @@ uint8_t *scps_wire_put_apply_format(uint8_t *p, int format) { return put_format(
 size_t scps_wire_lookup_stack_prefix_size(size_t len) { return 1 + scps_wire_varint_size(len); }
 
 uint8_t *scps_wire_put_lookup_stack_prefix(uint8_t *p, size_t len) {
-  *p++ = tag(3, WT_LEN);
+  *p++ = tag(3, SCPS_WT_LEN);
   return scps_wire_put_varint(p, len);
 }
 
 uint8_t *scps_wire_put_step(uint8_t *p, int64_t step, double learning_rate) {
-  *p++ = tag(3, WT_VARINT);
+  *p++ = tag(3, SCPS_WT_VARINT);
   p = scps_wire_put_varint(p, int_varint(step));
   if (learning_rate >= 0) {
-    *p++ = tag(4, WT_I64);
+    *p++ = tag(4, SCPS_WT_I64);
     memcpy(p, &learning_rate, 8);
     p += 8;
   }
@@ -132,76 +130,49 @@ uint8_t *scps_wire_put_step(uint8_t *p, int64_t step, double learning_rate) {
 
 uint8_t *scps_wire_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len) {
   size_t body = len_field_size(parts_len) + len_field_size(grads_len);
-  *p++ = tag(5, WT_LEN);
+  *p++ = tag(5, SCPS_WT_LEN);
   p = scps_wire_put_varint(p, body);
-  *p++ = tag(1, WT_LEN);
+  *p++ = tag(1, SCPS_WT_LEN);
   return scps_wire_put_varint(p, parts_len);
 }
 
 uint8_t *scps_wire_put_gradients_prefix(uint8_t *p, size_t grads_len) {
-  *p++ = tag(2, WT_LEN);
+  *p++ = tag(2, SCPS_WT_LEN);
   return scps_wire_put_varint(p, grads_len);
 }
 
-/* Reads a varint at *p (< end); NULL if truncated or longer than 10 bytes. */
-static const uint8_t *get_varint(const uint8_t *p, const uint8_t *end, uint64_t *v) {
-  uint64_t x = 0;
-  for (int shift = 0; shift < 70 && p < end; shift += 7) {
-    uint8_t b = *p++;
-    x |= (uint64_t)(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      *v = x;
-      return p;
-    }
-  }
-  return NULL;
+/* The extent of a length-delimited field whose key was just read. */
+static int field_extent(scps_slices *m, size_t limit, size_t *off, size_t *len) {
+  if (scps_slices_len(m, limit, len)) return -1;
+  *off = m->pos;
+  return scps_slices_read(m, NULL, *len) ? -1 : 0;
 }
 
-/* Reads one field's key and, for length-delimited fields, its extent;
- * other wire types are skipped. NULL on a malformed field. */
-static const uint8_t *get_field(const uint8_t *p, const uint8_t *end, uint64_t *field, int *wire_type,
-                                const uint8_t **data, size_t *len) {
-  uint64_t key, v;
-  if (!(p = get_varint(p, end, &key)) || key >> 3 == 0) return NULL;
-  *field = key >> 3;
-  *wire_type = (int)(key & 7);
-  switch (*wire_type) {
-  case WT_VARINT: return get_varint(p, end, &v);
-  case WT_I64: return end - p >= 8 ? p + 8 : NULL;
-  case WT_I32: return end - p >= 4 ? p + 4 : NULL;
-  case WT_LEN:
-    if (!(p = get_varint(p, end, &v)) || v > (uint64_t)(end - p)) return NULL;
-    *data = p;
-    *len = (size_t)v;
-    return p + v;
-  default: return NULL;
-  }
-}
-
-int scps_wire_parse_lookup_response(const uint8_t *p, size_t n, scps_wire_activations *out, int max) {
-  const uint8_t *end = p + n;
+int scps_wire_parse_lookup_response(scps_slices *m, scps_wire_activations *out, int max) {
   int count = 0;
-  while (p < end) {
-    uint64_t field;
+  scps_slices_seek(m, 0);
+  while (m->pos < m->total) {
+    uint32_t field;
     int wt;
-    const uint8_t *body = NULL;
-    size_t body_len = 0;
-    if (!(p = get_field(p, end, &field, &wt, &body, &body_len))) return -1;
-    if (field != 1) continue;
-    if (wt != WT_LEN || count == INT32_MAX) return -1;
-    scps_wire_activations a = {"", 0, NULL, 0};
-    const uint8_t *q = body, *qend = body + body_len;
-    while (q < qend) {
-      const uint8_t *d = NULL;
-      size_t len = 0;
-      if (!(q = get_field(q, qend, &field, &wt, &d, &len))) return -1;
-      if ((field == 1 || field == 2) && wt != WT_LEN) return -1;
+    if (scps_slices_key(m, &field, &wt)) return -1;
+    if (field != 1) {
+      if (scps_slices_skip_field(m, wt, m->total)) return -1;
+      continue;
+    }
+    size_t body, body_len;
+    if (wt != SCPS_WT_LEN || count == INT32_MAX || field_extent(m, m->total, &body, &body_len)) return -1;
+    scps_wire_activations a = {0, 0, 0, 0};
+    const size_t end = body + body_len;
+    scps_slices_seek(m, body);
+    while (m->pos < end) {
+      if (scps_slices_key(m, &field, &wt)) return -1;
+      if ((field == 1 || field == 2) && wt != SCPS_WT_LEN) return -1;
       if (field == 1) {
-        a.stack = (const char *)d;
-        a.stack_len = len;
+        if (field_extent(m, end, &a.stack_off, &a.stack_len)) return -1;
       } else if (field == 2) {
-        a.data = d;
-        a.len = len;
+        if (field_extent(m, end, &a.off, &a.len)) return -1;
+      } else if (scps_slices_skip_field(m, wt, end)) {
+        return -1;
       }
     }
     if (count < max) out[count] = a;

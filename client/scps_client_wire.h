@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "scps_coo.h"
+#include "scps_slices.h"
 
 /* The requests carry rows, samples, gains and gradients as raw
  * little-endian arrays (scps.proto), which the encoder copies as they are. */
@@ -59,18 +60,17 @@ uint8_t *scps_wire_put_step(uint8_t *p, int64_t step, double learning_rate);
 uint8_t *scps_wire_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len);
 uint8_t *scps_wire_put_gradients_prefix(uint8_t *p, size_t grads_len);
 
-/* One LookupResponse.stacks[i] (StackActivations), pointing into the
- * parsed buffer; data is not aligned. */
+/* One LookupResponse.stacks[i] (StackActivations): where its stack name
+ * and activations lie in the received message. */
 typedef struct scps_wire_activations {
-  const char *stack;
-  size_t stack_len;
-  const uint8_t *data;
-  size_t len;
+  size_t stack_off, stack_len;
+  size_t off, len;
 } scps_wire_activations;
 
-/* Parses a LookupResponse of n bytes: fills out[0..max-1] and returns the
- * number of stacks it holds (which may exceed max), or -1 if the bytes are
- * not a valid encoding. Unknown fields are skipped, as protobuf requires. */
-int scps_wire_parse_lookup_response(const uint8_t *p, size_t n, scps_wire_activations *out, int max);
+/* Parses a LookupResponse held as slices: fills out[0..max-1] and returns
+ * the number of stacks it holds (which may exceed max), or -1 if the bytes
+ * are not a valid encoding. Unknown fields are skipped, as protobuf
+ * requires. */
+int scps_wire_parse_lookup_response(scps_slices *m, scps_wire_activations *out, int max);
 
 #endif

@@ -70,7 +70,8 @@ static void cluster_lookup(cluster *c, const scps_prep *prep, int st, float *out
   const scps_stack_layout *sl = &c->layout->stacks[st];
   memset(out, 0, sizeof(float) * (size_t)(sl->total_sample_count * sl->dim));
   for (int32_t sc = 0; sc < c->layout->num_sc; sc++)
-    scps_engine_lookup(c->engines[sc / S], st, sc % S, scps_prep_coo(prep, st, sc), out);
+    scps_engine_lookup(c->engines[sc / S], st, sc % S, scps_prep_coo(prep, st, sc), 0, (uint32_t)sl->total_sample_count,
+                       out);
 }
 
 static void log_change(void *ctx, const scps_fdo_change *c) {

@@ -320,7 +320,7 @@ out:
 
 /* Checks one StackPartitions against the layout and turns it into per
  * SparseCore COO views. Returns a gRPC status; msg names field and value. */
-static grpc_status_code check_partitions(scps_call *c, const Scps__V1__StackPartitions *sp, const char *field,
+static grpc_status_code check_partitions(scps_call *c, const scps_req_partitions *sp, const char *field,
                                          call_stack *cs, char *msg, size_t len) {
   scps_server *s = c->srv;
   const scps_layout *l = s->layout;
@@ -406,12 +406,12 @@ out:
   free(last);
 }
 
-grpc_status_code scps_check_view(scps_call *c, ProtobufCBinaryData fp, int32_t process_index, char *msg,
-                                   size_t len) {
+grpc_status_code scps_check_view(scps_call *c, const uint8_t *fp, size_t fp_len, int32_t process_index,
+                                 char *msg, size_t len) {
   scps_server *s = c->srv;
-  if (fp.len != sizeof s->fingerprint || memcmp(fp.data, s->fingerprint, sizeof s->fingerprint)) {
+  if (fp_len != sizeof s->fingerprint || memcmp(fp, s->fingerprint, sizeof s->fingerprint)) {
     char a[13], b[13];
-    hex12(fp.data, fp.len, a);
+    hex12(fp, fp_len, a);
     hex12(s->fingerprint, sizeof s->fingerprint, b);
     snprintf(msg, len,
              "config_fingerprint '%s' is not this cluster's '%s': the client was built for another "
@@ -439,21 +439,36 @@ static bool duplicate_stack(const scps_call *c, int upto, int stack) {
   return false;
 }
 
-/* Once the drain has timed out, the calls are cancelled: queued Lookups
+/* The samples [*first, *end) of a stack that SparseCore worker k gathers. */
+static void sample_slice(int64_t total, int32_t S, int32_t k, uint32_t *first, uint32_t *end) {
+  *first = (uint32_t)(total * k / S);
+  *end = (uint32_t)(total * (k + 1) / S);
+}
+
+/* A gang job (scps_pipeline.h): worker k writes only its slice of every
+ * stack's activations, reading all local SparseCores' rows for it, so the
+ * process's partial is built once, without a block per SparseCore to zero
+ * and sum. Per sample the SparseCores are accumulated in order, as an
+ * in-process engine does.
+ *
+ * Once the drain has timed out, the calls are cancelled: queued Lookups
  * are answered without being computed, so the process exits after the drain
  * time, not after the backlog. Queued ApplyGradients still run whole. */
-static void lookup_sc(scps_job *job, int32_t sc) {
+static void lookup_sc(scps_job *job, int32_t k) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
   if (atomic_load(&s->cancelling)) return;
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
-    size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
-    float *out = cs->partial + block * (size_t)sc;
-    memset(out, 0, block * sizeof(float));
-    scps_engine_lookup(s->engine, cs->stack, sc, &cs->coo[sc], out);
-    atomic_fetch_add(&s->sc_stats[cs->stack * s->S + sc].ids_looked_up, (long long)cs->coo[sc].n);
+    const size_t dim = (size_t)sl->dim;
+    uint32_t first, end;
+    sample_slice(sl->total_sample_count, s->S, k, &first, &end);
+    memset(cs->act + first * dim, 0, (end - first) * dim * sizeof(float));
+    for (int32_t j = 0; j < s->S; j++) scps_engine_lookup(s->engine, cs->stack, j, &cs->coo[j], first, end, cs->act);
+    if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16)
+      scps_bf16_encode(cs->act + first * dim, cs->encoded + first * dim * 2, (end - first) * dim);
+    atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);
   }
 }
 
@@ -488,7 +503,7 @@ static size_t varint_len(uint64_t v) {
 /* LookupResponse written by hand so the activations go out without a copy:
  * per stack a small slice with the protobuf framing (stacks = 1,
  * StackActivations.stack = 1, .activations = 2) and a slice that points at
- * the merged partial itself. */
+ * the activations themselves. */
 static void lookup_tc(scps_job *job) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
@@ -512,15 +527,9 @@ static void lookup_tc(scps_job *job) {
     call_stack *cs = &c->stacks[i];
     const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
     size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
-    for (int k = 1; k < s->S; k++) {
-      const float *restrict p = cs->partial + block * (size_t)k;
-      float *restrict o = cs->partial;
-      for (size_t j = 0; j < block; j++) o[j] += p[j];
-    }
     size_t name_len = strlen(sl->name), act_len = block * sizeof(float);
-    void *act = cs->partial;
+    void *act = cs->act;
     if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
-      scps_bf16_encode(cs->partial, cs->encoded, block);
       act = cs->encoded;
       act_len = block * 2;
     }
@@ -555,22 +564,44 @@ static grpc_status_code check_format(scps_call *c, int format, const char *field
   return GRPC_STATUS_OK;
 }
 
-/* Floats of scratch one Lookup stack needs: a partial per SparseCore, then
- * room for the bfloat16 encoding of the merged one. */
+/* Floats of scratch one Lookup stack needs: its activations, then room for
+ * their bfloat16 encoding. */
 static size_t lookup_scratch(const scps_call *c, int stack) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[stack];
   size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
   size_t bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : 0;
-  return block * (size_t)c->srv->S + bf16;
+  return block + bf16;
+}
+
+/* Decodes the call's Lookup or ApplyGradients request into c->req; on
+ * failure answers the call and returns false. */
+static bool read_data_request(scps_call *c, scps_request_kind kind) {
+  char msg[512];
+  if (!c->payload) {
+    snprintf(msg, sizeof msg, "%s: no request message received", scps_method_names[c->method]);
+    scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    return false;
+  }
+  int rc = scps_request_decode(c->payload, kind, &c->req, msg, sizeof msg);
+  c->bytes_in = c->req.bytes;
+  if (rc) {
+    char full[600];
+    snprintf(full, sizeof full, "%s: %s", scps_method_names[c->method], msg);
+    scps_call_finish(c, rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT, full,
+                     NULL, 0);
+    return false;
+  }
+  return true;
 }
 
 static void handle_lookup(scps_call *c) {
   scps_server *s = c->srv;
-  Scps__V1__LookupRequest *req = (Scps__V1__LookupRequest *)scps_read_request(c, &scps__v1__lookup_request__descriptor);
-  if (!req) return;
+  if (!read_data_request(c, SCPS_REQUEST_LOOKUP)) return;
+  const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
-  grpc_status_code st = scps_check_view(c, req->config_fingerprint, req->process_index, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK) st = check_format(c, (int)req->activation_format, "activation_format", msg, sizeof msg);
+  grpc_status_code st = scps_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
+                                        req->process_index, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = check_format(c, (int)req->format, "activation_format", msg, sizeof msg);
   if (st == GRPC_STATUS_OK && alloc_stacks(c, req->n_stacks)) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory", NULL, 0);
     return;
@@ -578,9 +609,9 @@ static void handle_lookup(scps_call *c) {
   size_t scratch = 0;
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
-    st = check_partitions(c, req->stacks[i], field, &c->stacks[i], msg, sizeof msg);
+    st = check_partitions(c, &req->stacks[i].partitions, field, &c->stacks[i], msg, sizeof msg);
     if (st == GRPC_STATUS_OK && duplicate_stack(c, (int)i, c->stacks[i].stack)) {
-      snprintf(msg, sizeof msg, "%s.stack: stack '%s' listed twice", field, req->stacks[i]->stack);
+      snprintf(msg, sizeof msg, "%s.stack: stack '%s' listed twice", field, req->stacks[i].partitions.stack);
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
     if (st == GRPC_STATUS_OK) scratch += lookup_scratch(c, c->stacks[i].stack);
@@ -598,14 +629,15 @@ static void handle_lookup(scps_call *c) {
   for (int i = 0; i < c->n_stacks; i++) {
     const scps_stack_layout *sl = &s->layout->stacks[c->stacks[i].stack];
     size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
-    c->stacks[i].partial = c->scratch + off;
-    c->stacks[i].encoded = (uint8_t *)(c->scratch + off + block * (size_t)s->S);
+    c->stacks[i].act = c->scratch + off;
+    c->stacks[i].encoded = (uint8_t *)(c->scratch + off + block);
     off += lookup_scratch(c, c->stacks[i].stack);
     record_partition_stats(s, &c->stacks[i]);
   }
   c->job.sc_fn = lookup_sc;
   c->job.tc_fn = lookup_tc;
   c->job.data = c;
+  c->job.gang = true;
   scps_pipeline_submit(s->pipeline, &c->job);
 }
 
@@ -634,7 +666,7 @@ static void apply_tc(scps_job *job) {
 }
 
 /* wide: room for n floats when the gradients come as bfloat16. */
-static grpc_status_code check_gradients(scps_call *c, const Scps__V1__StackGradients *sg, const char *field,
+static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, const char *field,
                                         call_stack *cs, float *wide, char *msg, size_t len) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
   size_t n = (size_t)sl->total_sample_count * (size_t)sl->dim;
@@ -651,7 +683,15 @@ static grpc_status_code check_gradients(scps_call *c, const Scps__V1__StackGradi
     scps_bf16_decode(sg->gradients.data, wide, n);
     g = wide;
   }
-  for (size_t i = 0; i < n; i++)
+  /* All exponent bits set is NaN or infinity: one branch-free pass over
+   * megabytes, and a second one only to name the first bad value. */
+  uint32_t nonfinite = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &g[i], sizeof u);
+    nonfinite |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+  }
+  for (size_t i = 0; nonfinite && i < n; i++)
     if (!isfinite(g[i])) {
       snprintf(msg, len, "%s.gradients: element %zu (sample %zu, column %zu) is %g; gradients must be finite",
                field, i, i / (size_t)sl->dim, i % (size_t)sl->dim, g[i]);
@@ -663,21 +703,21 @@ static grpc_status_code check_gradients(scps_call *c, const Scps__V1__StackGradi
 
 static void handle_apply(scps_call *c) {
   scps_server *s = c->srv;
-  Scps__V1__ApplyGradientsRequest *req =
-      (Scps__V1__ApplyGradientsRequest *)scps_read_request(c, &scps__v1__apply_gradients_request__descriptor);
-  if (!req) return;
+  if (!read_data_request(c, SCPS_REQUEST_APPLY)) return;
+  const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
-  grpc_status_code st = scps_check_view(c, req->config_fingerprint, req->process_index, msg, sizeof msg);
+  grpc_status_code st = scps_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
+                                        req->process_index, msg, sizeof msg);
   if (st == GRPC_STATUS_OK && req->step < 0) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
-  bool has_lr = req->learning_rate_present_case == SCPS__V1__APPLY_GRADIENTS_REQUEST__LEARNING_RATE_PRESENT_LEARNING_RATE;
+  bool has_lr = req->has_learning_rate;
   if (st == GRPC_STATUS_OK && has_lr && !(isfinite(req->learning_rate) && req->learning_rate >= 0)) {
     snprintf(msg, sizeof msg, "learning_rate %g: must be finite and >= 0", req->learning_rate);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (st == GRPC_STATUS_OK) st = check_format(c, (int)req->gradient_format, "gradient_format", msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = check_format(c, (int)req->format, "gradient_format", msg, sizeof msg);
   if (st == GRPC_STATUS_OK && alloc_stacks(c, req->n_stacks)) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory", NULL, 0);
     return;
@@ -687,7 +727,7 @@ static void handle_apply(scps_call *c) {
    * server allocate more than twice its message. */
   if (st == GRPC_STATUS_OK && c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
     size_t values = 0;
-    for (size_t i = 0; i < req->n_stacks; i++) values += req->stacks[i]->gradients.len / 2;
+    for (size_t i = 0; i < req->n_stacks; i++) values += req->stacks[i].gradients.len / 2;
     c->scratch = malloc(sizeof(float) * (values ? values : 1));
     if (!c->scratch) {
       scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
@@ -697,17 +737,17 @@ static void handle_apply(scps_call *c) {
   size_t wide_at = 0;
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
-    const Scps__V1__StackGradients *sg = req->stacks[i];
-    if (!sg->partitions) {
+    const scps_req_stack *sg = &req->stacks[i];
+    if (!sg->has_partitions) {
       snprintf(msg, sizeof msg, "%s.partitions: missing", field);
       st = GRPC_STATUS_INVALID_ARGUMENT;
       break;
     }
     snprintf(field, sizeof field, "stacks[%zu].partitions", i);
-    st = check_partitions(c, sg->partitions, field, &c->stacks[i], msg, sizeof msg);
+    st = check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg);
     snprintf(field, sizeof field, "stacks[%zu]", i);
     if (st == GRPC_STATUS_OK && duplicate_stack(c, (int)i, c->stacks[i].stack)) {
-      snprintf(msg, sizeof msg, "%s: stack '%s' listed twice", field, sg->partitions->stack);
+      snprintf(msg, sizeof msg, "%s: stack '%s' listed twice", field, sg->partitions.stack);
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
     if (st == GRPC_STATUS_OK) {

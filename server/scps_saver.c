@@ -184,7 +184,8 @@ void scps_saver_handle(scps_call *c) {
       (Scps__V1__CheckpointRequest *)scps_read_request(c, &scps__v1__checkpoint_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX + 128];
-  grpc_status_code st = scps_check_view(c, req->config_fingerprint, req->process_index, msg, sizeof msg);
+  grpc_status_code st = scps_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
+                                        req->process_index, msg, sizeof msg);
   if (st == GRPC_STATUS_OK && req->step < 0) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;

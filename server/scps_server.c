@@ -30,6 +30,7 @@ static void call_free(scps_call *c) {
   if (c->payload) grpc_byte_buffer_destroy(c->payload);
   if (c->response) grpc_byte_buffer_destroy(c->response);
   if (c->request) protobuf_c_message_free_unpacked(c->request, NULL);
+  scps_request_free(&c->req);
   free(c->stacks);
   free(c->scratch);
   free(c);

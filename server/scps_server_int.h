@@ -11,6 +11,7 @@
 #include "scps.pb-c.h"
 #include "scps_engine.h"
 #include "scps_pipeline.h"
+#include "scps_request.h"
 #include "scps_saver.h"
 #include "scps_server.h"
 
@@ -98,13 +99,13 @@ struct scps_call {
   size_t bytes_in;
 
   /* Set by handlers; released with the call. */
-  ProtobufCMessage *request;
+  ProtobufCMessage *request; /* small requests, protobuf-c's */
+  scps_request req;          /* Lookup and ApplyGradients */
   scps_job job;
   int n_stacks;
   struct call_stack *stacks;
-  float *scratch;           /* Lookup: partial activations, one block per stack and SparseCore,
-                             * then the bfloat16 encoding; ApplyGradients: widened bfloat16
-                             * gradients */
+  float *scratch;           /* Lookup: each stack's activations and their bfloat16 encoding;
+                             * ApplyGradients: widened bfloat16 gradients */
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
   scps_step step;
@@ -116,8 +117,8 @@ typedef struct call_stack {
   int stack;
   scps_coo coo[64];         /* per local SparseCore; arrays point into the request */
   const float *grads;       /* ApplyGradients only */
-  float *partial;           /* Lookup: S blocks of total_sample_count x dim */
-  uint8_t *encoded;         /* Lookup in bfloat16: the merged partial as sent */
+  float *act;               /* Lookup: total_sample_count x dim, the process's partial */
+  uint8_t *encoded;         /* Lookup in bfloat16: act as sent */
 } call_stack;
 
 #define SCPS_MAX_SC_PER_PROCESS 64
@@ -149,8 +150,8 @@ ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescript
 
 /* Checks a data request's config_fingerprint and process_index; fills msg
  * and returns FAILED_PRECONDITION when the client's view differs. */
-grpc_status_code scps_check_view(scps_call *c, ProtobufCBinaryData fp, int32_t process_index, char *msg,
-                                 size_t len);
+grpc_status_code scps_check_view(scps_call *c, const uint8_t *fp, size_t fp_len, int32_t process_index,
+                                 char *msg, size_t len);
 
 /* Runs the method of a newly arrived call (on its completion-queue thread). */
 void scps_handle_call(scps_call *c);

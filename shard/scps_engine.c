@@ -228,20 +228,38 @@ static inline void prefetch_row(const float *p, size_t dim, int write) {
   }
 }
 
+/* Entries are taken LOOKUP_CHUNK at a time: those in the sample range are
+ * listed first (branch-free), so the gather below prefetches only rows it
+ * will read; a caller whose range is a slice of the samples would otherwise
+ * pull in the other slices' rows too. */
+#define LOOKUP_CHUNK 1024
+
 void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
-                        float *out) {
+                        uint32_t first, uint32_t end, float *out) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const float *rows = shard_of(e, stack, local_sc)->rows;
-  const size_t n = coo->n;
-  for (size_t i = 0; i < n; i++) {
-    if (i + PREFETCH_AHEAD < n) {
-      prefetch_row(rows + (size_t)coo->rows[i + PREFETCH_AHEAD] * dim, dim, 0);
-      prefetch_row(out + (size_t)coo->samples[i + PREFETCH_AHEAD] * dim, dim, 1);
+  const uint32_t span = end > first ? end - first : 0;
+  uint32_t idx[LOOKUP_CHUNK];
+  for (size_t base = 0; base < coo->n; base += LOOKUP_CHUNK) {
+    const size_t lim = coo->n - base < LOOKUP_CHUNK ? coo->n - base : LOOKUP_CHUNK;
+    const uint32_t *samples = coo->samples + base;
+    size_t m = 0;
+    for (size_t i = 0; i < lim; i++) {
+      idx[m] = (uint32_t)(base + i);
+      m += samples[i] - first < span;
     }
-    const float *restrict r = rows + (size_t)coo->rows[i] * dim;
-    float *restrict o = out + (size_t)coo->samples[i] * dim;
-    const float g = coo->gains[i];
-    for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
+    for (size_t j = 0; j < m; j++) {
+      if (j + PREFETCH_AHEAD < m) {
+        const uint32_t a = idx[j + PREFETCH_AHEAD];
+        prefetch_row(rows + (size_t)coo->rows[a] * dim, dim, 0);
+        prefetch_row(out + (size_t)coo->samples[a] * dim, dim, 1);
+      }
+      const uint32_t i = idx[j];
+      const float *restrict r = rows + (size_t)coo->rows[i] * dim;
+      float *restrict o = out + (size_t)coo->samples[i] * dim;
+      const float g = coo->gains[i];
+      for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
+    }
   }
 }
 
@@ -253,8 +271,7 @@ void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_
   shard *sh = shard_of(e, stack, local_sc);
   scps_opt_step ost;
   scps_optimizer_prepare(&st->optimizer, step, &ost);
-  /* Stack dims are bounded by the spec limit (4096) rounded to 8. */
-  float g[4096] __attribute__((aligned(64)));
+  float g[SCPS_DIM_MAX] __attribute__((aligned(64))); /* a stack's dim: the largest table's, rounded to 8 */
   size_t i = 0;
   while (i < coo->n) {
     const uint32_t row = coo->rows[i];

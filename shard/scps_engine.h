@@ -31,11 +31,15 @@ int32_t scps_engine_process_index(const scps_engine *e);
 int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                           scps_error *err);
 
-/* out[sample * dim + c] += gain * row[c] for every entry; out is the stack's
- * [total_sample_count x dim] partial activation, zeroed by the caller. The
- * partition must have passed scps_engine_check_coo. */
+/* out[sample * dim + c] += gain * row[c] for every entry whose sample lies
+ * in [first, end); out is the stack's [total_sample_count x dim] activation
+ * buffer (indexed by sample, so callers splitting the samples share one).
+ * Accumulating several SparseCores' partitions into the same out, in
+ * SparseCore order, gives the process's partial activations. The partition
+ * must have passed scps_engine_check_coo. Only reads the SparseCore's
+ * memory. */
 void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
-                        float *out);
+                        uint32_t first, uint32_t end, float *out);
 
 /* For each distinct row of the partition: g = sum of gain * grads[sample],
  * then the stack's optimizer applied once; untouched rows and slots are not

@@ -32,6 +32,8 @@ struct scps_pipeline {
   worker *workers;
   int32_t started;
   pthread_mutex_t submit_mu;
+  pthread_mutex_t gang_mu; /* with gang_cv: workers waiting at a gang barrier */
+  pthread_cond_t gang_cv;
 };
 
 static int64_t now_ns(void) {
@@ -113,14 +115,31 @@ static void queue_stop(queue *q) {
   pthread_mutex_unlock(&q->mu);
 }
 
+/* One barrier of a gang job: the last worker to arrive wakes the others.
+ * The acq_rel decrement orders every worker's reads before the barrier
+ * with every worker's writes after it. */
+static void gang_wait(scps_pipeline *p, atomic_int *left) {
+  if (atomic_fetch_sub_explicit(left, 1, memory_order_acq_rel) == 1) {
+    pthread_mutex_lock(&p->gang_mu);
+    pthread_cond_broadcast(&p->gang_cv);
+    pthread_mutex_unlock(&p->gang_mu);
+    return;
+  }
+  pthread_mutex_lock(&p->gang_mu);
+  while (atomic_load_explicit(left, memory_order_acquire) > 0) pthread_cond_wait(&p->gang_cv, &p->gang_mu);
+  pthread_mutex_unlock(&p->gang_mu);
+}
+
 static void *sc_main(void *arg) {
   worker *w = arg;
   queue *q = &w->p->sc[w->index];
   scps_job *job;
   while ((job = queue_pop(q))) {
+    if (job->gang) gang_wait(w->p, &job->gang_in);
     int64_t t0 = now_ns();
     job->sc_fn(job, w->index);
     queue_account(q, now_ns() - t0);
+    if (job->gang) gang_wait(w->p, &job->gang_out);
     if (atomic_fetch_sub(&job->pending, 1) == 1) queue_push(&w->p->tc, job);
   }
   return NULL;
@@ -148,6 +167,8 @@ void scps_pipeline_destroy(scps_pipeline *p) {
   for (int32_t i = 0; i < p->n_sc; i++) queue_free(&p->sc[i]);
   queue_free(&p->tc);
   pthread_mutex_destroy(&p->submit_mu);
+  pthread_mutex_destroy(&p->gang_mu);
+  pthread_cond_destroy(&p->gang_cv);
   free(p->sc);
   free(p->workers);
   free(p);
@@ -163,6 +184,8 @@ int scps_pipeline_create(int32_t n_sc, int32_t n_tc, scps_pipeline **out, scps_e
   p->n_sc = n_sc;
   p->n_tc = n_tc;
   pthread_mutex_init(&p->submit_mu, NULL);
+  pthread_mutex_init(&p->gang_mu, NULL);
+  pthread_cond_init(&p->gang_cv, NULL);
   p->sc = calloc((size_t)n_sc, sizeof *p->sc);
   p->workers = calloc((size_t)(n_sc + n_tc), sizeof *p->workers);
   int rc = p->sc && p->workers ? queue_init(&p->tc) : SCPS_ENOMEM;
@@ -189,6 +212,8 @@ void scps_pipeline_submit(scps_pipeline *p, scps_job *job) {
     return;
   }
   atomic_store(&job->pending, p->n_sc);
+  atomic_store(&job->gang_in, p->n_sc);
+  atomic_store(&job->gang_out, p->n_sc);
   /* Holding every SparseCore lock while pushing keeps the per-SparseCore
    * orders consistent with one global submission order. */
   pthread_mutex_lock(&p->submit_mu);

@@ -5,6 +5,7 @@
 #define SCPS_PIPELINE_H
 
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "scps_error.h"
@@ -17,13 +18,22 @@ typedef void (*scps_sc_fn)(scps_job *job, int32_t local_sc);
  * pipeline does not touch the job afterwards, so it may free it. */
 typedef void (*scps_tc_fn)(scps_job *job);
 
-/* Caller-owned; fill sc_fn (NULL: no SparseCore part), tc_fn and data, then
- * submit. pending is the pipeline's. */
+/* Caller-owned; fill sc_fn (NULL: no SparseCore part), tc_fn, data and
+ * gang, then submit. The rest is the pipeline's.
+ *
+ * A gang job's sc_fn runs on every SparseCore worker at once: no worker
+ * starts it before all have finished their earlier jobs, and none goes on
+ * before all have finished it. So while it runs nothing writes any
+ * SparseCore's memory, and it may read all of them (a lookup split by
+ * samples rather than by SparseCore). Other jobs touch only their own
+ * worker's SparseCore. */
 struct scps_job {
   scps_sc_fn sc_fn;
   scps_tc_fn tc_fn;
   void *data;
+  bool gang;
   atomic_int pending;
+  atomic_int gang_in, gang_out; /* workers yet to arrive at each barrier */
 };
 
 typedef struct scps_pipeline scps_pipeline;

@@ -292,7 +292,6 @@ static int check_initializer(const char *t, const scps_initializer_spec *in, scp
 /* Vocabularies are bounded so that any local row fits the 32-bit row field of
  * a COO partition even on a single SparseCore. */
 #define SCPS_VOCAB_MAX ((int64_t)1 << 31)
-#define SCPS_DIM_MAX 4096
 #define SCPS_BATCH_MAX (1 << 26)
 
 int scps_specs_validate(const scps_table_spec *tables, int n_tables,

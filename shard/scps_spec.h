@@ -10,6 +10,8 @@
 #include "scps_error.h"
 
 #define SCPS_NAME_MAX 128
+/* Largest embedding_dim a table may declare (stack dims round it up to 8). */
+#define SCPS_DIM_MAX 4096
 
 typedef enum scps_combiner {
   SCPS_COMBINER_SUM = 0,

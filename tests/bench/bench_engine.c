@@ -1,5 +1,5 @@
 /* bench_engine: in-process engine throughput on a workload file: lookup
- * (gathers into per-thread partials, then their sum) and the fused update.
+ * (each thread gathers its slice of the samples) and the fused update.
  *
  *   scps-bench-engine --workload FILE [--threads T] [--batches K]
  *                     [--topology PxS] [--seed N] [--anchor-ids-per-s X]
@@ -8,9 +8,9 @@
  * K batches are generated and preprocessed before anything is timed. Each
  * thread owns whole SparseCores (global SparseCore g belongs to thread g % T),
  * so every shard has a single writer and no phase takes a lock. Per batch:
- *   lookup = zero the thread's partials, gather every owned SparseCore's
- *            partition into them, barrier, sum the partials into one
- *            [samples x dim] buffer per stack (each thread a slice), barrier;
+ *   lookup = zero the thread's slice of the samples of one [samples x dim]
+ *            buffer per stack and gather every SparseCore's partition
+ *            into it (as a server's SparseCore workers do together), barrier;
  *   update = every owned SparseCore aggregates its gradients per touched row
  *            and applies the stack's optimizer, barrier.
  * Figures are medians over the K timed batches; ids/s counts the ids of the
@@ -66,7 +66,6 @@ typedef struct worker {
   bench *b;
   int index;
   pthread_t thread;
-  float **partials; /* [n_stacks], each [total_sample_count x dim] */
 } worker;
 
 struct bench {
@@ -79,6 +78,7 @@ struct bench {
   int n_batches;
   batch *batches;
   float **grads;  /* [n_stacks], each [total_sample_count x dim] */
+  float **acts;   /* [n_stacks], each [total_sample_count x dim] */
   worker *workers;
   pthread_barrier_t barrier;
   /* Start gate: workers wait here until every thread exists, so a failed
@@ -87,7 +87,7 @@ struct bench {
   pthread_cond_t gate_cv;
   int gate; /* 0 closed, 1 run, -1 quit */
   /* Written by worker 0 only, read after the join. */
-  double *gather_ms, *lookup_ms, *update_ms; /* [batches] */
+  double *lookup_ms, *update_ms; /* [batches] */
 };
 
 static double now_s(void) {
@@ -306,34 +306,18 @@ static int prepare_batches(bench *b, double *prep_ms, scps_error *err) {
   return rc;
 }
 
-static void lookup_gather(worker *wk, const batch *bt) {
-  bench *b = wk->b;
-  for (int s = 0; s < b->n_stacks; s++) {
-    const scps_stack_layout *st = &b->layout->stacks[s];
-    memset(wk->partials[s], 0, sizeof(float) * (size_t)st->total_sample_count * (size_t)st->dim);
-    for (int32_t sc = wk->index; sc < b->num_sc; sc += b->opt.threads)
-      scps_engine_lookup(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
-                         &bt->parts[s * b->num_sc + sc].coo, wk->partials[s]);
-  }
-}
-
-/* Sums every worker's partial into worker 0's, which becomes the stack's
- * activation; each thread takes a cache-line-aligned slice. */
-static void lookup_reduce(worker *wk) {
+static void lookup(worker *wk, const batch *bt) {
   bench *b = wk->b;
   const int T = b->opt.threads;
   for (int s = 0; s < b->n_stacks; s++) {
     const scps_stack_layout *st = &b->layout->stacks[s];
-    size_t n = (size_t)st->total_sample_count * (size_t)st->dim;
-    size_t lines = (n + 15) / 16;
-    size_t lo = lines * (size_t)wk->index / (size_t)T * 16;
-    size_t hi = lines * (size_t)(wk->index + 1) / (size_t)T * 16;
-    if (hi > n) hi = n;
-    float *restrict dst = b->workers[0].partials[s];
-    for (int t = 1; t < T; t++) {
-      const float *restrict src = b->workers[t].partials[s];
-      for (size_t i = lo; i < hi; i++) dst[i] += src[i];
-    }
+    const size_t dim = (size_t)st->dim;
+    uint32_t first = (uint32_t)(st->total_sample_count * wk->index / T);
+    uint32_t end = (uint32_t)(st->total_sample_count * (wk->index + 1) / T);
+    memset(b->acts[s] + first * dim, 0, sizeof(float) * (end - first) * dim);
+    for (int32_t sc = 0; sc < b->num_sc; sc++)
+      scps_engine_lookup(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
+                         &bt->parts[s * b->num_sc + sc].coo, first, end, b->acts[s]);
   }
 }
 
@@ -359,21 +343,15 @@ static void *worker_main(void *arg) {
     const batch *bt = &b->batches[k < 0 ? 0 : k];
     pthread_barrier_wait(&b->barrier);
     double t0 = now_s();
-    lookup_gather(wk, bt);
+    lookup(wk, bt);
     pthread_barrier_wait(&b->barrier);
     double t1 = now_s();
-    if (b->opt.threads > 1) {
-      lookup_reduce(wk);
-      pthread_barrier_wait(&b->barrier);
-    }
-    double t2 = now_s();
     update(wk, bt, k + 1);
     pthread_barrier_wait(&b->barrier);
-    double t3 = now_s();
+    double t2 = now_s();
     if (wk->index == 0 && k >= 0) {
-      b->gather_ms[k] = (t1 - t0) * 1e3;
-      b->lookup_ms[k] = (t2 - t0) * 1e3;
-      b->update_ms[k] = (t3 - t2) * 1e3;
+      b->lookup_ms[k] = (t1 - t0) * 1e3;
+      b->update_ms[k] = (t2 - t1) * 1e3;
     }
   }
   return NULL;
@@ -402,18 +380,16 @@ static int alloc_buffers(bench *b, scps_error *err) {
       b->grads[s][i] = ((float)(x >> 40) * 0x1.0p-24f - 0.5f) * 1e-3f;
     }
   }
+  b->acts = calloc((size_t)b->n_stacks, sizeof *b->acts);
+  if (!b->acts) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  for (int s = 0; s < b->n_stacks; s++) {
+    const scps_stack_layout *st = &b->layout->stacks[s];
+    b->acts[s] = alloc_floats((size_t)st->total_sample_count * (size_t)st->dim);
+    if (!b->acts[s]) return scps_error_set(err, SCPS_ENOMEM, "out of memory for activations");
+  }
   for (int t = 0; t < b->opt.threads; t++) {
-    worker *wk = &b->workers[t];
-    wk->b = b;
-    wk->index = t;
-    wk->partials = calloc((size_t)b->n_stacks, sizeof *wk->partials);
-    if (!wk->partials) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
-    for (int s = 0; s < b->n_stacks; s++) {
-      const scps_stack_layout *st = &b->layout->stacks[s];
-      wk->partials[s] = alloc_floats((size_t)st->total_sample_count * (size_t)st->dim);
-      if (!wk->partials[s])
-        return scps_error_set(err, SCPS_ENOMEM, "out of memory for partial activations");
-    }
+    b->workers[t].b = b;
+    b->workers[t].index = t;
   }
   return 0;
 }
@@ -437,15 +413,11 @@ static int make_layout(bench *b, scps_error *err) {
 }
 
 static void bench_free(bench *b) {
-  if (b->workers)
-    for (int t = 0; t < b->opt.threads; t++) {
-      for (int s = 0; b->workers[t].partials && s < b->n_stacks; s++)
-        free(b->workers[t].partials[s]);
-      free(b->workers[t].partials);
-    }
   free(b->workers);
   for (int s = 0; b->grads && s < b->n_stacks; s++) free(b->grads[s]);
   free(b->grads);
+  for (int s = 0; b->acts && s < b->n_stacks; s++) free(b->acts[s]);
+  free(b->acts);
   for (int k = 0; b->batches && k < b->n_batches; k++)
     batch_free(&b->batches[k], b->n_stacks * b->num_sc);
   free(b->batches);
@@ -453,7 +425,6 @@ static void bench_free(bench *b) {
   free(b->engines);
   scps_layout_destroy(b->layout);
   scps_workload_destroy(b->w);
-  free(b->gather_ms);
   free(b->lookup_ms);
   free(b->update_ms);
 }
@@ -515,11 +486,10 @@ static int run(bench *b, scps_error *err) {
   double init_s = now_s() - t0;
 
   b->batches = calloc((size_t)b->n_batches, sizeof *b->batches);
-  b->gather_ms = calloc((size_t)b->n_batches, sizeof(double));
   b->lookup_ms = calloc((size_t)b->n_batches, sizeof(double));
   b->update_ms = calloc((size_t)b->n_batches, sizeof(double));
   double *prep_ms = calloc((size_t)b->n_batches, sizeof(double));
-  if (!b->batches || !b->gather_ms || !b->lookup_ms || !b->update_ms || !prep_ms) {
+  if (!b->batches || !b->lookup_ms || !b->update_ms || !prep_ms) {
     free(prep_ms);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
@@ -563,10 +533,8 @@ static int run(bench *b, scps_error *err) {
                           o->threads);
 
   char extra[256], names[128];
-  double gather = median(b->gather_ms, b->n_batches);
-  snprintf(extra, sizeof extra,
-           ", \"gather_ms_median\": %.3f, \"coo_entries_per_batch\": %.0f, \"stacks\": %d", gather,
-           entries, b->n_stacks);
+  snprintf(extra, sizeof extra, ", \"coo_entries_per_batch\": %.0f, \"stacks\": %d", entries,
+           b->n_stacks);
   print_phase(b, "lookup", median(b->lookup_ms, b->n_batches), ids, extra);
   snprintf(extra, sizeof extra, ", \"optimizer\": \"%s\", \"rows_touched_per_batch\": %.0f",
            optimizer_names(b->layout, names), rows);

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <grpc/grpc.h>
+
 #include "scps.pb-c.h"
 #include "scps_client_wire.h"
 #include "scps_test.h"
@@ -180,6 +182,32 @@ static size_t pack_response(uint8_t **out, int n, const float *data, size_t per,
   return pre + len;
 }
 
+/* The response as gRPC may hand it over: cut into slices (a new cut every
+ * `every` bytes, 0: one slice), parsed with the slices kept in *m. */
+static int parse_sliced(const uint8_t *buf, size_t len, size_t every, scps_slices *m, scps_wire_activations *a,
+                        int max) {
+  grpc_slice s[64];
+  size_t n = 0;
+  for (size_t at = 0; at < len && n < 64; n++) {
+    size_t k = every && n < 63 ? every : len - at;
+    if (k > len - at) k = len - at;
+    s[n] = grpc_slice_from_copied_buffer((const char *)buf + at, k);
+    at += k;
+  }
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(s, n);
+  for (size_t i = 0; i < n; i++) grpc_slice_unref(s[i]);
+  int rc = scps_slices_init(m, bb);
+  grpc_byte_buffer_destroy(bb);
+  return rc ? -2 : scps_wire_parse_lookup_response(m, a, max);
+}
+
+static int parse(const uint8_t *buf, size_t len, scps_wire_activations *a, int max) {
+  scps_slices m;
+  int n = parse_sliced(buf, len, 7, &m, a, max);
+  scps_slices_free(&m);
+  return n;
+}
+
 static void test_lookup_response(void) {
   float data[4 * 64];
   for (int i = 0; i < 4 * 64; i++) data[i] = (float)i * 0.5f - 3.0f;
@@ -187,21 +215,28 @@ static void test_lookup_response(void) {
     uint8_t *buf;
     size_t len = pack_response(&buf, 3, data, 64, unknown);
     scps_wire_activations a[4];
-    int n = scps_wire_parse_lookup_response(buf, len, a, 4);
-    CHECKF(n == 3, "%d stacks", n);
-    for (int i = 0; i < n && i < 3; i++) {
-      char want[16];
-      snprintf(want, sizeof want, "stack_%d", i);
-      CHECK(a[i].stack_len == strlen(want) && !memcmp(a[i].stack, want, a[i].stack_len));
-      CHECK(a[i].len == 64 * sizeof(float) && !memcmp(a[i].data, data + i * 64, a[i].len));
+    for (size_t every = 0; every < 100; every += 33) {
+      scps_slices m;
+      int n = parse_sliced(buf, len, every, &m, a, 4);
+      CHECKF(n == 3, "%d stacks", n);
+      for (int i = 0; i < n && i < 3; i++) {
+        char want[16];
+        uint8_t tmp[64 * sizeof(float)];
+        snprintf(want, sizeof want, "stack_%d", i);
+        CHECK(a[i].stack_len == strlen(want) && !memcmp(scps_slices_span(&m, a[i].stack_off, a[i].stack_len, tmp),
+                                                        want, a[i].stack_len));
+        CHECK(a[i].len == 64 * sizeof(float) &&
+              !memcmp(scps_slices_span(&m, a[i].off, a[i].len, tmp), data + i * 64, a[i].len));
+      }
+      scps_slices_free(&m);
     }
     /* Fewer slots than stacks: the count still says how many there are. */
-    CHECK(scps_wire_parse_lookup_response(buf, len, a, 1) == 3);
+    CHECK(parse(buf, len, a, 1) == 3);
     /* Every truncation is malformed except at a field boundary of the top
      * level, which a decoder cannot tell from a shorter message. */
     int bad = 0;
     for (size_t cut = 1; cut < len; cut++)
-      if (scps_wire_parse_lookup_response(buf, cut, a, 4) < 0) bad++;
+      if (parse(buf, cut, a, 4) < 0) bad++;
     CHECKF(bad >= (int)len - 1 - 3 - (unknown ? 4 : 0), "%d of %zu truncations refused", bad, len - 1);
     free(buf);
   }
@@ -213,15 +248,16 @@ static void test_lookup_response(void) {
   static const uint8_t past_end[] = {1 << 3 | 2, 9, 1 << 3 | 2, 0};
   static const uint8_t group[] = {1 << 3 | 3};
   scps_wire_activations a[1];
-  CHECK(scps_wire_parse_lookup_response(wrong_type, sizeof wrong_type, a, 1) == -1);
-  CHECK(scps_wire_parse_lookup_response(field_zero, sizeof field_zero, a, 1) == -1);
-  CHECK(scps_wire_parse_lookup_response(long_varint, sizeof long_varint, a, 1) == -1);
-  CHECK(scps_wire_parse_lookup_response(past_end, sizeof past_end, a, 1) == -1);
-  CHECK(scps_wire_parse_lookup_response(group, sizeof group, a, 1) == -1);
-  CHECK(scps_wire_parse_lookup_response(NULL, 0, a, 1) == 0);
+  CHECK(parse(wrong_type, sizeof wrong_type, a, 1) == -1);
+  CHECK(parse(field_zero, sizeof field_zero, a, 1) == -1);
+  CHECK(parse(long_varint, sizeof long_varint, a, 1) == -1);
+  CHECK(parse(past_end, sizeof past_end, a, 1) == -1);
+  CHECK(parse(group, sizeof group, a, 1) == -1);
+  CHECK(parse(NULL, 0, a, 1) == 0);
 }
 
 int main(void) {
+  grpc_init();
   test_varints();
   test_lookup_response();
   test_lookup_request(0);
@@ -230,5 +266,6 @@ int main(void) {
   test_apply_request(0, -1.0);
   test_apply_request(7, 0.0);
   test_apply_request((int64_t)1 << 40, 0.125);
+  grpc_shutdown();
   return scps_test_finish("test_client_wire");
 }

@@ -105,9 +105,9 @@ static float bf16_round(float f) {
   return f;
 }
 
-/* What a server computes for a stack (its SparseCores' blocks summed in
- * order, rounded to bfloat16 if that is the wire format) and what a client
- * makes of it (processes summed in order). */
+/* What a server computes for a stack (its SparseCores' entries accumulated
+ * in order, rounded to bfloat16 if that is the wire format) and what a
+ * client makes of it (processes summed in order). */
 static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_error *err) {
   int rc = scps_prep_run(r->prep, in, err);
   if (rc) return rc;
@@ -115,14 +115,12 @@ static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_e
   for (int st = 0; st < l->n_stacks; st++) {
     const scps_stack_layout *sl = &l->stacks[st];
     size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
-    float *sum = calloc(block, sizeof(float)), *blk = malloc(sizeof(float) * block * (size_t)r->S);
+    float *sum = calloc(block, sizeof(float)), *blk = malloc(sizeof(float) * block);
     for (int p = 0; p < r->P; p++) {
-      for (int k = 0; k < r->S; k++) {
-        memset(blk + block * (size_t)k, 0, block * sizeof(float));
-        scps_engine_lookup(r->eng[p], st, k, scps_prep_coo(r->prep, st, p * r->S + k), blk + block * (size_t)k);
-      }
-      for (int k = 1; k < r->S; k++)
-        for (size_t j = 0; j < block; j++) blk[j] += blk[block * (size_t)k + j];
+      memset(blk, 0, block * sizeof(float));
+      for (int k = 0; k < r->S; k++)
+        scps_engine_lookup(r->eng[p], st, k, scps_prep_coo(r->prep, st, p * r->S + k), 0,
+                           (uint32_t)sl->total_sample_count, blk);
       if (r->bf16)
         for (size_t j = 0; j < block; j++) blk[j] = bf16_round(blk[j]);
       for (size_t j = 0; j < block; j++) sum[j] = p == 0 ? blk[j] : sum[j] + blk[j];

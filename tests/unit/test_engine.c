@@ -196,6 +196,66 @@ static void test_untouched_rows(void) {
   cluster_destroy(&c);
 }
 
+/* A lookup restricted to a slice of the samples writes only that slice,
+ * and slices gathered one by one (as a server's SparseCore workers do, each
+ * taking one) equal the whole lookup bit for bit. */
+static void test_lookup_slices(void) {
+  cluster c;
+  scps_error err;
+  CHECK_OK(cluster_create(&c, 1, 2, 1 << 22, &err), &err);
+  int s = c.layout->tables[2].stack;
+  const scps_stack_layout *st = &c.layout->stacks[s];
+  const uint32_t total = (uint32_t)st->total_sample_count, dim = (uint32_t)st->dim;
+  enum { E = 300 };
+  uint32_t rows[2][E], samples[2][E];
+  float gains[2][E];
+  scps_coo coo[2];
+  uint64_t x = 12345;
+  for (int k = 0; k < 2; k++) {
+    for (int i = 0; i < E; i++) {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      rows[k][i] = (uint32_t)(i * (uint32_t)st->rows_per_sc / E);
+      samples[k][i] = (uint32_t)((x >> 33) % total);
+      gains[k][i] = (float)((x >> 20) % 1000) * 1e-3f - 0.5f;
+    }
+    /* Equal rows need increasing samples: sort each run of one row. */
+    for (int i = 1; i < E; i++)
+      for (int j = i; j > 0 && rows[k][j] == rows[k][j - 1] && samples[k][j] < samples[k][j - 1]; j--) {
+        uint32_t t = samples[k][j];
+        samples[k][j] = samples[k][j - 1];
+        samples[k][j - 1] = t;
+      }
+    int w = 1; /* drop repeated (row, sample) pairs */
+    for (int i = 1; i < E; i++)
+      if (rows[k][i] != rows[k][w - 1] || samples[k][i] != samples[k][w - 1]) {
+        rows[k][w] = rows[k][i];
+        samples[k][w] = samples[k][i];
+        gains[k][w++] = gains[k][i];
+      }
+    coo[k] = (scps_coo){(size_t)w, rows[k], samples[k], gains[k]};
+    CHECK_OK(scps_engine_check_coo(c.engines[0], s, k, &coo[k], &err), &err);
+  }
+  size_t n = (size_t)total * dim;
+  float *whole = calloc(n, sizeof(float)), *sliced = malloc(n * sizeof(float));
+  for (int k = 0; k < 2; k++) scps_engine_lookup(c.engines[0], s, k, &coo[k], 0, total, whole);
+  for (size_t i = 0; i < n; i++) sliced[i] = -7.0f;
+  const uint32_t cut[4] = {0, total / 3, total / 3 + 1, total};
+  int outside = 0;
+  for (int part = 0; part < 3; part++) {
+    memset(sliced + (size_t)cut[part] * dim, 0, sizeof(float) * (cut[part + 1] - cut[part]) * dim);
+    for (int k = 0; k < 2; k++) scps_engine_lookup(c.engines[0], s, k, &coo[k], cut[part], cut[part + 1], sliced);
+    for (size_t i = (size_t)cut[part + 1] * dim; i < n; i++) outside += sliced[i] != -7.0f;
+  }
+  CHECKF(outside == 0, "%d values beyond a slice were written", outside);
+  CHECK(memcmp(whole, sliced, n * sizeof(float)) == 0);
+  int nonzero = 0;
+  for (size_t i = 0; i < n; i++) nonzero += whole[i] != 0.0f;
+  CHECK(nonzero > 0);
+  free(whole);
+  free(sliced);
+  cluster_destroy(&c);
+}
+
 /* One worker per SparseCore, as the server runs them: no shared writes, so
  * results equal a sequential run bit for bit (and TSan sees no race). */
 typedef struct worker {
@@ -212,7 +272,7 @@ static void *work(void *arg) {
   for (int it = 0; it < 20; it++) {
     scps_step step = {it, -1};
     scps_engine_update(w->e, w->stack, w->sc, &w->coo, w->grads, &step);
-    scps_engine_lookup(w->e, w->stack, w->sc, &w->coo, w->out);
+    scps_engine_lookup(w->e, w->stack, w->sc, &w->coo, 0, UINT32_MAX, w->out);
   }
   return NULL;
 }
@@ -254,6 +314,7 @@ int main(void) {
   test_capacity();
   test_check_coo();
   test_untouched_rows();
+  test_lookup_slices();
   test_threads();
   return scps_test_finish("test_engine");
 }

@@ -189,7 +189,7 @@ static void sim_for_each_sc(sim *m, int st, const float *grads, const scps_step 
     scps_error err;
     CHECK_OK(scps_engine_check_coo(m->engines[sc / S], st, sc % S, coo, &err), &err);
     if (out)
-      scps_engine_lookup(m->engines[sc / S], st, sc % S, coo, out);
+      scps_engine_lookup(m->engines[sc / S], st, sc % S, coo, 0, (uint32_t)l->stacks[st].total_sample_count, out);
     else
       scps_engine_update(m->engines[sc / S], st, sc % S, coo, grads, step);
   }

@@ -1,0 +1,283 @@
+#include "scps_request.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scps_error.h"
+#include "scps_slices.h"
+
+static uint8_t empty_bytes[1];
+
+/* A request being decoded, and where an error is described. */
+typedef struct reader {
+  scps_slices m;
+  char *msg;
+  size_t msg_len;
+  const char *what; /* "scps.v1.LookupRequest", for messages */
+} reader;
+
+static int fail(reader *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int fail(reader *rd, const char *fmt, ...) {
+  char why[160];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof why, fmt, ap);
+  va_end(ap);
+  snprintf(rd->msg, rd->msg_len, "request of %zu bytes is not a valid %s: %s at byte %zu", rd->m.total, rd->what,
+           why, rd->m.pos);
+  return SCPS_EPARSE;
+}
+
+static int nomem(reader *rd, size_t bytes) {
+  snprintf(rd->msg, rd->msg_len, "out of memory decoding a %zu-byte request (%zu bytes wanted)", rd->m.total,
+           bytes);
+  return SCPS_ENOMEM;
+}
+
+/* The scps_slices reads, with their failure described in rd->msg. */
+static int checked(reader *rd, int rc) { return rc ? fail(rd, "%s", rd->m.why) : 0; }
+static int read_varint(reader *rd, uint64_t *v) { return checked(rd, scps_slices_varint(&rd->m, v)); }
+static int read_key(reader *rd, uint32_t *field, int *wt) {
+  return checked(rd, scps_slices_key(&rd->m, field, wt));
+}
+static int read_len(reader *rd, size_t limit, size_t *n) { return checked(rd, scps_slices_len(&rd->m, limit, n)); }
+static int read_bytes(reader *rd, void *dst, size_t n) { return checked(rd, scps_slices_read(&rd->m, dst, n)); }
+static int skip_field(reader *rd, int wt, size_t limit) {
+  return checked(rd, scps_slices_skip_field(&rd->m, wt, limit));
+}
+
+static void bytes_free(scps_req_bytes *b) {
+  if (b->data != empty_bytes) free(b->data);
+  b->data = empty_bytes;
+  b->len = 0;
+}
+
+/* A bytes field: replaces any earlier value (proto3: the last one wins). */
+static int read_bytes_field(reader *rd, size_t limit, scps_req_bytes *out) {
+  size_t n = 0;
+  int rc = read_len(rd, limit, &n);
+  if (rc) return rc;
+  uint8_t *d = n ? malloc(n) : empty_bytes;
+  if (!d) return nomem(rd, n);
+  rc = read_bytes(rd, n ? d : NULL, n);
+  if (rc) {
+    if (n) free(d);
+    return rc;
+  }
+  bytes_free(out);
+  out->data = d;
+  out->len = n;
+  return 0;
+}
+
+static int read_string_field(reader *rd, size_t limit, char **out) {
+  size_t n = 0;
+  int rc = read_len(rd, limit, &n);
+  if (rc) return rc;
+  char *s = malloc(n + 1);
+  if (!s) return nomem(rd, n + 1);
+  rc = read_bytes(rd, (uint8_t *)s, n);
+  if (!rc && memchr(s, '\0', n)) rc = fail(rd, "a string holds a NUL byte");
+  if (rc) {
+    free(s);
+    return rc;
+  }
+  s[n] = '\0';
+  free(*out);
+  *out = s;
+  return 0;
+}
+
+static int expect(reader *rd, uint32_t field, int wire_type, int want) {
+  return wire_type == want ? 0 : fail(rd, "field %u has wire type %d, expected %d", field, wire_type, want);
+}
+
+static int append_offset(reader *rd, scps_req_partitions *p, uint64_t v, size_t *cap) {
+  if (v > UINT32_MAX) return fail(rd, "sc_offsets value %llu exceeds uint32", (unsigned long long)v);
+  if (p->n_sc_offsets == *cap) {
+    size_t c = *cap ? 2 * *cap : 16;
+    uint32_t *bigger = realloc(p->sc_offsets, c * sizeof *bigger);
+    if (!bigger) return nomem(rd, c * sizeof *bigger);
+    p->sc_offsets = bigger;
+    *cap = c;
+  }
+  p->sc_offsets[p->n_sc_offsets++] = (uint32_t)v;
+  return 0;
+}
+
+/* StackPartitions ending at `limit`, merged into p as protobuf merges a
+ * message field that occurs twice. */
+static int read_partitions(reader *rd, size_t limit, scps_req_partitions *p) {
+  size_t cap = p->n_sc_offsets;
+  while (rd->m.pos < limit) {
+    uint64_t v = 0;
+    uint32_t field = 0;
+    int wt = 0;
+    int rc = read_key(rd, &field, &wt);
+    if (rc) return rc;
+    switch (field) {
+    case 1:
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_string_field(rd, limit, &p->stack);
+      break;
+    case 2: /* repeated uint32: packed, or one value per occurrence */
+      if (wt == SCPS_WT_VARINT) {
+        rc = read_varint(rd, &v);
+        if (!rc) rc = append_offset(rd, p, v, &cap);
+      } else {
+        size_t n = 0;
+        rc = expect(rd, field, wt, SCPS_WT_LEN);
+        if (!rc) rc = read_len(rd, limit, &n);
+        for (size_t end = rd->m.pos + n; !rc && rd->m.pos < end;) {
+          rc = read_varint(rd, &v);
+          if (!rc && rd->m.pos > end) rc = fail(rd, "packed sc_offsets overrun their field");
+          if (!rc) rc = append_offset(rd, p, v, &cap);
+        }
+      }
+      break;
+    case 3:
+    case 4:
+    case 5:
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_bytes_field(rd, limit, field == 3 ? &p->rows : field == 4 ? &p->samples : &p->gains);
+      break;
+    default: rc = skip_field(rd, wt, limit); break;
+    }
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+static void partitions_init(scps_req_partitions *p) {
+  memset(p, 0, sizeof *p);
+  p->rows.data = p->samples.data = p->gains.data = empty_bytes;
+}
+
+static void partitions_free(scps_req_partitions *p) {
+  free(p->stack);
+  free(p->sc_offsets);
+  bytes_free(&p->rows);
+  bytes_free(&p->samples);
+  bytes_free(&p->gains);
+}
+
+static int add_stack(reader *rd, scps_request *r, scps_req_stack **out) {
+  if (r->n_stacks == r->cap_stacks) {
+    size_t c = r->cap_stacks ? 2 * r->cap_stacks : 8;
+    scps_req_stack *bigger = realloc(r->stacks, c * sizeof *bigger);
+    if (!bigger) return nomem(rd, c * sizeof *bigger);
+    r->stacks = bigger;
+    r->cap_stacks = c;
+  }
+  scps_req_stack *st = &r->stacks[r->n_stacks++];
+  memset(st, 0, sizeof *st);
+  partitions_init(&st->partitions);
+  st->gradients.data = empty_bytes;
+  *out = st;
+  return 0;
+}
+
+/* StackGradients ending at `limit`. */
+static int read_stack_gradients(reader *rd, size_t limit, scps_req_stack *st) {
+  while (rd->m.pos < limit) {
+    size_t n = 0;
+    uint32_t field = 0;
+    int wt = 0;
+    int rc = read_key(rd, &field, &wt);
+    if (rc) return rc;
+    if (field == 1) {
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_len(rd, limit, &n);
+      if (!rc) rc = read_partitions(rd, rd->m.pos + n, &st->partitions);
+      st->has_partitions = true;
+    } else if (field == 2) {
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_bytes_field(rd, limit, &st->gradients);
+    } else {
+      rc = skip_field(rd, wt, limit);
+    }
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+/* Field numbers the two requests share: 1 config_fingerprint,
+ * 2 process_index. Lookup: 3 stacks, 4 activation_format. ApplyGradients:
+ * 3 step, 4 learning_rate, 5 stacks, 6 gradient_format. */
+static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
+  const size_t limit = rd->m.total;
+  while (rd->m.pos < limit) {
+    uint64_t v = 0;
+    size_t n = 0;
+    uint32_t field = 0;
+    int wt = 0;
+    int rc = read_key(rd, &field, &wt);
+    if (rc) return rc;
+    bool lookup = kind == SCPS_REQUEST_LOOKUP;
+    uint32_t stacks = lookup ? 3 : 5, format = lookup ? 4 : 6;
+    scps_req_stack *st = NULL;
+    if (field == 1) {
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_bytes_field(rd, limit, &r->config_fingerprint);
+    } else if (field == 2 || field == format || (!lookup && field == 3)) {
+      rc = expect(rd, field, wt, SCPS_WT_VARINT);
+      if (!rc) rc = read_varint(rd, &v);
+      if (field == 2) r->process_index = (int32_t)(int64_t)v;
+      else if (field == format) r->format = (int32_t)(int64_t)v;
+      else r->step = (int64_t)v;
+    } else if (!lookup && field == 4) {
+      uint8_t b[8];
+      rc = expect(rd, field, wt, SCPS_WT_I64);
+      if (!rc) rc = limit - rd->m.pos < 8 ? fail(rd, "truncated") : read_bytes(rd, b, 8);
+      if (!rc) {
+        memcpy(&r->learning_rate, b, 8); /* little-endian host, as libscps's encoder */
+        r->has_learning_rate = true;
+      }
+    } else if (field == stacks) {
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_len(rd, limit, &n);
+      if (!rc) rc = add_stack(rd, r, &st);
+      if (!rc && lookup) {
+        st->has_partitions = true;
+        rc = read_partitions(rd, rd->m.pos + n, &st->partitions);
+      } else if (!rc) {
+        rc = read_stack_gradients(rd, rd->m.pos + n, st);
+      }
+    } else {
+      rc = skip_field(rd, wt, limit);
+    }
+    if (rc) return rc;
+  }
+  return 0;
+}
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "scps_request keeps the wire's little-endian arrays as they are and needs a little-endian host"
+#endif
+
+int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, scps_request *r, char *msg, size_t len) {
+  memset(r, 0, sizeof *r);
+  r->config_fingerprint.data = empty_bytes;
+  reader rd = {.msg = msg, .msg_len = len,
+               .what = kind == SCPS_REQUEST_LOOKUP ? "scps.v1.LookupRequest" : "scps.v1.ApplyGradientsRequest"};
+  int rc = scps_slices_init(&rd.m, bb);
+  r->bytes = rd.m.total;
+  if (rc == SCPS_ENOMEM) rc = nomem(&rd, rd.m.cap * sizeof(grpc_slice));
+  else if (rc) rc = fail(&rd, "unreadable (compressed?) payload");
+  if (!rc) rc = read_request(&rd, kind, r);
+  scps_slices_free(&rd.m);
+  return rc;
+}
+
+void scps_request_free(scps_request *r) {
+  for (size_t i = 0; i < r->n_stacks; i++) {
+    partitions_free(&r->stacks[i].partitions);
+    bytes_free(&r->stacks[i].gradients);
+  }
+  free(r->stacks);
+  bytes_free(&r->config_fingerprint);
+  memset(r, 0, sizeof *r);
+}

@@ -1,0 +1,60 @@
+/* scps_request: Lookup and ApplyGradients requests decoded straight from the
+ * slices gRPC received, each bulk array copied once into memory of its own. */
+#ifndef SCPS_REQUEST_H
+#define SCPS_REQUEST_H
+
+#include <grpc/byte_buffer.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* A bytes field: owned by the request (malloc'd, so aligned for uint32 and
+ * float arrays), or pointing at the empty string when absent. */
+typedef struct scps_req_bytes {
+  uint8_t *data;
+  size_t len;
+} scps_req_bytes;
+
+/* scps.v1.StackPartitions. */
+typedef struct scps_req_partitions {
+  char *stack; /* NUL-terminated; "" when absent */
+  uint32_t *sc_offsets;
+  size_t n_sc_offsets;
+  scps_req_bytes rows, samples, gains;
+} scps_req_partitions;
+
+/* A LookupRequest's StackPartitions, or an ApplyGradientsRequest's
+ * StackGradients (partitions present or not, and the gradients). */
+typedef struct scps_req_stack {
+  scps_req_partitions partitions;
+  bool has_partitions;
+  scps_req_bytes gradients;
+} scps_req_stack;
+
+/* scps.v1.LookupRequest or ApplyGradientsRequest (step, learning rate and
+ * gradients only in the latter). Fields follow proto3: absent scalars are
+ * 0, a repeated singular field keeps its last value. */
+typedef struct scps_request {
+  scps_req_bytes config_fingerprint;
+  int32_t process_index;
+  int64_t step;
+  bool has_learning_rate;
+  double learning_rate;
+  int32_t format; /* activation_format or gradient_format */
+  size_t n_stacks;
+  scps_req_stack *stacks;
+  size_t cap_stacks;
+  size_t bytes; /* the encoded request's size */
+} scps_request;
+
+typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_request_kind;
+
+/* Decodes bb as a request of that kind into r (zeroed first). Returns 0, or
+ * SCPS_EPARSE with msg saying what is malformed and at which byte, or
+ * SCPS_ENOMEM. Memory taken is bounded by the request's size (a repeated
+ * field frees its earlier value). r must be freed either way. */
+int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, scps_request *r, char *msg, size_t len);
+
+void scps_request_free(scps_request *r);
+
+#endif
