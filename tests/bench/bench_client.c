@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "scps_client.h"
 #include "scps_memtune.h"
@@ -18,12 +19,14 @@
 static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
+    "                         [--prep-threads T]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
     "scps_train.h (batch i looked up while batch i-1 is pushed; the figure is\n"
     "the mean over K batches). Batches are generated before timing; preprocessing is\n"
-    "timed, as a trainer pays it. Prints one JSON line with the medians of the\n"
+    "timed, as a trainer pays it, on T threads (default: every online CPU, as\n"
+    "the PyTorch anchor uses). Prints one JSON line with the medians of the\n"
     "whole step and of its parts. checkpoint = one push, K lookups timed idle,\n"
     "then a Checkpoint (to the servers' --checkpoint-dir) with lookups timed\n"
     "back to back until it returns: save figures and lookup p50/max of both.\n";
@@ -176,13 +179,14 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
 int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *mode = "lookup";
-  long batches = 20, warmup = 3;
+  long batches = 20, warmup = 3, prep_threads = sysconf(_SC_NPROCESSORS_ONLN);
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
                                        {"mode", required_argument, 0, 'm'},    {"batches", required_argument, 0, 'n'},
                                        {"warmup", required_argument, 0, 'u'},  {"help", no_argument, 0, 'h'},
                                        {"wire-format", required_argument, 0, 'W'},
+                                       {"prep-threads", required_argument, 0, 'T'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -192,6 +196,7 @@ int main(int argc, char **argv) {
     case 'm': mode = optarg; break;
     case 'n': batches = atol(optarg); break;
     case 'u': warmup = atol(optarg); break;
+    case 'T': prep_threads = atol(optarg); break;
     case 'W':
       if (scps_float_format_from_name(optarg, &wire)) {
         fputs(usage, stderr);
@@ -203,7 +208,8 @@ int main(int argc, char **argv) {
     }
   }
   int train = !strcmp(mode, "train"), pipelined = !strcmp(mode, "pipelined"), ckpt = !strcmp(mode, "checkpoint");
-  if (!servers_arg || !workload || batches < 1 || batches > MAX_BATCHES || warmup < 0 ||
+  if (!servers_arg || !workload || batches < 1 || batches > MAX_BATCHES || warmup < 0 || prep_threads < 1 ||
+      prep_threads > SCPS_PREP_MAX_THREADS ||
       (!train && !pipelined && !ckpt && strcmp(mode, "lookup"))) {
     fputs(usage, stderr);
     return 2;
@@ -218,7 +224,8 @@ int main(int argc, char **argv) {
   scps_batch *b = NULL;
   int rc = scps_workload_load(workload, &w, &err);
   if (!rc) {
-    scps_client_options co = {.servers = servers, .n_servers = n_servers, .policy = SCPS_LIMIT_ERROR, .prep_threads = 1,
+    scps_client_options co = {.servers = servers, .n_servers = n_servers, .policy = SCPS_LIMIT_ERROR,
+                              .prep_threads = (int)prep_threads,
                               .wire_format = wire};
     rc = scps_client_create(&co, &c, &err);
   }
@@ -289,10 +296,10 @@ int main(int argc, char **argv) {
     }
     double med = t_step[batches / 2];
     printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"wire_format\": \"%s\", "
-           "\"servers\": %d, \"batches\": %ld, "
+           "\"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f}\n",
-           w->name, mode, scps_float_format_name(wire), n_servers, batches, med * 1e3, w->batch_size / med, (double)ids / med,
+           w->name, mode, scps_float_format_name(wire), n_servers, batches, prep_threads, med * 1e3, w->batch_size / med, (double)ids / med,
            t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3);
   }
   for (int f = 0; f < nf; f++) {
