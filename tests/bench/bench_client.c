@@ -3,6 +3,7 @@
  * next to PyTorch's in-process EmbeddingBag. */
 #include <getopt.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -19,7 +20,7 @@
 static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
-    "                         [--prep-threads T]\n"
+    "                         [--prep-threads T] [--depth D]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
@@ -29,7 +30,11 @@ static const char usage[] =
     "the PyTorch anchor uses). Prints one JSON line with the medians of the\n"
     "whole step and of its parts. checkpoint = one push, K lookups timed idle,\n"
     "then a Checkpoint (to the servers' --checkpoint-dir) with lookups timed\n"
-    "back to back until it returns: save figures and lookup p50/max of both.\n";
+    "back to back until it returns: save figures and lookup p50/max of both.\n"
+    "--depth D (lookup, train) keeps D batches in flight from D threads, each\n"
+    "with its own batch and buffers, so one batch's preprocessing and merge\n"
+    "overlap another's server work; samples_per_s is then K batches over the\n"
+    "wall time and ms_per_batch_median stays the median latency of one batch.\n";
 
 static double now(void) {
   struct timespec t;
@@ -125,6 +130,105 @@ static int time_steps(scps_client *c, scps_batch *b, const stored *st, int disti
   return 0;
 }
 
+/* --depth: D threads share K batches; each claims the next index. */
+typedef struct depth_run {
+  scps_client *c;
+  const stored *st;
+  int distinct, nf, train;
+  long warmup, batches;
+  size_t *sizes;
+  atomic_long next;
+  atomic_int warmed; /* threads done with their warmup */
+  atomic_bool go;    /* set once all are: the timed part starts */
+  atomic_int rc;
+  scps_error err;
+  pthread_mutex_t err_mu;
+} depth_run;
+
+static void depth_fail(depth_run *d, int rc, const scps_error *err) {
+  pthread_mutex_lock(&d->err_mu);
+  if (!atomic_load(&d->rc)) {
+    d->err = *err;
+    atomic_store(&d->rc, rc);
+  }
+  pthread_mutex_unlock(&d->err_mu);
+}
+
+static void *depth_thread(void *p) {
+  depth_run *d = p;
+  scps_error err;
+  scps_batch *b = NULL;
+  float **acts = calloc((size_t)d->nf, sizeof *acts), **grads = calloc((size_t)d->nf, sizeof *grads);
+  int rc = acts && grads ? scps_batch_create(d->c, &b, &err) : scps_error_set(&err, SCPS_ENOMEM, "out of memory");
+  for (int f = 0; !rc && f < d->nf; f++) {
+    acts[f] = malloc(d->sizes[f]);
+    grads[f] = malloc(d->sizes[f]);
+    if (!acts[f] || !grads[f]) rc = scps_error_set(&err, SCPS_ENOMEM, "out of memory");
+    for (size_t i = 0; !rc && i < d->sizes[f] / sizeof(float); i++) grads[f][i] = 1e-3f * (float)((i % 7) - 3);
+  }
+  for (long i = 0; !rc && i < d->warmup; i++) {
+    rc = scps_client_prepare(d->c, d->st[i % d->distinct].in, b, &err);
+    if (!rc) rc = scps_client_lookup(d->c, b, acts, 60000, &err);
+  }
+  if (rc) depth_fail(d, rc, &err);
+  atomic_fetch_add(&d->warmed, 1);
+  while (!atomic_load(&d->go)) sched_yield();
+  for (long i; !rc && !atomic_load(&d->rc) && (i = atomic_fetch_add(&d->next, 1)) < d->batches;) {
+    double t0 = now();
+    rc = scps_client_prepare(d->c, d->st[i % d->distinct].in, b, &err);
+    double t1 = now();
+    if (!rc) rc = scps_client_lookup(d->c, b, acts, 60000, &err);
+    double t2 = now();
+    if (!rc && d->train) rc = scps_client_apply_gradients(d->c, b, (const float *const *)grads, i, -1, 60000, &err);
+    double t3 = now();
+    t_step[i] = t3 - t0;
+    t_prep[i] = t1 - t0;
+    t_look[i] = t2 - t1;
+    t_push[i] = t3 - t2;
+    if (rc) depth_fail(d, rc, &err);
+  }
+  for (int f = 0; f < d->nf; f++) {
+    free(acts[f]);
+    free(grads[f]);
+  }
+  free(acts);
+  free(grads);
+  scps_batch_destroy(b);
+  return NULL;
+}
+
+/* Runs K batches D at a time; returns the wall time of the K batches
+ * through *wall and leaves the sorted per-batch times in t_*. */
+static int time_depth(scps_client *c, const stored *st, int distinct, int nf, size_t *sizes, long warmup, long batches,
+                      int train, int depth, double *wall, scps_error *err) {
+  depth_run d = {.c = c, .st = st, .distinct = distinct, .nf = nf, .train = train, .warmup = warmup,
+                 .batches = batches, .sizes = sizes};
+  pthread_t th[64];
+  pthread_mutex_init(&d.err_mu, NULL);
+  int started = 0;
+  for (; started < depth; started++)
+    if (pthread_create(&th[started], NULL, depth_thread, &d)) break;
+  if (started < depth) {
+    scps_error e;
+    depth_fail(&d, scps_error_set(&e, SCPS_ENOMEM, "cannot start %d threads", depth), &e);
+  }
+  while (atomic_load(&d.warmed) < started) sched_yield();
+  double t0 = now();
+  atomic_store(&d.go, true);
+  for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
+  *wall = now() - t0;
+  pthread_mutex_destroy(&d.err_mu);
+  if (atomic_load(&d.rc)) {
+    *err = d.err;
+    return atomic_load(&d.rc);
+  }
+  qsort(t_step, (size_t)batches, sizeof(double), cmp_double);
+  qsort(t_prep, (size_t)batches, sizeof(double), cmp_double);
+  qsort(t_look, (size_t)batches, sizeof(double), cmp_double);
+  qsort(t_push, (size_t)batches, sizeof(double), cmp_double);
+  return 0;
+}
+
 typedef struct saving {
   scps_client *c;
   atomic_bool done;
@@ -179,7 +283,7 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
 int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *mode = "lookup";
-  long batches = 20, warmup = 3, prep_threads = sysconf(_SC_NPROCESSORS_ONLN);
+  long batches = 20, warmup = 3, prep_threads = sysconf(_SC_NPROCESSORS_ONLN), depth = 1;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
@@ -187,6 +291,7 @@ int main(int argc, char **argv) {
                                        {"warmup", required_argument, 0, 'u'},  {"help", no_argument, 0, 'h'},
                                        {"wire-format", required_argument, 0, 'W'},
                                        {"prep-threads", required_argument, 0, 'T'},
+                                       {"depth", required_argument, 0, 'D'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -197,6 +302,7 @@ int main(int argc, char **argv) {
     case 'n': batches = atol(optarg); break;
     case 'u': warmup = atol(optarg); break;
     case 'T': prep_threads = atol(optarg); break;
+    case 'D': depth = atol(optarg); break;
     case 'W':
       if (scps_float_format_from_name(optarg, &wire)) {
         fputs(usage, stderr);
@@ -209,7 +315,7 @@ int main(int argc, char **argv) {
   }
   int train = !strcmp(mode, "train"), pipelined = !strcmp(mode, "pipelined"), ckpt = !strcmp(mode, "checkpoint");
   if (!servers_arg || !workload || batches < 1 || batches > MAX_BATCHES || warmup < 0 || prep_threads < 1 ||
-      prep_threads > SCPS_PREP_MAX_THREADS ||
+      prep_threads > SCPS_PREP_MAX_THREADS || depth < 1 || depth > 64 || (depth > 1 && (pipelined || ckpt)) ||
       (!train && !pipelined && !ckpt && strcmp(mode, "lookup"))) {
     fputs(usage, stderr);
     return 2;
@@ -289,17 +395,28 @@ int main(int argc, char **argv) {
            "\"servers\": %d, \"batches\": %ld, \"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f}\n",
            w->name, scps_float_format_name(wire), n_servers, batches, per * 1e3, w->batch_size / per, (double)ids / per);
   } else {
-    rc = time_steps(c, b, st, distinct, acts, grads, warmup, batches, train, &err);
+    double wall = 0.0;
+    if (depth > 1) {
+      size_t *sizes = calloc((size_t)nf, sizeof *sizes);
+      for (int f = 0; sizes && f < nf; f++)
+        sizes[f] = sizeof(float) * (size_t)w->batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
+      rc = sizes ? time_depth(c, st, distinct, nf, sizes, warmup, batches, train, (int)depth, &wall, &err)
+                 : scps_error_set(&err, SCPS_ENOMEM, "out of memory");
+      free(sizes);
+    } else {
+      rc = time_steps(c, b, st, distinct, acts, grads, warmup, batches, train, &err);
+    }
     if (rc) {
       fprintf(stderr, "scps-bench-client: %s\n", err.msg);
       return 1;
     }
-    double med = t_step[batches / 2];
+    double med = t_step[batches / 2], per = depth > 1 ? wall / (double)batches : med;
     printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"wire_format\": \"%s\", "
-           "\"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, "
+           "\"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f}\n",
-           w->name, mode, scps_float_format_name(wire), n_servers, batches, prep_threads, med * 1e3, w->batch_size / med, (double)ids / med,
+           w->name, mode, scps_float_format_name(wire), n_servers, batches, prep_threads, depth, med * 1e3,
+           w->batch_size / per, (double)ids / per,
            t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3);
   }
   for (int f = 0; f < nf; f++) {

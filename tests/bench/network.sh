@@ -3,11 +3,13 @@
 #   tests/bench/network.sh [--workload FILE] [--processes P] [--batches K]
 # Builds (Release, -march=native) in build-bench/, starts P scps-server
 # processes on 127.0.0.1 serving the workload (2 SparseCores each), times
-# lookup and train steps through libscps (scps-bench-client) with float32
-# activations and gradients on the wire, then again with bfloat16 (labelled;
-# tests/integration/trainer_converges.sh shows what it does to a model's
-# loss), runs shared/anchors/torch_embeddingbag.py on the same workload,
-# prints the figures and ratios and writes build-bench/bench-network.json.
+# lookup and train steps through libscps (scps-bench-client) one batch at a
+# time (depth 1: latency) and two in flight from two threads (depth 2:
+# throughput), with float32 activations and gradients on the wire, then
+# again with bfloat16 (labelled; tests/integration/trainer_converges.sh shows
+# what it does to a model's loss), runs shared/anchors/torch_embeddingbag.py
+# on the same workload, prints the figures and ratios and writes
+# build-bench/bench-network.json.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -20,7 +22,7 @@ while [ $# -gt 0 ]; do
     --workload) workload=${2:?--workload needs a file}; shift 2 ;;
     --processes) processes=${2:?--processes needs a number}; shift 2 ;;
     --batches) batches=${2:?--batches needs a number}; shift 2 ;;
-    -h|--help) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "network.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -40,8 +42,10 @@ tmp=$SCPS_CLUSTER_DIR
 echo "network.sh: $(basename "$workload"), $processes server process(es) x 2 SparseCores, $batches batches" >&2
 for fmt in float32 bfloat16; do
   for m in lookup train; do
-    "$build/tests/bench/scps-bench-client" --servers "$servers" --workload "$workload" --mode $m \
-      --batches "$batches" --wire-format $fmt >"$tmp/$m-$fmt.json"
+    for d in 1 2; do
+      "$build/tests/bench/scps-bench-client" --servers "$servers" --workload "$workload" --mode $m \
+        --batches "$batches" --wire-format $fmt --depth $d >"$tmp/$m-$fmt-$d.json"
+    done
   done
 done
 /usr/bin/python3 "$shared/anchors/torch_embeddingbag.py" "$workload" --mode lookup train --steps "$batches" >"$tmp/torch.json"
@@ -50,23 +54,27 @@ done
 import json, sys
 tmp, out, procs = sys.argv[1], sys.argv[2], int(sys.argv[3])
 fmts = ("float32", "bfloat16")
-scps = {(m, f): json.load(open(f"{tmp}/{m}-{f}.json")) for m in ("lookup", "train") for f in fmts}
+depths = (1, 2)
+scps = {(m, f, d): json.load(open(f"{tmp}/{m}-{f}-{d}.json")) for m in ("lookup", "train") for f in fmts for d in depths}
 torch = {}
 for line in open(f"{tmp}/torch.json"):
     r = json.loads(line)
     torch[r["mode"]] = r
-print(f"{'':36s} {'samples/s':>12s} {'ms/batch':>10s} {'ratio':>8s}")
+print(f"{'':44s} {'samples/s':>12s} {'ms/batch':>10s} {'ratio':>8s}")
 rows = {}
 for m in ("lookup", "train"):
     t = torch[m]
     rows[m] = {"torch": t}
-    print(f"{'torch EmbeddingBag ' + m:36s} {t['samples_per_s']:12.0f} {t['ms_per_batch_median']:10.3f} {1.0:8.3f}")
+    print(f"{'torch EmbeddingBag ' + m:44s} {t['samples_per_s']:12.0f} {t['ms_per_batch_median']:10.3f} {1.0:8.3f}")
     for f in fmts:
-        s = scps[(m, f)]
-        ratio = s["samples_per_s"] / t["samples_per_s"]
-        rows[m][f] = {"scps": s, "ratio": ratio}
-        label = f"scps {m} ({procs} proc, {f} wire)"
-        print(f"{label:36s} {s['samples_per_s']:12.0f} {s['ms_per_batch_median']:10.3f} {ratio:8.3f}")
+        for d in depths:
+            s = scps[(m, f, d)]
+            ratio = s["samples_per_s"] / t["samples_per_s"]
+            rows[m][f"{f}-depth{d}"] = {"scps": s, "ratio": ratio}
+            label = f"scps {m} ({procs} proc, {f} wire, depth {d})"
+            print(f"{label:44s} {s['samples_per_s']:12.0f} {s['ms_per_batch_median']:10.3f} {ratio:8.3f}")
+print("samples/s: torch and depth 1 from the median batch, depth 2 from K batches over wall time;"
+      " ms/batch: median latency of one batch")
 print("targets (issue 4): lookup >= 0.5x, train >= 2x PyTorch in-process (float32 wire)")
 json.dump(rows, open(out, "w"), indent=1)
 PY
