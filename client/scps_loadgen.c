@@ -53,7 +53,8 @@ static struct timespec to_ts(int64_t ns) {
 typedef struct lg_stats {
   int64_t ok, samples, ids;
   int64_t errors[SCPS_LOADGEN_CODES];
-  scps_hist hist;
+  scps_hist hist; /* latency of OK requests */
+  scps_hist lag;  /* send time - due time, every request */
 } lg_stats;
 
 static void stats_add(lg_stats *dst, const lg_stats *src) {
@@ -62,6 +63,7 @@ static void stats_add(lg_stats *dst, const lg_stats *src) {
   dst->ids += src->ids;
   for (int k = 0; k < SCPS_LOADGEN_CODES; k++) dst->errors[k] += src->errors[k];
   scps_hist_merge(&dst->hist, &src->hist);
+  scps_hist_merge(&dst->lag, &src->lag);
 }
 
 static int64_t stats_errors(const lg_stats *s) {
@@ -189,10 +191,12 @@ static int request(lg_client *cl, int k, bool train, int64_t sent, scps_error *e
                                      left > 1 ? left : 1, err);
 }
 
-static void record(lg_client *cl, int k, bool measured, int rc, int64_t latency, const scps_error *err) {
+static void record(lg_client *cl, int k, bool measured, int rc, int64_t latency, int64_t lag,
+                   const scps_error *err) {
   lg *g = cl->g;
   pthread_mutex_lock(&cl->mu);
   lg_stats *s = measured ? &cl->meas : &cl->warm;
+  scps_hist_record(&s->lag, (uint64_t)(lag > 0 ? lag : 0));
   if (!rc) {
     s->ok++;
     s->samples += g->o->workload->batch_size;
@@ -242,8 +246,9 @@ static void *client_main(void *arg) {
     bool train = p_train > 0 && next_unit(&cl->rng) < p_train;
     int k = (int)(j % BATCHES_PER_CLIENT);
     scps_error_clear(&err);
-    int rc = request(cl, k, train, now_ns(), &err);
-    record(cl, k, measured, rc, now_ns() - due, &err);
+    int64_t sent = now_ns();
+    int rc = request(cl, k, train, sent, &err);
+    record(cl, k, measured, rc, now_ns() - due, sent - due, &err);
   }
   pthread_mutex_lock(&g->mu);
   if (--g->running == 0) g->last_done = now_ns();
@@ -431,6 +436,7 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
     memcpy(res->first_error, g->first_error, sizeof res->first_error);
     res->requests = res->ok + stats_errors(&tk->total);
     res->latency = tk->total.hist;
+    res->send_lag = tk->total.lag;
   }
   for (int i = 0; i < inited; i++) client_free(&clients[i]);
   pthread_cond_destroy(&g->cv);

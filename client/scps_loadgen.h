@@ -54,6 +54,10 @@ typedef struct scps_loadgen_result {
   char first_error[SCPS_LOADGEN_CODES][SCPS_ERROR_MSG_MAX]; /* one message of each code seen */
   uint64_t bytes_sent, bytes_received; /* payloads during the measured run */
   scps_hist latency;                   /* nanoseconds, requests answered OK */
+  /* Nanoseconds from when each request was due to when it was sent: open
+   * loop, the part of latency spent waiting for the client's previous
+   * request or for a CPU; closed loop, about 0. */
+  scps_hist send_lag;
   scps_loadgen_second *timeline;
   int n_timeline;
 } scps_loadgen_result;

@@ -44,6 +44,10 @@ void scps_loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
   latencies(&res->latency, l);
   fprintf(f, "  latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n", l[0], l[1], l[2], l[3],
           l[4], l[5]);
+  if (o->rate > 0)
+    fprintf(f, "  send lag ms p50 %.3f  p99 %.3f  max %.3f (due to sent, part of the latency)\n",
+            ms(scps_hist_quantile(&res->send_lag, 0.5)), ms(scps_hist_quantile(&res->send_lag, 0.99)),
+            ms(res->send_lag.max));
   for (int k = 1; k < SCPS_LOADGEN_CODES; k++)
     if (res->errors[k])
       fprintf(f, "  error       %s x %lld, e.g. %s\n", scps_loadgen_status_name(-k), (long long)res->errors[k],
@@ -77,11 +81,13 @@ void scps_loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
                        " \"bytes_sent\": %llu,\n \"bytes_received\": %llu,\n"
                        " \"mb_per_s_sent\": %.6f,\n \"mb_per_s_received\": %.6f,\n"
                        " \"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"p99.9\": %.6f, \"max\": %.6f, "
-                       "\"mean\": %.6f},\n \"timeline\": [",
+                       "\"mean\": %.6f},\n \"send_lag_ms\": {\"p50\": %.6f, \"p99\": %.6f, \"max\": %.6f},\n"
+                       " \"timeline\": [",
                     per_s((double)res->requests, res), per_s((double)res->samples, res), per_s((double)res->ids, res),
                     (unsigned long long)res->bytes_sent, (unsigned long long)res->bytes_received,
                     per_s((double)res->bytes_sent, res) * 1e-6, per_s((double)res->bytes_received, res) * 1e-6, l[0],
-                    l[1], l[2], l[3], l[4], l[5]);
+                    l[1], l[2], l[3], l[4], l[5], ms(scps_hist_quantile(&res->send_lag, 0.5)),
+                    ms(scps_hist_quantile(&res->send_lag, 0.99)), ms(res->send_lag.max));
   for (int i = 0; i < res->n_timeline; i++) {
     const scps_loadgen_second *s = &res->timeline[i];
     scps_jsonw_printf(w, "%s\n  {\"t\": %.3f, \"requests_per_s\": %.3f, \"p50\": %.6f, \"p99\": %.6f}", i ? "," : "",

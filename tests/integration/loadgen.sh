@@ -69,8 +69,8 @@ if "rate" in want:
     need(abs(r["requests_per_s"] - rate) <= 0.1 * rate, f"open loop achieved {r['requests_per_s']:.2f} req/s of {rate}")
 if "unavailable" in want:
     need(r["ok"] > 0, "some requests answered before the kill")
-    need(r["errors"].get("UNAVAILABLE", 0) > 0 and set(r["errors"]) == {"UNAVAILABLE"},
-         f"errors after the kill: {r['errors']}, expected UNAVAILABLE only")
+    need(r["errors"].get("UNAVAILABLE", 0) > 0 and set(r["errors"]) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"},
+         f"errors after the kill: {r['errors']}, expected UNAVAILABLE")
 if bad:
     print(sys.argv[1], "; ".join(bad)); sys.exit(1)
 print(f"{sys.argv[1]}: ok ({r['mode']}, {r['requests']} requests, {r['requests_per_s']:.1f}/s, p50 {lat['p50']:.3f} ms, errors {r['errors']})")
@@ -87,14 +87,16 @@ run --mode mixed --train-fraction 0.5 --concurrency 3 --duration 1 --json "$tmp/
 check "$tmp/mixed.json" clean=1 mode=mixed concurrency=3
 run --mode lookup --concurrency 2 --requests 40 --json "$tmp/requests.json" >/dev/null
 check "$tmp/requests.json" clean=1 requests=40
-# Open loop at a rate far below what even a sanitizer build sustains.
-run --mode lookup --concurrency 2 --rate 40 --duration 2 --json "$tmp/open.json" >/dev/null
-check "$tmp/open.json" clean=1 rate=40
+# Open loop at a rate far below what even a sanitizer build on a busy
+# machine sustains: each client has 200 ms per request.
+run --mode lookup --concurrency 4 --rate 20 --duration 2 --json "$tmp/open.json" >/dev/null
+check "$tmp/open.json" clean=1 rate=20
 
 # A server killed mid-run: requests fail as UNAVAILABLE within their
-# deadline and the run ends on time.
+# deadline (one in flight at the kill may run out of it instead) and the run
+# ends on time.
 start=$(date +%s%N)
-run --mode lookup --concurrency 2 --duration 2 --deadline-ms 300 --json "$tmp/down.json" >/dev/null &
+run --mode lookup --concurrency 2 --duration 2 --deadline-ms 1000 --json "$tmp/down.json" >/dev/null &
 lg=$!
 sleep 0.8
 kill -KILL "${scps_cluster_pids[0]}"
@@ -102,7 +104,7 @@ wait "${scps_cluster_pids[0]}" 2>/dev/null || true
 wait "$lg" || { echo "scps-loadgen failed after the server was killed"; fail=1; }
 elapsed_ms=$((($(date +%s%N) - start) / 1000000))
 check "$tmp/down.json" unavailable=1
-[ "$elapsed_ms" -lt 6000 ] || { echo "run with a dead server took $elapsed_ms ms for --duration 2"; fail=1; }
+[ "$elapsed_ms" -lt 10000 ] || { echo "run with a dead server took $elapsed_ms ms for --duration 2"; fail=1; }
 
 # No server at the start: exit 1, naming it, after the connect timeout.
 if out=$("$loadgen" --workload "$workload" --servers "$servers" --mode lookup --quiet --connect-timeout-ms 300 2>&1); then
