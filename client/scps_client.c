@@ -62,6 +62,8 @@ struct scps_client {
   int64_t step;              /* lowest GetConfig last_step at connect; -1: none */
   bool ignore_checkpoint_due;
   int64_t checkpoint_timeout_ms;
+  bool own_connections;
+  atomic_uint_fast64_t bytes_sent, bytes_received; /* payloads, see scps_client_traffic */
 
   bool grpc_started;
   grpc_completion_queue *cq;
@@ -278,6 +280,7 @@ static int rpc_start(rpc *r) {
   r->call = grpc_channel_create_registered_call(s->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq,
                                                 s->methods[o->method], o->deadline, NULL);
   r->sent = grpc_raw_byte_buffer_create(r->req, r->n_req);
+  atomic_fetch_add_explicit(&c->bytes_sent, grpc_byte_buffer_length(r->sent), memory_order_relaxed);
   r->response = NULL;
   r->error_string = NULL;
   r->details = grpc_empty_slice();
@@ -463,6 +466,8 @@ static void rpc_done(rpc *r) {
   r->call = NULL;
   grpc_byte_buffer_destroy(r->sent);
   r->sent = NULL;
+  if (r->response)
+    atomic_fetch_add_explicit(&c->bytes_received, grpc_byte_buffer_length(r->response), memory_order_relaxed);
 
   if (st == GRPC_STATUS_OK) {
     r->rc = read_reply(r);
@@ -637,7 +642,7 @@ static int op_result(op *o, scps_error *err) {
 /* ------------------------------------------------------ create / destroy */
 
 static int connect_servers(scps_client *c, const scps_client_options *o, scps_error *err) {
-  grpc_arg args[7];
+  grpc_arg args[8];
   memset(args, 0, sizeof args);
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
@@ -664,7 +669,10 @@ static int connect_servers(scps_client *c, const scps_client_options *o, scps_er
   args[6].type = GRPC_ARG_INTEGER;
   args[6].key = GRPC_ARG_HTTP2_MAX_FRAME_SIZE;
   args[6].value.integer = (1 << 24) - 1;
-  grpc_channel_args ca = {sizeof args / sizeof *args, args};
+  args[7].type = GRPC_ARG_INTEGER;
+  args[7].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
+  args[7].value.integer = 1;
+  grpc_channel_args ca = {c->own_connections ? 8 : 7, args};
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   int rc = 0;
   for (int p = 0; p < c->n && !rc; p++) {
@@ -941,6 +949,7 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
   c->format = o->wire_format;
   c->value_bytes = o->wire_format == SCPS_WIRE_BFLOAT16 ? 2 : sizeof(float);
   c->ignore_checkpoint_due = o->ignore_checkpoint_due;
+  c->own_connections = o->own_connections;
   c->checkpoint_timeout_ms = o->checkpoint_timeout_ms ? o->checkpoint_timeout_ms : DEFAULT_CHECKPOINT_TIMEOUT_MS;
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->prep_mu, NULL);
@@ -1002,6 +1011,11 @@ const scps_layout *scps_client_layout(const scps_client *c) { return c->layout; 
 scps_prep *scps_client_prep(scps_client *c) { return c->prep; }
 
 int64_t scps_client_step(const scps_client *c) { return c->step; }
+
+void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received) {
+  *sent = atomic_load_explicit(&c->bytes_sent, memory_order_relaxed);
+  *received = atomic_load_explicit(&c->bytes_received, memory_order_relaxed);
+}
 
 /* --------------------------------------------------------------- batches */
 

@@ -64,6 +64,10 @@ typedef struct scps_client_options {
    * leaves those requests unanswered (the servers then save alone). */
   bool ignore_checkpoint_due;
   int64_t checkpoint_timeout_ms; /* deadline of those automatic checkpoints; 0: 600 s */
+  /* true: this client's channels get connections of their own instead of
+   * sharing gRPC's process-wide ones with other clients to the same servers
+   * (a load generator's clients then behave as separate machines). */
+  bool own_connections;
 } scps_client_options;
 
 /* Connects to every server, reads and cross-checks their configurations
@@ -89,6 +93,11 @@ const scps_layout *scps_client_layout(const scps_client *c);
  * lowest over the servers, -1 when none has one. A trainer resumes at this
  * step + 1. */
 int64_t scps_client_step(const scps_client *c);
+
+/* Payload bytes (serialized messages, before gRPC framing and compression)
+ * of every call this client started, retries included, and of every reply
+ * message it received, since create. Cheap: two atomic counters. */
+void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received);
 
 /* The preprocessing state: limits in force, last batch's stats (FDO). Its
  * limits start as the servers report them (GetConfig). Do not change them

@@ -1,0 +1,460 @@
+#include "scps_loadgen.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Distinct batches each client cycles through, preprocessed before the load
+ * starts so requests measure the cluster, not the generator. */
+#define BATCHES_PER_CLIENT 4
+/* A last interval shorter than this (the drain after the end) is counted in
+ * the totals but left out of the timeline, where its rate would be noise. */
+#define MIN_LAST_INTERVAL_NS 250000000LL
+
+static const char *const status_names[SCPS_LOADGEN_CODES] = {
+    "OK",          "INVALID_ARGUMENT", "OUT_OF_MEMORY",     "RESOURCE_EXHAUSTED", "NOT_FOUND",
+    "ALREADY_EXISTS", "OUT_OF_RANGE",  "LIMIT_EXCEEDED",    "UNKNOWN",            "DATA_LOSS",
+    "PARSE_ERROR", "FAILED_PRECONDITION", "UNAVAILABLE",    "DEADLINE_EXCEEDED",  "BAD_STATE",
+    "INTERNAL"};
+
+const char *scps_loadgen_status_name(int code) {
+  return code <= 0 && -code < SCPS_LOADGEN_CODES ? status_names[-code] : "UNKNOWN";
+}
+
+static const char *const mode_names[] = {"lookup", "train", "mixed"};
+
+int scps_loadgen_mode_from_name(const char *name, scps_loadgen_mode *out) {
+  for (int m = 0; m < 3; m++)
+    if (!strcmp(name, mode_names[m])) {
+      *out = (scps_loadgen_mode)m;
+      return 0;
+    }
+  return SCPS_EINVAL;
+}
+
+const char *scps_loadgen_mode_name(scps_loadgen_mode m) { return mode_names[m]; }
+
+static int64_t now_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static struct timespec to_ts(int64_t ns) {
+  struct timespec t = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
+  return t;
+}
+
+/* What requests of one phase (warm-up or measured) amounted to. */
+typedef struct lg_stats {
+  int64_t ok, samples, ids;
+  int64_t errors[SCPS_LOADGEN_CODES];
+  scps_hist hist; /* latency of OK requests */
+  scps_hist lag;  /* send time - due time, every request */
+} lg_stats;
+
+static void stats_add(lg_stats *dst, const lg_stats *src) {
+  dst->ok += src->ok;
+  dst->samples += src->samples;
+  dst->ids += src->ids;
+  for (int k = 0; k < SCPS_LOADGEN_CODES; k++) dst->errors[k] += src->errors[k];
+  scps_hist_merge(&dst->hist, &src->hist);
+  scps_hist_merge(&dst->lag, &src->lag);
+}
+
+static int64_t stats_errors(const lg_stats *s) {
+  int64_t n = 0;
+  for (int k = 0; k < SCPS_LOADGEN_CODES; k++) n += s->errors[k];
+  return n;
+}
+
+typedef struct lg lg;
+
+typedef struct lg_client {
+  lg *g;
+  int index;
+  scps_client *c;
+  scps_batch *b[BATCHES_PER_CLIENT];
+  int64_t ids[BATCHES_PER_CLIENT];
+  float **acts, **grads;
+  uint64_t rng;
+  int64_t step;
+  pthread_mutex_t mu; /* guards warm and meas, which the ticker drains */
+  lg_stats warm, meas;
+} lg_client;
+
+struct lg {
+  const scps_loadgen_options *o;
+  int n_features;
+  lg_client *clients;
+  int64_t t0, warm_end;
+  atomic_int_fast64_t end; /* no request is sent from then on; INT64_MAX with a request count */
+  atomic_int_fast64_t tickets;
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* a client finished */
+  int running;
+  int64_t last_done;
+  /* The first message of each error code (guarded by mu). */
+  char first_error[SCPS_LOADGEN_CODES][SCPS_ERROR_MSG_MAX];
+};
+
+/* ------------------------------------------------------------- clients */
+
+static void client_free(lg_client *cl) {
+  for (int k = 0; k < BATCHES_PER_CLIENT; k++) scps_batch_destroy(cl->b[k]);
+  if (cl->c) scps_client_destroy(cl->c);
+  for (int f = 0; f < cl->g->n_features; f++) {
+    if (cl->acts) free(cl->acts[f]);
+    if (cl->grads) free(cl->grads[f]);
+  }
+  free(cl->acts);
+  free(cl->grads);
+  pthread_mutex_destroy(&cl->mu);
+}
+
+/* Connects client i and preprocesses its batches (its own generator seed,
+ * so clients do not all send the same ids). */
+static int client_init(lg *g, int i, scps_error *err) {
+  const scps_loadgen_options *o = g->o;
+  const scps_workload *w = o->workload;
+  lg_client *cl = &g->clients[i];
+  cl->g = g;
+  cl->index = i;
+  cl->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
+  pthread_mutex_init(&cl->mu, NULL);
+  scps_client_options co = {.servers = o->servers,
+                            .n_servers = o->n_servers,
+                            .tables = w->tables,
+                            .n_tables = w->n_tables,
+                            .features = w->features,
+                            .n_features = w->n_features,
+                            .policy = SCPS_LIMIT_ERROR,
+                            .connect_timeout_ms = o->connect_timeout_ms,
+                            .wire_format = o->wire_format,
+                            .ignore_checkpoint_due = true,
+                            .own_connections = true};
+  int rc = scps_client_create(&co, &cl->c, err);
+  if (rc) return rc;
+  /* Like the benchmarks: the workloads keep the default per-partition limits,
+   * which their batches exceed; load the cluster with every id rather than
+   * fail or drop them. */
+  const scps_layout *l = scps_client_layout(cl->c);
+  for (int s = 0; !rc && s < l->n_stacks; s++)
+    rc = scps_prep_set_limits(scps_client_prep(cl->c), s, 1 << 30, 1 << 30, err);
+  cl->acts = calloc((size_t)w->n_features, sizeof *cl->acts);
+  cl->grads = calloc((size_t)w->n_features, sizeof *cl->grads);
+  if (!rc && (!cl->acts || !cl->grads)) rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  for (int f = 0; !rc && f < w->n_features; f++) {
+    size_t n = (size_t)w->batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
+    cl->acts[f] = malloc(sizeof(float) * n);
+    cl->grads[f] = malloc(sizeof(float) * n);
+    if (!cl->acts[f] || !cl->grads[f]) {
+      rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
+      break;
+    }
+    /* Small, so a long run does not push the embeddings anywhere extreme. */
+    for (size_t j = 0; j < n; j++) cl->grads[f][j] = 1e-4f * (float)((int)(j % 7) - 3);
+  }
+  scps_workload_gen *gen = NULL;
+  if (!rc) rc = scps_workload_gen_create(w, (uint64_t)i + 1, &gen, err);
+  for (int k = 0; !rc && k < BATCHES_PER_CLIENT; k++) {
+    rc = scps_batch_create(cl->c, &cl->b[k], err);
+    if (rc) break;
+    scps_workload_gen_next(gen);
+    const scps_feature_input *in = scps_workload_gen_inputs(gen);
+    for (int f = 0; f < w->n_features; f++) cl->ids[k] += (int64_t)in[f].n_ids;
+    rc = scps_client_prepare(cl->c, in, cl->b[k], err);
+  }
+  scps_workload_gen_destroy(gen);
+  return rc;
+}
+
+static double next_unit(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return (double)(*s >> 11) * 0x1p-53;
+}
+
+/* One request: a lookup and, when training, the push of its gradients, both
+ * within deadline_ms of the send. */
+static int request(lg_client *cl, int k, bool train, int64_t sent, scps_error *err) {
+  const scps_loadgen_options *o = cl->g->o;
+  int rc = scps_client_lookup(cl->c, cl->b[k], cl->acts, o->deadline_ms, err);
+  if (rc || !train) return rc;
+  int64_t left = o->deadline_ms - (now_ns() - sent) / 1000000;
+  return scps_client_apply_gradients(cl->c, cl->b[k], (const float *const *)cl->grads, cl->step++, -1.0,
+                                     left > 1 ? left : 1, err);
+}
+
+static void record(lg_client *cl, int k, bool measured, int rc, int64_t latency, int64_t lag,
+                   const scps_error *err) {
+  lg *g = cl->g;
+  pthread_mutex_lock(&cl->mu);
+  lg_stats *s = measured ? &cl->meas : &cl->warm;
+  scps_hist_record(&s->lag, (uint64_t)(lag > 0 ? lag : 0));
+  if (!rc) {
+    s->ok++;
+    s->samples += g->o->workload->batch_size;
+    s->ids += cl->ids[k];
+    scps_hist_record(&s->hist, (uint64_t)latency);
+  } else {
+    s->errors[rc <= 0 && -rc < SCPS_LOADGEN_CODES ? -rc : -SCPS_EIO]++;
+  }
+  pthread_mutex_unlock(&cl->mu);
+  if (rc) {
+    int code = rc <= 0 && -rc < SCPS_LOADGEN_CODES ? -rc : -SCPS_EIO;
+    pthread_mutex_lock(&g->mu);
+    if (!g->first_error[code][0]) snprintf(g->first_error[code], SCPS_ERROR_MSG_MAX, "%s", err->msg);
+    pthread_mutex_unlock(&g->mu);
+  }
+}
+
+static void sleep_until(int64_t t) {
+  struct timespec ts = to_ts(t);
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR) {
+  }
+}
+
+/* A client's loop. Closed loop: each request starts when the previous one
+ * ends. Open loop: request j of client i is due at t0 + (j * C + i) / rate;
+ * one still due while the previous is out is sent as soon as that returns,
+ * and its latency counts from when it was due, so a slow cluster shows as
+ * latency instead of silently lowering the rate (coordinated omission). */
+static void *client_main(void *arg) {
+  lg_client *cl = arg;
+  lg *g = cl->g;
+  const scps_loadgen_options *o = g->o;
+  double p_train = o->mode == SCPS_LOADGEN_TRAIN ? 1.0 : o->mode == SCPS_LOADGEN_MIXED ? o->train_fraction : 0.0;
+  scps_error err;
+  for (int64_t j = 0;; j++) {
+    int64_t due;
+    if (o->rate > 0) {
+      due = g->t0 + (int64_t)((double)(j * o->concurrency + cl->index) * 1e9 / o->rate);
+      if (due >= atomic_load(&g->end)) break;
+      sleep_until(due);
+    } else {
+      due = now_ns();
+      if (due >= atomic_load(&g->end)) break;
+    }
+    bool measured = due >= g->warm_end;
+    if (measured && o->requests > 0 && atomic_fetch_add(&g->tickets, 1) >= o->requests) break;
+    bool train = p_train > 0 && next_unit(&cl->rng) < p_train;
+    int k = (int)(j % BATCHES_PER_CLIENT);
+    scps_error_clear(&err);
+    int64_t sent = now_ns();
+    int rc = request(cl, k, train, sent, &err);
+    record(cl, k, measured, rc, now_ns() - due, sent - due, &err);
+  }
+  pthread_mutex_lock(&g->mu);
+  if (--g->running == 0) g->last_done = now_ns();
+  pthread_cond_broadcast(&g->cv);
+  pthread_mutex_unlock(&g->mu);
+  return NULL;
+}
+
+/* -------------------------------------------------------------- ticker */
+
+typedef struct ticker {
+  int64_t prev;          /* end of the previous interval */
+  uint64_t sent, recv;   /* traffic at prev */
+  uint64_t base_sent, base_recv; /* at the end of the warm-up */
+  bool measuring;
+  lg_stats interval, warm, total;
+  int cap;
+} ticker;
+
+static void traffic(const lg *g, uint64_t *sent, uint64_t *recv) {
+  *sent = *recv = 0;
+  for (int i = 0; i < g->o->concurrency; i++) {
+    uint64_t s, r;
+    scps_client_traffic(g->clients[i].c, &s, &r);
+    *sent += s;
+    *recv += r;
+  }
+}
+
+/* Drains every client's counts of the interval ending at t into tk, adds
+ * its second to the timeline and prints the progress line. */
+static int tick(lg *g, ticker *tk, int64_t t, bool last, scps_loadgen_result *res, scps_error *err) {
+  const scps_loadgen_options *o = g->o;
+  memset(&tk->interval, 0, sizeof tk->interval);
+  memset(&tk->warm, 0, sizeof tk->warm);
+  for (int i = 0; i < o->concurrency; i++) {
+    lg_client *cl = &g->clients[i];
+    pthread_mutex_lock(&cl->mu);
+    stats_add(&tk->interval, &cl->meas);
+    stats_add(&tk->warm, &cl->warm);
+    memset(&cl->meas, 0, sizeof cl->meas);
+    memset(&cl->warm, 0, sizeof cl->warm);
+    pthread_mutex_unlock(&cl->mu);
+  }
+  stats_add(&tk->total, &tk->interval);
+  uint64_t sent, recv;
+  traffic(g, &sent, &recv);
+  double secs = (double)(t - tk->prev) * 1e-9;
+  bool was_measuring = tk->measuring;
+  if (!tk->measuring && t >= g->warm_end) {
+    tk->measuring = true;
+    tk->base_sent = sent;
+    tk->base_recv = recv;
+  }
+  bool shown = secs > 0 && (!last || t - tk->prev >= MIN_LAST_INTERVAL_NS);
+  if (was_measuring && shown) {
+    if (res->n_timeline == tk->cap) {
+      int cap = tk->cap ? 2 * tk->cap : 64;
+      scps_loadgen_second *p = realloc(res->timeline, sizeof *p * (size_t)cap);
+      if (!p) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+      res->timeline = p;
+      tk->cap = cap;
+    }
+    res->timeline[res->n_timeline++] = (scps_loadgen_second){
+        .t = (double)(t - g->warm_end) * 1e-9,
+        .requests_per_s = (double)(tk->interval.ok + stats_errors(&tk->interval)) / secs,
+        .p50_ms = (double)scps_hist_quantile(&tk->interval.hist, 0.5) * 1e-6,
+        .p99_ms = (double)scps_hist_quantile(&tk->interval.hist, 0.99) * 1e-6};
+  }
+  if (o->progress && shown) {
+    stats_add(&tk->warm, &tk->interval);
+    fprintf(stderr,
+            "scps-loadgen: %6.1fs%s %9.0f req/s  p50 %8.3f ms  p99 %8.3f ms  %lld errors  sent %8.2f MB/s  "
+            "received %8.2f MB/s\n",
+            (double)(t - g->t0) * 1e-9, was_measuring ? "          " : " (warm-up)",
+            (double)(tk->warm.ok + stats_errors(&tk->warm)) / secs,
+            (double)scps_hist_quantile(&tk->warm.hist, 0.5) * 1e-6,
+            (double)scps_hist_quantile(&tk->warm.hist, 0.99) * 1e-6, (long long)stats_errors(&tk->warm),
+            (double)(sent - tk->sent) / secs * 1e-6, (double)(recv - tk->recv) / secs * 1e-6);
+  }
+  tk->prev = t;
+  tk->sent = sent;
+  tk->recv = recv;
+  return 0;
+}
+
+/* Ticks every second (and at the end of the warm-up) until every client has
+ * finished, then once more for what the last ones did. */
+static int run_ticker(lg *g, ticker *tk, scps_loadgen_result *res, scps_error *err) {
+  int64_t next = g->t0 + 1000000000;
+  if (g->warm_end > g->t0 && g->warm_end < next) next = g->warm_end;
+  int rc = 0;
+  pthread_mutex_lock(&g->mu);
+  while (g->running > 0) {
+    struct timespec ts = to_ts(next);
+    pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    if (g->running == 0 || now_ns() < next) continue;
+    pthread_mutex_unlock(&g->mu);
+    if (!rc) rc = tick(g, tk, next, false, res, err);
+    int64_t after = next + 1000000000;
+    if (next < g->warm_end && g->warm_end < after) after = g->warm_end;
+    next = after;
+    pthread_mutex_lock(&g->mu);
+  }
+  int64_t done = g->last_done;
+  pthread_mutex_unlock(&g->mu);
+  if (!rc) rc = tick(g, tk, done, true, res, err);
+  return rc;
+}
+
+/* ----------------------------------------------------------------- run */
+
+int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, scps_error *err) {
+  *out = NULL;
+  lg *g = calloc(1, sizeof *g);
+  scps_loadgen_result *res = calloc(1, sizeof *res);
+  ticker *tk = calloc(1, sizeof *tk);
+  lg_client *clients = calloc((size_t)o->concurrency, sizeof *clients);
+  pthread_t *threads = calloc((size_t)o->concurrency, sizeof *threads);
+  if (!g || !res || !tk || !clients || !threads) {
+    free(g);
+    free(res);
+    free(tk);
+    free(clients);
+    free(threads);
+    return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  }
+  g->o = o;
+  g->n_features = o->workload->n_features;
+  g->clients = clients;
+  pthread_mutex_init(&g->mu, NULL);
+  pthread_condattr_t ca;
+  pthread_condattr_init(&ca);
+  pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+  pthread_cond_init(&g->cv, &ca);
+  pthread_condattr_destroy(&ca);
+
+  int rc = 0, inited = 0, started = 0;
+  for (; inited < o->concurrency; inited++) {
+    scps_error e;
+    scps_error_clear(&e);
+    rc = client_init(g, inited, &e);
+    if (rc) {
+      scps_error_set(err, rc, "client %d: %s", inited, e.msg);
+      inited++;
+      break;
+    }
+  }
+  if (!rc) {
+    g->t0 = now_ns();
+    g->warm_end = g->t0 + (int64_t)(o->warmup_s * 1e9);
+    atomic_store(&g->end, o->requests > 0 ? INT64_MAX : g->warm_end + (int64_t)(o->duration_s * 1e9));
+    tk->prev = g->t0;
+    traffic(g, &tk->sent, &tk->recv);
+    tk->measuring = g->warm_end <= g->t0;
+    tk->base_sent = tk->sent;
+    tk->base_recv = tk->recv;
+    g->running = o->concurrency;
+    for (; started < o->concurrency; started++)
+      if (pthread_create(&threads[started], NULL, client_main, &clients[started])) break;
+    if (started < o->concurrency) {
+      /* The clients already running stop at once; none is measured. */
+      atomic_store(&g->end, g->t0);
+      pthread_mutex_lock(&g->mu);
+      g->running -= o->concurrency - started;
+      pthread_mutex_unlock(&g->mu);
+      rc = scps_error_set(err, SCPS_ENOMEM, "cannot start client thread %d of %d", started, o->concurrency);
+    }
+  }
+  if (started) {
+    int trc = run_ticker(g, tk, res, err);
+    if (!rc) rc = trc;
+  }
+  for (int i = 0; i < started; i++) pthread_join(threads[i], NULL);
+  if (!rc) {
+    uint64_t sent, recv;
+    traffic(g, &sent, &recv);
+    res->bytes_sent = sent - tk->base_sent;
+    res->bytes_received = recv - tk->base_recv;
+    res->duration_s = (double)(g->last_done - g->warm_end) * 1e-9;
+    res->ok = tk->total.ok;
+    res->samples = tk->total.samples;
+    res->ids = tk->total.ids;
+    memcpy(res->errors, tk->total.errors, sizeof res->errors);
+    memcpy(res->first_error, g->first_error, sizeof res->first_error);
+    res->requests = res->ok + stats_errors(&tk->total);
+    res->latency = tk->total.hist;
+    res->send_lag = tk->total.lag;
+  }
+  for (int i = 0; i < inited; i++) client_free(&clients[i]);
+  pthread_cond_destroy(&g->cv);
+  pthread_mutex_destroy(&g->mu);
+  free(threads);
+  free(clients);
+  free(tk);
+  free(g);
+  if (rc) {
+    scps_loadgen_result_destroy(res);
+    return rc;
+  }
+  *out = res;
+  return 0;
+}
+
+void scps_loadgen_result_destroy(scps_loadgen_result *r) {
+  if (!r) return;
+  free(r->timeline);
+  free(r);
+}

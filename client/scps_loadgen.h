@@ -1,0 +1,73 @@
+/* scps_loadgen: drives a cluster with a workload's batches from concurrent
+ * libscps clients, closed loop or at a target rate, and measures the result. */
+#ifndef SCPS_LOADGEN_H
+#define SCPS_LOADGEN_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "scps_client.h"
+#include "scps_hist.h"
+#include "scps_workload.h"
+
+typedef enum scps_loadgen_mode {
+  SCPS_LOADGEN_LOOKUP = 0, /* a request is one Lookup */
+  SCPS_LOADGEN_TRAIN = 1,  /* Lookup, then ApplyGradients of the same batch */
+  SCPS_LOADGEN_MIXED = 2   /* train with probability train_fraction, else lookup */
+} scps_loadgen_mode;
+
+int scps_loadgen_mode_from_name(const char *name, scps_loadgen_mode *out);
+const char *scps_loadgen_mode_name(scps_loadgen_mode m);
+
+/* Errors are counted by libscps code (-code indexes the counts); each code
+ * has a status name, gRPC's where one corresponds ("UNAVAILABLE"). */
+#define SCPS_LOADGEN_CODES 16
+const char *scps_loadgen_status_name(int code);
+
+typedef struct scps_loadgen_options {
+  const scps_workload *workload;
+  const char *const *servers;
+  int n_servers;
+  scps_loadgen_mode mode;
+  double train_fraction; /* mixed only, in [0, 1] */
+  int concurrency;       /* clients, each with its own connections */
+  double rate;           /* requests/s over all clients; 0: closed loop */
+  double duration_s;     /* > 0: measure this long; else requests */
+  int64_t requests;      /* > 0: measure this many requests (duration_s 0) */
+  double warmup_s;       /* load first, unmeasured */
+  scps_float_format wire_format;
+  int64_t deadline_ms;        /* of each request, from when it is sent */
+  int64_t connect_timeout_ms; /* of each client's creation */
+  bool progress;              /* a line on stderr every second */
+} scps_loadgen_options;
+
+/* One second of the measured run. */
+typedef struct scps_loadgen_second {
+  double t; /* end of the interval, seconds after the warm-up */
+  double requests_per_s, p50_ms, p99_ms;
+} scps_loadgen_second;
+
+typedef struct scps_loadgen_result {
+  double duration_s; /* from the end of the warm-up to the last answer */
+  int64_t requests, ok, samples, ids;
+  int64_t errors[SCPS_LOADGEN_CODES];
+  char first_error[SCPS_LOADGEN_CODES][SCPS_ERROR_MSG_MAX]; /* one message of each code seen */
+  uint64_t bytes_sent, bytes_received; /* payloads during the measured run */
+  scps_hist latency;                   /* nanoseconds, requests answered OK */
+  /* Nanoseconds from when each request was due to when it was sent: open
+   * loop, the part of latency spent waiting for the client's previous
+   * request or for a CPU; closed loop, about 0. */
+  scps_hist send_lag;
+  scps_loadgen_second *timeline;
+  int n_timeline;
+} scps_loadgen_result;
+
+/* Connects concurrency clients, generates and preprocesses each one's
+ * batches, runs the warm-up and the measured load, and fills *out (free with
+ * scps_loadgen_result_destroy). Requests that fail are counted, not fatal;
+ * setup failures (connection, workload the cluster does not serve) are
+ * returned with a message. */
+int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, scps_error *err);
+void scps_loadgen_result_destroy(scps_loadgen_result *r);
+
+#endif

@@ -1,0 +1,238 @@
+/* scps-loadgen: drives an scps cluster with a workload's batches from many
+ * concurrent clients and reports throughput, traffic, latency and errors. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scps_loadgen.h"
+#include "scps_loadgen_report.h"
+#include "scps_memtune.h"
+
+#define MAX_SERVERS 256
+#define MAX_CONCURRENCY 1024
+
+static const char usage[] =
+    "usage: scps-loadgen --workload FILE --servers HOST:PORT[,HOST:PORT...] --mode lookup|train|mixed [options]\n"
+    "Drives a running scps cluster with the workload's batches (a file in the\n"
+    "format of shared/workloads/*.json) and reports what it sustained.\n"
+    "\n"
+    "  --workload FILE        tables, features, batch size and id distribution; the\n"
+    "                         cluster must serve the same tables and features\n"
+    "  --servers LIST         every server process, in process-index order\n"
+    "  --mode M               lookup: a request is one Lookup of a batch;\n"
+    "                         train: a Lookup, then ApplyGradients of that batch;\n"
+    "                         mixed: train with probability --train-fraction, else lookup\n"
+    "  --train-fraction F     mixed only: share of train requests, in [0, 1] (default 0.1)\n"
+    "  --concurrency C        clients, each with its own libscps client and\n"
+    "                         connections, one request out at a time (default 1)\n"
+    "  --rate R               open loop: R requests/s over all clients, each client\n"
+    "                         sending on a fixed schedule; latency counts from when a\n"
+    "                         request was due, so queueing behind a slow one shows.\n"
+    "                         Without it: closed loop, each client sends its next\n"
+    "                         request when the previous one is answered\n"
+    "  --duration S           measure for S seconds (default 10)\n"
+    "  --requests N           measure N requests instead of a duration\n"
+    "  --warmup S             load for S seconds first, unmeasured (default 1)\n"
+    "  --wire-format F        float32 or bfloat16 activations and gradients (default float32)\n"
+    "  --deadline-ms MS       deadline of each request from when it is sent; a lookup\n"
+    "                         retries UNAVAILABLE servers within it (default 5000)\n"
+    "  --connect-timeout-ms MS  how long each client waits for the servers at the\n"
+    "                         start (default 10000)\n"
+    "  --json FILE            also write the report as JSON\n"
+    "  --plot FILE.png        draw latency p50/p99 and requests/s over time (needs gnuplot)\n"
+    "  --quiet                no progress line on stderr (one per second otherwise)\n"
+    "  --help                 this text\n"
+    "\n"
+    "Each client preprocesses 4 batches of its own before the load and cycles\n"
+    "through them. The report (stdout) gives requests/s, samples/s and ids/s of\n"
+    "requests answered OK, payload MB/s sent and received (1 MB = 10^6 bytes),\n"
+    "latency percentiles of OK requests (histogram, within 0.4%), and errors by\n"
+    "status (UNAVAILABLE, DEADLINE_EXCEEDED, INVALID_ARGUMENT, ...). Exit status:\n"
+    "0 after a run (even with errors), 1 when the run could not start, 2 for bad flags.\n";
+
+static int bad_flag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad_flag(const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fputs("scps-loadgen: ", stderr);
+  vfprintf(stderr, fmt, ap);
+  fputs(" (try --help)\n", stderr);
+  va_end(ap);
+  return 2;
+}
+
+/* A whole-string double in [lo, hi]. */
+static int parse_double(const char *s, double lo, double hi, double *out) {
+  char *end;
+  errno = 0;
+  double v = strtod(s, &end);
+  if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static int parse_int(const char *s, long long lo, long long hi, long long *out) {
+  char *end;
+  errno = 0;
+  long long v = strtoll(s, &end, 10);
+  if (errno || end == s || *end || v < lo || v > hi) return -1;
+  *out = v;
+  return 0;
+}
+
+static const char *base_name(const char *path) {
+  const char *s = strrchr(path, '/');
+  return s ? s + 1 : path;
+}
+
+int main(int argc, char **argv) {
+  const char *workload_path = NULL, *json = NULL, *plot = NULL;
+  char *servers_arg = NULL;
+  bool have_mode = false, have_fraction = false, have_duration = false, quiet = false;
+  scps_loadgen_options o = {.concurrency = 1,
+                            .train_fraction = 0.1,
+                            .duration_s = 10.0,
+                            .warmup_s = 1.0,
+                            .deadline_ms = 5000,
+                            .connect_timeout_ms = 10000};
+  static const struct option opts[] = {{"workload", required_argument, 0, 'w'},
+                                       {"servers", required_argument, 0, 's'},
+                                       {"mode", required_argument, 0, 'm'},
+                                       {"train-fraction", required_argument, 0, 'f'},
+                                       {"concurrency", required_argument, 0, 'c'},
+                                       {"rate", required_argument, 0, 'r'},
+                                       {"duration", required_argument, 0, 'd'},
+                                       {"requests", required_argument, 0, 'n'},
+                                       {"warmup", required_argument, 0, 'u'},
+                                       {"wire-format", required_argument, 0, 'W'},
+                                       {"deadline-ms", required_argument, 0, 'D'},
+                                       {"connect-timeout-ms", required_argument, 0, 'T'},
+                                       {"json", required_argument, 0, 'j'},
+                                       {"plot", required_argument, 0, 'p'},
+                                       {"quiet", no_argument, 0, 'q'},
+                                       {"help", no_argument, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  opterr = 0;
+  int c;
+  long long n;
+  while ((c = getopt_long(argc, argv, ":", opts, NULL)) != -1) {
+    switch (c) {
+    case 'w': workload_path = optarg; break;
+    case 's': servers_arg = optarg; break;
+    case 'm':
+      if (scps_loadgen_mode_from_name(optarg, &o.mode))
+        return bad_flag("--mode '%s': expected lookup, train or mixed", optarg);
+      have_mode = true;
+      break;
+    case 'f':
+      if (parse_double(optarg, 0.0, 1.0, &o.train_fraction))
+        return bad_flag("--train-fraction '%s': expected a fraction in [0, 1]", optarg);
+      have_fraction = true;
+      break;
+    case 'c':
+      if (parse_int(optarg, 1, MAX_CONCURRENCY, &n))
+        return bad_flag("--concurrency '%s': expected a number of clients from 1 to 1024", optarg);
+      o.concurrency = (int)n;
+      break;
+    case 'r':
+      if (parse_double(optarg, 1e-3, 1e9, &o.rate))
+        return bad_flag("--rate '%s': expected requests per second, > 0", optarg);
+      break;
+    case 'd':
+      if (parse_double(optarg, 1e-3, 1e7, &o.duration_s))
+        return bad_flag("--duration '%s': expected seconds, > 0", optarg);
+      have_duration = true;
+      break;
+    case 'n':
+      if (parse_int(optarg, 1, (long long)1 << 50, &n))
+        return bad_flag("--requests '%s': expected a number of requests, >= 1", optarg);
+      o.requests = n;
+      break;
+    case 'u':
+      if (parse_double(optarg, 0.0, 1e7, &o.warmup_s))
+        return bad_flag("--warmup '%s': expected seconds, >= 0", optarg);
+      break;
+    case 'W':
+      if (scps_float_format_from_name(optarg, &o.wire_format))
+        return bad_flag("--wire-format '%s': expected float32 or bfloat16", optarg);
+      break;
+    case 'D':
+      if (parse_int(optarg, 1, 86400000, &n))
+        return bad_flag("--deadline-ms '%s': expected milliseconds, >= 1", optarg);
+      o.deadline_ms = n;
+      break;
+    case 'T':
+      if (parse_int(optarg, 1, 86400000, &n))
+        return bad_flag("--connect-timeout-ms '%s': expected milliseconds, >= 1", optarg);
+      o.connect_timeout_ms = n;
+      break;
+    case 'j': json = optarg; break;
+    case 'p': plot = optarg; break;
+    case 'q': quiet = true; break;
+    case 'h': fputs(usage, stdout); return 0;
+    case ':': return bad_flag("%s needs a value", argv[optind - 1]);
+    default: return bad_flag("unknown option '%s'", argv[optind - 1]);
+    }
+  }
+  if (optind < argc) return bad_flag("unexpected argument '%s'", argv[optind]);
+  if (!workload_path) return bad_flag("--workload is required");
+  if (!servers_arg) return bad_flag("--servers is required");
+  if (!have_mode) return bad_flag("--mode is required (lookup, train or mixed)");
+  if (have_fraction && o.mode != SCPS_LOADGEN_MIXED)
+    return bad_flag("--train-fraction is for --mode mixed only");
+  if (have_duration && o.requests > 0) return bad_flag("--duration and --requests: give one of them");
+  if (o.requests > 0) o.duration_s = 0.0;
+
+  const char *servers[MAX_SERVERS];
+  int n_servers = 0;
+  for (char *tok = strtok(servers_arg, ","); tok; tok = strtok(NULL, ",")) {
+    if (n_servers == MAX_SERVERS) return bad_flag("--servers: more than %d servers", MAX_SERVERS);
+    if (!strchr(tok, ':')) return bad_flag("--servers '%s': expected HOST:PORT", tok);
+    servers[n_servers++] = tok;
+  }
+  if (!n_servers) return bad_flag("--servers: no server given");
+  o.servers = servers;
+  o.n_servers = n_servers;
+  o.progress = !quiet;
+
+  scps_error err;
+  scps_error_clear(&err);
+  /* Before loading anything: a missing gnuplot should not cost a whole run. */
+  if (plot && scps_loadgen_plot_check(&err)) {
+    fprintf(stderr, "scps-loadgen: %s\n", err.msg);
+    return 1;
+  }
+  scps_memtune_apply();
+  scps_workload *w = NULL;
+  int rc = scps_workload_load(workload_path, &w, &err);
+  if (rc) {
+    fprintf(stderr, "scps-loadgen: %s\n", err.msg);
+    return 1;
+  }
+  o.workload = w;
+  scps_loadgen_result *res = NULL;
+  rc = scps_loadgen_run(&o, &res, &err);
+  if (rc) {
+    fprintf(stderr, "scps-loadgen: %s\n", err.msg);
+    scps_workload_destroy(w);
+    return 1;
+  }
+  scps_loadgen_report rep = {.workload = w->name[0] ? w->name : base_name(workload_path), .options = &o, .result = res};
+  scps_loadgen_report_text(&rep, stdout);
+  int status = 0;
+  if (json && scps_loadgen_report_write_json(&rep, json, &err)) {
+    fprintf(stderr, "scps-loadgen: %s\n", err.msg);
+    status = 1;
+  }
+  if (plot && scps_loadgen_plot(&rep, plot, &err)) {
+    fprintf(stderr, "scps-loadgen: %s\n", err.msg);
+    status = 1;
+  }
+  scps_loadgen_result_destroy(res);
+  scps_workload_destroy(w);
+  return status;
+}

@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Serving latency under load, with scps-loadgen against one local server:
+#   tests/bench/serving.sh [--workload FILE] [--clients 16] [--duration S] [--json FILE]
+# Builds (Release, -march=native) in build-bench/, starts 1 scps-server
+# process (2 SparseCores) serving the workload (default
+# serving-small-batch.json), finds the peak lookup rate with C closed-loop
+# clients, then offers 70% of that peak open loop from C clients and prints
+# peak, p50, p99 and p99/p50 (target: p99 <= 3x p50 at 70% of peak). Writes
+# {peak: report, at70: report, p99_over_p50} (default build-bench/bench-serving.json).
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+shared=${SCPS_SHARED_DIR:-$(dirname "$repo")/shared}
+workload=$shared/workloads/serving-small-batch.json
+clients=16
+duration=10
+json=$repo/build-bench/bench-serving.json
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --workload) workload=${2:?--workload needs a file}; shift 2 ;;
+    --clients) clients=${2:?--clients needs a number}; shift 2 ;;
+    --duration) duration=${2:?--duration needs seconds}; shift 2 ;;
+    --json) json=${2:?--json needs a file}; shift 2 ;;
+    -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "serving.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+[ -f "$workload" ] || { echo "serving.sh: workload '$workload' not found" >&2; exit 2; }
+
+build=$repo/build-bench
+cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DSCPS_SHARED_DIR="$shared" >/dev/null
+cmake --build "$build" -j2 --target scps-server scps-loadgen >/dev/null
+
+. "$repo/deploy/cluster.sh"
+scps_cluster_start "$build/server/scps-server" "$workload" 1 2 8G
+servers=$SCPS_CLUSTER_SERVERS
+tmp=$SCPS_CLUSTER_DIR
+loadgen=("$build/client/scps-loadgen" --workload "$workload" --servers "$servers" --mode lookup
+         --concurrency "$clients" --duration "$duration" --warmup 2 --quiet)
+
+echo "serving.sh: $(basename "$workload"), 1 server process x 2 SparseCores, $clients clients, ${duration} s per run" >&2
+"${loadgen[@]}" --json "$tmp/peak.json" >&2
+rate=$(/usr/bin/python3 -c 'import json,sys; print("%.1f" % (0.7 * json.load(open(sys.argv[1]))["requests_per_s"]))' "$tmp/peak.json")
+"${loadgen[@]}" --rate "$rate" --json "$tmp/at70.json" >&2
+
+/usr/bin/python3 - "$tmp/peak.json" "$tmp/at70.json" "$json" <<'PY'
+import json, sys
+peak, at70 = (json.load(open(p)) for p in sys.argv[1:3])
+lp, la = peak["latency_ms"], at70["latency_ms"]
+ratio = la["p99"] / la["p50"] if la["p50"] > 0 else float("inf")
+print(f"{'':28s} {'req/s':>10s} {'samples/s':>11s} {'p50 ms':>8s} {'p99 ms':>8s} {'p99/p50':>8s} {'errors':>7s}")
+for label, r, l in (("peak (closed loop)", peak, lp), ("70% of peak (open loop)", at70, la)):
+    print(f"{label:28s} {r['requests_per_s']:10.1f} {r['samples_per_s']:11.0f} {l['p50']:8.3f} {l['p99']:8.3f} "
+          f"{l['p99'] / l['p50'] if l['p50'] > 0 else float('inf'):8.2f} {sum(r['errors'].values()):7d}")
+print(f"target (issue 7): p99 <= 3x p50 at 70% of peak: p99/p50 = {ratio:.2f} "
+      + ("(met)" if ratio <= 3 else "(NOT met)"))
+json.dump({"peak": peak, "at70": at70, "p99_over_p50": ratio}, open(sys.argv[3], "w"), indent=1)
+PY
