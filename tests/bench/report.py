@@ -125,7 +125,8 @@ def main():
         res["workloads"][w] = r
         if "gather_limit" in r:
             g = r["gather_limit"]
-            rows.append((w, f"gather limit (anchor, best of {len(r['gather_limit_ids_per_s_all_runs'])})",
+            rows.append((w, f"gather limit ({g['tables']}x{g['rows']} rows x {g['dim']}, best of "
+                            f"{len(r['gather_limit_ids_per_s_all_runs'])})",
                          g["ms_per_batch"], None, g["ids_per_s"], None, None, None))
             for phase, key in (("lookup", "engine_lookup"), ("update", "engine_update")):
                 e = r["engine"][phase]
