@@ -176,6 +176,10 @@ def main():
         rows.append(("serving", f"peak, {peak['concurrency']} clients (p50 {peak['latency_ms']['p50']:.2f} ms, "
                                 f"p99 {peak['latency_ms']['p99']:.2f} ms)", None, peak["samples_per_s"],
                      peak["ids_per_s"], None, None, None))
+        errors = sum(peak["errors"].values()) + sum(at70["errors"].values())
+        if errors:
+            rows.append(("serving", f"{errors} requests failed (scps-loadgen errors; see serving.json)",
+                         None, None, None, None, None, None))
         rows.append(("serving", f"70% of peak: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms; p99/p50",
                      None, at70["samples_per_s"], at70["ids_per_s"], c["value"], c["target"], c["met"]))
 
