@@ -107,9 +107,9 @@ def main():
            "machine": machine(), "commit": git_commit(repo), "batches": a.batches,
            "run_seconds": a.seconds, "workloads": {}, "ratios": []}
     for when in ("start", "end"):
-        path = os.path.join(a.dir, f"loadavg-{when}.txt")
+        path = os.path.join(a.dir, f"busy-{when}.txt")
         if os.path.exists(path):
-            res[f"loadavg_{when}"] = open(path).read().strip()
+            res[f"cpu_busy_percent_{when}"] = int(open(path).read().strip())
     rows = []  # (workload, label, ms/batch, samples/s, ids/s, ratio, target, met)
 
     def ratio(w, label, key, value, info=False):
@@ -185,8 +185,12 @@ def main():
 
     m = res["machine"]
     print(f"scps benchmark suite, {res['date']}, commit {res['commit']}: {m['cpu']}, {m['cores']} cores, "
-          f"{m['memory_gib']} GiB; {a.batches} batches per figure (medians); load average "
-          f"{res.get('loadavg_start', '?')} at start, {res.get('loadavg_end', '?')} at end")
+          f"{m['memory_gib']} GiB; {a.batches} batches per figure (medians); cores busy with other work "
+          f"{res.get('cpu_busy_percent_start', '?')}% before, {res.get('cpu_busy_percent_end', '?')}% after")
+    busy = max(res.get("cpu_busy_percent_start", 0), res.get("cpu_busy_percent_end", 0))
+    if busy > 10:
+        print(f"warning: other processes kept the cores {busy}% busy around the run; the anchors' OpenMP "
+              "threads suffer most from that")
     head = ("workload", "measurement", "ms/batch", "samples/s", "ids/s", "ratio", "target", "met")
     fmt = "{:<9} {:<50} {:>9} {:>11} {:>12} {:>7} {:>7} {:>4}"
     print(fmt.format(*head))

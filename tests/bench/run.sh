@@ -64,9 +64,15 @@ out=$build/suite
 rm -rf "$out"
 mkdir -p "$out"
 started=$(date +%s)
-# Untimed work of others (builds, tests) does not take the lock: the load
-# averages at start and end go into the results.
-cut -d" " -f1-3 /proc/loadavg >"$out/loadavg-start.txt"
+# Untimed work of others (builds, tests) does not take the lock: how busy
+# the cores were over 2 s before and after the run goes into the results.
+cpu_busy() {
+  local a b
+  a=$(head -1 /proc/stat); sleep 2; b=$(head -1 /proc/stat)
+  echo "$a $b" | awk '{n = (NF - 2) / 2; for (i = 2; i <= n + 1; i++) { t0 += $i; t1 += $(i + n + 1) }
+    idle = ($(n + 1 + 5) + $(n + 1 + 6)) - ($5 + $6); printf "%.0f\n", 100 * (1 - idle / (t1 - t0)) }'
+}
+cpu_busy >"$out/busy-start.txt"
 log() { echo "run.sh [$(($(date +%s) - started))s]: $*" >&2; }
 
 log "building in $build"
@@ -149,7 +155,7 @@ if runs serving; then
 fi
 
 log "done; the table:"
-cut -d" " -f1-3 /proc/loadavg >"$out/loadavg-end.txt"
+cpu_busy >"$out/busy-end.txt"
 echo
 /usr/bin/python3 "$repo/tests/bench/report.py" "$out" "$build/bench-results.json" --workloads $workloads \
   --batches "$batches" --seconds "$(($(date +%s) - started))"
