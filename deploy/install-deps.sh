@@ -8,6 +8,7 @@ packages=(
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libuv1-dev
   python3 python3-numpy python3-torch python3-grpcio python3-grpc-tools
   libgomp1 gnuplot-nox
+  redis-server redis-tools
 )
 
 missing=()

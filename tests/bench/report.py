@@ -1,0 +1,209 @@
+#!/usr/bin/env python3
+"""The table of tests/bench/run.sh: reads the raw outputs a run left in DIR
+(build-bench/suite/), prints the figures and ratios with the targets beside
+them and writes everything to OUT (build-bench/bench-results.json).
+
+    report.py DIR OUT --workloads dlrm8 criteo26 [--batches K] [--seconds S]
+
+Ratios divide samples/s (the same batches on both sides, so ids/s gives the
+same quotient); the engine's divide ids/s by the gather limit's. Targets are
+checked on the float32 wire; bfloat16 rows are information.
+"""
+import argparse, datetime, json, os, platform, subprocess
+
+# key: (target, comparison), the targets of the issue.
+TARGETS = {
+    "engine_lookup": (0.5, ">="),
+    "engine_update": (0.25, ">="),
+    "lookup_vs_torch": (1.0, ">="),
+    "train_vs_torch": (4.0, ">="),
+    "lookup_vs_redis": (5.0, ">="),
+    "serving_p99_over_p50": (3.0, "<="),
+}
+
+
+def load_lines(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def load(path):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def machine():
+    model, mem_kb = "unknown", 0
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kb = int(line.split()[1])
+    return {"cpu": model, "cores": os.cpu_count(), "memory_gib": round(mem_kb / 2**20, 1),
+            "kernel": platform.release()}
+
+
+def git_commit(repo):
+    try:
+        return subprocess.run(["git", "-C", repo, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def collect(d, w):
+    """Everything measured on workload w, or None where a step was skipped."""
+    r = {}
+    eng = load(os.path.join(d, f"{w}-engine.json"))
+    if eng:
+        r["gather_limit"] = eng["anchor"]
+        r["gather_limit_ids_per_s_all_runs"] = eng["anchor_ids_per_s_all_runs"]
+        r["engine"] = {e["phase"]: e for e in eng["engine"]}
+    torch = load_lines(os.path.join(d, f"{w}-torch.json"))
+    if torch:
+        r["torch"] = {t["mode"]: t for t in torch}
+    redis = load_lines(os.path.join(d, f"{w}-redis.json"))
+    if redis:
+        r["redis"] = redis[0]
+        mem = os.path.join(d, f"{w}-redis-memory.txt")
+        if os.path.exists(mem):
+            r["redis"]["used_memory"] = open(mem).read().strip()
+    scps = {}
+    for procs in ("1", "2"):
+        for mode in ("lookup", "train"):
+            for fmt in ("float32", "bfloat16"):
+                s = load_lines(os.path.join(d, f"{w}-scps-{procs}-{mode}-{fmt}.json"))
+                if s:
+                    scps.setdefault(procs, {}).setdefault(mode, {})[fmt] = s[0]
+    if scps:
+        r["scps"] = scps
+    return r
+
+
+def check(key, value):
+    target, cmp = TARGETS[key]
+    met = value >= target if cmp == ">=" else value <= target
+    return {"value": round(value, 3), "target": f"{cmp} {target:g}", "met": met}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("dir")
+    ap.add_argument("out")
+    ap.add_argument("--workloads", nargs="+", required=True)
+    ap.add_argument("--batches", type=int, default=0, help="batches per measurement (recorded only)")
+    ap.add_argument("--seconds", type=int, default=0, help="wall time of the run (recorded only)")
+    a = ap.parse_args()
+    repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "machine": machine(), "commit": git_commit(repo), "batches": a.batches,
+           "run_seconds": a.seconds, "workloads": {}, "ratios": []}
+    for when in ("start", "end"):
+        path = os.path.join(a.dir, f"busy-{when}.txt")
+        if os.path.exists(path):
+            res[f"cpu_busy_percent_{when}"] = int(open(path).read().strip())
+    rows = []  # (workload, label, ms/batch, samples/s, ids/s, ratio, target, met)
+
+    def ratio(w, label, key, value, info=False):
+        c = check(key, value)
+        entry = {"workload": w, "name": label, **c}
+        if info:
+            entry.update(target="info", met=None)
+        res["ratios"].append(entry)
+        return c
+
+    for w in a.workloads:
+        r = collect(a.dir, w)
+        res["workloads"][w] = r
+        if "gather_limit" in r:
+            g = r["gather_limit"]
+            rows.append((w, f"gather limit ({g['tables']}x{g['rows']} rows x {g['dim']}, best of "
+                            f"{len(r['gather_limit_ids_per_s_all_runs'])})",
+                         g["ms_per_batch"], None, g["ids_per_s"], None, None, None))
+            for phase, key in (("lookup", "engine_lookup"), ("update", "engine_update")):
+                e = r["engine"][phase]
+                c = ratio(w, f"engine {phase} / gather limit", key, e["ids_per_s"] / g["ids_per_s"])
+                label = f"engine {phase}" + (f" ({e['optimizer']})" if "optimizer" in e else "")
+                rows.append((w, label + ", 2 threads", e["ms_median"], None, e["ids_per_s"], c["value"],
+                             c["target"], c["met"]))
+        torch = r.get("torch", {})
+        for m in ("lookup", "train"):
+            if m in torch:
+                t = torch[m]
+                rows.append((w, f"torch EmbeddingBag {m} ({t['threads']} threads)", t["ms_per_batch_median"],
+                             t["samples_per_s"], t["ids_per_s"], None, None, None))
+        if "redis" in r:
+            x = r["redis"]
+            rows.append((w, f"redis {x['redis_version']} MGET (depth {x['depth']}, "
+                            f"{x['rows_per_s'] / 1e6:.2f} M rows/s)", x["ms_per_batch_median"], x["samples_per_s"],
+                         x["ids_per_s"], None, None, None))
+        for procs, modes in sorted(r.get("scps", {}).items()):
+            for m in ("lookup", "train"):
+                for fmt in ("float32", "bfloat16"):
+                    s = modes.get(m, {}).get(fmt)
+                    if not s:
+                        continue
+                    info = fmt != "float32"
+                    label = f"scps {m}, {procs} proc, {fmt} wire"
+                    if m in torch:
+                        key = "lookup_vs_torch" if m == "lookup" else "train_vs_torch"
+                        c = ratio(w, f"{label} / torch {m}", key, s["samples_per_s"] / torch[m]["samples_per_s"], info)
+                        rows.append((w, f"{label} / torch", s["ms_per_batch_median"], s["samples_per_s"],
+                                     s["ids_per_s"], c["value"], "info" if info else c["target"],
+                                     None if info else c["met"]))
+                    else:
+                        rows.append((w, label, s["ms_per_batch_median"], s["samples_per_s"], s["ids_per_s"],
+                                     None, None, None))
+                    if m == "lookup" and "redis" in r:
+                        c = ratio(w, f"{label} / redis MGET", "lookup_vs_redis",
+                                  s["samples_per_s"] / r["redis"]["samples_per_s"], info)
+                        rows.append((w, f"  same / redis MGET", None, None, None, c["value"],
+                                     "info" if info else c["target"], None if info else c["met"]))
+    serving = load(os.path.join(a.dir, "serving.json"))
+    if serving:
+        res["serving"] = serving
+        at70, peak = serving["at70"], serving["peak"]
+        lat = at70["latency_ms"]
+        c = ratio("serving", "p99 / p50 at 70% of peak, 16 clients", "serving_p99_over_p50", lat["p99"] / lat["p50"])
+        rows.append(("serving", f"peak, {peak['concurrency']} clients (p50 {peak['latency_ms']['p50']:.2f} ms, "
+                                f"p99 {peak['latency_ms']['p99']:.2f} ms)", None, peak["samples_per_s"],
+                     peak["ids_per_s"], None, None, None))
+        errors = sum(peak["errors"].values()) + sum(at70["errors"].values())
+        if errors:
+            rows.append(("serving", f"{errors} requests failed (scps-loadgen errors; see serving.json)",
+                         None, None, None, None, None, None))
+        rows.append(("serving", f"70% of peak: p50 {lat['p50']:.2f} ms, p99 {lat['p99']:.2f} ms; p99/p50",
+                     None, at70["samples_per_s"], at70["ids_per_s"], c["value"], c["target"], c["met"]))
+
+    m = res["machine"]
+    print(f"scps benchmark suite, {res['date']}, commit {res['commit']}: {m['cpu']}, {m['cores']} cores, "
+          f"{m['memory_gib']} GiB; {a.batches} batches per figure (medians); cores busy with other work "
+          f"{res.get('cpu_busy_percent_start', '?')}% before, {res.get('cpu_busy_percent_end', '?')}% after")
+    busy = max(res.get("cpu_busy_percent_start", 0), res.get("cpu_busy_percent_end", 0))
+    if busy > 10:
+        print(f"warning: other processes kept the cores {busy}% busy around the run; the anchors' OpenMP "
+              "threads suffer most from that")
+    head = ("workload", "measurement", "ms/batch", "samples/s", "ids/s", "ratio", "target", "met")
+    fmt = "{:<9} {:<50} {:>9} {:>11} {:>12} {:>7} {:>7} {:>4}"
+    print(fmt.format(*head))
+    num = lambda v, spec: "" if v is None else format(v, spec)
+    for w, label, ms, sps, ids, rat, tgt, met in rows:
+        print(fmt.format(w, label, num(ms, ".2f"), num(sps, ",.0f"), num(ids, ",.0f"), num(rat, ".2f"),
+                         tgt or "", "" if met is None else ("yes" if met else "NO")))
+    print("ratios: samples/s over the anchor's (engine: ids/s); targets on the float32 wire, bfloat16 is info;")
+    print("scps ids/s count each batch's ids before dedup, as redis ids/s do (redis rows/s: distinct rows returned)")
+    with open(a.out, "w") as f:
+        json.dump(res, f, indent=1)
+    print(f"written: {a.out}")
+
+
+if __name__ == "__main__":
+    main()
