@@ -7,7 +7,10 @@ them and writes everything to OUT (build-bench/bench-results.json).
 
 Ratios divide samples/s (the same batches on both sides, so ids/s gives the
 same quotient); the engine's divide ids/s by the gather limit's. Targets are
-checked on the float32 wire; bfloat16 rows are information.
+checked on the float32 wire; bfloat16 rows are information. scps runs at
+depth 1 (one batch at a time: samples/s from the median batch) and depth 2
+(two batches in flight from two threads: samples/s from the wall time of
+all batches, the throughput a trainer with two pipelines gets).
 """
 import argparse, datetime, json, os, platform, subprocess
 
@@ -80,9 +83,10 @@ def collect(d, w):
     for procs in ("1", "2"):
         for mode in ("lookup", "train"):
             for fmt in ("float32", "bfloat16"):
-                s = load_lines(os.path.join(d, f"{w}-scps-{procs}-{mode}-{fmt}.json"))
-                if s:
-                    scps.setdefault(procs, {}).setdefault(mode, {})[fmt] = s[0]
+                for depth in ("1", "2"):
+                    s = load_lines(os.path.join(d, f"{w}-scps-{procs}-{mode}-{fmt}-d{depth}.json"))
+                    if s:
+                        scps.setdefault(procs, {}).setdefault(mode, {})[f"{fmt}-d{depth}"] = s[0]
     if scps:
         r["scps"] = scps
     return r
@@ -147,12 +151,12 @@ def main():
                          x["ids_per_s"], None, None, None))
         for procs, modes in sorted(r.get("scps", {}).items()):
             for m in ("lookup", "train"):
-                for fmt in ("float32", "bfloat16"):
-                    s = modes.get(m, {}).get(fmt)
+                for fmt, depth in (("float32", 1), ("float32", 2), ("bfloat16", 1), ("bfloat16", 2)):
+                    s = modes.get(m, {}).get(f"{fmt}-d{depth}")
                     if not s:
                         continue
                     info = fmt != "float32"
-                    label = f"scps {m}, {procs} proc, {fmt} wire"
+                    label = f"scps {m}, {procs} proc, {fmt}, depth {depth}"
                     if m in torch:
                         key = "lookup_vs_torch" if m == "lookup" else "train_vs_torch"
                         c = ratio(w, f"{label} / torch {m}", key, s["samples_per_s"] / torch[m]["samples_per_s"], info)
@@ -199,6 +203,7 @@ def main():
         print(fmt.format(w, label, num(ms, ".2f"), num(sps, ",.0f"), num(ids, ",.0f"), num(rat, ".2f"),
                          tgt or "", "" if met is None else ("yes" if met else "NO")))
     print("ratios: samples/s over the anchor's (engine: ids/s); targets on the float32 wire, bfloat16 is info;")
+    print("scps depth 1: one batch at a time (median); depth 2: two in flight, samples/s over the wall time")
     print("scps ids/s count each batch's ids before dedup, as redis ids/s do (redis rows/s: distinct rows returned)")
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)

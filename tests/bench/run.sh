@@ -8,8 +8,9 @@
 # (engine.sh); PyTorch's in-process EmbeddingBag lookup and train; Redis
 # serving the same rows to pipelined MGETs (scps-bench-redis against a
 # redis-server it starts on a free port without persistence); scps over
-# loopback with 1 and 2 server processes, lookup and train, float32 wire
-# (bfloat16 beside it, labelled). Then serving.sh: 16 clients on
+# loopback with 1 and 2 server processes, lookup and train, one batch at a
+# time (depth 1) and two in flight (depth 2), float32 wire (bfloat16 beside
+# it, labelled). Then serving.sh: 16 clients on
 # serving-small-batch.json at peak and at 70% of it. Prints one table with the
 # targets (tests/bench/report.py) and writes build-bench/bench-results.json,
 # also to FILE with --json. K batches are timed per measurement (default 20);
@@ -33,7 +34,7 @@ while [ $# -gt 0 ]; do
     --serving-duration) serving_duration=${2:?--serving-duration needs seconds}; shift 2 ;;
     --skip) skip=${2:?--skip needs a list}; shift 2 ;;
     --json) json=${2:?--json needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (try --help)" ;;
   esac
 done
@@ -139,8 +140,11 @@ for w in $workloads; do
       scps_cluster_start "$build/server/scps-server" "$wl" "$procs" 2 8G
       for fmt in float32 bfloat16; do
         for m in lookup train; do
-          "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$wl" \
-            --mode "$m" --batches "$batches" --wire-format "$fmt" >"$out/$w-scps-$procs-$m-$fmt.json"
+          for d in 1 2; do
+            "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$wl" \
+              --mode "$m" --batches "$batches" --wire-format "$fmt" --depth "$d" \
+              >"$out/$w-scps-$procs-$m-$fmt-d$d.json"
+          done
         done
       done
       scps_cluster_stop
