@@ -44,8 +44,18 @@ void scps_hash64_init(scps_hash64_ctx *h, uint64_t seed) {
   h->v[3] = seed - P1;
 }
 
-/* Consumes whole 32-byte stripes; returns the bytes used. Kept in locals so
- * the four independent lanes stay in registers. */
+/* Consumes whole 32-byte stripes; returns the bytes used. The four lanes
+ * are independent 64-bit multiply chains that scalar imul (3 cycles) runs
+ * side by side; GCC otherwise packs them into one vector whose 64-bit
+ * multiply (vpmullq, about 15 cycles) makes the loop 3x slower (dlrm8's
+ * 4 GB: 3.3 GB/s vector against ~10 GB/s scalar). The empty asm keeps each
+ * lane in a general register, as the reference implementation does. */
+#if defined(__GNUC__)
+#define SCALAR_LANE(x) __asm__("" : "+r"(x))
+#else
+#define SCALAR_LANE(x) (void)0
+#endif
+
 static size_t stripes(uint64_t v[4], const uint8_t *p, size_t len) {
   uint64_t a = v[0], b = v[1], c = v[2], d = v[3];
   size_t i = 0;
@@ -54,6 +64,10 @@ static size_t stripes(uint64_t v[4], const uint8_t *p, size_t len) {
     b = round64(b, read64(p + i + 8));
     c = round64(c, read64(p + i + 16));
     d = round64(d, read64(p + i + 24));
+    SCALAR_LANE(a);
+    SCALAR_LANE(b);
+    SCALAR_LANE(c);
+    SCALAR_LANE(d);
   }
   v[0] = a, v[1] = b, v[2] = c, v[3] = d;
   return i;
