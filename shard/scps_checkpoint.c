@@ -1,3 +1,5 @@
+/* sync_file_range (Linux) */
+#define _GNU_SOURCE
 #include "scps_checkpoint.h"
 
 #include <dirent.h>
@@ -5,7 +7,9 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -137,25 +141,6 @@ static int make_dirs(const char *path, scps_error *err) {
   return 0;
 }
 
-static int write_all(int fd, const void *data, size_t len, scps_hash64_ctx *h, const char *path,
-                     scps_error *err) {
-  const char *p = data;
-  while (len > 0) {
-    size_t chunk = len < IO_CHUNK ? len : IO_CHUNK;
-    if (h) scps_hash64_update(h, p, chunk);
-    size_t done = 0;
-    while (done < chunk) {
-      ssize_t w = write(fd, p + done, chunk - done);
-      if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return io_error(err, errno, "cannot write", path);
-      done += (size_t)w;
-    }
-    p += chunk;
-    len -= chunk;
-  }
-  return 0;
-}
-
 /* Reads exactly len bytes; a short file is corruption (its size was checked
  * when the checkpoint was opened, so it changed since). */
 static int read_all(int fd, void *data, size_t len, scps_hash64_ctx *h, const char *path,
@@ -223,6 +208,64 @@ static int remove_dir(const char *dir, scps_error *err) {
   return rc;
 }
 
+/* ---- one file per core ---- */
+
+/* Data files are independent (each is one SparseCore's regions, and no two
+ * files fill the same engine row), so saving and loading run one file per
+ * thread: a single thread alone can neither hash nor copy at the memory
+ * bandwidth the machine has, nor keep the disk busy while it hashes. */
+#define MAX_FILE_THREADS 16
+
+typedef int (*file_fn)(void *ctx, int index, scps_error *err);
+
+typedef struct file_pool {
+  file_fn fn;
+  void *ctx;
+  int n;
+  atomic_int next;
+  atomic_bool failed;
+  int *rcs;
+  scps_error *errs;
+} file_pool;
+
+static void *file_pool_main(void *arg) {
+  file_pool *fp = arg;
+  for (int i; !atomic_load(&fp->failed) && (i = atomic_fetch_add(&fp->next, 1)) < fp->n;)
+    if ((fp->rcs[i] = fp->fn(fp->ctx, i, &fp->errs[i]))) atomic_store(&fp->failed, true);
+  return NULL;
+}
+
+/* Runs fn(ctx, i) for i in [0, n) on up to one thread per online CPU (the
+ * caller's among them); after a failure no further file starts. The error
+ * is that of the lowest failed index. */
+static int for_each_file(int n, file_fn fn, void *ctx, scps_error *err) {
+  file_pool fp = {.fn = fn, .ctx = ctx, .n = n};
+  atomic_init(&fp.next, 0);
+  atomic_init(&fp.failed, false);
+  fp.rcs = calloc((size_t)(n ? n : 1), sizeof *fp.rcs);
+  fp.errs = calloc((size_t)(n ? n : 1), sizeof *fp.errs);
+  if (!fp.rcs || !fp.errs) {
+    free(fp.rcs);
+    free(fp.errs);
+    return scps_error_set(err, SCPS_ENOMEM, "checkpoint: out of memory for %d files", n);
+  }
+  long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  int threads = cpus < 1 ? 1 : cpus > MAX_FILE_THREADS ? MAX_FILE_THREADS : (int)cpus;
+  if (threads > n) threads = n;
+  pthread_t th[MAX_FILE_THREADS];
+  bool started[MAX_FILE_THREADS] = {false};
+  for (int t = 1; t < threads; t++) started[t] = pthread_create(&th[t], NULL, file_pool_main, &fp) == 0;
+  file_pool_main(&fp);
+  for (int t = 1; t < threads; t++)
+    if (started[t]) pthread_join(th[t], NULL);
+  int rc = 0;
+  for (int i = 0; i < n && !rc; i++)
+    if ((rc = fp.rcs[i]) && err) *err = fp.errs[i];
+  free(fp.rcs);
+  free(fp.errs);
+  return rc;
+}
+
 /* ---- manifest checksum ---- */
 
 /* A manifest ends with "checksum": "<16 hex digits>"}: the XXH64 of the whole
@@ -272,12 +315,42 @@ typedef struct out_file {
   char path[PATH_CAP];
   char tmp[PATH_CAP + 8];
   int fd;
+  off_t written;
 } out_file;
+
+/* Writes len bytes in IO_CHUNK pieces, hashing each just before write()
+ * copies it (while it is still in cache), and asks the kernel to start
+ * writing each piece back at once: the disk then works while the next
+ * pieces are hashed and copied, and fsync waits only for the last ones
+ * instead of for the whole file (dirty pages otherwise sit until the
+ * kernel's background threshold, ~2 GB here). */
+static int write_all(out_file *o, const void *data, size_t len, scps_hash64_ctx *h, scps_error *err) {
+  const char *p = data;
+  while (len > 0) {
+    size_t chunk = len < IO_CHUNK ? len : IO_CHUNK;
+    if (h) scps_hash64_update(h, p, chunk);
+    size_t done = 0;
+    while (done < chunk) {
+      ssize_t w = write(o->fd, p + done, chunk - done);
+      if (w < 0 && errno == EINTR) continue;
+      if (w < 0) return io_error(err, errno, "cannot write", o->tmp);
+      done += (size_t)w;
+    }
+#ifdef SYNC_FILE_RANGE_WRITE
+    (void)sync_file_range(o->fd, o->written, (off_t)chunk, SYNC_FILE_RANGE_WRITE);
+#endif
+    o->written += (off_t)chunk;
+    p += chunk;
+    len -= chunk;
+  }
+  return 0;
+}
 
 static int out_open(out_file *o, const char *dir, const char *name, scps_error *err) {
   int rc = path_join(o->path, sizeof o->path, dir, name, err);
   if (rc) return rc;
   snprintf(o->tmp, sizeof o->tmp, "%s.tmp", o->path);
+  o->written = 0;
   o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (o->fd < 0) return io_error(err, errno, "cannot create", o->tmp);
   return 0;
@@ -355,6 +428,44 @@ static int check_limits(const scps_layout *l, const scps_checkpoint_limits *limi
   return 0;
 }
 
+static int64_t region_bytes_of(const scps_stack_layout *st) {
+  return st->rows_per_sc * st->dim * (int64_t)sizeof(float);
+}
+
+typedef struct save_ctx {
+  scps_engine *e;
+  const char *dir;
+  ck_file *files;
+} save_ctx;
+
+/* Writes files[i] (its stack and SparseCore set) and records its size and
+ * checksum. */
+static int save_file(void *arg, int i, scps_error *err) {
+  save_ctx *x = arg;
+  ck_file *f = &x->files[i];
+  const scps_layout *l = scps_engine_layout(x->e);
+  const scps_stack_layout *st = &l->stacks[f->stack];
+  const int32_t ls = f->sc - scps_engine_process_index(x->e) * l->topology.sc_per_process;
+  const size_t region = (size_t)region_bytes_of(st);
+  const int slots = scps_optimizer_num_slots(st->optimizer.type);
+  out_file o = {.fd = -1};
+  int rc = out_open(&o, x->dir, f->name, err);
+  if (rc) return rc;
+  scps_hash64_ctx h;
+  scps_hash64_init(&h, 0);
+  rc = write_all(&o, scps_engine_shard(x->e, f->stack, ls), region, &h, err);
+  for (int k = 0; k < slots && !rc; k++)
+    rc = write_all(&o, scps_engine_slot(x->e, f->stack, ls, k), region, &h, err);
+  if (!rc) rc = out_commit(&o, err);
+  if (rc) {
+    out_abort(&o);
+    return rc;
+  }
+  f->bytes = (int64_t)region * (1 + slots);
+  f->xxh64 = scps_hash64_digest(&h);
+  return 0;
+}
+
 int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
                          const scps_checkpoint_limits *limits, scps_checkpoint_stats *stats,
                          scps_error *err) {
@@ -378,7 +489,7 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
   ck_file *files = calloc((size_t)(n_files ? n_files : 1), sizeof *files);
   char *specs = NULL;
   out_file o = {.fd = -1};
-  int written = 0;
+  bool attempted = false;
   int64_t bytes = 0;
   if (!files) return scps_error_set(err, SCPS_ENOMEM, "checkpoint: out of memory");
   /* Specs first: a set the manifest cannot describe fails before any I/O. */
@@ -401,48 +512,36 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
       goto out;
     }
   }
-  for (int s = 0; s < l->n_stacks; s++) {
-    const scps_stack_layout *st = &l->stacks[s];
-    size_t region = (size_t)st->rows_per_sc * (size_t)st->dim * sizeof(float);
-    int slots = scps_optimizer_num_slots(st->optimizer.type);
-    for (int32_t ls = 0; ls < S; ls++) {
-      ck_file *f = &files[written];
-      f->stack = s;
-      f->sc = p * S + ls;
-      data_file_name(s, f->sc, f->name);
-      if ((rc = out_open(&o, dir, f->name, err))) goto out;
-      scps_hash64_ctx h;
-      scps_hash64_init(&h, 0);
-      rc = write_all(o.fd, scps_engine_shard(me, s, ls), region, &h, o.tmp, err);
-      for (int k = 0; k < slots && !rc; k++)
-        rc = write_all(o.fd, scps_engine_slot(me, s, ls, k), region, &h, o.tmp, err);
-      if (rc || (rc = out_commit(&o, err))) goto out;
-      f->bytes = (int64_t)region * (1 + slots);
-      f->xxh64 = scps_hash64_digest(&h);
-      bytes += f->bytes;
-      written++;
+  for (int s = 0, i = 0; s < l->n_stacks; s++)
+    for (int32_t ls = 0; ls < S; ls++, i++) {
+      files[i].stack = s;
+      files[i].sc = p * S + ls;
+      data_file_name(s, files[i].sc, files[i].name);
+      bytes += region_bytes_of(&l->stacks[s]) * (1 + scps_optimizer_num_slots(l->stacks[s].optimizer.type));
     }
-  }
+  save_ctx x = {.e = me, .dir = dir, .files = files};
+  attempted = true;
+  if ((rc = for_each_file(n_files, save_file, &x, err))) goto out;
   if ((rc = fsync_dir(dir, err))) goto out;
   write_manifest(&w, l, p, step, limits, files, n_files);
   scps_jsonw_printf(&w, "%s,\n " CHECKSUM_KEY "0000000000000000\"}\n", specs);
   if ((rc = scps_jsonw_finish(&w, "checkpoint manifest", err))) goto out;
   seal_manifest(w.buf, w.len);
   if ((rc = out_open(&o, dir, manifest_name, err))) goto out;
-  if ((rc = write_all(o.fd, w.buf, w.len, NULL, o.tmp, err))) goto out;
+  if ((rc = write_all(&o, w.buf, w.len, NULL, err))) goto out;
   if ((rc = out_commit(&o, err))) goto out;
   rc = fsync_dir(dir, err);
 out:
   if (rc) {
     out_abort(&o);
     /* Data files of a save without its manifest are useless: give the space back. */
-    for (int i = 0; i < written; i++) {
+    for (int i = 0; attempted && i < n_files; i++) {
       char path[PATH_CAP];
       if (!path_join(path, sizeof path, dir, files[i].name, NULL)) unlink(path);
     }
   } else if (stats) {
     stats->bytes = bytes;
-    stats->files = written;
+    stats->files = n_files;
     stats->seconds = now_seconds() - t0;
   }
   free(specs);
@@ -912,7 +1011,7 @@ typedef struct load_ctx {
   const scps_layout *l;
   int32_t p, S;
   int region;
-  int *engine_table; /* [specs->n_tables]: checkpoint spec index -> engine table */
+  const int *engine_table; /* [specs->n_tables]: checkpoint spec index -> engine table */
 } load_ctx;
 
 static void load_row(void *arg, const ck_table *t, int64_t id, const float *row) {
@@ -959,8 +1058,7 @@ static bool same_placement(const scps_checkpoint *c, const scps_layout *l) {
   return true;
 }
 
-static int load_direct(const scps_checkpoint *c, scps_engine *e, int stack, int32_t ls, int64_t *bytes,
-                       scps_error *err) {
+static int load_direct(const scps_checkpoint *c, scps_engine *e, int stack, int32_t ls, scps_error *err) {
   const int32_t sc = scps_engine_process_index(e) * scps_engine_layout(e)->topology.sc_per_process + ls;
   const ck_stack *st = &c->stacks[stack];
   data_reader r;
@@ -969,10 +1067,43 @@ static int load_direct(const scps_checkpoint *c, scps_engine *e, int stack, int3
   rc = data_read(&r, scps_engine_shard(e, stack, ls), (size_t)region_bytes(st), err);
   for (int k = 0; k < st->num_slots && !rc; k++)
     rc = data_read(&r, scps_engine_slot(e, stack, ls, k), (size_t)region_bytes(st), err);
-  rc = data_close(&r, rc, err);
-  if (!rc) *bytes += r.f->bytes;
+  return data_close(&r, rc, err);
+}
+
+/* Streams file i of the checkpoint (stack-major) through a buffer of its
+ * own; visit may be NULL (verification only). */
+static int stream_one(const scps_checkpoint *c, int i, row_visitor visit, void *ctx, scps_error *err) {
+  const int stack = i / c->num_sc;
+  const int32_t sc = i % c->num_sc;
+  size_t buf_rows = rows_per_buffer(&c->stacks[stack]);
+  float *buf = malloc(buf_rows * (size_t)c->stacks[stack].dim * sizeof(float));
+  if (!buf) return scps_error_set(err, SCPS_ENOMEM, "checkpoint '%s': out of memory", c->dir);
+  int rc = stream_file(c, stack, sc, buf, buf_rows, visit, ctx, err);
+  free(buf);
   return rc;
 }
+
+typedef struct load_job {
+  const scps_checkpoint *c;
+  scps_engine *e;
+  int32_t S;
+  const int *engine_table;
+} load_job;
+
+static int load_direct_one(void *arg, int i, scps_error *err) {
+  load_job *j = arg;
+  return load_direct(j->c, j->e, i / j->S, i % j->S, err);
+}
+
+static int load_resharded_one(void *arg, int i, scps_error *err) {
+  load_job *j = arg;
+  const scps_layout *l = scps_engine_layout(j->e);
+  load_ctx x = {.e = j->e, .l = l, .p = scps_engine_process_index(j->e), .S = j->S,
+                .engine_table = j->engine_table};
+  return stream_one(j->c, i, load_rows, &x, err);
+}
+
+static int verify_one(void *arg, int i, scps_error *err) { return stream_one(arg, i, NULL, NULL, err); }
 
 int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
                          scps_error *err) {
@@ -986,27 +1117,23 @@ int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoi
     return scps_error_set(err, SCPS_EMISMATCH, "checkpoint '%s' does not match the engine's specs: %s",
                           c->dir, msg);
   const int32_t S = l->topology.sc_per_process, p = scps_engine_process_index(e);
+  load_job j = {.c = c, .e = e, .S = S};
   int64_t bytes = 0;
   int files = 0, rc = 0;
   if (same_placement(c, l)) {
-    for (int s = 0; s < c->n_stacks && !rc; s++)
-      for (int32_t ls = 0; ls < S && !rc; ls++, files++) rc = load_direct(c, e, s, ls, &bytes, err);
+    files = c->n_stacks * S;
+    rc = for_each_file(files, load_direct_one, &j, err);
+    for (int s = 0; s < c->n_stacks; s++)
+      for (int32_t ls = 0; ls < S; ls++) bytes += file_of(c, s, p * S + ls)->bytes;
   } else {
-    load_ctx x = {.e = e, .l = l, .p = p, .S = S};
-    x.engine_table = calloc((size_t)w->n_tables, sizeof *x.engine_table);
-    if (!x.engine_table) return scps_error_set(err, SCPS_ENOMEM, "checkpoint load: out of memory");
-    for (int i = 0; i < w->n_tables; i++) x.engine_table[i] = scps_find_table(l->table_specs, l->n_tables, w->tables[i].name);
-    for (int s = 0; s < c->n_stacks && !rc; s++) {
-      size_t buf_rows = rows_per_buffer(&c->stacks[s]);
-      float *buf = malloc(buf_rows * (size_t)c->stacks[s].dim * sizeof(float));
-      if (!buf) rc = scps_error_set(err, SCPS_ENOMEM, "checkpoint load: out of memory");
-      for (int32_t sc = 0; sc < c->num_sc && !rc; sc++, files++) {
-        rc = stream_file(c, s, sc, buf, buf_rows, load_rows, &x, err);
-        if (!rc) bytes += file_of(c, s, sc)->bytes;
-      }
-      free(buf);
-    }
-    free(x.engine_table);
+    int *engine_table = calloc((size_t)w->n_tables, sizeof *engine_table);
+    if (!engine_table) return scps_error_set(err, SCPS_ENOMEM, "checkpoint load: out of memory");
+    for (int i = 0; i < w->n_tables; i++) engine_table[i] = scps_find_table(l->table_specs, l->n_tables, w->tables[i].name);
+    j.engine_table = engine_table;
+    files = c->n_stacks * c->num_sc;
+    rc = for_each_file(files, load_resharded_one, &j, err);
+    for (int i = 0; i < files; i++) bytes += c->files[i].bytes;
+    free(engine_table);
   }
   if (!rc && stats) {
     stats->bytes = bytes;
@@ -1018,19 +1145,11 @@ int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoi
 
 int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stats, scps_error *err) {
   double t0 = now_seconds();
-  int64_t bytes = 0;
-  int files = 0, rc = 0;
-  for (int s = 0; s < c->n_stacks && !rc; s++) {
-    size_t buf_rows = rows_per_buffer(&c->stacks[s]);
-    float *buf = malloc(buf_rows * (size_t)c->stacks[s].dim * sizeof(float));
-    if (!buf) rc = scps_error_set(err, SCPS_ENOMEM, "checkpoint verify: out of memory");
-    for (int32_t sc = 0; sc < c->num_sc && !rc; sc++, files++) {
-      rc = stream_file(c, s, sc, buf, buf_rows, NULL, NULL, err);
-      if (!rc) bytes += file_of(c, s, sc)->bytes;
-    }
-    free(buf);
-  }
+  const int files = c->n_stacks * c->num_sc;
+  int rc = for_each_file(files, verify_one, (void *)c, err);
   if (!rc && stats) {
+    int64_t bytes = 0;
+    for (int i = 0; i < files; i++) bytes += c->files[i].bytes;
     stats->bytes = bytes;
     stats->files = files;
     stats->seconds = now_seconds() - t0;
@@ -1080,8 +1199,8 @@ static int write_npy(const char *path, const float *data, int64_t rows, int32_t 
   if (slash) *slash = '\0';
   out_file o = {.fd = -1};
   int rc = out_open(&o, slash ? (dir[0] ? dir : "/") : ".", name, err);
-  if (!rc) rc = write_all(o.fd, header, total, NULL, o.tmp, err);
-  if (!rc) rc = write_all(o.fd, data, (size_t)rows * (size_t)cols * sizeof(float), NULL, o.tmp, err);
+  if (!rc) rc = write_all(&o, header, total, NULL, err);
+  if (!rc) rc = write_all(&o, data, (size_t)rows * (size_t)cols * sizeof(float), NULL, err);
   if (!rc) rc = out_commit(&o, err);
   if (rc) out_abort(&o);
   return rc;
