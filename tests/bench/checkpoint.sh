@@ -4,11 +4,16 @@
 #   tests/bench/checkpoint.sh [--workload FILE] [--lookups K] [--dir DIR]
 # Builds (Release, -march=native) in build-bench/, starts one process (2
 # SparseCores) with --checkpoint-dir DIR/ck (default build-bench/ckpt-bench),
-# pushes one step, times K lookups idle and lookups back to back during a
-# Checkpoint RPC, restarts the process to time the restore at start, writes
-# and reads a plain file of the same size, prints the ratios and writes
-# build-bench/bench-checkpoint.json. The restore and the plain read both read
-# files just written (page cache as the machine keeps it).
+# pushes one step, times K lookups idle, a Checkpoint RPC alone twice (the
+# second is the save figure; the first, printed apart, also pays for page
+# cache memory the VM has not touched since boot), the same Checkpoint again
+# with lookups back to back (lookup latency during a save, and that save's
+# GB/s), restarts the process to time
+# the restore at start, writes (16 MiB write() calls, one fsync) and reads
+# (16 MiB read() calls into one buffer) a plain file of the same size, prints
+# the ratios and writes build-bench/bench-checkpoint.json. Page cache: the
+# restore and the plain read both read files written just before and never
+# evicted, so both are served from the page cache; neither touches the disk.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,7 +27,7 @@ while [ $# -gt 0 ]; do
     --workload) workload=${2:?--workload needs a file}; shift 2 ;;
     --lookups) lookups=${2:?--lookups needs a number}; shift 2 ;;
     --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "checkpoint.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -89,13 +94,17 @@ print(f"bytes {n} in {save['files']} files")
 print(f"{'':34s} {'GB/s':>8s} {'ratio':>7s}")
 print(f"{'plain write + fsync':34s} {rows['plain_write_fsync_gb_per_s']:8.2f} {1.0:7.2f}")
 print(f"{'Checkpoint RPC save':34s} {rows['save_gb_per_s']:8.2f} {rows['save_ratio']:7.2f}")
-print(f"{'plain read':34s} {rows['plain_read_gb_per_s']:8.2f} {1.0:7.2f}")
-print(f"{'restore at start':34s} {rows['restore_gb_per_s']:8.2f} {rows['restore_ratio']:7.2f}")
+first = save["first_save_gb_per_s"]
+print(f"{'  the first save of the process':34s} {first:8.2f} {first / rows['plain_write_fsync_gb_per_s']:7.2f}")
+loaded = save["loaded_save_gb_per_s"]
+print(f"{'  the same during lookups':34s} {loaded:8.2f} {loaded / rows['plain_write_fsync_gb_per_s']:7.2f}")
+print(f"{'plain read (page cache)':34s} {rows['plain_read_gb_per_s']:8.2f} {1.0:7.2f}")
+print(f"{'restore at start (page cache)':34s} {rows['restore_gb_per_s']:8.2f} {rows['restore_ratio']:7.2f}")
 print(f"lookup ms idle: p50 {save['idle_lookup_ms_p50']:.2f} max {save['idle_lookup_ms_max']:.2f}; "
       f"during the save ({save['save_lookups']} lookups): p50 {save['save_lookup_ms_p50']:.2f} "
       f"max {save['save_lookup_ms_max']:.2f}")
 print("target (issue 6): save and restore >= 0.7x the plain write and read")
-rows.update(save)
+rows.update({k: v for k, v in save.items() if k not in rows})
 json.dump(rows, open(out, "w"), indent=1)
 PY
 rm -rf "$dir"
