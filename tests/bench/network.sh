@@ -8,8 +8,8 @@
 # throughput), with float32 activations and gradients on the wire, then
 # again with bfloat16 (labelled; tests/integration/trainer_converges.sh shows
 # what it does to a model's loss), runs shared/anchors/torch_embeddingbag.py
-# on the same workload, prints the figures and ratios and writes
-# build-bench/bench-network.json.
+# on the same workload (best of 3 processes), prints the figures and ratios
+# and writes build-bench/bench-network.json.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -22,7 +22,7 @@ while [ $# -gt 0 ]; do
     --workload) workload=${2:?--workload needs a file}; shift 2 ;;
     --processes) processes=${2:?--processes needs a number}; shift 2 ;;
     --batches) batches=${2:?--batches needs a number}; shift 2 ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "network.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -48,7 +48,10 @@ for fmt in float32 bfloat16; do
     done
   done
 done
-/usr/bin/python3 "$shared/anchors/torch_embeddingbag.py" "$workload" --mode lookup train --steps "$batches" >"$tmp/torch.json"
+# Best of 3 processes, as run.sh: one process's median can be 5x another's.
+for _ in 1 2 3; do
+  /usr/bin/python3 "$shared/anchors/torch_embeddingbag.py" "$workload" --mode lookup train --steps "$batches" >>"$tmp/torch.json"
+done
 
 /usr/bin/python3 - "$tmp" "$build/bench-network.json" "$processes" <<'PY'
 import json, sys
@@ -59,7 +62,8 @@ scps = {(m, f, d): json.load(open(f"{tmp}/{m}-{f}-{d}.json")) for m in ("lookup"
 torch = {}
 for line in open(f"{tmp}/torch.json"):
     r = json.loads(line)
-    torch[r["mode"]] = r
+    if r["mode"] not in torch or r["samples_per_s"] > torch[r["mode"]]["samples_per_s"]:
+        torch[r["mode"]] = r
 print(f"{'':44s} {'samples/s':>12s} {'ms/batch':>10s} {'ratio':>8s}")
 rows = {}
 for m in ("lookup", "train"):
