@@ -22,25 +22,10 @@
 #include "scps_checkpoint.h"
 #include "scps_hash64.h"
 #include "scps_workload.h"
+#include "scps_bench.h"
 
 #define MAX_RUNS 64
 #define PLAIN_CHUNK ((size_t)4 << 20)
-
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n) {
-  qsort(v, (size_t)n, sizeof *v, cmp_double);
-  return v[n / 2];
-}
 
 static int plain_write(const char *path, const char *chunk, int64_t bytes, scps_error *err) {
   int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -84,22 +69,22 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
   if (!rc && !(chunk = malloc(PLAIN_CHUNK))) rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
   if (!rc) memset(chunk, 0x5a, PLAIN_CHUNK);
   for (int i = 0; i < runs && !rc; i++) {
-    double t0 = now();
+    double t0 = scps_bench_now();
     rc = scps_checkpoint_save(e, dir, i, NULL, &st, err);
-    t_save[i] = now() - t0;
+    t_save[i] = scps_bench_now() - t0;
     char step_dir[4096];
     snprintf(step_dir, sizeof step_dir, "%s/step-%012d", dir, i);
     scps_checkpoint *c = NULL;
     scps_engine *fresh = NULL;
     if (!rc) rc = scps_engine_create(l, 0, &fresh, err);
-    t0 = now();
+    t0 = scps_bench_now();
     if (!rc) rc = scps_checkpoint_open(step_dir, &c, err);
     if (!rc) rc = scps_checkpoint_load(c, fresh, NULL, err);
-    t_load[i] = now() - t0;
+    t_load[i] = scps_bench_now() - t0;
     scps_checkpoint_close(c);
     scps_engine_destroy(fresh);
     if (!rc) rc = scps_checkpoint_retain(dir, 1, err);
-    t0 = now();
+    t0 = scps_bench_now();
     uint64_t sum = 0;
     for (int s = 0; s < l->n_stacks; s++)
       for (int32_t sc = 0; sc < topo.sc_per_process; sc++) {
@@ -108,19 +93,19 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
         for (int k = 0; k < scps_optimizer_num_slots(l->stacks[s].optimizer.type); k++)
           sum ^= scps_hash64(scps_engine_slot(e, s, sc, k), region, 0);
       }
-    t_hash[i] = now() - t0 + (double)(sum & 1) * 1e-12;
-    t0 = now();
+    t_hash[i] = scps_bench_now() - t0 + (double)(sum & 1) * 1e-12;
+    t0 = scps_bench_now();
     if (!rc) rc = plain_write(plain, chunk, st.bytes, err);
-    t_write[i] = now() - t0;
-    t0 = now();
+    t_write[i] = scps_bench_now() - t0;
+    t0 = scps_bench_now();
     if (!rc) rc = plain_read(plain, chunk, err);
-    t_read[i] = now() - t0;
+    t_read[i] = scps_bench_now() - t0;
     unlink(plain);
   }
   if (!rc) {
     double gb = (double)st.bytes * 1e-9;
-    double save = median(t_save, runs), load = median(t_load, runs), write = median(t_write, runs),
-           read = median(t_read, runs), hash = median(t_hash, runs);
+    double save = scps_bench_median(t_save, (size_t)runs), load = scps_bench_median(t_load, (size_t)runs), write = scps_bench_median(t_write, (size_t)runs),
+           read = scps_bench_median(t_read, (size_t)runs), hash = scps_bench_median(t_hash, (size_t)runs);
     printf("{\"bench\": \"checkpoint\", \"workload\": \"%s\", \"topology\": \"%dx%d\", \"bytes\": %lld, "
            "\"files\": %d, \"runs\": %d, \"save_gb_per_s\": %.3f, \"plain_write_fsync_gb_per_s\": %.3f, "
            "\"load_gb_per_s\": %.3f, \"plain_read_gb_per_s\": %.3f, \"xxh64_gb_per_s\": %.3f, "

@@ -16,6 +16,7 @@
 #include "scps_memtune.h"
 #include "scps_train.h"
 #include "scps_workload.h"
+#include "scps_bench.h"
 
 static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
@@ -38,12 +39,6 @@ static const char usage[] =
     "overlap another's server work; samples_per_s is then K batches over the\n"
     "wall time and ms_per_batch_median stays the median latency of one batch.\n";
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 typedef struct replay {
   const scps_feature_input *const *inputs; /* per distinct batch */
   int distinct;
@@ -63,12 +58,6 @@ static int replay_compute(void *ud, int64_t batch, float *const *acts, float *co
   for (int f = 0; f < r->nf; f++) memcpy(grads[f], r->grads[f], r->sizes[f]);
   return 0;
 }
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
 
 /* Every generated batch, copied out of the generator's reused buffers. */
 typedef struct stored {
@@ -110,13 +99,13 @@ static double t_step[MAX_BATCHES], t_prep[MAX_BATCHES], t_look[MAX_BATCHES], t_p
 static int time_steps(scps_client *c, scps_batch *b, const stored *st, int distinct, float *const *acts,
                       float *const *grads, long warmup, long batches, int train, scps_error *err) {
   for (long i = 0; i < warmup + batches; i++) {
-    double t0 = now();
+    double t0 = scps_bench_now();
     int rc = scps_client_prepare(c, st[i % distinct].in, b, err);
-    double t1 = now();
+    double t1 = scps_bench_now();
     if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
-    double t2 = now();
+    double t2 = scps_bench_now();
     if (!rc && train) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, i, -1, 60000, err);
-    double t3 = now();
+    double t3 = scps_bench_now();
     if (rc) return rc;
     if (i >= warmup) {
       t_step[i - warmup] = t3 - t0;
@@ -125,10 +114,10 @@ static int time_steps(scps_client *c, scps_batch *b, const stored *st, int disti
       t_push[i - warmup] = t3 - t2;
     }
   }
-  qsort(t_step, (size_t)batches, sizeof(double), cmp_double);
-  qsort(t_prep, (size_t)batches, sizeof(double), cmp_double);
-  qsort(t_look, (size_t)batches, sizeof(double), cmp_double);
-  qsort(t_push, (size_t)batches, sizeof(double), cmp_double);
+  scps_bench_sort(t_step, (size_t)batches);
+  scps_bench_sort(t_prep, (size_t)batches);
+  scps_bench_sort(t_look, (size_t)batches);
+  scps_bench_sort(t_push, (size_t)batches);
   return 0;
 }
 
@@ -176,13 +165,13 @@ static void *depth_thread(void *p) {
   atomic_fetch_add(&d->warmed, 1);
   while (!atomic_load(&d->go)) sched_yield();
   for (long i; !rc && !atomic_load(&d->rc) && (i = atomic_fetch_add(&d->next, 1)) < d->batches;) {
-    double t0 = now();
+    double t0 = scps_bench_now();
     rc = scps_client_prepare(d->c, d->st[i % d->distinct].in, b, &err);
-    double t1 = now();
+    double t1 = scps_bench_now();
     if (!rc) rc = scps_client_lookup(d->c, b, acts, 60000, &err);
-    double t2 = now();
+    double t2 = scps_bench_now();
     if (!rc && d->train) rc = scps_client_apply_gradients(d->c, b, (const float *const *)grads, i, -1, 60000, &err);
-    double t3 = now();
+    double t3 = scps_bench_now();
     t_step[i] = t3 - t0;
     t_prep[i] = t1 - t0;
     t_look[i] = t2 - t1;
@@ -215,19 +204,19 @@ static int time_depth(scps_client *c, const stored *st, int distinct, int nf, si
     depth_fail(&d, scps_error_set(&e, SCPS_ENOMEM, "cannot start %d threads", depth), &e);
   }
   while (atomic_load(&d.warmed) < started) sched_yield();
-  double t0 = now();
+  double t0 = scps_bench_now();
   atomic_store(&d.go, true);
   for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
-  *wall = now() - t0;
+  *wall = scps_bench_now() - t0;
   pthread_mutex_destroy(&d.err_mu);
   if (atomic_load(&d.rc)) {
     *err = d.err;
     return atomic_load(&d.rc);
   }
-  qsort(t_step, (size_t)batches, sizeof(double), cmp_double);
-  qsort(t_prep, (size_t)batches, sizeof(double), cmp_double);
-  qsort(t_look, (size_t)batches, sizeof(double), cmp_double);
-  qsort(t_push, (size_t)batches, sizeof(double), cmp_double);
+  scps_bench_sort(t_step, (size_t)batches);
+  scps_bench_sort(t_prep, (size_t)batches);
+  scps_bench_sort(t_look, (size_t)batches);
+  scps_bench_sort(t_push, (size_t)batches);
   return 0;
 }
 
@@ -242,9 +231,9 @@ typedef struct saving {
 
 static void *save_thread(void *p) {
   saving *sv = p;
-  double t0 = now();
+  double t0 = scps_bench_now();
   sv->rc = scps_client_checkpoint(sv->c, 0, NULL, 3600000, &sv->res, &sv->err);
-  sv->wall = now() - t0;
+  sv->wall = scps_bench_now() - t0;
   atomic_store(&sv->done, true);
   return NULL;
 }
@@ -273,14 +262,14 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   long n = 0;
   while (!atomic_load(&sv.done) && n < MAX_BATCHES && !rc) {
     rc = scps_client_prepare(c, st[n % 4].in, b, err);
-    double t0 = now();
+    double t0 = scps_bench_now();
     if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
-    t_look[n++] = now() - t0;
+    t_look[n++] = scps_bench_now() - t0;
   }
   pthread_join(th, NULL);
   if (rc) return rc;
   if (sv.rc) return scps_error_set(err, sv.rc, "%s", sv.err.msg);
-  qsort(t_look, (size_t)n, sizeof(double), cmp_double);
+  scps_bench_sort(t_look, (size_t)n);
   printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"checkpoint\", \"path\": \"%s\", "
          "\"bytes\": %lld, \"files\": %d, \"save_seconds\": %.4f, \"rpc_seconds\": %.4f, \"save_gb_per_s\": %.3f, "
          "\"first_save_seconds\": %.4f, \"first_save_gb_per_s\": %.3f, "

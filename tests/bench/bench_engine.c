@@ -31,6 +31,7 @@
 #include "scps_engine.h"
 #include "scps_prep.h"
 #include "scps_workload.h"
+#include "scps_bench.h"
 
 #define MAX_THREADS 64
 /* Batches are kept in memory (dlrm8: about 1.5 MiB of partitions each). */
@@ -94,21 +95,6 @@ static double now_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
-
-static double median(const double *v, int n) {
-  double *s = malloc(sizeof *s * (size_t)n);
-  if (!s) return NAN;
-  memcpy(s, v, sizeof *s * (size_t)n);
-  qsort(s, (size_t)n, sizeof *s, cmp_double);
-  double m = n % 2 ? s[n / 2] : 0.5 * (s[n / 2 - 1] + s[n / 2]);
-  free(s);
-  return m;
 }
 
 static void usage(FILE *f) {
@@ -496,7 +482,7 @@ static int run(bench *b, scps_error *err) {
   t0 = now_s();
   rc = prepare_batches(b, prep_ms, err);
   double prepare_s = now_s() - t0;
-  double prep_median = median(prep_ms, b->n_batches);
+  double prep_median = scps_bench_median(prep_ms, (size_t)b->n_batches);
   free(prep_ms);
   if (!rc) rc = alloc_buffers(b, err);
   if (rc) return rc;
@@ -535,10 +521,10 @@ static int run(bench *b, scps_error *err) {
   char extra[256], names[128];
   snprintf(extra, sizeof extra, ", \"coo_entries_per_batch\": %.0f, \"stacks\": %d", entries,
            b->n_stacks);
-  print_phase(b, "lookup", median(b->lookup_ms, b->n_batches), ids, extra);
+  print_phase(b, "lookup", scps_bench_median(b->lookup_ms, (size_t)b->n_batches), ids, extra);
   snprintf(extra, sizeof extra, ", \"optimizer\": \"%s\", \"rows_touched_per_batch\": %.0f",
            optimizer_names(b->layout, names), rows);
-  print_phase(b, "update", median(b->update_ms, b->n_batches), ids, extra);
+  print_phase(b, "update", scps_bench_median(b->update_ms, (size_t)b->n_batches), ids, extra);
   snprintf(extra, sizeof extra, ", \"engine_init_s\": %.2f, \"prepare_all_s\": %.2f", init_s,
            prepare_s);
   print_phase(b, "prep", prep_median, ids, extra);

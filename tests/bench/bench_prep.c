@@ -23,6 +23,7 @@
 #include "scps_layout.h"
 #include "scps_prep.h"
 #include "scps_workload.h"
+#include "scps_bench.h"
 
 #define MAX_RUNS 8
 #define WARMUP 3
@@ -50,11 +51,6 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : x > y;
 }
 
 static void usage(FILE *fp) {
@@ -241,8 +237,8 @@ static int run(const options *o, const scps_workload *w, const scps_layout *l, b
       drops += scps_prep_stats(p, s)->id_drop_counter;
   }
   if (rc == 0) {
-    qsort(ms, (size_t)o->batches, sizeof *ms, cmp_double);
-    qsort(rate, (size_t)o->batches, sizeof *rate, cmp_double);
+    scps_bench_sort(ms, (size_t)o->batches);
+    scps_bench_sort(rate, (size_t)o->batches);
     double med_ms = ms[o->batches / 2];
     printf("{\"bench\":\"prep\",\"workload\":\"%s\",\"topology\":\"%dx%d\",\"stacks\":%d,"
            "\"threads\":%d,\"policy\":\"%s\",\"batches\":%d,\"ids_per_batch\":%.0f,"

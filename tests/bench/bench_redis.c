@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "scps_workload.h"
+#include "scps_bench.h"
 
 static const char usage[] =
     "usage: scps-bench-redis --workload FILE --port P [--host ADDR] [--batches K]\n"
@@ -54,17 +55,6 @@ static const char usage[] =
 #define MAX_BATCHES 10000
 #define MAX_DEPTH 64
 #define RBUF_MIN ((size_t)1 << 22)
-
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return (x > y) - (x < y);
-}
 
 static int cmp_i64(const void *a, const void *b) {
   int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -496,7 +486,7 @@ static int run(bench *bn, conn *c, int first, int count, double *done, scps_erro
       continue;
     }
     if (finish_batch(bn, c, finished % depth, first + finished, err)) return err->code;
-    if (done) done[finished] = now();
+    if (done) done[finished] = scps_bench_now();
     finished++;
   }
   return 0;
@@ -667,14 +657,14 @@ int main(int argc, char **argv) {
   if (!rc) rc = conn_open(&c, host, (int)port, &err);
   if (!rc) rc = redis_version(&c, version, sizeof version, &err);
   if (!rc) {
-    double t0 = now();
+    double t0 = scps_bench_now();
     rc = load_rows(&bn, &c, &keys, &err);
-    t_load = now() - t0;
+    t_load = scps_bench_now() - t0;
   }
   if (!rc) rc = run(&bn, &c, 0, (int)warmup, NULL, &err);
   if (!rc) {
     bn.rows_returned = 0;
-    done[0] = now();
+    done[0] = scps_bench_now();
     rc = run(&bn, &c, (int)warmup, (int)batches, done + 1, &err);
   }
   if (!rc) rc = check_batch(&bn, bn.nb - 1, &err);
@@ -683,7 +673,7 @@ int main(int argc, char **argv) {
   } else {
     double wall = done[batches] - done[0];
     for (long i = 0; i < batches; i++) done[i] = done[i + 1] - done[i];
-    qsort(done, (size_t)batches, sizeof(double), cmp_double);
+    scps_bench_sort(done, (size_t)batches);
     double med = done[batches / 2];
     int64_t ids = 0;
     for (int k = (int)warmup; k < bn.nb; k++) ids += bn.b[k].n_ids;
