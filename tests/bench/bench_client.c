@@ -94,6 +94,13 @@ static int store(const scps_feature_input *src, int nf, int32_t batch, stored *s
 #define MAX_BATCHES 10000
 static double t_step[MAX_BATCHES], t_prep[MAX_BATCHES], t_look[MAX_BATCHES], t_push[MAX_BATCHES];
 
+static void sort_times(long batches) {
+  scps_bench_sort(t_step, (size_t)batches);
+  scps_bench_sort(t_prep, (size_t)batches);
+  scps_bench_sort(t_look, (size_t)batches);
+  scps_bench_sort(t_push, (size_t)batches);
+}
+
 /* Batch after batch: prepare, lookup and (train) push, each part timed;
  * leaves the sorted times in t_*. */
 static int time_steps(scps_client *c, scps_batch *b, const stored *st, int distinct, float *const *acts,
@@ -114,10 +121,7 @@ static int time_steps(scps_client *c, scps_batch *b, const stored *st, int disti
       t_push[i - warmup] = t3 - t2;
     }
   }
-  scps_bench_sort(t_step, (size_t)batches);
-  scps_bench_sort(t_prep, (size_t)batches);
-  scps_bench_sort(t_look, (size_t)batches);
-  scps_bench_sort(t_push, (size_t)batches);
+  sort_times(batches);
   return 0;
 }
 
@@ -213,10 +217,7 @@ static int time_depth(scps_client *c, const stored *st, int distinct, int nf, si
     *err = d.err;
     return atomic_load(&d.rc);
   }
-  scps_bench_sort(t_step, (size_t)batches);
-  scps_bench_sort(t_prep, (size_t)batches);
-  scps_bench_sort(t_look, (size_t)batches);
-  scps_bench_sort(t_push, (size_t)batches);
+  sort_times(batches);
   return 0;
 }
 

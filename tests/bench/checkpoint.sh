@@ -20,7 +20,7 @@ repo=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${SCPS_SHARED_DIR:-$(dirname "$repo")/shared}
 workload=$shared/workloads/dlrm8.json
 lookups=20
-build=$repo/build-bench
+. "$repo/tests/bench/lib.sh"
 dir=$build/ckpt-bench
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -33,8 +33,7 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$workload" ] || { echo "checkpoint.sh: workload '$workload' not found" >&2; exit 2; }
 
-cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DSCPS_SHARED_DIR="$shared" >/dev/null
-cmake --build "$build" -j2 --target scps-server scps-bench-client >/dev/null
+scps_bench_build scps-server scps-bench-client
 
 rm -rf "$dir"
 mkdir -p "$dir"

@@ -29,11 +29,9 @@ case "$batches" in ''|*[!0-9]*|0) echo "engine.sh: --batches '$batches' is not a
 [ -f "$workload" ] || { echo "engine.sh: workload '$workload' not found" >&2; exit 2; }
 [ -f "$shared/anchors/gather_limit.c" ] || { echo "engine.sh: no anchors/gather_limit.c under '$shared' (set SCPS_SHARED_DIR)" >&2; exit 2; }
 
-build=$repo/build-bench
+. "$repo/tests/bench/lib.sh"
 echo "engine.sh: building in $build" >&2
-cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release \
-  -DSCPS_SHARED_DIR="$shared" >/dev/null
-cmake --build "$build" -j2 --target scps-bench-engine >/dev/null
+scps_bench_build scps-bench-engine
 bench=$build/tests/bench/scps-bench-engine
 # The command from the anchor's header, output into build-bench/.
 cc -O3 -march=native -fopenmp -o "$build/gather_limit" "$shared/anchors/gather_limit.c" -lm

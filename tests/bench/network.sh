@@ -28,9 +28,8 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$workload" ] || { echo "network.sh: workload '$workload' not found" >&2; exit 2; }
 
-build=$repo/build-bench
-cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DSCPS_SHARED_DIR="$shared" >/dev/null
-cmake --build "$build" -j2 --target scps-server scps-bench-client >/dev/null
+. "$repo/tests/bench/lib.sh"
+scps_bench_build scps-server scps-bench-client
 
 # Memory per SparseCore: room for the workload's rows and slots; the arena
 # is only reserved, pages come on use.

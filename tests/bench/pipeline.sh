@@ -20,9 +20,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-build=$repo/build-bench
-cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DSCPS_SHARED_DIR="$shared" >/dev/null
-cmake --build "$build" -j2 --target scps-server scps-trainer >/dev/null
+. "$repo/tests/bench/lib.sh"
+scps_bench_build scps-server scps-trainer
 
 . "$repo/deploy/cluster.sh"
 scps_cluster_start "$build/server/scps-server" "$workload" 2 2 1G

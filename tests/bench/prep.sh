@@ -20,9 +20,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-build=$repo/build-bench
-cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DSCPS_SHARED_DIR="$shared" >/dev/null
-cmake --build "$build" -j2 --target scps-bench-prep >/dev/null
+. "$repo/tests/bench/lib.sh"
+scps_bench_build scps-bench-prep
 printf '%-10s %-8s %8s %14s %18s %10s\n' workload topology threads "ids/s" "ids/s per thread" "ms/batch"
 for w in dlrm8 criteo26; do
   for t in 1 2; do

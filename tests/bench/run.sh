@@ -60,7 +60,7 @@ if [ -z "${SCPS_BENCH_SUITE_LOCKED:-}" ]; then
   SCPS_BENCH_SUITE_LOCKED=1 exec flock /tmp/scps-bench.lock "$0" ${args[@]+"${args[@]}"}
 fi
 
-build=$repo/build-bench
+. "$repo/tests/bench/lib.sh"
 out=$build/suite
 rm -rf "$out"
 mkdir -p "$out"
@@ -77,8 +77,7 @@ cpu_busy >"$out/busy-start.txt"
 log() { echo "run.sh [$(($(date +%s) - started))s]: $*" >&2; }
 
 log "building in $build"
-cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DSCPS_SHARED_DIR="$shared" >/dev/null
-cmake --build "$build" -j2 --target scps-server scps-bench-client scps-bench-engine scps-bench-redis >/dev/null
+scps_bench_build scps-server scps-bench-client scps-bench-engine scps-bench-redis
 
 redis_pid=""
 redis_dir=""

@@ -27,9 +27,8 @@ while [ $# -gt 0 ]; do
 done
 [ -f "$workload" ] || { echo "serving.sh: workload '$workload' not found" >&2; exit 2; }
 
-build=$repo/build-bench
-cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DSCPS_SHARED_DIR="$shared" >/dev/null
-cmake --build "$build" -j2 --target scps-server scps-loadgen >/dev/null
+. "$repo/tests/bench/lib.sh"
+scps_bench_build scps-server scps-loadgen
 
 . "$repo/deploy/cluster.sh"
 scps_cluster_start "$build/server/scps-server" "$workload" 1 2 8G
