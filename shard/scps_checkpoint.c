@@ -517,11 +517,11 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
       files[i].stack = s;
       files[i].sc = p * S + ls;
       data_file_name(s, files[i].sc, files[i].name);
-      bytes += region_bytes_of(&l->stacks[s]) * (1 + scps_optimizer_num_slots(l->stacks[s].optimizer.type));
     }
   save_ctx x = {.e = me, .dir = dir, .files = files};
   attempted = true;
   if ((rc = for_each_file(n_files, save_file, &x, err))) goto out;
+  for (int i = 0; i < n_files; i++) bytes += files[i].bytes;
   if ((rc = fsync_dir(dir, err))) goto out;
   write_manifest(&w, l, p, step, limits, files, n_files);
   scps_jsonw_printf(&w, "%s,\n " CHECKSUM_KEY "0000000000000000\"}\n", specs);
