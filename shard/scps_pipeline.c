@@ -34,6 +34,7 @@ struct scps_pipeline {
   pthread_mutex_t submit_mu;
   pthread_mutex_t gang_mu; /* with gang_cv: workers waiting at a gang barrier */
   pthread_cond_t gang_cv;
+  uint64_t gang_gen; /* barriers passed; under gang_mu */
 };
 
 static int64_t now_ns(void) {
@@ -115,21 +116,29 @@ static void queue_stop(queue *q) {
   pthread_mutex_unlock(&q->mu);
 }
 
-/* One barrier of a gang job: the last worker to arrive wakes the others.
- * The acq_rel decrement orders every worker's reads before the barrier
- * with every worker's writes after it. */
-static void gang_wait(scps_pipeline *p, atomic_int *left) {
-  if (atomic_fetch_sub_explicit(left, 1, memory_order_acq_rel) == 1) {
-    pthread_mutex_lock(&p->gang_mu);
+/* One barrier of a gang job; true for the last worker to arrive, which
+ * wakes the others. Waiters watch the pipeline's barrier generation, not the
+ * job: once the last worker of the closing barrier has handed the job on,
+ * the TensorCore stage may free it while the others are still waking up.
+ * The mutex orders every worker's reads before the barrier with every
+ * worker's writes after it. */
+static bool gang_wait(scps_pipeline *p, int *left) {
+  pthread_mutex_lock(&p->gang_mu);
+  uint64_t gen = p->gang_gen;
+  if (--*left == 0) {
+    p->gang_gen++;
     pthread_cond_broadcast(&p->gang_cv);
     pthread_mutex_unlock(&p->gang_mu);
-    return;
+    return true;
   }
-  pthread_mutex_lock(&p->gang_mu);
-  while (atomic_load_explicit(left, memory_order_acquire) > 0) pthread_cond_wait(&p->gang_cv, &p->gang_mu);
+  while (p->gang_gen == gen) pthread_cond_wait(&p->gang_cv, &p->gang_mu);
   pthread_mutex_unlock(&p->gang_mu);
+  return false;
 }
 
+/* A gang job goes to the TensorCore stage from the last worker to finish
+ * it, as soon as it finishes, rather than after the others woke up to
+ * count themselves done. */
 static void *sc_main(void *arg) {
   worker *w = arg;
   queue *q = &w->p->sc[w->index];
@@ -139,8 +148,11 @@ static void *sc_main(void *arg) {
     int64_t t0 = now_ns();
     job->sc_fn(job, w->index);
     queue_account(q, now_ns() - t0);
-    if (job->gang) gang_wait(w->p, &job->gang_out);
-    if (atomic_fetch_sub(&job->pending, 1) == 1) queue_push(&w->p->tc, job);
+    if (job->gang) {
+      if (gang_wait(w->p, &job->gang_out)) queue_push(&w->p->tc, job);
+    } else if (atomic_fetch_sub(&job->pending, 1) == 1) {
+      queue_push(&w->p->tc, job);
+    }
   }
   return NULL;
 }
@@ -212,8 +224,7 @@ void scps_pipeline_submit(scps_pipeline *p, scps_job *job) {
     return;
   }
   atomic_store(&job->pending, p->n_sc);
-  atomic_store(&job->gang_in, p->n_sc);
-  atomic_store(&job->gang_out, p->n_sc);
+  job->gang_in = job->gang_out = p->n_sc;
   /* Holding every SparseCore lock while pushing keeps the per-SparseCore
    * orders consistent with one global submission order. */
   pthread_mutex_lock(&p->submit_mu);

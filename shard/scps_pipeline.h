@@ -33,7 +33,7 @@ struct scps_job {
   void *data;
   bool gang;
   atomic_int pending;
-  atomic_int gang_in, gang_out; /* workers yet to arrive at each barrier */
+  int gang_in, gang_out; /* workers yet to arrive at each barrier; under the pipeline's lock */
 };
 
 typedef struct scps_pipeline scps_pipeline;

@@ -91,8 +91,54 @@ static void test_gang(void) {
   free(jobs);
 }
 
+/* Gang jobs freed by their TensorCore part, as the server frees a call:
+ * no worker may touch a job once the last one has handed it on
+ * (AddressSanitizer reports a use after free), and the TensorCore part must
+ * find every SparseCore part done. */
+typedef struct owned {
+  scps_job job;
+  atomic_int parts;
+} owned;
+
+static atomic_int owned_early, owned_done;
+
+static void count_part(scps_job *job, int32_t sc) {
+  atomic_fetch_add(&((owned *)job->data)->parts, 1);
+}
+
+static void free_owned(scps_job *job) {
+  owned *o = job->data;
+  if (atomic_load(&o->parts) != NSC) atomic_fetch_add(&owned_early, 1);
+  atomic_fetch_add(&owned_done, 1);
+  free(o);
+}
+
+static void test_gang_freed(void) {
+  scps_pipeline *p;
+  scps_error err;
+  CHECK_OK(scps_pipeline_create(NSC, 2, &p, &err), &err);
+  if (!p) return;
+  enum { N = 2000 };
+  int submitted = 0;
+  for (int i = 0; i < N; i++) {
+    owned *o = calloc(1, sizeof *o);
+    if (!o) break;
+    o->job.gang = true;
+    o->job.sc_fn = count_part;
+    o->job.tc_fn = free_owned;
+    o->job.data = o;
+    scps_pipeline_submit(p, &o->job);
+    submitted++;
+  }
+  scps_pipeline_destroy(p);
+  CHECK(submitted == N && atomic_load(&owned_done) == N);
+  CHECKF(atomic_load(&owned_early) == 0, "%d TensorCore parts ran before every SparseCore part",
+         atomic_load(&owned_early));
+}
+
 int main(void) {
   test_gang();
+  test_gang_freed();
   scps_pipeline *p;
   scps_error err;
   CHECK_OK(scps_pipeline_create(NSC, 2, &p, &err), &err);
