@@ -530,51 +530,92 @@ static int op_wait(op *o, bool *checkpoint_due, scps_error *err) {
 
 /* ------------------------------------------------------------- results */
 
-/* Sums the servers' partials in process order and cuts out each feature,
- * reading each row where it lies in the received slices (a row split
- * between two slices is gathered into tmp first). */
-static void merge_activations(op *o) {
+/* Rows of one feature a merge item covers: a few hundred KiB, so the pool's
+ * threads share a lookup's features evenly. */
+#define MERGE_ROWS 512
+
+/* Rows [r0, r1) of feature f: the servers' partials summed in process order
+ * (the first copied), each row read where it lies in the received slices (a
+ * row split between two slices is gathered into tmp first). A feature as
+ * wide as its stack is one contiguous range there, copied run by run. */
+static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
   const scps_client *c = o->c;
   const scps_layout *l = c->layout;
   const scps_batch *b = o->b;
   int ns = l->n_stacks;
   const size_t vb = c->value_bytes;
   uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
-  for (int f = 0; f < l->n_features; f++) {
-    const scps_feature_layout *fl = &l->features[f];
-    const scps_stack_layout *sl = &l->stacks[fl->stack];
-    size_t rows = (size_t)l->feature_specs[f].batch_size;
-    size_t width = (size_t)l->table_specs[fl->table].embedding_dim, dim = (size_t)sl->dim;
-    float *restrict dst = o->acts[f];
-    bool first = true;
-    for (int p = 0; p < c->n; p++) {
-      int k = b->slot[p * ns + fl->stack];
-      if (k < 0) continue;
-      const scps_slices *m = &b->reply[p];
-      size_t at = b->parsed[p * ns + k].off + (size_t)fl->sample_offset * dim * vb;
-      for (size_t r = 0; r < rows; r++, at += dim * vb) {
-        float *restrict d = dst + r * width;
-        /* Unaligned in the slices: read by memcpy, which compiles to plain
-         * (vector) loads. */
-        const uint8_t *restrict s = scps_slices_span(m, at, width * vb, tmp);
-        if (vb == 2 && first) {
-          scps_bf16_decode(s, d, width);
-        } else if (vb == 2) {
-          for (size_t j = 0; j < width; j++) d[j] += scps_bf16_to_f32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
-        } else if (first) {
-          memcpy(d, s, width * sizeof(float));
-        } else {
-          for (size_t j = 0; j < width; j++) {
-            float v;
-            memcpy(&v, s + j * sizeof(float), sizeof v);
-            d[j] += v;
-          }
-        }
+  const scps_feature_layout *fl = &l->features[f];
+  const scps_stack_layout *sl = &l->stacks[fl->stack];
+  size_t width = (size_t)l->table_specs[fl->table].embedding_dim, dim = (size_t)sl->dim;
+  float *restrict dst = o->acts[f];
+  bool first = true;
+  for (int p = 0; p < c->n; p++) {
+    int k = b->slot[p * ns + fl->stack];
+    if (k < 0) continue;
+    const scps_slices *m = &b->reply[p];
+    size_t at = b->parsed[p * ns + k].off + ((size_t)fl->sample_offset + r0) * dim * vb;
+    if (first && vb == sizeof(float) && width == dim) {
+      uint8_t *d = (uint8_t *)(dst + r0 * width);
+      for (size_t left = (r1 - r0) * dim * vb, avail; left > 0; left -= avail, at += avail, d += avail) {
+        const uint8_t *s = scps_slices_at(m, at, &avail);
+        if (avail > left) avail = left;
+        memcpy(d, s, avail);
       }
       first = false;
+      continue;
     }
-    if (first) memset(dst, 0, rows * width * sizeof(float));
+    for (size_t r = r0; r < r1; r++, at += dim * vb) {
+      float *restrict d = dst + r * width;
+      /* Unaligned in the slices: read by memcpy, which compiles to plain
+       * (vector) loads. */
+      const uint8_t *restrict s = scps_slices_span(m, at, width * vb, tmp);
+      if (vb == 2 && first) {
+        scps_bf16_decode(s, d, width);
+      } else if (vb == 2) {
+        for (size_t j = 0; j < width; j++) d[j] += scps_bf16_to_f32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
+      } else if (first) {
+        memcpy(d, s, width * sizeof(float));
+      } else {
+        for (size_t j = 0; j < width; j++) {
+          float v;
+          memcpy(&v, s + j * sizeof(float), sizeof v);
+          d[j] += v;
+        }
+      }
+    }
+    first = false;
   }
+  if (first) memset(dst + r0 * width, 0, (r1 - r0) * width * sizeof(float));
+}
+
+static size_t merge_chunks(const scps_layout *l) {
+  int32_t most = 1;
+  for (int f = 0; f < l->n_features; f++)
+    if (l->feature_specs[f].batch_size > most) most = l->feature_specs[f].batch_size;
+  return ((size_t)most + MERGE_ROWS - 1) / MERGE_ROWS;
+}
+
+static void merge_item(void *ctx, int item) {
+  const op *o = ctx;
+  const scps_layout *l = o->c->layout;
+  size_t chunks = merge_chunks(l), f = (size_t)item / chunks, r0 = (size_t)item % chunks * MERGE_ROWS;
+  size_t rows = (size_t)l->feature_specs[f].batch_size, r1 = r0 + MERGE_ROWS < rows ? r0 + MERGE_ROWS : rows;
+  if (r0 < r1) merge_rows(o, (int)f, r0, r1);
+}
+
+/* The merge is a pass over every activation byte: on the preprocessing
+ * pool's threads when no batch is being prepared, else on this thread
+ * alone rather than waiting for the pool. */
+static void merge_activations(op *o) {
+  scps_client *c = o->c;
+  int items = (int)(merge_chunks(c->layout) * (size_t)c->layout->n_features);
+  if (!pthread_mutex_trylock(&c->prep_mu)) {
+    scps_prep_parallel(c->prep, items, merge_item, o);
+    pthread_mutex_unlock(&c->prep_mu);
+    return;
+  }
+  for (int i = 0; i < items; i++) merge_item(o, i);
 }
 
 /* Totals of a Checkpoint every server saved. */

@@ -108,6 +108,8 @@ struct scps_prep {
   prep_job_fn job;
   int n_items;
   atomic_int next_item;
+  void (*lent_fn)(void *ctx, int item); /* scps_prep_parallel's work */
+  void *lent_ctx;
 };
 
 static unsigned bits_for(uint64_t max_value) {
@@ -171,6 +173,17 @@ static void run_phase(scps_prep *p, prep_job_fn job, int n_items) {
   while (p->pending > 0)
     pthread_cond_wait(&p->cv_done, &p->mu);
   pthread_mutex_unlock(&p->mu);
+}
+
+static void lent_job(scps_prep *p, int item, prep_thread *t) {
+  (void)t;
+  p->lent_fn(p->lent_ctx, item);
+}
+
+void scps_prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int item), void *ctx) {
+  p->lent_fn = fn;
+  p->lent_ctx = ctx;
+  run_phase(p, lent_job, n_items);
 }
 
 /* ---- phase 1: validation and counting ---- */

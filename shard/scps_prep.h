@@ -92,6 +92,12 @@ void scps_prep_destroy(scps_prep *p);
  * one run at a time per prep, and no set_limits during a run. */
 int scps_prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *err);
 
+/* Lends the pool to other work between runs: fn(ctx, i) for every i in
+ * [0, n_items), on the pool's threads and the caller's, in no set order;
+ * returns once all are done. The same rule as scps_prep_run: one at a time
+ * per prep, never during a run. */
+void scps_prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int item), void *ctx);
+
 /* Partition for stack on global SparseCore sc, valid until the next run. */
 const scps_coo *scps_prep_coo(const scps_prep *p, int stack, int32_t sc);
 const scps_stack_stats *scps_prep_stats(const scps_prep *p, int stack);

@@ -3,6 +3,7 @@
  * combiner, id pattern and topology; hand-derived drop cases; the errors of
  * every malformed input; the two-thread path against the one-thread path. */
 #include <math.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -738,6 +739,43 @@ static void test_large_threads(void) {
   scps_layout_destroy(l);
 }
 
+/* scps_prep_parallel: every item exactly once, on one thread or a pool,
+ * and a run afterwards still matches the one-thread prep. */
+static void mark_item(void *ctx, int item) { atomic_fetch_add(&((atomic_int *)ctx)[item], 1); }
+
+static void test_parallel(void) {
+  scps_table_spec t[1] = {table("t", 1000, 8, SCPS_COMBINER_SUM, "")};
+  scps_feature_spec f[1] = {feature("f", "t", 64, 2)};
+  scps_layout *l = NULL;
+  scps_error err;
+  CHECK_OK(scps_layout_create(t, 1, f, 1, &(scps_topology){1, 2, 1 << 20}, NULL, &l, &err), &err);
+  if (!l) return;
+  enum { ITEMS = 1000 };
+  for (int threads = 1; threads <= 3; threads += 2) {
+    scps_prep *p = make_prep(l, SCPS_LIMIT_DROP, threads), *one = make_prep(l, SCPS_LIMIT_DROP, 1);
+    static atomic_int seen[ITEMS];
+    for (int round = 0; p && one && round < 20; round++) {
+      for (int i = 0; i < ITEMS; i++) atomic_store(&seen[i], 0);
+      scps_prep_parallel(p, ITEMS - round, mark_item, seen);
+      int wrong = 0;
+      for (int i = 0; i < ITEMS; i++) wrong += atomic_load(&seen[i]) != (i < ITEMS - round);
+      CHECKF(wrong == 0, "%d threads, round %d: %d items not run exactly once", threads, round, wrong);
+    }
+    uint64_t rng = 7;
+    gen_batch b;
+    if (p && one) {
+      gen(&rng, l, SCPS_INPUT_DENSE, IDS_UNIFORM, 0, 0, &b);
+      CHECK_OK(scps_prep_run(p, b.in, &err), &err);
+      CHECK_OK(scps_prep_run(one, b.in, &err), &err);
+      compare_preps(one, p, l, "after scps_prep_parallel");
+      batch_free(&b);
+    }
+    scps_prep_destroy(p);
+    scps_prep_destroy(one);
+  }
+  scps_layout_destroy(l);
+}
+
 int main(void) {
   test_drop_by_hand();
   test_gains_and_sources();
@@ -745,5 +783,6 @@ int main(void) {
   test_random();
   test_unordered_samples();
   test_large_threads();
+  test_parallel();
   return scps_test_finish("test_prep");
 }
