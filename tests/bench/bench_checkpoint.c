@@ -12,7 +12,6 @@
  * with 4 MiB read() calls. Loads and plain reads both read files written
  * just before (page cache as the machine keeps it, nothing dropped). Figures
  * are medians over the K runs; one JSON line on stdout. */
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,33 +25,6 @@
 
 #define MAX_RUNS 64
 #define PLAIN_CHUNK ((size_t)4 << 20)
-
-static int plain_write(const char *path, const char *chunk, int64_t bytes, scps_error *err) {
-  int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return scps_error_set(err, SCPS_EIO, "cannot create '%s'", path);
-  for (int64_t left = bytes; left > 0;) {
-    size_t n = left < (int64_t)PLAIN_CHUNK ? (size_t)left : PLAIN_CHUNK;
-    ssize_t w = write(fd, chunk, n);
-    if (w <= 0) {
-      close(fd);
-      return scps_error_set(err, SCPS_EIO, "cannot write '%s'", path);
-    }
-    left -= w;
-  }
-  int rc = fsync(fd) ? scps_error_set(err, SCPS_EIO, "cannot fsync '%s'", path) : 0;
-  close(fd);
-  return rc;
-}
-
-static int plain_read(const char *path, char *chunk, scps_error *err) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return scps_error_set(err, SCPS_EIO, "cannot open '%s'", path);
-  ssize_t r;
-  while ((r = read(fd, chunk, PLAIN_CHUNK)) > 0) {
-  }
-  close(fd);
-  return r < 0 ? scps_error_set(err, SCPS_EIO, "cannot read '%s'", path) : 0;
-}
 
 static int run(const char *workload, const char *dir, scps_topology topo, int runs, scps_error *err) {
   scps_workload *w = NULL;
@@ -95,10 +67,12 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
       }
     t_hash[i] = scps_bench_now() - t0 + (double)(sum & 1) * 1e-12;
     t0 = scps_bench_now();
-    if (!rc) rc = plain_write(plain, chunk, st.bytes, err);
+    if (!rc && scps_bench_plain_write(plain, chunk, PLAIN_CHUNK, st.bytes))
+      rc = scps_error_set(err, SCPS_EIO, "cannot write '%s'", plain);
     t_write[i] = scps_bench_now() - t0;
     t0 = scps_bench_now();
-    if (!rc) rc = plain_read(plain, chunk, err);
+    if (!rc && scps_bench_plain_read(plain, chunk, PLAIN_CHUNK))
+      rc = scps_error_set(err, SCPS_EIO, "cannot read '%s'", plain);
     t_read[i] = scps_bench_now() - t0;
     unlink(plain);
   }

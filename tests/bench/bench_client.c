@@ -21,7 +21,7 @@
 static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
-    "                         [--prep-threads T] [--depth D]\n"
+    "                         [--prep-threads T] [--depth D] [--rounds R] [--plain-file PATH]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
@@ -30,10 +30,13 @@ static const char usage[] =
     "timed, as a trainer pays it, on T threads (default: every online CPU, as\n"
     "the PyTorch anchor uses). Prints one JSON line with the medians of the\n"
     "whole step and of its parts. checkpoint = one push, K lookups timed idle,\n"
-    "a Checkpoint (to the servers' --checkpoint-dir) twice with nothing else\n"
-    "running (the first save of a process apart), then again with lookups\n"
-    "timed back to back until it returns: the saves' figures and lookup\n"
-    "p50/max idle and during the save.\n"
+    "a Checkpoint (to the servers' --checkpoint-dir) with nothing else running\n"
+    "(the first save of a process, reported apart), R more (default 4), each\n"
+    "paired with a plain write + fsync of as many bytes to --plain-file PATH\n"
+    "(16 MiB write() calls; the last file is kept), the save first in even\n"
+    "rounds and second in odd ones, then one more with lookups\n"
+    "timed back to back until it returns: the medians of the R saves and\n"
+    "writes, and lookup p50/max idle and during the save.\n"
     "--depth D (lookup, train) keeps D batches in flight from D threads, each\n"
     "with its own batch and buffers, so one batch's preprocessing and merge\n"
     "overlap another's server work; samples_per_s is then K batches over the\n"
@@ -227,36 +230,60 @@ typedef struct saving {
   int rc;
   scps_error err;
   scps_client_checkpoint_result res;
-  double wall;
 } saving;
 
 static void *save_thread(void *p) {
   saving *sv = p;
-  double t0 = scps_bench_now();
   sv->rc = scps_client_checkpoint(sv->c, 0, NULL, 3600000, &sv->res, &sv->err);
-  sv->wall = scps_bench_now() - t0;
   atomic_store(&sv->done, true);
   return NULL;
 }
 
-/* Lookups idle, then lookups back to back during a Checkpoint of step 0. */
+#define MAX_ROUNDS 16
+#define PLAIN_CHUNK ((size_t)16 << 20)
+
+/* Lookups idle; the process's first save, apart (its page cache may come
+ * from memory the virtual machine has not touched since boot, which costs it
+ * 2-3x); rounds of a save and a plain write of as many bytes to plain (when
+ * given); then lookups back to back during one more save. The last plain
+ * file stays for the caller's reads. */
 static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, float *const *acts,
-                            float *const *grads, long batches, const char *name, scps_error *err) {
+                            float *const *grads, long batches, int rounds, const char *plain, const char *name,
+                            scps_error *err) {
   int rc = scps_client_prepare(c, st[0].in, b, err);
   if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
   if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, 0, -1, 60000, err);
   if (!rc) rc = time_steps(c, b, st, 4, acts, grads, 2, batches, 0, err);
   if (rc) return rc;
   double idle_p50 = t_look[batches / 2], idle_max = t_look[batches - 1];
-  /* Alone first, twice: the save's own throughput, as the plain write it
-   * is compared with has the machine to itself. The first save of a
-   * process is reported apart: its page cache comes from memory the
-   * (virtual) machine has not touched since boot, which costs it 2-3x. */
+  char *chunk = plain ? malloc(PLAIN_CHUNK) : NULL;
+  if (plain && !chunk) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  if (chunk) memset(chunk, 0x5a, PLAIN_CHUNK);
   saving first = {.c = c}, quiet = {.c = c};
+  double t_save[MAX_ROUNDS], t_write[MAX_ROUNDS];
   save_thread(&first);
-  if (first.rc) return scps_error_set(err, first.rc, "%s", first.err.msg);
-  save_thread(&quiet);
-  if (quiet.rc) return scps_error_set(err, quiet.rc, "%s", quiet.err.msg);
+  if (first.rc) rc = scps_error_set(err, first.rc, "%s", first.err.msg);
+  /* Rounds alternate which side goes first (save, write; write, save; ...):
+   * whichever follows the other meets the disk still flushing what the
+   * other wrote and the page cache it just gave back. */
+  for (int i = 0; i < rounds && !rc; i++) {
+    for (int side = 0; side < 2 && !rc; side++) {
+      if (side == i % 2) {
+        quiet = (saving){.c = c};
+        save_thread(&quiet);
+        if (quiet.rc) rc = scps_error_set(err, quiet.rc, "%s", quiet.err.msg);
+        t_save[i] = quiet.res.seconds;
+      } else if (plain) {
+        unlink(plain);
+        double t0 = scps_bench_now();
+        int e = scps_bench_plain_write(plain, chunk, PLAIN_CHUNK, first.res.bytes);
+        t_write[i] = scps_bench_now() - t0;
+        if (e) rc = scps_error_set(err, SCPS_EIO, "cannot write '%s': %s", plain, strerror(-e));
+      }
+    }
+  }
+  free(chunk);
+  if (rc) return rc;
   saving sv = {.c = c};
   pthread_t th;
   if (pthread_create(&th, NULL, save_thread, &sv)) return scps_error_set(err, SCPS_ENOMEM, "cannot start a thread");
@@ -271,15 +298,23 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   if (rc) return rc;
   if (sv.rc) return scps_error_set(err, sv.rc, "%s", sv.err.msg);
   scps_bench_sort(t_look, (size_t)n);
+  const double gb = (double)quiet.res.bytes * 1e-9, save = scps_bench_median(t_save, (size_t)rounds);
   printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"checkpoint\", \"path\": \"%s\", "
-         "\"bytes\": %lld, \"files\": %d, \"save_seconds\": %.4f, \"rpc_seconds\": %.4f, \"save_gb_per_s\": %.3f, "
-         "\"first_save_seconds\": %.4f, \"first_save_gb_per_s\": %.3f, "
+         "\"bytes\": %lld, \"files\": %d, \"rounds\": %d, \"save_seconds\": %.4f, \"save_gb_per_s\": %.3f, ",
+         name, quiet.res.path, (long long)quiet.res.bytes, quiet.res.files, rounds, save, gb / save);
+  if (plain) {
+    const double write = scps_bench_median(t_write, (size_t)rounds);
+    printf("\"plain_write_fsync_seconds\": %.4f, \"plain_write_fsync_gb_per_s\": %.3f, ", write, gb / write);
+  }
+  printf("\"save_gb_per_s_rounds\": [");
+  for (int i = 0; i < rounds; i++) printf("%s%.3f", i ? ", " : "", gb / t_save[i]);
+  printf("], \"plain_write_fsync_gb_per_s_rounds\": [");
+  for (int i = 0; plain && i < rounds; i++) printf("%s%.3f", i ? ", " : "", gb / t_write[i]);
+  printf("], \"first_save_seconds\": %.4f, \"first_save_gb_per_s\": %.3f, "
          "\"loaded_save_seconds\": %.4f, \"loaded_save_gb_per_s\": %.3f, "
          "\"idle_lookup_ms_p50\": %.3f, \"idle_lookup_ms_max\": %.3f, \"save_lookups\": %ld, "
          "\"save_lookup_ms_p50\": %.3f, \"save_lookup_ms_max\": %.3f}\n",
-         name, quiet.res.path, (long long)quiet.res.bytes, quiet.res.files, quiet.res.seconds, quiet.wall,
-         (double)quiet.res.bytes / quiet.res.seconds * 1e-9, first.res.seconds,
-         (double)first.res.bytes / first.res.seconds * 1e-9, sv.res.seconds,
+         first.res.seconds, (double)first.res.bytes / first.res.seconds * 1e-9, sv.res.seconds,
          (double)sv.res.bytes / sv.res.seconds * 1e-9, idle_p50 * 1e3, idle_max * 1e3, n,
          n ? t_look[n / 2] * 1e3 : 0.0, n ? t_look[n - 1] * 1e3 : 0.0);
   return 0;
@@ -289,6 +324,8 @@ int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *mode = "lookup";
   long batches = 20, warmup = 3, prep_threads = sysconf(_SC_NPROCESSORS_ONLN), depth = 1;
+  int rounds = 4;
+  const char *plain = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
@@ -297,6 +334,8 @@ int main(int argc, char **argv) {
                                        {"wire-format", required_argument, 0, 'W'},
                                        {"prep-threads", required_argument, 0, 'T'},
                                        {"depth", required_argument, 0, 'D'},
+                                       {"rounds", required_argument, 0, 'R'},
+                                       {"plain-file", required_argument, 0, 'P'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -308,6 +347,8 @@ int main(int argc, char **argv) {
     case 'u': warmup = atol(optarg); break;
     case 'T': prep_threads = atol(optarg); break;
     case 'D': depth = atol(optarg); break;
+    case 'R': rounds = atoi(optarg); break;
+    case 'P': plain = optarg; break;
     case 'W':
       if (scps_float_format_from_name(optarg, &wire)) {
         fputs(usage, stderr);
@@ -320,7 +361,7 @@ int main(int argc, char **argv) {
   }
   int train = !strcmp(mode, "train"), pipelined = !strcmp(mode, "pipelined"), ckpt = !strcmp(mode, "checkpoint");
   if (!servers_arg || !workload || batches < 1 || batches > MAX_BATCHES || warmup < 0 || prep_threads < 1 ||
-      prep_threads > SCPS_PREP_MAX_THREADS || depth < 1 || depth > 64 || (depth > 1 && (pipelined || ckpt)) ||
+      prep_threads > SCPS_PREP_MAX_THREADS || depth < 1 || depth > 64 || rounds < 1 || rounds > MAX_ROUNDS || (depth > 1 && (pipelined || ckpt)) ||
       (!train && !pipelined && !ckpt && strcmp(mode, "lookup"))) {
     fputs(usage, stderr);
     return 2;
@@ -371,7 +412,7 @@ int main(int argc, char **argv) {
     ids += (int64_t)st[0].in[f].n_ids;
   }
   if (ckpt) {
-    rc = bench_checkpoint(c, b, st, acts, grads, batches, w->name, &err);
+    rc = bench_checkpoint(c, b, st, acts, grads, batches, rounds, plain, w->name, &err);
     if (rc) {
       fprintf(stderr, "scps-bench-client: %s\n", err.msg);
       return 1;
