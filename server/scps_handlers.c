@@ -115,7 +115,16 @@ int scps_handlers_init(scps_server *s, scps_error *err) {
    * data-parallel split of every feature's batch), for the FDO counts. */
   s->sample_src = calloc((size_t)l->n_stacks, sizeof *s->sample_src);
   s->sc_stats = calloc((size_t)l->n_stacks * (size_t)s->S, sizeof *s->sc_stats);
-  if (!s->sample_src || !s->sc_stats) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  s->sc_locks = calloc((size_t)s->S, sizeof *s->sc_locks);
+  if (!s->sample_src || !s->sc_stats || !s->sc_locks) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  /* A stream of small Lookups must not keep ApplyGradients waiting. */
+  pthread_rwlockattr_t attr;
+  pthread_rwlockattr_init(&attr);
+  pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
+  for (; s->n_sc_locks < s->S; s->n_sc_locks++)
+    if (pthread_rwlock_init(&s->sc_locks[s->n_sc_locks], &attr)) break;
+  pthread_rwlockattr_destroy(&attr);
+  if (s->n_sc_locks < s->S) return scps_error_set(err, SCPS_ENOMEM, "cannot create the SparseCore locks");
   for (int st = 0; st < l->n_stacks; st++) {
     const scps_stack_layout *sl = &l->stacks[st];
     s->sample_src[st] = malloc(sizeof(int32_t) * (size_t)(sl->total_sample_count ? sl->total_sample_count : 1));
@@ -134,6 +143,9 @@ void scps_handlers_free(scps_server *s) {
     for (int st = 0; st < s->layout->n_stacks; st++) free(s->sample_src[st]);
   free(s->sample_src);
   free(s->sc_stats);
+  for (int k = 0; k < s->n_sc_locks; k++) pthread_rwlock_destroy(&s->sc_locks[k]);
+  free(s->sc_locks);
+  s->n_sc_locks = 0;
   config_pb_free(s->config);
   s->config = NULL;
 }
@@ -234,7 +246,7 @@ static void handle_stats(scps_call *c) {
   int32_t *counts = calloc((size_t)ns * (size_t)S * 2, sizeof *counts);
   Scps__V1__MethodStats ms[SCPS_M_COUNT], *msp[SCPS_M_COUNT];
   scps_stage_stats stages[SCPS_MAX_SC_PER_PROCESS + 1];
-  Scps__V1__StageStats sgs[SCPS_MAX_SC_PER_PROCESS + 1], *sgp[SCPS_MAX_SC_PER_PROCESS + 1];
+  Scps__V1__StageStats sgs[SCPS_MAX_SC_PER_PROCESS + 2], *sgp[SCPS_MAX_SC_PER_PROCESS + 2];
   if (!scs || !scp || !sts || !stp || !counts) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Stats: out of memory", NULL, 0);
     goto out;
@@ -307,7 +319,12 @@ static void handle_stats(scps_call *c) {
     sgs[i].busy_seconds = stages[i].busy_seconds;
     sgp[i] = &sgs[i];
   }
-  r.n_stages = (size_t)n;
+  scps__v1__stage_stats__init(&sgs[n]);
+  sgs[n].stage = "inline";
+  sgs[n].tasks = atomic_load(&s->inline_lookups);
+  sgs[n].busy_seconds = (double)atomic_load(&s->inline_ns) * 1e-9;
+  sgp[n] = &sgs[n];
+  r.n_stages = (size_t)n + 1;
   r.stages = sgp;
   scps_call_finish_packed(c, &r.base);
 out:
@@ -594,6 +611,21 @@ static bool read_data_request(scps_call *c, scps_request_kind kind) {
   return true;
 }
 
+/* A small Lookup, whole on this thread: waking every SparseCore worker
+ * across two barriers and then a TensorCore worker would cost more than the
+ * gather itself, and a serving load of many small batches keeps the workers
+ * busy handing work to each other. */
+static void lookup_inline(scps_call *c) {
+  scps_server *s = c->srv;
+  int64_t t0 = scps_now_ns();
+  for (int k = 0; k < s->S; k++) pthread_rwlock_rdlock(&s->sc_locks[k]);
+  for (int k = 0; k < s->S; k++) lookup_sc(&c->job, k);
+  for (int k = s->S - 1; k >= 0; k--) pthread_rwlock_unlock(&s->sc_locks[k]);
+  atomic_fetch_add(&s->inline_lookups, 1);
+  atomic_fetch_add(&s->inline_ns, (long long)(scps_now_ns() - t0));
+  lookup_tc(&c->job);
+}
+
 static void handle_lookup(scps_call *c) {
   scps_server *s = c->srv;
   if (!read_data_request(c, SCPS_REQUEST_LOOKUP)) return;
@@ -638,6 +670,13 @@ static void handle_lookup(scps_call *c) {
   c->job.tc_fn = lookup_tc;
   c->job.data = c;
   c->job.gang = true;
+  int64_t entries = 0;
+  for (int i = 0; i < c->n_stacks; i++)
+    for (int k = 0; k < s->S; k++) entries += (int64_t)c->stacks[i].coo[k].n;
+  if (entries <= s->opts.inline_lookup_entries) {
+    lookup_inline(c);
+    return;
+  }
   scps_pipeline_submit(s->pipeline, &c->job);
 }
 
@@ -645,6 +684,7 @@ static void apply_sc(scps_job *job, int32_t sc) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
   int64_t rows = 0;
+  pthread_rwlock_wrlock(&s->sc_locks[sc]);
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     const scps_coo *coo = &cs->coo[sc];
@@ -654,6 +694,7 @@ static void apply_sc(scps_job *job, int32_t sc) {
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + sc].rows_updated, (long long)distinct);
     rows += distinct;
   }
+  pthread_rwlock_unlock(&s->sc_locks[sc]);
   c->rows_updated[sc] = rows;
 }
 

@@ -20,6 +20,11 @@ typedef struct scps_server_options {
   int32_t cq_threads;         /* completion queues, one thread each */
   int32_t tc_threads;         /* TensorCore workers */
   int64_t max_message_bytes;  /* largest request accepted */
+  /* Lookups with at most this many COO entries run whole on the
+   * completion-queue thread that received them, under read locks of the
+   * SparseCores, instead of as a gang job of every SparseCore worker; 0:
+   * never. */
+  int64_t inline_lookup_entries;
   /* Checkpoints. checkpoint_dir: root of Checkpoint requests without a
    * directory and of the timer's saves (NULL: none). restore_dir: a step
    * directory restored at create; NULL: the newest complete checkpoint under

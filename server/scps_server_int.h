@@ -61,6 +61,12 @@ struct scps_server {
   scps_saver saver;
   int32_t **sample_src;         /* [stack][sample]: source SparseCore of a sample */
   scps_sc_stack_stats *sc_stats;/* [stack * S + local sc] */
+  /* [local sc]: ApplyGradients hold one for writing while they update that
+   * SparseCore; inline Lookups hold all for reading (gang Lookups need none:
+   * no worker writes while a gang job runs). */
+  pthread_rwlock_t *sc_locks;
+  int n_sc_locks;
+  atomic_llong inline_lookups, inline_ns; /* the "inline" stage of Stats */
   scps_method_stats methods[SCPS_M_COUNT + 1];
 
   grpc_server *server;

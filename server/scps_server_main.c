@@ -32,6 +32,12 @@ static const char usage[] =
     "  --tc-threads N         TensorCore-stage workers: merging partials, encoding\n"
     "                         (default 1)\n"
     "  --max-message-mb N     largest request accepted, MiB (default 256)\n"
+    "  --inline-lookup-entries N\n"
+    "                         Lookups of at most N ids (COO entries, summed over\n"
+    "                         stacks) run whole on the thread that received them,\n"
+    "                         without waking every SparseCore worker: lower latency\n"
+    "                         for small batches; 0 sends every Lookup through the\n"
+    "                         SparseCore workers (default 16384)\n"
     "  --drain-seconds N      on SIGTERM/SIGINT, wait this long for calls in\n"
     "                         flight before cancelling them (default 10)\n"
     "  --port-file FILE       write the bound port to FILE once serving\n"
@@ -141,6 +147,7 @@ int main(int argc, char **argv) {
   o.tc_threads = 1;
   o.max_message_bytes = (int64_t)256 << 20;
   o.checkpoint_keep = 3;
+  o.inline_lookup_entries = 16384;
   double drain = 10;
   long checkpoint_every = 0;
   static const struct option opts[] = {
@@ -152,6 +159,7 @@ int main(int argc, char **argv) {
       {"port-file", required_argument, 0, 'f'},     {"checkpoint-dir", required_argument, 0, 'C'},
       {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
+      {"inline-lookup-entries", required_argument, 0, 'I'},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -177,6 +185,7 @@ int main(int argc, char **argv) {
     case 'R': o.restore_dir = optarg; break;
     case 'E': if (parse_int("--checkpoint-every", optarg, 1, 30L * 86400, &checkpoint_every)) return 2; break;
     case 'K': if (parse_int("--checkpoint-keep", optarg, 1, 1000000, &v)) return 2; o.checkpoint_keep = (int32_t)v; break;
+    case 'I': if (parse_int("--inline-lookup-entries", optarg, 0, 1L << 40, &v)) return 2; o.inline_lookup_entries = v; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }

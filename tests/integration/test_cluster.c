@@ -279,9 +279,11 @@ static void random_grads(const scps_layout *l, float **grads) {
   }
 }
 
-static void run_topology(const scps_workload *w, int P, int S, bool declare, bool bf16) {
+/* workers: every Lookup through the SparseCore workers (gang jobs) instead
+ * of these small ones on the receiving thread (--inline-lookup-entries). */
+static void run_topology(const scps_workload *w, int P, int S, bool declare, bool bf16, bool workers) {
   char what[64];
-  snprintf(what, sizeof what, "%dx%d%s", P, S, bf16 ? " bfloat16" : "");
+  snprintf(what, sizeof what, "%dx%d%s%s", P, S, bf16 ? " bfloat16" : "", workers ? " gang lookups" : "");
   scps_it_cluster cl;
   scps_error err;
   scps_error_clear(&err);
@@ -295,6 +297,10 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
   int64_t one[48];
   memset(&r, 0, sizeof r);
   CHECK(scps_it_init(&cl, config_json, P, S) == 0);
+  if (workers) {
+    cl.extra[0] = "--inline-lookup-entries";
+    cl.extra[1] = "0";
+  }
   if (scps_it_start(&cl)) {
     CHECKF(0, "%s: cannot start the servers", what);
     goto out;
@@ -402,9 +408,10 @@ int main(void) {
   scps_workload *w = NULL;
   CHECK_OK(scps_workload_parse(config_json, strlen(config_json), &w, &err), &err);
   if (w) {
-    run_topology(w, 1, 4, true, false);
-    run_topology(w, 3, 2, false, false);
-    run_topology(w, 3, 2, false, true);
+    run_topology(w, 1, 4, true, false, false);
+    run_topology(w, 1, 4, false, false, true);
+    run_topology(w, 3, 2, false, false, false);
+    run_topology(w, 3, 2, false, true, true);
   }
   scps_workload_destroy(w);
   return scps_test_finish("test_cluster");
