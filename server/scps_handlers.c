@@ -386,37 +386,35 @@ static grpc_status_code check_partitions(scps_call *c, const scps_req_partitions
   return GRPC_STATUS_OK;
 }
 
-/* Per (source, destination) partition counts of one request, folded into the
- * server's FDO maxima. */
-static void record_partition_stats(scps_server *s, const call_stack *cs) {
+/* Per (source, destination) partition counts of the request's partition
+ * for local SparseCore k, folded into the server's FDO maxima; run by the
+ * worker that gathers for k, so the partitions are counted side by side. */
+static void record_partition_stats(scps_server *s, const call_stack *cs, int32_t k) {
   int32_t N = s->layout->num_sc;
   int32_t *ids = calloc((size_t)N * 2, sizeof *ids);
   int64_t *last = malloc(sizeof *last * (size_t)N);
   if (!ids || !last) goto out;
-  for (int k = 0; k < s->S; k++) {
-    const scps_coo *coo = &cs->coo[k];
-    memset(ids, 0, sizeof *ids * (size_t)N * 2);
-    for (int32_t i = 0; i < N; i++) last[i] = -1;
-    for (size_t i = 0; i < coo->n; i++) {
-      int32_t src = s->sample_src[cs->stack][coo->samples[i]];
-      ids[src]++;
-      if (last[src] != coo->rows[i]) {
-        ids[N + src]++;
-        last[src] = coo->rows[i];
-      }
+  const scps_coo *coo = &cs->coo[k];
+  for (int32_t i = 0; i < N; i++) last[i] = -1;
+  for (size_t i = 0; i < coo->n; i++) {
+    int32_t src = s->sample_src[cs->stack][coo->samples[i]];
+    ids[src]++;
+    if (last[src] != coo->rows[i]) {
+      ids[N + src]++;
+      last[src] = coo->rows[i];
     }
-    int32_t mx = 0, mu = 0;
-    for (int32_t i = 0; i < N; i++) {
-      if (ids[i] > mx) mx = ids[i];
-      if (ids[N + i] > mu) mu = ids[N + i];
-    }
-    scps_sc_stack_stats *q = &s->sc_stats[cs->stack * s->S + k];
-    int cur = atomic_load(&q->max_ids);
-    while (mx > cur && !atomic_compare_exchange_weak(&q->max_ids, &cur, mx)) {
-    }
-    cur = atomic_load(&q->max_unique);
-    while (mu > cur && !atomic_compare_exchange_weak(&q->max_unique, &cur, mu)) {
-    }
+  }
+  int32_t mx = 0, mu = 0;
+  for (int32_t i = 0; i < N; i++) {
+    if (ids[i] > mx) mx = ids[i];
+    if (ids[N + i] > mu) mu = ids[N + i];
+  }
+  scps_sc_stack_stats *q = &s->sc_stats[cs->stack * s->S + k];
+  int cur = atomic_load(&q->max_ids);
+  while (mx > cur && !atomic_compare_exchange_weak(&q->max_ids, &cur, mx)) {
+  }
+  cur = atomic_load(&q->max_unique);
+  while (mu > cur && !atomic_compare_exchange_weak(&q->max_unique, &cur, mu)) {
   }
 out:
   free(ids);
@@ -486,6 +484,7 @@ static void lookup_sc(scps_job *job, int32_t k) {
     if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16)
       scps_bf16_encode(cs->act + first * dim, cs->encoded + first * dim * 2, (end - first) * dim);
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);
+    record_partition_stats(s, cs, k);
   }
 }
 
@@ -664,7 +663,6 @@ static void handle_lookup(scps_call *c) {
     c->stacks[i].act = c->scratch + off;
     c->stacks[i].encoded = (uint8_t *)(c->scratch + off + block);
     off += lookup_scratch(c, c->stacks[i].stack);
-    record_partition_stats(s, &c->stacks[i]);
   }
   c->job.sc_fn = lookup_sc;
   c->job.tc_fn = lookup_tc;
