@@ -596,12 +596,17 @@ static size_t merge_chunks(const scps_layout *l) {
   return ((size_t)most + MERGE_ROWS - 1) / MERGE_ROWS;
 }
 
+typedef struct merge_job {
+  const op *o;
+  size_t chunks; /* items per feature */
+} merge_job;
+
 static void merge_item(void *ctx, int item) {
-  const op *o = ctx;
-  const scps_layout *l = o->c->layout;
-  size_t chunks = merge_chunks(l), f = (size_t)item / chunks, r0 = (size_t)item % chunks * MERGE_ROWS;
+  const merge_job *m = ctx;
+  const scps_layout *l = m->o->c->layout;
+  size_t f = (size_t)item / m->chunks, r0 = (size_t)item % m->chunks * MERGE_ROWS;
   size_t rows = (size_t)l->feature_specs[f].batch_size, r1 = r0 + MERGE_ROWS < rows ? r0 + MERGE_ROWS : rows;
-  if (r0 < r1) merge_rows(o, (int)f, r0, r1);
+  if (r0 < r1) merge_rows(m->o, (int)f, r0, r1);
 }
 
 /* The merge is a pass over every activation byte: on the preprocessing
@@ -609,13 +614,14 @@ static void merge_item(void *ctx, int item) {
  * alone rather than waiting for the pool. */
 static void merge_activations(op *o) {
   scps_client *c = o->c;
-  int items = (int)(merge_chunks(c->layout) * (size_t)c->layout->n_features);
+  merge_job m = {o, merge_chunks(c->layout)};
+  int items = (int)(m.chunks * (size_t)c->layout->n_features);
   if (!pthread_mutex_trylock(&c->prep_mu)) {
-    scps_prep_parallel(c->prep, items, merge_item, o);
+    scps_prep_parallel(c->prep, items, merge_item, &m);
     pthread_mutex_unlock(&c->prep_mu);
     return;
   }
-  for (int i = 0; i < items; i++) merge_item(o, i);
+  for (int i = 0; i < items; i++) merge_item(&m, i);
 }
 
 /* Totals of a Checkpoint every server saved. */
