@@ -72,10 +72,17 @@ typedef struct app {
   scps_server *server;
   double drain_seconds;
   int shutting_down;
+  uint64_t signalled_at; /* uv_hrtime() of the first SIGTERM/SIGINT */
 } app;
+
+/* Each step of a shutdown is logged with its time since the signal, so a
+ * slow exit shows which step took the time. */
+static double since(uint64_t t0) { return (double)(uv_hrtime() - t0) * 1e-9; }
 
 static void on_stopped_async(uv_async_t *a) {
   app *ap = a->data;
+  if (ap->shutting_down)
+    fprintf(stderr, "scps-server: every call finished %.3f s after the signal\n", since(ap->signalled_at));
   uv_timer_stop(&ap->drain);
   uv_timer_stop(&ap->checkpoint);
   uv_close((uv_handle_t *)&ap->checkpoint, NULL);
@@ -93,7 +100,7 @@ static void on_stopped(void *ud) {
 
 static void on_drain_timeout(uv_timer_t *t) {
   app *ap = t->data;
-  fprintf(stderr, "scps-server: calls still in flight after %.0f s; cancelling them\n", ap->drain_seconds);
+  fprintf(stderr, "scps-server: calls still in flight after %.3f s; cancelling them\n", since(ap->signalled_at));
   scps_server_cancel_all(ap->server);
 }
 
@@ -106,6 +113,7 @@ static void on_signal(uv_signal_t *h, int signum) {
   app *ap = h->data;
   if (ap->shutting_down) return;
   ap->shutting_down = 1;
+  ap->signalled_at = uv_hrtime();
   fprintf(stderr, "scps-server: %s: finishing calls in flight\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
   uv_timer_stop(&ap->checkpoint);
   scps_server_shutdown(ap->server);
@@ -265,6 +273,10 @@ int main(int argc, char **argv) {
   uv_run(ap.loop, UV_RUN_DEFAULT);
   scps_server_destroy(ap.server);
   uv_loop_close(ap.loop);
-  fprintf(stderr, "scps-server: process %d stopped\n", o.process_index);
+  if (ap.shutting_down)
+    fprintf(stderr, "scps-server: process %d stopped %.3f s after the signal\n", o.process_index,
+            since(ap.signalled_at));
+  else
+    fprintf(stderr, "scps-server: process %d stopped\n", o.process_index);
   return 0;
 }
