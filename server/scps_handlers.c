@@ -479,8 +479,7 @@ static void lookup_sc(scps_job *job, int32_t k) {
     const size_t dim = (size_t)sl->dim;
     uint32_t first, end;
     sample_slice(sl->total_sample_count, s->S, k, &first, &end);
-    memset(cs->act + first * dim, 0, (end - first) * dim * sizeof(float));
-    for (int32_t j = 0; j < s->S; j++) scps_engine_lookup(s->engine, cs->stack, j, &cs->coo[j], first, end, cs->act);
+    scps_engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act);
     if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16)
       scps_bf16_encode(cs->act + first * dim, cs->encoded + first * dim * 2, (end - first) * dim);
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);

@@ -234,8 +234,12 @@ static inline void prefetch_row(const float *p, size_t dim, int write) {
  * pull in the other slices' rows too. */
 #define LOOKUP_CHUNK 1024
 
-void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
-                        uint32_t first, uint32_t end, float *out) {
+/* The gather of one partition into the samples [first, end). With seen
+ * (a bitmap of those samples), a sample's first entry writes its row of out
+ * instead of adding to it and sets its bit: 0.0f + g * r is what adding to
+ * a zeroed row gives, -0.0 included, so both ways are bit-identical. */
+static void gather(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint32_t first,
+                   uint32_t end, uint64_t *seen, float *out) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const float *rows = shard_of(e, stack, local_sc)->rows;
   const uint32_t span = end > first ? end - first : 0;
@@ -258,8 +262,41 @@ void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_
       const float *restrict r = rows + (size_t)coo->rows[i] * dim;
       float *restrict o = out + (size_t)coo->samples[i] * dim;
       const float g = coo->gains[i];
+      if (seen) {
+        const uint32_t b = coo->samples[i] - first;
+        const uint64_t bit = (uint64_t)1 << (b & 63);
+        if (!(seen[b >> 6] & bit)) {
+          seen[b >> 6] |= bit;
+          for (size_t c = 0; c < dim; c++) o[c] = 0.0f + g * r[c];
+          continue;
+        }
+      }
       for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
     }
+  }
+}
+
+void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+                        uint32_t first, uint32_t end, float *out) {
+  gather(e, stack, local_sc, coo, first, end, NULL, out);
+}
+
+/* Samples per window of scps_engine_gather: its bitmap (8 KiB) lives on the
+ * stack, and a slice wider than this rescans the partitions' sample ids
+ * once per window, a sequential read. */
+#define GATHER_WINDOW 65536
+
+void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                        uint32_t end, float *out) {
+  const size_t dim = (size_t)e->layout->stacks[stack].dim;
+  uint64_t seen[GATHER_WINDOW / 64];
+  for (uint32_t w0 = first; w0 < end; w0 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end) {
+    const uint32_t w1 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end;
+    const size_t words = ((size_t)(w1 - w0) + 63) / 64;
+    memset(seen, 0, words * sizeof *seen);
+    for (int32_t k = 0; k < n_sc; k++) gather(e, stack, k, &coo[k], w0, w1, seen, out);
+    for (uint32_t b = 0; b < w1 - w0; b++)
+      if (!(seen[b >> 6] >> (b & 63) & 1)) memset(out + (size_t)(w0 + b) * dim, 0, dim * sizeof(float));
   }
 }
 

@@ -41,6 +41,15 @@ int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, con
 void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         uint32_t first, uint32_t end, float *out);
 
+/* The process's partial activations of the samples [first, end): the same
+ * values, bit for bit, as zeroing those rows of out and calling
+ * scps_engine_lookup for local SparseCores 0 .. n_sc-1 in order, but each
+ * row is written once (a sample's first entry stores, later ones add, and
+ * rows no entry reaches are zeroed), not zeroed and then written again.
+ * coo[k] is local SparseCore k's partition, checked as for lookup. */
+void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                        uint32_t end, float *out);
+
 /* For each distinct row of the partition: g = sum of gain * grads[sample],
  * then the stack's optimizer applied once; untouched rows and slots are not
  * written. grads is [total_sample_count x dim] and must be finite. */

@@ -358,9 +358,9 @@ int scps_topology_validate(const scps_topology *t, scps_error *err) {
   if (t->num_processes <= 0 || t->num_processes > 1024)
     return scps_error_set(err, SCPS_EINVAL, "topology: num_processes %d not in [1, 1024]",
                           t->num_processes);
-  if (t->sc_per_process <= 0 || t->sc_per_process > 64)
-    return scps_error_set(err, SCPS_EINVAL, "topology: sc_per_process %d not in [1, 64]",
-                          t->sc_per_process);
+  if (t->sc_per_process <= 0 || t->sc_per_process > SCPS_SC_PER_PROCESS_MAX)
+    return scps_error_set(err, SCPS_EINVAL, "topology: sc_per_process %d not in [1, %d]",
+                          t->sc_per_process, SCPS_SC_PER_PROCESS_MAX);
   if (t->sc_memory_bytes <= 0)
     return scps_error_set(err, SCPS_EINVAL, "topology: sc_memory_bytes %lld must be > 0",
                           (long long)t->sc_memory_bytes);

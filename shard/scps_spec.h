@@ -12,6 +12,8 @@
 #define SCPS_NAME_MAX 128
 /* Largest embedding_dim a table may declare (stack dims round it up to 8). */
 #define SCPS_DIM_MAX 4096
+/* Most SparseCores one process may model. */
+#define SCPS_SC_PER_PROCESS_MAX 64
 
 typedef enum scps_combiner {
   SCPS_COMBINER_SUM = 0,

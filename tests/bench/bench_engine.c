@@ -8,9 +8,10 @@
  * K batches are generated and preprocessed before anything is timed. Each
  * thread owns whole SparseCores (global SparseCore g belongs to thread g % T),
  * so every shard has a single writer and no phase takes a lock. Per batch:
- *   lookup = zero the thread's slice of the samples of one [samples x dim]
- *            buffer per stack and gather every SparseCore's partition
- *            into it (as a server's SparseCore workers do together), barrier;
+ *   lookup = write the thread's slice of the samples of one [samples x dim]
+ *            buffer per stack from every SparseCore's partition, process 0's
+ *            with scps_engine_gather (as a server's SparseCore workers do
+ *            together) and the other processes' added to it, barrier;
  *   update = every owned SparseCore aggregates its gradients per touched row
  *            and applies the stack's optimizer, barrier.
  * Figures are medians over the K timed batches; ids/s counts the ids of the
@@ -297,11 +298,14 @@ static void lookup(worker *wk, const batch *bt) {
   const int T = b->opt.threads;
   for (int s = 0; s < b->n_stacks; s++) {
     const scps_stack_layout *st = &b->layout->stacks[s];
-    const size_t dim = (size_t)st->dim;
     uint32_t first = (uint32_t)(st->total_sample_count * wk->index / T);
     uint32_t end = (uint32_t)(st->total_sample_count * (wk->index + 1) / T);
-    memset(b->acts[s] + first * dim, 0, sizeof(float) * (end - first) * dim);
-    for (int32_t sc = 0; sc < b->num_sc; sc++)
+    /* Process 0's SparseCores as a server gathers them (each row written
+     * once), the other processes' added to it. */
+    scps_coo local[SCPS_SC_PER_PROCESS_MAX];
+    for (int32_t sc = 0; sc < b->sc_per_process; sc++) local[sc] = bt->parts[s * b->num_sc + sc].coo;
+    scps_engine_gather(b->engines[0], s, local, b->sc_per_process, first, end, b->acts[s]);
+    for (int32_t sc = b->sc_per_process; sc < b->num_sc; sc++)
       scps_engine_lookup(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
                          &bt->parts[s * b->num_sc + sc].coo, first, end, b->acts[s]);
   }

@@ -198,36 +198,45 @@ static void test_untouched_rows(void) {
 
 /* A lookup restricted to a slice of the samples writes only that slice,
  * and slices gathered one by one (as a server's SparseCore workers do, each
- * taking one) equal the whole lookup bit for bit. */
-static void test_lookup_slices(void) {
+ * taking one) equal the whole lookup bit for bit; so does scps_engine_gather
+ * over the same slices into memory full of garbage, with samples no entry
+ * reaches, gains of -0.0, and (with `batch` over 65536) slices wider than
+ * its bitmap window. */
+static void test_lookup_slices(int batch) {
   cluster c;
   scps_error err;
-  CHECK_OK(cluster_create(&c, 1, 2, 1 << 22, &err), &err);
+  for (int f = 0; f < 2; f++) features[f].batch_size = batch;
+  CHECK_OK(cluster_create(&c, 1, 2, 1 << 24, &err), &err);
+  for (int f = 0; f < 2; f++) features[f].batch_size = 16;
   int s = c.layout->tables[2].stack;
   const scps_stack_layout *st = &c.layout->stacks[s];
   const uint32_t total = (uint32_t)st->total_sample_count, dim = (uint32_t)st->dim;
-  enum { E = 300 };
-  uint32_t rows[2][E], samples[2][E];
-  float gains[2][E];
+  enum { E = 3000 };
+  static uint32_t rows[2][E], samples[2][E];
+  static float gains[2][E];
+  const int e = batch > 16 ? E : 300;
   scps_coo coo[2];
   uint64_t x = 12345;
   for (int k = 0; k < 2; k++) {
-    for (int i = 0; i < E; i++) {
+    for (int i = 0; i < e; i++) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
-      rows[k][i] = (uint32_t)(i * (uint32_t)st->rows_per_sc / E);
+      rows[k][i] = (uint32_t)(i * (uint32_t)st->rows_per_sc / e);
       samples[k][i] = (uint32_t)((x >> 33) % total);
-      gains[k][i] = (float)((x >> 20) % 1000) * 1e-3f - 0.5f;
+      gains[k][i] = i % 7 == 3 ? -0.0f : (float)((x >> 20) % 1000) * 1e-3f - 0.5f;
     }
     /* Equal rows need increasing samples: sort each run of one row. */
-    for (int i = 1; i < E; i++)
+    for (int i = 1; i < e; i++)
       for (int j = i; j > 0 && rows[k][j] == rows[k][j - 1] && samples[k][j] < samples[k][j - 1]; j--) {
         uint32_t t = samples[k][j];
         samples[k][j] = samples[k][j - 1];
         samples[k][j - 1] = t;
       }
-    int w = 1; /* drop repeated (row, sample) pairs */
-    for (int i = 1; i < E; i++)
-      if (rows[k][i] != rows[k][w - 1] || samples[k][i] != samples[k][w - 1]) {
+    /* Drop repeated (row, sample) pairs, and every entry of the sample
+     * total / 2, which then has none. */
+    int w = 0;
+    for (int i = 0; i < e; i++)
+      if (samples[k][i] != total / 2 &&
+          (w == 0 || rows[k][i] != rows[k][w - 1] || samples[k][i] != samples[k][w - 1])) {
         rows[k][w] = rows[k][i];
         samples[k][w] = samples[k][i];
         gains[k][w++] = gains[k][i];
@@ -237,22 +246,43 @@ static void test_lookup_slices(void) {
   }
   size_t n = (size_t)total * dim;
   float *whole = calloc(n, sizeof(float)), *sliced = malloc(n * sizeof(float));
+  float *gathered = malloc(n * sizeof(float));
   for (int k = 0; k < 2; k++) scps_engine_lookup(c.engines[0], s, k, &coo[k], 0, total, whole);
   for (size_t i = 0; i < n; i++) sliced[i] = -7.0f;
+  for (size_t i = 0; i < n; i++) gathered[i] = i % 2 ? NAN : -7.0f;
   const uint32_t cut[4] = {0, total / 3, total / 3 + 1, total};
-  int outside = 0;
+  int outside = 0, gathered_outside = 0;
   for (int part = 0; part < 3; part++) {
     memset(sliced + (size_t)cut[part] * dim, 0, sizeof(float) * (cut[part + 1] - cut[part]) * dim);
     for (int k = 0; k < 2; k++) scps_engine_lookup(c.engines[0], s, k, &coo[k], cut[part], cut[part + 1], sliced);
-    for (size_t i = (size_t)cut[part + 1] * dim; i < n; i++) outside += sliced[i] != -7.0f;
+    scps_engine_gather(c.engines[0], s, coo, 2, cut[part], cut[part + 1], gathered);
+    for (size_t i = (size_t)cut[part + 1] * dim; i < n; i++) {
+      outside += sliced[i] != -7.0f;
+      gathered_outside += i % 2 ? !isnan(gathered[i]) : gathered[i] != -7.0f;
+    }
   }
   CHECKF(outside == 0, "%d values beyond a slice were written", outside);
+  CHECKF(gathered_outside == 0, "gather: %d values beyond a slice were written", gathered_outside);
   CHECK(memcmp(whole, sliced, n * sizeof(float)) == 0);
-  int nonzero = 0;
-  for (size_t i = 0; i < n; i++) nonzero += whole[i] != 0.0f;
+  CHECKF(memcmp(whole, gathered, n * sizeof(float)) == 0, "batch %d: gather differs from zero + lookup", batch);
+  int nonzero = 0, negzero = 0;
+  for (size_t i = 0; i < n; i++) {
+    nonzero += whole[i] != 0.0f;
+    negzero += whole[i] == 0.0f && signbit(whole[i]);
+  }
   CHECK(nonzero > 0);
+  CHECKF(negzero == 0, "%d activations are -0.0", negzero);
+  int empty = 0;
+  for (uint32_t smp = 0; smp < total; smp++) {
+    int hit = 0;
+    for (int k = 0; k < 2 && !hit; k++)
+      for (size_t i = 0; i < coo[k].n && !hit; i++) hit = samples[k][i] == smp;
+    empty += !hit;
+  }
+  CHECKF(empty > 0 && empty < (int)total, "batch %d: %d of %u samples without entries", batch, empty, total);
   free(whole);
   free(sliced);
+  free(gathered);
   cluster_destroy(&c);
 }
 
@@ -314,7 +344,8 @@ int main(void) {
   test_capacity();
   test_check_coo();
   test_untouched_rows();
-  test_lookup_slices();
+  test_lookup_slices(16);
+  test_lookup_slices(70000);
   test_threads();
   return scps_test_finish("test_engine");
 }
