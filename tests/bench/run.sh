@@ -5,7 +5,7 @@
 # Builds (Release, -march=native) in build-bench/ and, holding the bench lock
 # (/tmp/scps-bench.lock) throughout, measures on each workload: the gather
 # limit (shared/anchors/gather_limit.c, best of 3) and the engine in-process
-# (engine.sh); PyTorch's in-process EmbeddingBag lookup and train (best of 3
+# (engine.sh); PyTorch's in-process EmbeddingBag lookup and train (best of 5
 # processes); Redis serving the same rows to pipelined MGETs
 # (scps-bench-redis against a redis-server it starts on a free port without
 # persistence); scps over loopback with 1 and 2 server processes, lookup and
@@ -119,9 +119,11 @@ for w in $workloads; do
   fi
   if runs torch; then
     log "$w: PyTorch EmbeddingBag lookup and train"
-    # Best of 3 processes: on this VM one process's lookup median can be 5x
-    # another's (2.5 vs 17 ms on dlrm8, idle machine); the anchor gets its best.
-    for _ in 1 2 3; do
+    # Best of 5 processes: on these VMs one process's lookup median can be
+    # 2.5-5x another's (dlrm8, idle machine: 2.5 vs 17 ms on one guest; 7.6
+    # vs 20-31 ms on another, with no huge pages in either kind of process),
+    # and 3 processes were once all slow; the anchor gets its best.
+    for _ in 1 2 3 4 5; do
       /usr/bin/python3 "$shared/anchors/torch_embeddingbag.py" "$wl" --mode lookup train \
         --steps "$batches" >>"$out/$w-torch.json"
     done
