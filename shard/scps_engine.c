@@ -290,8 +290,8 @@ void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t 
                         uint32_t end, float *out) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   uint64_t seen[GATHER_WINDOW / 64];
-  for (uint32_t w0 = first; w0 < end; w0 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end) {
-    const uint32_t w1 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end;
+  for (uint32_t w0 = first, w1; w0 < end; w0 = w1) {
+    w1 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end;
     const size_t words = ((size_t)(w1 - w0) + 63) / 64;
     memset(seen, 0, words * sizeof *seen);
     for (int32_t k = 0; k < n_sc; k++) gather(e, stack, k, &coo[k], w0, w1, seen, out);
