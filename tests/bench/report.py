@@ -7,7 +7,9 @@ them and writes everything to OUT (build-bench/bench-results.json).
 
 Ratios divide samples/s (the same batches on both sides, so ids/s gives the
 same quotient); the engine's divide ids/s by the gather limit's. Targets are
-checked on the float32 wire; bfloat16 rows are information. scps runs at
+checked on the float32 wire, and on bfloat16 only when wire_loss.sh's
+trainer runs (wire-loss.json) found no harm to the loss: without that
+verdict bfloat16 rows are information. scps runs at
 depth 1 (one batch at a time: samples/s from the median batch) and depth 2
 (two batches in flight from two threads: samples/s from the wall time of
 all batches, the throughput a trainer with two pipelines gets).
@@ -131,6 +133,20 @@ def main():
         res["ratios"].append(entry)
         return c
 
+    # The condition for a lower-precision wire: the benchmark says
+    # so and the trainer's loss shows no harm (wire_loss.sh, same run).
+    wire_loss = load(os.path.join(a.dir, "wire-loss.json"))
+    bf16_counts = bool(wire_loss and wire_loss["no_harm"])
+    if wire_loss:
+        res["wire_loss"] = wire_loss
+        for f in ("float32", "bfloat16"):
+            x = wire_loss[f]
+            rows.append(("loss", f"trainer {wire_loss['workload']}, {x['steps']} steps, {f}: log-loss "
+                                 f"{x['heldout_logloss']:.4f}, AUC {x['heldout_auc']:.4f}",
+                         None, None, None, None, None, None))
+        rows.append(("loss", f"bfloat16 against float32: log-loss {100 * wire_loss['logloss_change']:+.2f}%, "
+                             f"AUC {wire_loss['auc_change']:+.4f}", None, None, None, None, "no harm",
+                     wire_loss["no_harm"]))
     for w in a.workloads:
         r = collect(a.dir, w)
         res["workloads"][w] = r
@@ -165,7 +181,7 @@ def main():
                     s = modes.get(m, {}).get(f"{fmt}-d{depth}")
                     if not s:
                         continue
-                    info = fmt != "float32"
+                    info = fmt != "float32" and not bf16_counts
                     label = f"scps {m}, {procs} proc, {fmt}, depth {depth}"
                     if m in torch:
                         key = "lookup_vs_torch" if m == "lookup" else "train_vs_torch"
@@ -220,7 +236,13 @@ def main():
     for w, label, ms, sps, ids, rat, tgt, met in rows:
         print(fmt.format(w, label, num(ms, ".2f"), num(sps, ",.0f"), num(ids, ",.0f"), num(rat, ".2f"),
                          tgt or "", "" if met is None else ("yes" if met else "NO")))
-    print("ratios: samples/s over the anchor's (engine: ids/s); targets on the float32 wire, bfloat16 is info;")
+    if bf16_counts:
+        wire = "targets on both wires (the trainer's loss shows no harm from bfloat16);"
+    elif wire_loss:
+        wire = "targets on the float32 wire, bfloat16 is info (it harmed the trainer's loss);"
+    else:
+        wire = "targets on the float32 wire, bfloat16 is info (its loss was not measured: wire_loss.sh);"
+    print("ratios: samples/s over the anchor's (engine: ids/s); " + wire)
     print("scps depth 1: one batch at a time (median); depth 2: two in flight, samples/s over the wall time")
     print("scps ids/s count each batch's ids before dedup, as redis ids/s do (redis rows/s: distinct rows returned)")
     with open(a.out, "w") as f:

@@ -10,12 +10,14 @@
 # (scps-bench-redis against a redis-server it starts on a free port without
 # persistence); scps over loopback with 1 and 2 server processes, lookup and
 # train, one batch at a time (depth 1) and two in flight (depth 2), float32
-# wire (bfloat16 beside it, labelled). Then serving.sh: 16 clients on
-# serving-small-batch.json at peak and at 70% of it. Prints one table with the
-# targets (tests/bench/report.py) and writes build-bench/bench-results.json,
-# also to FILE with --json. K batches are timed per measurement (default 20);
-# S seconds per serving phase (default 20). --skip takes a comma list of
-# engine, torch, redis, scps, serving. Raw outputs stay in build-bench/suite/.
+# and bfloat16 wire. Then wire_loss.sh: the example trainer with either wire
+# (bfloat16 rows count against the targets only if its loss shows no harm),
+# and serving.sh: 16 clients on serving-small-batch.json at peak and at 70%
+# of it. Prints one table with the targets (tests/bench/report.py) and writes
+# build-bench/bench-results.json, also to FILE with --json. K batches are
+# timed per measurement (default 20); S seconds per serving phase (default
+# 20). --skip takes a comma list of engine, torch, redis, scps, loss,
+# serving. Raw outputs stay in build-bench/suite/.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -34,14 +36,14 @@ while [ $# -gt 0 ]; do
     --serving-duration) serving_duration=${2:?--serving-duration needs seconds}; shift 2 ;;
     --skip) skip=${2:?--skip needs a list}; shift 2 ;;
     --json) json=${2:?--json needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (try --help)" ;;
   esac
 done
 case "$batches" in ''|*[!0-9]*|0) die "--batches '$batches' is not a positive integer" ;; esac
 case "$serving_duration" in ''|*[!0-9]*|0) die "--serving-duration '$serving_duration' is not a positive integer" ;; esac
 for s in ${skip//,/ }; do
-  case "$s" in engine|torch|redis|scps|serving) ;; *) die "--skip: unknown step '$s' (engine, torch, redis, scps, serving)" ;; esac
+  case "$s" in engine|torch|redis|scps|loss|serving) ;; *) die "--skip: unknown step '$s' (engine, torch, redis, scps, loss, serving)" ;; esac
 done
 runs() { case ",$skip," in *",$1,"*) return 1 ;; *) return 0 ;; esac; }
 for w in $workloads; do [ -f "$shared/workloads/$w.json" ] || die "workload '$w' not found in $shared/workloads"; done
@@ -156,6 +158,11 @@ for w in $workloads; do
     done
   fi
 done
+
+if runs loss; then
+  log "wire_loss.sh: the example trainer on float32 and bfloat16 wires"
+  "$repo/tests/bench/wire_loss.sh" --json "$out/wire-loss.json" >"$out/wire-loss.txt" 2>"$out/wire-loss.log"
+fi
 
 if runs serving; then
   log "serving-small-batch: serving.sh, 16 clients, ${serving_duration}s per phase"
