@@ -159,6 +159,74 @@ static void test_check_coo(void) {
   cluster_destroy(&c);
 }
 
+/* A long partition, so that each defect also lands inside the vectorised
+ * first pass rather than only in its scalar tail: every kind, at the first,
+ * second, a middle and the last entry, is found and named by its index. */
+static void test_check_coo_long(void) {
+  cluster c;
+  scps_error err;
+  CHECK_OK(cluster_create(&c, 1, 1, 1 << 22, &err), &err);
+  int s = c.layout->tables[2].stack;
+  const scps_stack_layout *st = &c.layout->stacks[s];
+  size_t per_row = st->total_sample_count < 4 ? (size_t)st->total_sample_count : 4;
+  size_t n = 1000;
+  if ((size_t)st->rows_per_sc * per_row < n) n = (size_t)st->rows_per_sc * per_row;
+  CHECKF(n >= 100, "test layout too small: %zu entries", n);
+  uint32_t *rows = malloc(n * sizeof *rows), *samples = malloc(n * sizeof *samples);
+  float *gains = malloc(n * sizeof *gains);
+  for (size_t i = 0; i < n; i++) {
+    rows[i] = (uint32_t)(i / per_row);
+    samples[i] = (uint32_t)(i % per_row);
+    gains[i] = 1.0f + (float)(i % 3);
+  }
+  scps_coo coo = {n, rows, samples, gains};
+  CHECK_OK(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err), &err);
+  const size_t at[] = {0, 1, n / 2 + 3, n - 1};
+  for (size_t k = 0; k < sizeof at / sizeof at[0]; k++) {
+    size_t i = at[k];
+    char entry[48];
+    snprintf(entry, sizeof entry, "entry %zu:", i);
+    uint32_t r = rows[i], sm = samples[i];
+    float g = gains[i];
+    rows[i] = (uint32_t)st->rows_per_sc;
+    CHECKF(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err) == SCPS_ERANGE && strstr(err.msg, entry) &&
+               strstr(err.msg, "row"), "row at %zu: %s", i, err.msg);
+    rows[i] = r;
+    samples[i] = (uint32_t)st->total_sample_count;
+    CHECKF(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err) == SCPS_ERANGE && strstr(err.msg, entry) &&
+               strstr(err.msg, "sample"), "sample at %zu: %s", i, err.msg);
+    samples[i] = sm;
+    const float bad_gains[] = {NAN, INFINITY, -INFINITY};
+    for (int b = 0; b < 3; b++) {
+      gains[i] = bad_gains[b];
+      CHECKF(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err) == SCPS_EINVAL && strstr(err.msg, entry) &&
+                 strstr(err.msg, "gain"), "gain %g at %zu: %s", (double)bad_gains[b], i, err.msg);
+    }
+    gains[i] = g;
+    if (i > 0) {
+      /* A repeat of the previous (row, sample), then a step back in rows. */
+      rows[i] = rows[i - 1];
+      samples[i] = samples[i - 1];
+      CHECKF(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err) == SCPS_EINVAL && strstr(err.msg, entry) &&
+                 strstr(err.msg, "sorted"), "repeat at %zu: %s", i, err.msg);
+      if (rows[i - 1] > 0) {
+        rows[i] = rows[i - 1] - 1;
+        samples[i] = (uint32_t)per_row - 1;
+        CHECKF(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err) == SCPS_EINVAL &&
+                   strstr(err.msg, entry) && strstr(err.msg, "sorted"),
+               "row step back at %zu: %s", i, err.msg);
+      }
+      rows[i] = r;
+      samples[i] = sm;
+    }
+    CHECK_OK(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err), &err);
+  }
+  free(rows);
+  free(samples);
+  free(gains);
+  cluster_destroy(&c);
+}
+
 /* Rows and slots not named by a partition stay bit-identical. */
 static void test_untouched_rows(void) {
   cluster c;
@@ -343,6 +411,7 @@ int main(void) {
   test_init_same_on_every_topology();
   test_capacity();
   test_check_coo();
+  test_check_coo_long();
   test_untouched_rows();
   test_lookup_slices(16);
   test_lookup_slices(70000);
