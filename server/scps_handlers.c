@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "scps_bf16.h"
+#include "scps_scratch.h"
 #include "scps_server_int.h"
 #include "scps_sha256.h"
 #include "scps_spec_pb.h"
@@ -54,6 +55,8 @@ int scps_handlers_init(scps_server *s, scps_error *err) {
   struct scps_config_pb *g = calloc(1, sizeof *g);
   if (!g) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   s->config = g;
+  /* Idle blocks kept: two clients with two batches in flight each. */
+  if (scps_scratch_create(4, &s->scratch)) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   int rc = scps_cluster_pb_create(&s->opts.topology, s->tables, s->opts.n_tables, s->features,
                                   s->opts.n_features, &g->cluster, err);
   if (rc) return rc;
@@ -148,6 +151,8 @@ void scps_handlers_free(scps_server *s) {
   s->n_sc_locks = 0;
   config_pb_free(s->config);
   s->config = NULL;
+  scps_scratch_release(s->scratch);
+  s->scratch = NULL;
 }
 
 ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc) {
@@ -492,12 +497,14 @@ static void lookup_sc(scps_job *job, int32_t k) {
 typedef struct scratch_owner {
   atomic_int refs;
   float *mem;
+  size_t cap;
+  scps_scratch *pool;
 } scratch_owner;
 
 static void scratch_release(void *p) {
   scratch_owner *o = p;
   if (atomic_fetch_sub(&o->refs, 1) == 1) {
-    free(o->mem);
+    scps_scratch_give(o->pool, o->mem, o->cap);
     free(o);
   }
 }
@@ -535,6 +542,8 @@ static void lookup_tc(scps_job *job) {
     return;
   }
   owner->mem = c->scratch;
+  owner->cap = c->scratch_cap;
+  owner->pool = s->scratch;
   c->scratch = NULL;
   atomic_store(&owner->refs, c->n_stacks + 1);
   size_t total = 0;
@@ -650,7 +659,7 @@ static void handle_lookup(scps_call *c) {
     scps_call_finish(c, st, msg, NULL, 0);
     return;
   }
-  c->scratch = malloc(sizeof(float) * (scratch ? scratch : 1));
+  c->scratch = scps_scratch_take(s->scratch, scratch, &c->scratch_cap);
   if (!c->scratch) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory for activations", NULL, 0);
     return;
@@ -766,7 +775,7 @@ static void handle_apply(scps_call *c) {
   if (st == GRPC_STATUS_OK && c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
     size_t values = 0;
     for (size_t i = 0; i < req->n_stacks; i++) values += req->stacks[i].gradients.len / 2;
-    c->scratch = malloc(sizeof(float) * (values ? values : 1));
+    c->scratch = scps_scratch_take(s->scratch, values, &c->scratch_cap);
     if (!c->scratch) {
       scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
       return;

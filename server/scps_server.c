@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "scps_scratch.h"
 #include "scps_server_int.h"
 
 /* Requests kept posted per completion queue: enough that a burst of calls
@@ -32,7 +33,7 @@ static void call_free(scps_call *c) {
   if (c->request) protobuf_c_message_free_unpacked(c->request, NULL);
   scps_request_free(&c->req);
   free(c->stacks);
-  free(c->scratch);
+  if (c->scratch) scps_scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
   free(c);
 }
 

@@ -55,6 +55,7 @@ struct scps_server {
   scps_layout *layout;
   scps_engine *engine;
   scps_pipeline *pipeline;
+  struct scps_scratch *scratch; /* idle call scratch, reused call to call */
   int32_t S;
   uint8_t fingerprint[32];
   struct scps_config_pb *config; /* GetConfigResponse, packed per call with the limits in force */
@@ -112,6 +113,7 @@ struct scps_call {
   struct call_stack *stacks;
   float *scratch;           /* Lookup: each stack's activations and their bfloat16 encoding;
                              * ApplyGradients: widened bfloat16 gradients */
+  size_t scratch_cap;       /* floats of scratch, a block of srv->scratch */
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
   scps_step step;

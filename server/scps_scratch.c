@@ -1,0 +1,95 @@
+#include "scps_scratch.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+
+#include "scps_error.h"
+
+typedef struct block {
+  float *mem;
+  size_t cap;
+} block;
+
+struct scps_scratch {
+  pthread_mutex_t mu;
+  int max_idle, n_idle;
+  block *idle;
+  long refs; /* the creator's, and one per block taken */
+};
+
+int scps_scratch_create(int max_idle, scps_scratch **out) {
+  *out = NULL;
+  scps_scratch *s = calloc(1, sizeof *s);
+  if (!s) return SCPS_ENOMEM;
+  s->idle = calloc((size_t)(max_idle > 0 ? max_idle : 1), sizeof *s->idle);
+  if (!s->idle) {
+    free(s);
+    return SCPS_ENOMEM;
+  }
+  pthread_mutex_init(&s->mu, NULL);
+  s->max_idle = max_idle;
+  s->refs = 1;
+  *out = s;
+  return 0;
+}
+
+static void destroy(scps_scratch *s) {
+  for (int i = 0; i < s->n_idle; i++) free(s->idle[i].mem);
+  pthread_mutex_destroy(&s->mu);
+  free(s->idle);
+  free(s);
+}
+
+/* Drops one reference, under s->mu; true when the pool is to go. */
+static int unref_locked(scps_scratch *s) { return --s->refs == 0; }
+
+void scps_scratch_release(scps_scratch *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  int last = unref_locked(s);
+  pthread_mutex_unlock(&s->mu);
+  if (last) destroy(s);
+}
+
+float *scps_scratch_take(scps_scratch *s, size_t n, size_t *cap) {
+  if (!n) n = 1;
+  pthread_mutex_lock(&s->mu);
+  int best = -1;
+  for (int i = 0; i < s->n_idle; i++)
+    if (s->idle[i].cap >= n && (best < 0 || s->idle[i].cap < s->idle[best].cap)) best = i;
+  float *mem = NULL;
+  if (best >= 0) {
+    mem = s->idle[best].mem;
+    *cap = s->idle[best].cap;
+    s->idle[best] = s->idle[--s->n_idle];
+  }
+  s->refs++;
+  pthread_mutex_unlock(&s->mu);
+  if (!mem) {
+    mem = malloc(n * sizeof *mem);
+    *cap = n;
+    if (!mem) scps_scratch_release(s);
+  }
+  return mem;
+}
+
+void scps_scratch_give(scps_scratch *s, float *mem, size_t cap) {
+  float *drop = mem;
+  pthread_mutex_lock(&s->mu);
+  if (s->n_idle < s->max_idle) {
+    s->idle[s->n_idle++] = (block){mem, cap};
+    drop = NULL;
+  } else if (s->max_idle > 0) {
+    int small = 0;
+    for (int i = 1; i < s->n_idle; i++)
+      if (s->idle[i].cap < s->idle[small].cap) small = i;
+    if (s->idle[small].cap < cap) {
+      drop = s->idle[small].mem;
+      s->idle[small] = (block){mem, cap};
+    }
+  }
+  int last = unref_locked(s);
+  pthread_mutex_unlock(&s->mu);
+  free(drop);
+  if (last) destroy(s);
+}
