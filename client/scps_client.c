@@ -18,6 +18,7 @@
 
 #include "scps.pb-c.h"
 #include "scps_bf16.h"
+#include "scps_client_rows.h"
 #include "scps_client_buf.h"
 #include "scps_client_wire.h"
 #include "scps_spec_pb.h"
@@ -59,6 +60,7 @@ struct scps_client {
   int64_t max_message_bytes; /* smallest of the servers' limits */
   scps_float_format format;   /* of activations and gradients on the wire */
   size_t value_bytes;         /* 4 or 2: bytes of one such value */
+  scps_answer_mode answer;
   int64_t step;              /* lowest GetConfig last_step at connect; -1: none */
   bool ignore_checkpoint_due;
   int64_t checkpoint_timeout_ms;
@@ -99,6 +101,10 @@ struct scps_batch {
    * by the merge: copying them out first would cost a pass per byte. */
   scps_slices *reply;           /* [server] */
   scps_wire_activations *parsed; /* [server * n_stacks] reply's stacks, by slot */
+  /* Stacks asked for distinct rows (the same for every server), and what
+   * pooling each server's answer needs. */
+  bool *distinct;         /* [n_stacks] */
+  scps_rows_answer *rows; /* [server * n_stacks] */
 };
 
 struct rpc {
@@ -399,18 +405,23 @@ static int read_lookup_reply(rpc *r) {
     if (k < 0) continue;
     const scps_wire_activations *a = &acts[k];
     const scps_stack_layout *sl = &l->stacks[st];
-    size_t want = (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes;
+    bool rows = b->distinct[st];
+    size_t values = rows ? scps_rows_answer_rows(&b->rows[p * ns + st]) : (size_t)sl->total_sample_count;
+    size_t want = values * (size_t)sl->dim * c->value_bytes;
     uint8_t name[SCPS_STACK_NAME_MAX];
     size_t shown = a->stack_len < sizeof name ? a->stack_len : sizeof name;
     const uint8_t *got_name = scps_slices_span(m, a->stack_off, shown, name);
     if (a->stack_len != strlen(sl->name) || memcmp(got_name, sl->name, a->stack_len))
       return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answer stacks[%d] is '%.*s', requested '%s'",
                             p, addr_of(c, p), k, (int)shown, (const char *)got_name, sl->name);
+    if (a->rows != rows)
+      return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup answer for stack '%s' holds %s, %s asked for",
+                            p, addr_of(c, p), sl->name, a->rows ? "distinct rows" : "pooled activations",
+                            rows ? "distinct rows were" : "pooled activations were");
     if (a->len != want)
       return scps_error_set(&r->err, SCPS_EIO,
-                            "server %d (%s): Lookup answer for stack '%s' holds %zu bytes of activations, "
-                            "expected %zu",
-                            p, addr_of(c, p), sl->name, a->len, want);
+                            "server %d (%s): Lookup answer for stack '%s' holds %zu bytes of %s, expected %zu", p,
+                            addr_of(c, p), sl->name, a->len, rows ? "distinct rows" : "activations", want);
   }
   return 0;
 }
@@ -553,6 +564,18 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
   for (int p = 0; p < c->n; p++) {
     int k = b->slot[p * ns + fl->stack];
     if (k < 0) continue;
+    if (b->distinct[fl->stack]) {
+      /* Pooled by pool_rows into float32, laid out as a pooled answer. */
+      const float *src = b->rows[p * ns + fl->stack].pooled + ((size_t)fl->sample_offset + r0) * dim;
+      for (size_t r = r0; r < r1; r++, src += dim) {
+        float *restrict d = dst + r * width;
+        if (first) memcpy(d, src, width * sizeof(float));
+        else
+          for (size_t j = 0; j < width; j++) d[j] += src[j];
+      }
+      first = false;
+      continue;
+    }
     const scps_slices *m = &b->reply[p];
     size_t at = b->parsed[p * ns + k].off + ((size_t)fl->sample_offset + r0) * dim * vb;
     if (first && vb == sizeof(float) && width == dim) {
@@ -609,19 +632,98 @@ static void merge_item(void *ctx, int item) {
   if (r0 < r1) merge_rows(m->o, (int)f, r0, r1);
 }
 
-/* The merge is a pass over every activation byte: on the preprocessing
- * pool's threads when no batch is being prepared, else on this thread
- * alone rather than waiting for the pool. */
-static void merge_activations(op *o) {
-  scps_client *c = o->c;
-  merge_job m = {o, merge_chunks(c->layout)};
-  int items = (int)(m.chunks * (size_t)c->layout->n_features);
+/* Samples a pooling item covers: 4096 x 64 floats is 1 MiB of output. */
+#define POOL_SAMPLES 4096
+
+/* The answers in distinct rows of one lookup: (server, stack) index i of
+ * b->rows for each, and the first pooling item of each (items[n] = all). */
+typedef struct pool_job {
+  const op *o;
+  int n;
+  size_t *answer;
+  int *items;
+  atomic_int failed;
+} pool_job;
+
+static void widen_item(void *ctx, int item) {
+  pool_job *j = ctx;
+  const op *o = j->o;
+  const scps_client *c = o->c;
+  scps_batch *b = o->b;
+  int ns = c->layout->n_stacks;
+  size_t i = j->answer[item];
+  int p = (int)(i / (size_t)ns), st = (int)(i % (size_t)ns);
+  const scps_stack_layout *sl = &c->layout->stacks[st];
+  const scps_wire_activations *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
+  if (scps_rows_answer_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
+                             (size_t)sl->total_sample_count))
+    atomic_store(&j->failed, 1);
+}
+
+static void pool_item(void *ctx, int item) {
+  pool_job *j = ctx;
+  int a = 0;
+  while (j->items[a + 1] <= item) a++;
+  const scps_client *c = j->o->c;
+  size_t i = j->answer[a];
+  const scps_stack_layout *sl = &c->layout->stacks[i % (size_t)c->layout->n_stacks];
+  uint32_t first = (uint32_t)(item - j->items[a]) * POOL_SAMPLES;
+  uint32_t end = first + POOL_SAMPLES < (uint64_t)sl->total_sample_count ? first + POOL_SAMPLES
+                                                                         : (uint32_t)sl->total_sample_count;
+  scps_rows_answer_pool(&j->o->b->rows[i], (size_t)sl->dim, first, end);
+}
+
+/* Runs items of fn on the preprocessing pool's threads when no batch is
+ * being prepared, else on this thread alone rather than waiting for it. */
+static void run_items(scps_client *c, int items, void (*fn)(void *, int), void *ctx) {
   if (!pthread_mutex_trylock(&c->prep_mu)) {
-    scps_prep_parallel(c->prep, items, merge_item, &m);
+    scps_prep_parallel(c->prep, items, fn, ctx);
     pthread_mutex_unlock(&c->prep_mu);
     return;
   }
-  for (int i = 0; i < items; i++) merge_item(&m, i);
+  for (int i = 0; i < items; i++) fn(ctx, i);
+}
+
+/* Answers in distinct rows become the float32 partials a pooled answer
+ * would have held, for the merge to read: each widened into a table of
+ * rows, then pooled POOL_SAMPLES samples per item. */
+static int pool_rows(op *o, scps_error *err) {
+  scps_client *c = o->c;
+  scps_batch *b = o->b;
+  int ns = c->layout->n_stacks, n = 0;
+  for (size_t i = 0; i < (size_t)c->n * (size_t)ns; i++) n += b->distinct[i % (size_t)ns] && b->slot[i] >= 0;
+  if (!n) return 0;
+  pool_job j = {o, n, malloc(sizeof *j.answer * (size_t)n), malloc(sizeof *j.items * ((size_t)n + 1)), 0};
+  if (!j.answer || !j.items) {
+    free(j.answer);
+    free(j.items);
+    return scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory pooling distinct rows");
+  }
+  n = 0;
+  j.items[0] = 0;
+  for (size_t i = 0; i < (size_t)c->n * (size_t)ns; i++) {
+    if (!b->distinct[i % (size_t)ns] || b->slot[i] < 0) continue;
+    int64_t samples = c->layout->stacks[i % (size_t)ns].total_sample_count;
+    j.answer[n] = i;
+    j.items[n + 1] = j.items[n] + (int)((samples + POOL_SAMPLES - 1) / POOL_SAMPLES);
+    n++;
+  }
+  run_items(c, n, widen_item, &j);
+  int rc = 0;
+  if (atomic_load(&j.failed))
+    rc = scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory widening the distinct rows of an answer");
+  else
+    run_items(c, j.items[n], pool_item, &j);
+  free(j.answer);
+  free(j.items);
+  return rc;
+}
+
+/* The merge is a pass over every activation byte, spread over run_items. */
+static void merge_activations(op *o) {
+  scps_client *c = o->c;
+  merge_job m = {o, merge_chunks(c->layout)};
+  run_items(c, (int)(m.chunks * (size_t)c->layout->n_features), merge_item, &m);
 }
 
 /* Totals of a Checkpoint every server saved. */
@@ -655,8 +757,10 @@ static int op_result(op *o, scps_error *err) {
       failures++;
     }
   if (o->method == M_LOOKUP) {
-    if (first < 0) merge_activations(o);
+    int rc = first < 0 ? pool_rows(o, err) : 0;
+    if (first < 0 && !rc) merge_activations(o);
     for (int p = 0; p < o->n_rpcs; p++) scps_slices_free(&o->b->reply[p]);
+    if (rc) return rc;
   }
   if (first < 0) {
     if (o->method == M_CHECKPOINT && o->result) checkpoint_summary(o, o->result);
@@ -904,6 +1008,19 @@ const char *scps_float_format_name(scps_float_format f) {
   return f == SCPS_WIRE_BFLOAT16 ? "bfloat16" : f == SCPS_WIRE_FLOAT32 ? "float32" : "unknown";
 }
 
+int scps_answer_mode_from_name(const char *name, scps_answer_mode *out) {
+  if (name && !strcmp(name, "auto")) *out = SCPS_ANSWER_AUTO;
+  else if (name && !strcmp(name, "pooled")) *out = SCPS_ANSWER_POOLED;
+  else if (name && !strcmp(name, "rows")) *out = SCPS_ANSWER_DISTINCT_ROWS;
+  else return SCPS_EINVAL;
+  return 0;
+}
+
+const char *scps_answer_mode_name(scps_answer_mode m) {
+  return m == SCPS_ANSWER_AUTO ? "auto" : m == SCPS_ANSWER_POOLED ? "pooled"
+                                        : m == SCPS_ANSWER_DISTINCT_ROWS ? "rows" : "unknown";
+}
+
 static int check_options(const scps_client_options *o, scps_error *err) {
   if (!o || !o->servers || o->n_servers < 1 || o->n_servers > MAX_SERVERS)
     return scps_error_set(err, SCPS_EINVAL, "options: need 1 to %d server addresses (n_servers %d)", MAX_SERVERS,
@@ -927,6 +1044,10 @@ static int check_options(const scps_client_options *o, scps_error *err) {
     return scps_error_set(err, SCPS_EINVAL,
                           "options: wire_format %d is neither SCPS_WIRE_FLOAT32 nor SCPS_WIRE_BFLOAT16",
                           (int)o->wire_format);
+  if (o->answer != SCPS_ANSWER_AUTO && o->answer != SCPS_ANSWER_POOLED && o->answer != SCPS_ANSWER_DISTINCT_ROWS)
+    return scps_error_set(err, SCPS_EINVAL,
+                          "options: answer %d is not SCPS_ANSWER_AUTO, SCPS_ANSWER_POOLED or SCPS_ANSWER_DISTINCT_ROWS",
+                          (int)o->answer);
   return 0;
 }
 
@@ -995,6 +1116,7 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
   c->n = o->n_servers;
   c->format = o->wire_format;
   c->value_bytes = o->wire_format == SCPS_WIRE_BFLOAT16 ? 2 : sizeof(float);
+  c->answer = o->answer;
   c->ignore_checkpoint_due = o->ignore_checkpoint_due;
   c->own_connections = o->own_connections;
   c->checkpoint_timeout_ms = o->checkpoint_timeout_ms ? o->checkpoint_timeout_ms : DEFAULT_CHECKPOINT_TIMEOUT_MS;
@@ -1084,8 +1206,10 @@ int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err) {
   b->reply = calloc(n, sizeof *b->reply);
   b->grad_buf = calloc(ns, sizeof *b->grad_buf);
   b->parsed = calloc(n * ns, sizeof *b->parsed);
+  b->distinct = calloc(ns, sizeof *b->distinct);
+  b->rows = calloc(n * ns, sizeof *b->rows);
   if (!b->lookup || !b->parts_off || !b->parts_len || !b->slot || !b->n_sent || !b->stack_used || !b->lookup_buf ||
-      !b->reply || !b->grad_buf || !b->parsed) {
+      !b->reply || !b->grad_buf || !b->parsed || !b->distinct || !b->rows) {
     scps_batch_destroy(b);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
@@ -1118,7 +1242,36 @@ void scps_batch_destroy(scps_batch *b) {
   free(b->reply);
   free(b->grad_buf);
   free(b->parsed);
+  for (size_t i = 0; b->rows && i < (size_t)b->c->n * (size_t)b->c->layout->n_stacks; i++)
+    scps_rows_answer_free(&b->rows[i]);
+  free(b->rows);
+  free(b->distinct);
   free(b);
+}
+
+/* Per stack, pooled activations or distinct rows (scps_answer_mode). In
+ * AUTO, distinct rows where they are at most half the pooled answer's bytes
+ * summed over the servers: the client's pooling then costs about what the
+ * servers' gathers would have, and the wire carries half or less. */
+static void choose_answers(scps_client *c, scps_batch *b) {
+  const int S = c->S;
+  for (int st = 0; st < c->layout->n_stacks; st++) {
+    if (c->answer != SCPS_ANSWER_AUTO) {
+      b->distinct[st] = c->answer == SCPS_ANSWER_DISTINCT_ROWS;
+      continue;
+    }
+    size_t pooled = 0, rows = 0;
+    for (int p = 0; p < c->n; p++) {
+      bool sent = false;
+      for (int k = 0; k < S; k++) {
+        const scps_coo *coo = scps_prep_coo(c->prep, st, p * S + k);
+        sent |= coo->n > 0;
+        rows += scps_coo_distinct_rows(coo);
+      }
+      if (sent) pooled += (size_t)c->layout->stacks[st].total_sample_count;
+    }
+    b->distinct[st] = 2 * rows <= pooled;
+  }
 }
 
 /* Writes every server's LookupRequest from the prep's partitions. Stacks
@@ -1129,8 +1282,10 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
   int ns = l->n_stacks, S = c->S;
   const scps_coo *coo[MAX_SC_PER_PROCESS];
   memset(b->stack_used, 0, sizeof *b->stack_used * (size_t)ns);
+  choose_answers(c, b);
   for (int p = 0; p < c->n; p++) {
     size_t total = scps_wire_view_size(p) + scps_wire_format_size(c->format);
+    bool any_distinct = false;
     b->n_sent[p] = 0;
     for (int st = 0; st < ns; st++) {
       size_t entries = 0;
@@ -1149,7 +1304,14 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S);
       b->stack_used[st] = true;
       total += scps_wire_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
+      if (b->distinct[st]) {
+        any_distinct = true;
+        if (scps_rows_answer_capture(&b->rows[i], coo, S))
+          return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the partitions of stack '%s' (server %d)",
+                                l->stacks[st].name, p);
+      }
     }
+    if (any_distinct) total += scps_wire_distinct_rows_size(b->n_sent[p]);
     if (c->max_message_bytes > 0 && total > (size_t)c->max_message_bytes)
       return scps_error_set(err, SCPS_ENOSPC,
                             "batch: the Lookup request for server %d (%s) would be %zu bytes, over the server's "
@@ -1172,6 +1334,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       b->parts_off[i] = (size_t)(w - start);
       w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S);
     }
+    if (any_distinct) w = scps_wire_put_distinct_rows(w, b->distinct, &b->slot[(size_t)p * (size_t)ns], ns, b->n_sent[p]);
     b->lookup[p] = s;
   }
   return 0;

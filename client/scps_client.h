@@ -42,6 +42,21 @@ typedef enum scps_float_format { SCPS_WIRE_FLOAT32 = 0, SCPS_WIRE_BFLOAT16 = 1 }
 int scps_float_format_from_name(const char *name, scps_float_format *out);
 const char *scps_float_format_name(scps_float_format f);
 
+/* How servers answer a Lookup, per stack (scps.proto
+ * LookupRequest.distinct_rows). AUTO: distinct rows where they take at
+ * most half the bytes of the pooled activations (a batch whose samples
+ * share rows, such as univalent Zipf features), pooled elsewhere; libscps
+ * then pools the rows itself, with the same result in float32. */
+typedef enum scps_answer_mode {
+  SCPS_ANSWER_AUTO = 0,
+  SCPS_ANSWER_POOLED = 1,        /* always pooled activations */
+  SCPS_ANSWER_DISTINCT_ROWS = 2  /* always distinct rows */
+} scps_answer_mode;
+
+/* "auto", "pooled" or "rows" (as programs take it in --answer). */
+int scps_answer_mode_from_name(const char *name, scps_answer_mode *out);
+const char *scps_answer_mode_name(scps_answer_mode m);
+
 typedef struct scps_client_options {
   const char *const *servers; /* "host:port" of every process, in process-index order */
   int n_servers;
@@ -59,6 +74,7 @@ typedef struct scps_client_options {
   int prep_threads;           /* preprocessing threads; 0 or 1: the caller's */
   int64_t connect_timeout_ms; /* for the configuration check; 0: 10 s */
   scps_float_format wire_format; /* 0: float32 */
+  scps_answer_mode answer;       /* 0: auto */
   /* Servers run with --checkpoint-every ask for cluster checkpoints through
    * their ApplyGradients answers (see scps_client_apply_gradients); true
    * leaves those requests unanswered (the servers then save alone). */

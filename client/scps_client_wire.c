@@ -141,6 +141,19 @@ uint8_t *scps_wire_put_gradients_prefix(uint8_t *p, size_t grads_len) {
   return scps_wire_put_varint(p, grads_len);
 }
 
+size_t scps_wire_distinct_rows_size(int n_sent) {
+  return n_sent > 0 ? 1 + scps_wire_varint_size((uint64_t)n_sent) + (size_t)n_sent : 0;
+}
+
+uint8_t *scps_wire_put_distinct_rows(uint8_t *p, const bool *distinct, const int *slot, int n_stacks, int n_sent) {
+  if (n_sent <= 0) return p;
+  *p++ = tag(5, SCPS_WT_LEN);
+  p = scps_wire_put_varint(p, (uint64_t)n_sent);
+  for (int st = 0; st < n_stacks; st++)
+    if (slot[st] >= 0) *p++ = distinct[st] ? 1 : 0;
+  return p;
+}
+
 /* The extent of a length-delimited field whose key was just read. */
 static int field_extent(scps_slices *m, size_t limit, size_t *off, size_t *len) {
   if (scps_slices_len(m, limit, len)) return -1;
@@ -161,16 +174,17 @@ int scps_wire_parse_lookup_response(scps_slices *m, scps_wire_activations *out, 
     }
     size_t body, body_len;
     if (wt != SCPS_WT_LEN || count == INT32_MAX || field_extent(m, m->total, &body, &body_len)) return -1;
-    scps_wire_activations a = {0, 0, 0, 0};
+    scps_wire_activations a = {0, 0, 0, 0, false};
     const size_t end = body + body_len;
     scps_slices_seek(m, body);
     while (m->pos < end) {
       if (scps_slices_key(m, &field, &wt)) return -1;
-      if ((field == 1 || field == 2) && wt != SCPS_WT_LEN) return -1;
+      if ((field == 1 || field == 2 || field == 3) && wt != SCPS_WT_LEN) return -1;
       if (field == 1) {
         if (field_extent(m, end, &a.stack_off, &a.stack_len)) return -1;
-      } else if (field == 2) {
+      } else if (field == 2 || field == 3) {
         if (field_extent(m, end, &a.off, &a.len)) return -1;
+        a.rows = field == 3;
       } else if (scps_slices_skip_field(m, wt, end)) {
         return -1;
       }

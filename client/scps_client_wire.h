@@ -4,6 +4,7 @@
 #ifndef SCPS_CLIENT_WIRE_H
 #define SCPS_CLIENT_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -64,8 +65,15 @@ uint8_t *scps_wire_put_gradients_prefix(uint8_t *p, size_t grads_len);
  * and activations lie in the received message. */
 typedef struct scps_wire_activations {
   size_t stack_off, stack_len;
-  size_t off, len;
+  size_t off, len; /* the activations, or the distinct rows */
+  bool rows;       /* StackActivations.rows came, not .activations */
 } scps_wire_activations;
+
+/* LookupRequest.distinct_rows, packed: one flag per stack sent (n_sent of
+ * them), in stack order, distinct[st] for each stack st whose slot[st] is
+ * not negative. */
+size_t scps_wire_distinct_rows_size(int n_sent);
+uint8_t *scps_wire_put_distinct_rows(uint8_t *p, const bool *distinct, const int *slot, int n_stacks, int n_sent);
 
 /* Parses a LookupResponse held as slices: fills out[0..max-1] and returns
  * the number of stacks it holds (which may exceed max), or -1 if the bytes

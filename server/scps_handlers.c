@@ -483,8 +483,14 @@ static void lookup_sc(scps_job *job, int32_t k) {
     const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
     const size_t dim = (size_t)sl->dim;
     uint32_t first, end;
-    sample_slice(sl->total_sample_count, s->S, k, &first, &end);
-    scps_engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act);
+    if (cs->distinct) {
+      first = cs->row_start[k];
+      end = cs->row_start[k + 1];
+      scps_engine_copy_rows(s->engine, cs->stack, k, &cs->coo[k], cs->act + first * dim);
+    } else {
+      sample_slice(sl->total_sample_count, s->S, k, &first, &end);
+      scps_engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act);
+    }
     if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16)
       scps_bf16_encode(cs->act + first * dim, cs->encoded + first * dim * 2, (end - first) * dim);
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);
@@ -550,7 +556,7 @@ static void lookup_tc(scps_job *job) {
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
-    size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
+    size_t block = (cs->distinct ? (size_t)cs->row_start[s->S] : (size_t)sl->total_sample_count) * (size_t)sl->dim;
     size_t name_len = strlen(sl->name), act_len = block * sizeof(float);
     void *act = cs->act;
     if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
@@ -566,7 +572,7 @@ static void lookup_tc(scps_job *job) {
     h += put_varint(head + h, name_len);
     memcpy(head + h, sl->name, name_len);
     h += name_len;
-    head[h++] = 0x12; /* StackActivations.activations */
+    head[h++] = cs->distinct ? 0x1a : 0x12; /* StackActivations.rows or .activations */
     h += put_varint(head + h, act_len);
     slices[2 * i] = grpc_slice_from_copied_buffer((const char *)head, h);
     slices[2 * i + 1] = grpc_slice_new_with_user_data(act, act_len, scratch_release, owner);
@@ -588,11 +594,12 @@ static grpc_status_code check_format(scps_call *c, int format, const char *field
   return GRPC_STATUS_OK;
 }
 
-/* Floats of scratch one Lookup stack needs: its activations, then room for
- * their bfloat16 encoding. */
-static size_t lookup_scratch(const scps_call *c, int stack) {
-  const scps_stack_layout *sl = &c->srv->layout->stacks[stack];
-  size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
+/* Floats of scratch a stack's answer takes: its values, then (bfloat16)
+ * their encoding. */
+static size_t lookup_scratch(const scps_call *c, const call_stack *cs) {
+  const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
+  size_t values = cs->distinct ? (size_t)cs->row_start[c->srv->S] : (size_t)sl->total_sample_count;
+  size_t block = values * (size_t)sl->dim;
   size_t bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : 0;
   return block + bf16;
 }
@@ -645,15 +652,28 @@ static void handle_lookup(scps_call *c) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory", NULL, 0);
     return;
   }
+  if (st == GRPC_STATUS_OK && req->n_distinct_rows && req->n_distinct_rows != req->n_stacks) {
+    snprintf(msg, sizeof msg, "distinct_rows: %zu flags for %zu stacks; send none or one per stack",
+             req->n_distinct_rows, req->n_stacks);
+    st = GRPC_STATUS_INVALID_ARGUMENT;
+  }
   size_t scratch = 0;
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
-    st = check_partitions(c, &req->stacks[i].partitions, field, &c->stacks[i], msg, sizeof msg);
-    if (st == GRPC_STATUS_OK && duplicate_stack(c, (int)i, c->stacks[i].stack)) {
+    call_stack *cs = &c->stacks[i];
+    st = check_partitions(c, &req->stacks[i].partitions, field, cs, msg, sizeof msg);
+    if (st == GRPC_STATUS_OK && duplicate_stack(c, (int)i, cs->stack)) {
       snprintf(msg, sizeof msg, "%s.stack: stack '%s' listed twice", field, req->stacks[i].partitions.stack);
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
-    if (st == GRPC_STATUS_OK) scratch += lookup_scratch(c, c->stacks[i].stack);
+    if (st != GRPC_STATUS_OK) break;
+    cs->distinct = req->n_distinct_rows && req->distinct_rows[i];
+    if (cs->distinct) {
+      cs->row_start[0] = 0;
+      for (int k = 0; k < s->S; k++)
+        cs->row_start[k + 1] = cs->row_start[k] + (uint32_t)scps_coo_distinct_rows(&cs->coo[k]);
+    }
+    scratch += lookup_scratch(c, cs);
   }
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);
@@ -666,11 +686,12 @@ static void handle_lookup(scps_call *c) {
   }
   size_t off = 0;
   for (int i = 0; i < c->n_stacks; i++) {
-    const scps_stack_layout *sl = &s->layout->stacks[c->stacks[i].stack];
-    size_t block = (size_t)sl->total_sample_count * (size_t)sl->dim;
+    const call_stack *cs = &c->stacks[i];
+    const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
+    size_t block = (cs->distinct ? (size_t)cs->row_start[s->S] : (size_t)sl->total_sample_count) * (size_t)sl->dim;
     c->stacks[i].act = c->scratch + off;
     c->stacks[i].encoded = (uint8_t *)(c->scratch + off + block);
-    off += lookup_scratch(c, c->stacks[i].stack);
+    off += lookup_scratch(c, &c->stacks[i]);
   }
   c->job.sc_fn = lookup_sc;
   c->job.tc_fn = lookup_tc;

@@ -164,14 +164,23 @@ static void partitions_free(scps_req_partitions *p) {
   bytes_free(&p->gains);
 }
 
+/* Room for element n of *arr (capacity *cap elements of size bytes),
+ * doubling the array when full. */
+static int grow(reader *rd, void **arr, size_t n, size_t *cap, size_t size) {
+  if (n < *cap) return 0;
+  size_t c = *cap ? 2 * *cap : 8;
+  void *bigger = realloc(*arr, c * size);
+  if (!bigger) return nomem(rd, c * size);
+  *arr = bigger;
+  *cap = c;
+  return 0;
+}
+
 static int add_stack(reader *rd, scps_request *r, scps_req_stack **out) {
-  if (r->n_stacks == r->cap_stacks) {
-    size_t c = r->cap_stacks ? 2 * r->cap_stacks : 8;
-    scps_req_stack *bigger = realloc(r->stacks, c * sizeof *bigger);
-    if (!bigger) return nomem(rd, c * sizeof *bigger);
-    r->stacks = bigger;
-    r->cap_stacks = c;
-  }
+  void *arr = r->stacks;
+  int rc = grow(rd, &arr, r->n_stacks, &r->cap_stacks, sizeof *r->stacks);
+  r->stacks = arr;
+  if (rc) return rc;
   scps_req_stack *st = &r->stacks[r->n_stacks++];
   memset(st, 0, sizeof *st);
   partitions_init(&st->partitions);
@@ -204,8 +213,40 @@ static int read_stack_gradients(reader *rd, size_t limit, scps_req_stack *st) {
   return 0;
 }
 
+/* One more flag of LookupRequest.distinct_rows. */
+static int add_flag(reader *rd, scps_request *r, uint64_t v) {
+  void *arr = r->distinct_rows;
+  int rc = grow(rd, &arr, r->n_distinct_rows, &r->cap_distinct_rows, sizeof *r->distinct_rows);
+  r->distinct_rows = arr;
+  if (rc) return rc;
+  r->distinct_rows[r->n_distinct_rows++] = v != 0;
+  return 0;
+}
+
+/* A repeated bool arrives packed (one length-delimited run of varints) or
+ * one varint per element; parsers must take both. Each flag costs at least
+ * a byte of the request, which bounds the memory. */
+static int read_flags(reader *rd, int wt, size_t limit, scps_request *r) {
+  uint64_t v = 0;
+  size_t n = 0;
+  if (wt == SCPS_WT_VARINT) {
+    int rc = read_varint(rd, &v);
+    return rc ? rc : add_flag(rd, r, v);
+  }
+  int rc = expect(rd, 5, wt, SCPS_WT_LEN);
+  if (!rc) rc = read_len(rd, limit, &n);
+  size_t end = rd->m.pos + n;
+  while (!rc && rd->m.pos < end) {
+    rc = read_varint(rd, &v);
+    if (!rc && rd->m.pos > end) rc = fail(rd, "distinct_rows: a varint runs past its packed field");
+    if (!rc) rc = add_flag(rd, r, v);
+  }
+  return rc;
+}
+
 /* Field numbers the two requests share: 1 config_fingerprint,
- * 2 process_index. Lookup: 3 stacks, 4 activation_format. ApplyGradients:
+ * 2 process_index. Lookup: 3 stacks, 4 activation_format, 5 distinct_rows.
+ * ApplyGradients:
  * 3 step, 4 learning_rate, 5 stacks, 6 gradient_format. */
 static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
   const size_t limit = rd->m.total;
@@ -236,6 +277,8 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
         memcpy(&r->learning_rate, b, 8); /* little-endian host, as libscps's encoder */
         r->has_learning_rate = true;
       }
+    } else if (lookup && field == 5) {
+      rc = read_flags(rd, wt, limit, r);
     } else if (field == stacks) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);
@@ -278,6 +321,7 @@ void scps_request_free(scps_request *r) {
     bytes_free(&r->stacks[i].gradients);
   }
   free(r->stacks);
+  free(r->distinct_rows);
   bytes_free(&r->config_fingerprint);
   memset(r, 0, sizeof *r);
 }

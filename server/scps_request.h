@@ -41,6 +41,8 @@ typedef struct scps_request {
   bool has_learning_rate;
   double learning_rate;
   int32_t format; /* activation_format or gradient_format */
+  bool *distinct_rows; /* Lookup: one flag per entry of stacks, or none */
+  size_t n_distinct_rows, cap_distinct_rows;
   size_t n_stacks;
   scps_req_stack *stacks;
   size_t cap_stacks;

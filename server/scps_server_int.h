@@ -127,6 +127,10 @@ typedef struct call_stack {
   const float *grads;       /* ApplyGradients only */
   float *act;               /* Lookup: total_sample_count x dim, the process's partial */
   uint8_t *encoded;         /* Lookup in bfloat16: act as sent */
+  /* Lookup answered with distinct rows (LookupRequest.distinct_rows): act
+   * holds them instead, partition k's from row_start[k] on. */
+  bool distinct;
+  uint32_t row_start[64 + 1];
 } call_stack;
 
 #define SCPS_MAX_SC_PER_PROCESS 64

@@ -17,4 +17,12 @@ typedef struct scps_coo {
   const float *gains;
 } scps_coo;
 
+/* Rows the partition reads, each counted once: its entries are sorted by
+ * row, so a row's entries are adjacent. */
+static inline size_t scps_coo_distinct_rows(const scps_coo *coo) {
+  size_t n = coo->n ? 1 : 0;
+  for (size_t i = 1; i < coo->n; i++) n += coo->rows[i] != coo->rows[i - 1];
+  return n;
+}
+
 #endif

@@ -262,10 +262,8 @@ static inline void prefetch_row(const float *p, size_t dim, int write) {
  * (a bitmap of those samples), a sample's first entry writes its row of out
  * instead of adding to it and sets its bit: 0.0f + g * r is what adding to
  * a zeroed row gives, -0.0 included, so both ways are bit-identical. */
-static void gather(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint32_t first,
-                   uint32_t end, uint64_t *seen, float *out) {
-  const size_t dim = (size_t)e->layout->stacks[stack].dim;
-  const float *rows = shard_of(e, stack, local_sc)->rows;
+static void gather(const float *rows, size_t dim, const scps_coo *coo, uint32_t first, uint32_t end, uint64_t *seen,
+                   float *out) {
   const uint32_t span = end > first ? end - first : 0;
   uint32_t idx[LOOKUP_CHUNK];
   for (size_t base = 0; base < coo->n; base += LOOKUP_CHUNK) {
@@ -302,7 +300,7 @@ static void gather(const scps_engine *e, int stack, int32_t local_sc, const scps
 
 void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         uint32_t first, uint32_t end, float *out) {
-  gather(e, stack, local_sc, coo, first, end, NULL, out);
+  gather(shard_of(e, stack, local_sc)->rows, (size_t)e->layout->stacks[stack].dim, coo, first, end, NULL, out);
 }
 
 /* Samples per window of scps_engine_gather: its bitmap (8 KiB) lives on the
@@ -310,17 +308,40 @@ void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_
  * once per window, a sequential read. */
 #define GATHER_WINDOW 65536
 
-void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                        uint32_t end, float *out) {
-  const size_t dim = (size_t)e->layout->stacks[stack].dim;
+/* scps_engine_gather over any row tables, one per partition. */
+static void gather_windows(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc,
+                           uint32_t first, uint32_t end, float *out) {
   uint64_t seen[GATHER_WINDOW / 64];
   for (uint32_t w0 = first, w1; w0 < end; w0 = w1) {
     w1 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end;
     const size_t words = ((size_t)(w1 - w0) + 63) / 64;
     memset(seen, 0, words * sizeof *seen);
-    for (int32_t k = 0; k < n_sc; k++) gather(e, stack, k, &coo[k], w0, w1, seen, out);
+    for (int32_t k = 0; k < n_sc; k++) gather(tables[k], dim, &coo[k], w0, w1, seen, out);
     for (uint32_t b = 0; b < w1 - w0; b++)
       if (!(seen[b >> 6] >> (b & 63) & 1)) memset(out + (size_t)(w0 + b) * dim, 0, dim * sizeof(float));
+  }
+}
+
+void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                        uint32_t end, float *out) {
+  const float *tables[SCPS_SC_PER_PROCESS_MAX];
+  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
+  gather_windows(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, out);
+}
+
+void scps_gather_tables(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                        uint32_t end, float *out) {
+  gather_windows(tables, dim, coo, n_sc, first, end, out);
+}
+
+void scps_engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, float *out) {
+  const size_t dim = (size_t)e->layout->stacks[stack].dim;
+  const float *rows = shard_of(e, stack, local_sc)->rows;
+  for (size_t i = 0; i < coo->n; i++) {
+    if (i > 0 && coo->rows[i] == coo->rows[i - 1]) continue;
+    if (i + PREFETCH_AHEAD < coo->n) prefetch_row(rows + (size_t)coo->rows[i + PREFETCH_AHEAD] * dim, dim, 0);
+    memcpy(out, rows + (size_t)coo->rows[i] * dim, dim * sizeof(float));
+    out += dim;
   }
 }
 

@@ -50,6 +50,20 @@ void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_
 void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                         uint32_t end, float *out);
 
+/* Each row the partition reads, once, in the partition's (ascending) row
+ * order, dim floats each, into out (scps_coo_distinct_rows(coo) x dim): a
+ * Lookup's answer in distinct rows. The partition must have passed
+ * scps_engine_check_coo. Only reads the SparseCore's memory. */
+void scps_engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, float *out);
+
+/* scps_engine_gather's pooling over rows held elsewhere: partition k's
+ * entry i reads row coo[k].rows[i] of tables[k] (dim floats per row), e.g.
+ * a client pooling an answer of distinct rows with each entry's rows
+ * renumbered 0, 1, ... by distinct row. Bit for bit what
+ * scps_engine_gather gives for the same rows. */
+void scps_gather_tables(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                        uint32_t end, float *out);
+
 /* For each distinct row of the partition: g = sum of gain * grads[sample],
  * then the stack's optimizer applied once; untouched rows and slots are not
  * written. grads is [total_sample_count x dim] and must be finite. */

@@ -22,6 +22,7 @@ static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
     "                         [--prep-threads T] [--depth D] [--rounds R] [--plain-file PATH]\n"
+    "                         [--answer auto|pooled|rows]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
@@ -40,7 +41,9 @@ static const char usage[] =
     "--depth D (lookup, train) keeps D batches in flight from D threads, each\n"
     "with its own batch and buffers, so one batch's preprocessing and merge\n"
     "overlap another's server work; samples_per_s is then K batches over the\n"
-    "wall time and ms_per_batch_median stays the median latency of one batch.\n";
+    "wall time and ms_per_batch_median stays the median latency of one batch.\n"
+    "--answer: how servers answer lookups (scps_answer_mode; default auto:\n"
+    "distinct rows for stacks where they halve the bytes, pooled elsewhere).\n";
 
 typedef struct replay {
   const scps_feature_input *const *inputs; /* per distinct batch */
@@ -327,6 +330,7 @@ int main(int argc, char **argv) {
   int rounds = 4;
   const char *plain = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
+  scps_answer_mode answer = SCPS_ANSWER_AUTO;
   scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
                                        {"mode", required_argument, 0, 'm'},    {"batches", required_argument, 0, 'n'},
@@ -336,6 +340,7 @@ int main(int argc, char **argv) {
                                        {"depth", required_argument, 0, 'D'},
                                        {"rounds", required_argument, 0, 'R'},
                                        {"plain-file", required_argument, 0, 'P'},
+                                       {"answer", required_argument, 0, 'A'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -351,6 +356,12 @@ int main(int argc, char **argv) {
     case 'P': plain = optarg; break;
     case 'W':
       if (scps_float_format_from_name(optarg, &wire)) {
+        fputs(usage, stderr);
+        return 2;
+      }
+      break;
+    case 'A':
+      if (scps_answer_mode_from_name(optarg, &answer)) {
         fputs(usage, stderr);
         return 2;
       }
@@ -378,7 +389,7 @@ int main(int argc, char **argv) {
   if (!rc) {
     scps_client_options co = {.servers = servers, .n_servers = n_servers, .policy = SCPS_LIMIT_ERROR,
                               .prep_threads = (int)prep_threads,
-                              .wire_format = wire};
+                              .wire_format = wire, .answer = answer};
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) rc = scps_workload_gen_create(w, 1, &gen, &err);
@@ -458,10 +469,11 @@ int main(int argc, char **argv) {
     }
     double med = t_step[batches / 2], per = depth > 1 ? wall / (double)batches : med;
     printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"wire_format\": \"%s\", "
-           "\"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
+           "\"answer\": \"%s\", \"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f}\n",
-           w->name, mode, scps_float_format_name(wire), n_servers, batches, prep_threads, depth, med * 1e3,
+           w->name, mode, scps_float_format_name(wire), scps_answer_mode_name(answer), n_servers, batches, prep_threads,
+           depth, med * 1e3,
            w->batch_size / per, (double)ids / per,
            t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3);
   }

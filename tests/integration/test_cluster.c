@@ -75,6 +75,7 @@ typedef struct ref {
   scps_prep *prep;
   int P, S;
   bool bf16; /* the wire's FloatFormat is bfloat16 */
+  bool rows; /* answers in distinct rows: bfloat16 rounds the rows, not the sums */
 } ref;
 
 static int ref_init(ref *r, const scps_workload *w, int P, int S, scps_error *err) {
@@ -105,6 +106,20 @@ static float bf16_round(float f) {
   return f;
 }
 
+/* One process's partial of a stack when its answer is distinct rows in
+ * bfloat16: each row rounded, then pooled by the entries in order, written
+ * here from the shards and the partitions alone. */
+static void ref_rows_bf16(ref *r, int p, int st, float *blk) {
+  const size_t dim = (size_t)r->layout->stacks[st].dim;
+  for (int k = 0; k < r->S; k++) {
+    const scps_coo *coo = scps_prep_coo(r->prep, st, p * r->S + k);
+    const float *shard = scps_engine_shard(r->eng[p], st, k);
+    for (size_t i = 0; i < coo->n; i++)
+      for (size_t c = 0; c < dim; c++)
+        blk[(size_t)coo->samples[i] * dim + c] += coo->gains[i] * bf16_round(shard[(size_t)coo->rows[i] * dim + c]);
+  }
+}
+
 /* What a server computes for a stack (its SparseCores' entries accumulated
  * in order, rounded to bfloat16 if that is the wire format) and what a
  * client makes of it (processes summed in order). */
@@ -118,11 +133,15 @@ static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_e
     float *sum = calloc(block, sizeof(float)), *blk = malloc(sizeof(float) * block);
     for (int p = 0; p < r->P; p++) {
       memset(blk, 0, block * sizeof(float));
-      for (int k = 0; k < r->S; k++)
-        scps_engine_lookup(r->eng[p], st, k, scps_prep_coo(r->prep, st, p * r->S + k), 0,
-                           (uint32_t)sl->total_sample_count, blk);
-      if (r->bf16)
-        for (size_t j = 0; j < block; j++) blk[j] = bf16_round(blk[j]);
+      if (r->bf16 && r->rows) {
+        ref_rows_bf16(r, p, st, blk);
+      } else {
+        for (int k = 0; k < r->S; k++)
+          scps_engine_lookup(r->eng[p], st, k, scps_prep_coo(r->prep, st, p * r->S + k), 0,
+                             (uint32_t)sl->total_sample_count, blk);
+        if (r->bf16)
+          for (size_t j = 0; j < block; j++) blk[j] = bf16_round(blk[j]);
+      }
       for (size_t j = 0; j < block; j++) sum[j] = p == 0 ? blk[j] : sum[j] + blk[j];
     }
     for (int i = 0; i < sl->n_features; i++) {
@@ -280,10 +299,14 @@ static void random_grads(const scps_layout *l, float **grads) {
 }
 
 /* workers: every Lookup through the SparseCore workers (gang jobs) instead
- * of these small ones on the receiving thread (--inline-lookup-entries). */
-static void run_topology(const scps_workload *w, int P, int S, bool declare, bool bf16, bool workers) {
-  char what[64];
-  snprintf(what, sizeof what, "%dx%d%s%s", P, S, bf16 ? " bfloat16" : "", workers ? " gang lookups" : "");
+ * of these small ones on the receiving thread (--inline-lookup-entries).
+ * answer: how the servers answer lookups (distinct rows are pooled by the
+ * client; in float32 bit for bit as pooled answers). */
+static void run_topology(const scps_workload *w, int P, int S, bool declare, bool bf16, bool workers,
+                         scps_answer_mode answer) {
+  char what[96];
+  snprintf(what, sizeof what, "%dx%d%s%s, %s answers", P, S, bf16 ? " bfloat16" : "", workers ? " gang lookups" : "",
+           scps_answer_mode_name(answer));
   scps_it_cluster cl;
   scps_error err;
   scps_error_clear(&err);
@@ -307,9 +330,10 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
   }
   MUST(ref_init(&r, w, P, S, &err));
   r.bf16 = bf16;
+  r.rows = answer == SCPS_ANSWER_DISTINCT_ROWS;
   scps_topology topo = {P, S, SC_MEMORY};
   scps_client_options o = {.servers = cl.addr_list, .n_servers = P, .prep_threads = declare ? 1 : 2,
-                           .wire_format = bf16 ? SCPS_WIRE_BFLOAT16 : SCPS_WIRE_FLOAT32};
+                           .wire_format = bf16 ? SCPS_WIRE_BFLOAT16 : SCPS_WIRE_FLOAT32, .answer = answer};
   if (declare) {
     o.topology = &topo;
     o.tables = w->tables;
@@ -408,10 +432,12 @@ int main(void) {
   scps_workload *w = NULL;
   CHECK_OK(scps_workload_parse(config_json, strlen(config_json), &w, &err), &err);
   if (w) {
-    run_topology(w, 1, 4, true, false, false);
-    run_topology(w, 1, 4, false, false, true);
-    run_topology(w, 3, 2, false, false, false);
-    run_topology(w, 3, 2, false, true, true);
+    run_topology(w, 1, 4, true, false, false, SCPS_ANSWER_POOLED);
+    run_topology(w, 1, 4, false, false, true, SCPS_ANSWER_DISTINCT_ROWS);
+    run_topology(w, 3, 2, false, false, false, SCPS_ANSWER_POOLED);
+    run_topology(w, 3, 2, false, false, true, SCPS_ANSWER_DISTINCT_ROWS);
+    run_topology(w, 3, 2, false, true, true, SCPS_ANSWER_POOLED);
+    run_topology(w, 3, 2, false, true, false, SCPS_ANSWER_DISTINCT_ROWS);
   }
   scps_workload_destroy(w);
   return scps_test_finish("test_cluster");

@@ -358,26 +358,55 @@ class Cluster:
         return self.pb.StackPartitions(stack=self.stacks[stack].name, sc_offsets=offsets,
                                        rows=u32(rows), samples=u32(samples), gains=f32(gains))
 
-    def lookup_request(self, entries, process):
+    def lookup_request(self, entries, process, distinct_rows=False):
         req = self.pb.LookupRequest(config_fingerprint=self.fingerprint, process_index=process)
         for st in sorted(entries):
             req.stacks.append(self.partitions(entries, process, st))
+            if distinct_rows:
+                req.distinct_rows.append(True)
         return req
 
-    def lookup_raw(self, batch, rotation_of=None, processes=None):
+    def pool_rows(self, entries, process, st, rows):
+        """A distinct-rows answer pooled as the proto says: partition k's rows
+        in order, each entry adding gain * its row to its sample."""
+        info = self.stacks[st]
+        out = np.zeros((info.total_sample_count, info.dim))
+        at = 0
+        for k in range(self.S):
+            part = entries.get(st, {}).get(process * self.S + k, [])
+            last = None
+            for row, sample, gain in part:
+                if row != last:
+                    if last is not None:
+                        at += 1
+                    last = row
+                out[sample] += gain * rows[at]
+            if last is not None:
+                at += 1
+        self.env.check(at == rows.shape[0], "distinct rows: %d sent, %d read" % (rows.shape[0], at))
+        return out
+
+    def lookup_raw(self, batch, rotation_of=None, processes=None, distinct_rows=False):
         """Per stack index, the summed [total_sample_count x dim] float64
-        activations of every process."""
+        activations of every process; with distinct_rows the servers answer
+        with rows and this pools them."""
         entries = self.entries(batch, rotation_of)
         acts = {}
         for p in (range(self.P) if processes is None else processes):
-            resp = self.stubs[p].Lookup(self.lookup_request(entries, p), timeout=60)
+            resp = self.stubs[p].Lookup(self.lookup_request(entries, p, distinct_rows), timeout=60)
             self._account(entries, p, apply=False)
             self.env.check(len(resp.stacks) == len(entries), "Lookup answers every stack asked")
             for sa, st in zip(resp.stacks, sorted(entries)):
                 info = self.stacks[st]
                 self.env.check(sa.stack == info.name, "Lookup answers in request order: %s" % sa.stack)
-                a = np.frombuffer(sa.activations, dtype="<f4").astype(np.float64)
-                a = a.reshape(info.total_sample_count, info.dim)
+                if distinct_rows:
+                    self.env.check(not sa.activations, "distinct rows asked: no pooled activations")
+                    rows = np.frombuffer(sa.rows, dtype="<f4").astype(np.float64).reshape(-1, info.dim)
+                    a = self.pool_rows(entries, p, st, rows)
+                else:
+                    self.env.check(not sa.rows, "pooled activations asked: no rows")
+                    a = np.frombuffer(sa.activations, dtype="<f4").astype(np.float64)
+                    a = a.reshape(info.total_sample_count, info.dim)
                 acts[st] = acts[st] + a if st in acts else a
         return acts
 

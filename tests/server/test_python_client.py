@@ -178,6 +178,13 @@ def test_single_server(env):
                   % (fname, np.abs(got[fname] - exp).max()))
         empty = [r for r, s in enumerate(samples) if not s]
         env.check(np.all(got[fname][empty] == 0), "%s: samples without ids are 0" % fname)
+    # The same lookup answered with distinct rows, pooled here.
+    rows_got = cl.lookup(batch, distinct_rows=True)
+    lookups += 1
+    for fname in batch:
+        env.check(np.allclose(rows_got[fname], got[fname], rtol=1e-6, atol=1e-7),
+                  "%s: distinct rows pooled equal the pooled answer (max difference %g)"
+                  % (fname, np.abs(rows_got[fname] - got[fname]).max()))
 
     # SGD on 'wide' (lr 0.25): every touched row moves by exactly -lr * g.
     rng = np.random.default_rng(7)

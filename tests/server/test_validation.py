@@ -187,6 +187,19 @@ def test_invalid_requests(env):
                      v.lookup_with(lambda r: mutate(r.stacks[k])), "INVALID_ARGUMENT", needles)
     v.expect("Lookup stack listed twice", "Lookup", v.lookup_with(lambda r: r.stacks.append(r.stacks[0])),
              "INVALID_ARGUMENT", ["stacks[2]", "'a'", "listed twice"])
+    for flags in ([True], [False, True, True]):
+        v.expect("Lookup %d distinct_rows flags" % len(flags), "Lookup",
+                 v.lookup_with(lambda r: r.distinct_rows.extend(flags)), "INVALID_ARGUMENT",
+                 ["distinct_rows", "%d flags for 2 stacks" % len(flags)])
+    v.expect("Lookup distinct_rows packed past its end", "Lookup", v.lookup.SerializeToString() + b"\x2a\x05\x01",
+             "INVALID_ARGUMENT", ["scps.v1.LookupRequest"])
+    # Flags one varint each (unpacked), which proto3 parsers must take too.
+    raw = v.channel.unary_unary(SERVICE + "Lookup", request_serializer=None,
+                                response_deserializer=pb.LookupResponse.FromString)
+    resp = raw(v.lookup.SerializeToString() + b"\x28\x01\x28\x00", timeout=30)
+    env.check(len(resp.stacks) == 2 and len(resp.stacks[0].rows) > 0 and not resp.stacks[0].activations
+              and len(resp.stacks[1].activations) > 0 and not resp.stacks[1].rows,
+              "Lookup with unpacked distinct_rows [true, false]: rows for stacks[0], activations for stacks[1]")
     bad = bytes([fp[0] ^ 1]) + fp[1:]
     v.expect("Lookup wrong fingerprint", "Lookup", v.lookup_with(lambda r: setattr(r, "config_fingerprint", bad)),
              "FAILED_PRECONDITION", ["config_fingerprint", hex12(bad), hex12(fp)])

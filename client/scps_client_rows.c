@@ -1,0 +1,94 @@
+#include "scps_client_rows.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "scps_bf16.h"
+#include "scps_engine.h"
+#include "scps_error.h"
+#include "scps_spec.h"
+
+/* Grows *p to hold n elements of size sz (contents not kept). */
+static int reserve(void **p, size_t *cap, size_t n, size_t sz) {
+  if (n <= *cap && *p) return 0;
+  void *q = malloc((n ? n : 1) * sz);
+  if (!q) return SCPS_ENOMEM;
+  free(*p);
+  *p = q;
+  *cap = n;
+  return 0;
+}
+
+int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, int32_t n_sc) {
+  size_t n = 0;
+  for (int32_t k = 0; k < n_sc; k++) n += coo[k]->n;
+  if (n > ra->entries_cap || !ra->urow) {
+    uint32_t *u = malloc((n ? n : 1) * sizeof *u), *s = malloc((n ? n : 1) * sizeof *s);
+    float *g = malloc((n ? n : 1) * sizeof *g);
+    if (!u || !s || !g) {
+      free(u);
+      free(s);
+      free(g);
+      return SCPS_ENOMEM;
+    }
+    free(ra->urow);
+    free(ra->samples);
+    free(ra->gains);
+    ra->urow = u;
+    ra->samples = s;
+    ra->gains = g;
+    ra->entries_cap = n;
+  }
+  ra->n_sc = n_sc;
+  ra->entry_start[0] = ra->row_start[0] = 0;
+  for (int32_t k = 0; k < n_sc; k++) {
+    const scps_coo *c = coo[k];
+    size_t at = ra->entry_start[k];
+    memcpy(ra->samples + at, c->samples, c->n * sizeof *ra->samples);
+    memcpy(ra->gains + at, c->gains, c->n * sizeof *ra->gains);
+    uint32_t u = 0;
+    for (size_t i = 0; i < c->n; i++) {
+      u += i > 0 && c->rows[i] != c->rows[i - 1];
+      ra->urow[at + i] = u;
+    }
+    ra->entry_start[k + 1] = (uint32_t)(at + c->n);
+    ra->row_start[k + 1] = ra->row_start[k] + (c->n ? u + 1 : 0);
+  }
+  return 0;
+}
+
+int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
+                           size_t total_samples) {
+  size_t rows = scps_rows_answer_rows(ra);
+  if (reserve((void **)&ra->table, &ra->table_cap, rows * dim, sizeof(float)) ||
+      reserve((void **)&ra->pooled, &ra->pooled_cap, total_samples * dim, sizeof(float)))
+    return SCPS_ENOMEM;
+  uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
+  const size_t row_bytes = dim * value_bytes;
+  for (size_t r = 0; r < rows; r++) {
+    const uint8_t *s = scps_slices_span(m, off + r * row_bytes, row_bytes, tmp);
+    if (value_bytes == 2) scps_bf16_decode(s, ra->table + r * dim, dim);
+    else memcpy(ra->table + r * dim, s, row_bytes);
+  }
+  return 0;
+}
+
+void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end) {
+  const float *tables[SCPS_ROWS_SC_MAX];
+  scps_coo coo[SCPS_ROWS_SC_MAX];
+  for (int32_t k = 0; k < ra->n_sc; k++) {
+    size_t at = ra->entry_start[k];
+    tables[k] = ra->table + (size_t)ra->row_start[k] * dim;
+    coo[k] = (scps_coo){ra->entry_start[k + 1] - at, ra->urow + at, ra->samples + at, ra->gains + at};
+  }
+  scps_gather_tables(tables, dim, coo, ra->n_sc, first, end, ra->pooled);
+}
+
+void scps_rows_answer_free(scps_rows_answer *ra) {
+  free(ra->urow);
+  free(ra->samples);
+  free(ra->gains);
+  free(ra->table);
+  free(ra->pooled);
+  memset(ra, 0, sizeof *ra);
+}

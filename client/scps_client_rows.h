@@ -1,0 +1,50 @@
+/* scps_client_rows: Lookup answers in distinct rows. What a batch keeps per
+ * (server, stack) to pool such an answer itself, and the pooling. */
+#ifndef SCPS_CLIENT_ROWS_H
+#define SCPS_CLIENT_ROWS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scps_coo.h"
+#include "scps_slices.h"
+
+#define SCPS_ROWS_SC_MAX 64 /* scps.proto's Topology.sc_per_process bound */
+
+/* Captured at prepare time from the partitions sent, so that the pooling
+ * needs neither the preprocessor (busy with the next batch by then) nor the
+ * request's unaligned bytes. Arrays are owned and reused batch to batch. */
+typedef struct scps_rows_answer {
+  int32_t n_sc;
+  uint32_t entry_start[SCPS_ROWS_SC_MAX + 1]; /* entries before partition k */
+  uint32_t row_start[SCPS_ROWS_SC_MAX + 1];   /* distinct rows before partition k */
+  uint32_t *urow;    /* [entries] the entry's distinct row within its partition */
+  uint32_t *samples; /* [entries] */
+  float *gains;      /* [entries] */
+  size_t entries_cap;
+  float *table; /* [rows x dim]: the answer, widened to float32 */
+  size_t table_cap;
+  float *pooled; /* [total_sample_count x dim]: the server's partial, as a pooled answer holds it */
+  size_t pooled_cap;
+} scps_rows_answer;
+
+/* Takes the partitions coo[0 .. n_sc-1] of one server's stack. Returns 0 or
+ * SCPS_ENOMEM. */
+int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, int32_t n_sc);
+
+/* Distinct rows the answer must hold. */
+static inline size_t scps_rows_answer_rows(const scps_rows_answer *ra) { return ra->row_start[ra->n_sc]; }
+
+/* Widens the answer's rows (off, in m, scps_rows_answer_rows x dim values of
+ * value_bytes 4 or 2) into ra->table and makes room for the pooled partial
+ * of total_samples samples. Returns 0 or SCPS_ENOMEM. */
+int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
+                           size_t total_samples);
+
+/* The samples [first, end) of ra->pooled: bit for bit the server's pooled
+ * answer in float32 (scps_gather_tables over the widened rows). */
+void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end);
+
+void scps_rows_answer_free(scps_rows_answer *ra);
+
+#endif
