@@ -98,6 +98,10 @@ struct lg {
   pthread_cond_t cv; /* a client finished */
   int running;
   int64_t last_done;
+  /* Every client's traffic counters summed when the first measured request
+   * was about to be sent (guarded by mu; based says they were taken). */
+  atomic_bool based;
+  uint64_t base_sent, base_recv;
   /* The first message of each error code (guarded by mu). */
   char first_error[SCPS_LOADGEN_CODES][SCPS_ERROR_MSG_MAX];
 };
@@ -220,6 +224,28 @@ static void sleep_until(int64_t t) {
   }
 }
 
+static void traffic(const lg *g, uint64_t *sent, uint64_t *recv) {
+  *sent = *recv = 0;
+  for (int i = 0; i < g->o->concurrency; i++) {
+    uint64_t s, r;
+    scps_client_traffic(g->clients[i].c, &s, &r);
+    *sent += s;
+    *recv += r;
+  }
+}
+
+/* The traffic base of the measured part, taken by the first measured
+ * request before it is sent: the ticker may notice the end of the warm-up
+ * only after a short --requests run has finished. */
+static void mark_base(lg *g) {
+  pthread_mutex_lock(&g->mu);
+  if (!atomic_load(&g->based)) {
+    traffic(g, &g->base_sent, &g->base_recv);
+    atomic_store(&g->based, true);
+  }
+  pthread_mutex_unlock(&g->mu);
+}
+
 /* A client's loop. Closed loop: each request starts when the previous one
  * ends. Open loop: request j of client i is due at t0 + (j * C + i) / rate;
  * one still due while the previous is out is sent as soon as that returns,
@@ -243,6 +269,7 @@ static void *client_main(void *arg) {
     }
     bool measured = due >= g->warm_end;
     if (measured && o->requests > 0 && atomic_fetch_add(&g->tickets, 1) >= o->requests) break;
+    if (measured && !atomic_load(&g->based)) mark_base(g);
     bool train = p_train > 0 && next_unit(&cl->rng) < p_train;
     int k = (int)(j % BATCHES_PER_CLIENT);
     scps_error_clear(&err);
@@ -262,21 +289,11 @@ static void *client_main(void *arg) {
 typedef struct ticker {
   int64_t prev;          /* end of the previous interval */
   uint64_t sent, recv;   /* traffic at prev */
-  uint64_t base_sent, base_recv; /* at the end of the warm-up */
   bool measuring;
   lg_stats interval, warm, total;
   int cap;
 } ticker;
 
-static void traffic(const lg *g, uint64_t *sent, uint64_t *recv) {
-  *sent = *recv = 0;
-  for (int i = 0; i < g->o->concurrency; i++) {
-    uint64_t s, r;
-    scps_client_traffic(g->clients[i].c, &s, &r);
-    *sent += s;
-    *recv += r;
-  }
-}
 
 /* Drains every client's counts of the interval ending at t into tk, adds
  * its second to the timeline and prints the progress line. */
@@ -298,11 +315,7 @@ static int tick(lg *g, ticker *tk, int64_t t, bool last, scps_loadgen_result *re
   traffic(g, &sent, &recv);
   double secs = (double)(t - tk->prev) * 1e-9;
   bool was_measuring = tk->measuring;
-  if (!tk->measuring && t >= g->warm_end) {
-    tk->measuring = true;
-    tk->base_sent = sent;
-    tk->base_recv = recv;
-  }
+  if (!tk->measuring && t >= g->warm_end) tk->measuring = true;
   bool shown = secs > 0 && (!last || t - tk->prev >= MIN_LAST_INTERVAL_NS);
   if (was_measuring && shown) {
     if (res->n_timeline == tk->cap) {
@@ -380,6 +393,7 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
   g->n_features = o->workload->n_features;
   g->clients = clients;
   pthread_mutex_init(&g->mu, NULL);
+  atomic_init(&g->based, false);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -404,8 +418,6 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
     tk->prev = g->t0;
     traffic(g, &tk->sent, &tk->recv);
     tk->measuring = g->warm_end <= g->t0;
-    tk->base_sent = tk->sent;
-    tk->base_recv = tk->recv;
     g->running = o->concurrency;
     for (; started < o->concurrency; started++)
       if (pthread_create(&threads[started], NULL, client_main, &clients[started])) break;
@@ -426,8 +438,8 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
   if (!rc) {
     uint64_t sent, recv;
     traffic(g, &sent, &recv);
-    res->bytes_sent = sent - tk->base_sent;
-    res->bytes_received = recv - tk->base_recv;
+    res->bytes_sent = atomic_load(&g->based) ? sent - g->base_sent : 0;
+    res->bytes_received = atomic_load(&g->based) ? recv - g->base_recv : 0;
     res->duration_s = (double)(g->last_done - g->warm_end) * 1e-9;
     res->ok = tk->total.ok;
     res->samples = tk->total.samples;

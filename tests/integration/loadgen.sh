@@ -6,7 +6,6 @@
 # bad flags (exit 2 with a message).
 #   loadgen.sh SCPS_SERVER SCPS_LOADGEN
 set -euo pipefail
-trap 'echo "loadgen.sh: line $LINENO: status $?" >&2' ERR
 server=$1 loadgen=$2
 . "$(dirname "$0")/../../deploy/cluster.sh"
 tmp=$SCPS_CLUSTER_DIR
