@@ -139,6 +139,7 @@ static int client_init(lg *g, int i, scps_error *err) {
                             .policy = SCPS_LIMIT_ERROR,
                             .connect_timeout_ms = o->connect_timeout_ms,
                             .wire_format = o->wire_format,
+                            .answer = o->answer,
                             .ignore_checkpoint_due = true,
                             .own_connections = true};
   int rc = scps_client_create(&co, &cl->c, err);

@@ -36,6 +36,7 @@ typedef struct scps_loadgen_options {
   int64_t requests;      /* > 0: measure this many requests (duration_s 0) */
   double warmup_s;       /* load first, unmeasured */
   scps_float_format wire_format;
+  scps_answer_mode answer;    /* how servers answer lookups (0: auto) */
   int64_t deadline_ms;        /* of each request, from when it is sent */
   int64_t connect_timeout_ms; /* of each client's creation */
   bool progress;              /* a line on stderr every second */

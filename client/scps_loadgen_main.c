@@ -38,6 +38,9 @@ static const char usage[] =
     "  --requests N           measure N requests instead of a duration\n"
     "  --warmup S             load for S seconds first, unmeasured (default 1)\n"
     "  --wire-format F        float32 or bfloat16 activations and gradients (default float32)\n"
+    "  --answer A             auto, pooled or rows: how servers answer lookups, pooled\n"
+    "                         activations or each partition's distinct rows pooled by\n"
+    "                         the client (default auto: rows where they halve the bytes)\n"
     "  --deadline-ms MS       deadline of each request from when it is sent; a lookup\n"
     "                         retries UNAVAILABLE servers within it (default 5000)\n"
     "  --connect-timeout-ms MS  how long each client waits for the servers at the\n"
@@ -109,6 +112,7 @@ int main(int argc, char **argv) {
                                        {"requests", required_argument, 0, 'n'},
                                        {"warmup", required_argument, 0, 'u'},
                                        {"wire-format", required_argument, 0, 'W'},
+                                       {"answer", required_argument, 0, 'A'},
                                        {"deadline-ms", required_argument, 0, 'D'},
                                        {"connect-timeout-ms", required_argument, 0, 'T'},
                                        {"json", required_argument, 0, 'j'},
@@ -159,6 +163,10 @@ int main(int argc, char **argv) {
     case 'W':
       if (scps_float_format_from_name(optarg, &o.wire_format))
         return bad_flag("--wire-format '%s': expected float32 or bfloat16", optarg);
+      break;
+    case 'A':
+      if (scps_answer_mode_from_name(optarg, &o.answer))
+        return bad_flag("--answer '%s': expected auto, pooled or rows", optarg);
       break;
     case 'D':
       if (parse_int(optarg, 1, 86400000, &n))

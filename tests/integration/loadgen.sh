@@ -85,7 +85,7 @@ run --mode train --concurrency 2 --duration 1 --wire-format bfloat16 --json "$tm
 check "$tmp/train.json" clean=1 mode=train
 run --mode mixed --train-fraction 0.5 --concurrency 3 --duration 1 --json "$tmp/mixed.json" >/dev/null
 check "$tmp/mixed.json" clean=1 mode=mixed concurrency=3
-run --mode lookup --concurrency 2 --requests 40 --json "$tmp/requests.json" >/dev/null
+run --mode lookup --concurrency 2 --requests 40 --answer rows --json "$tmp/requests.json" >/dev/null
 check "$tmp/requests.json" clean=1 requests=40
 # Open loop at a rate far below what even a sanitizer build on a busy
 # machine sustains: each client has 200 ms per request.
@@ -151,13 +151,14 @@ bad "--train-fraction '1.5'" "${base[@]}" --mode mixed --train-fraction 1.5
 bad "--train-fraction is for --mode mixed" "${base[@]}" --mode lookup --train-fraction 0.5
 bad "give one of them" "${base[@]}" --mode lookup --duration 1 --requests 5
 bad "--wire-format 'fp8'" "${base[@]}" --mode lookup --wire-format fp8
+bad "--answer 'sparse'" "${base[@]}" --mode lookup --answer sparse
 bad "--deadline-ms '0'" "${base[@]}" --mode lookup --deadline-ms 0
 bad "unknown option '--frobnicate'" "${base[@]}" --mode lookup --frobnicate
 bad "--duration needs a value" "${base[@]}" --mode lookup --duration
 bad "--servers 'localhost'" --workload "$workload" --servers localhost --mode lookup
 # --help documents every flag.
 help=$("$loadgen" --help)
-for f in workload servers mode train-fraction concurrency rate duration requests warmup wire-format deadline-ms \
+for f in workload servers mode train-fraction concurrency rate duration requests warmup wire-format answer deadline-ms \
   connect-timeout-ms json plot quiet help; do
   grep -q -- "--$f" <<<"$help" || { echo "--help does not document --$f"; fail=1; }
 done
