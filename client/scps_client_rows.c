@@ -22,23 +22,11 @@ static int reserve(void **p, size_t *cap, size_t n, size_t sz) {
 int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, int32_t n_sc) {
   size_t n = 0;
   for (int32_t k = 0; k < n_sc; k++) n += coo[k]->n;
-  if (n > ra->entries_cap || !ra->urow) {
-    uint32_t *u = malloc((n ? n : 1) * sizeof *u), *s = malloc((n ? n : 1) * sizeof *s);
-    float *g = malloc((n ? n : 1) * sizeof *g);
-    if (!u || !s || !g) {
-      free(u);
-      free(s);
-      free(g);
-      return SCPS_ENOMEM;
-    }
-    free(ra->urow);
-    free(ra->samples);
-    free(ra->gains);
-    ra->urow = u;
-    ra->samples = s;
-    ra->gains = g;
-    ra->entries_cap = n;
-  }
+  /* One block for the three per-entry arrays, each 4 bytes an entry. */
+  if (reserve(&ra->entries_mem, &ra->entries_cap, n, 3 * sizeof(uint32_t))) return SCPS_ENOMEM;
+  ra->urow = ra->entries_mem;
+  ra->samples = ra->urow + n;
+  ra->gains = (float *)(void *)(ra->samples + n);
   ra->n_sc = n_sc;
   ra->entry_start[0] = ra->row_start[0] = 0;
   for (int32_t k = 0; k < n_sc; k++) {
@@ -85,9 +73,7 @@ void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uin
 }
 
 void scps_rows_answer_free(scps_rows_answer *ra) {
-  free(ra->urow);
-  free(ra->samples);
-  free(ra->gains);
+  free(ra->entries_mem);
   free(ra->table);
   free(ra->pooled);
   memset(ra, 0, sizeof *ra);

@@ -21,6 +21,7 @@ typedef struct scps_rows_answer {
   uint32_t *urow;    /* [entries] the entry's distinct row within its partition */
   uint32_t *samples; /* [entries] */
   float *gains;      /* [entries] */
+  void *entries_mem; /* owns urow, samples and gains */
   size_t entries_cap;
   float *table; /* [rows x dim]: the answer, widened to float32 */
   size_t table_cap;
