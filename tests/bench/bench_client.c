@@ -30,7 +30,8 @@ static const char usage[] =
     "the mean over K batches). Batches are generated before timing; preprocessing is\n"
     "timed, as a trainer pays it, on T threads (default: every online CPU, as\n"
     "the PyTorch anchor uses). Prints one JSON line with the medians of the\n"
-    "whole step and of its parts. checkpoint = one push, K lookups timed idle,\n"
+    "whole step and of its parts, and the payload bytes sent and received per\n"
+    "timed batch (scps_client_traffic). checkpoint = one push, K lookups timed idle,\n"
     "a Checkpoint (to the servers' --checkpoint-dir) with nothing else running\n"
     "(the first save of a process, reported apart), R more (default 4), each\n"
     "paired with a plain write + fsync of as many bytes to --plain-file PATH\n"
@@ -108,10 +109,13 @@ static void sort_times(long batches) {
 }
 
 /* Batch after batch: prepare, lookup and (train) push, each part timed;
- * leaves the sorted times in t_*. */
+ * leaves the sorted times in t_* and the client's traffic counters as the
+ * timed batches began in *sent, *received. */
 static int time_steps(scps_client *c, scps_batch *b, const stored *st, int distinct, float *const *acts,
-                      float *const *grads, long warmup, long batches, int train, scps_error *err) {
+                      float *const *grads, long warmup, long batches, int train, uint64_t *sent, uint64_t *received,
+                      scps_error *err) {
   for (long i = 0; i < warmup + batches; i++) {
+    if (i == warmup) scps_client_traffic(c, sent, received);
     double t0 = scps_bench_now();
     int rc = scps_client_prepare(c, st[i % distinct].in, b, err);
     double t1 = scps_bench_now();
@@ -199,9 +203,10 @@ static void *depth_thread(void *p) {
 }
 
 /* Runs K batches D at a time; returns the wall time of the K batches
- * through *wall and leaves the sorted per-batch times in t_*. */
+ * through *wall, leaves the sorted per-batch times in t_* and the traffic
+ * counters as the K batches began in *sent, *received. */
 static int time_depth(scps_client *c, const stored *st, int distinct, int nf, size_t *sizes, long warmup, long batches,
-                      int train, int depth, double *wall, scps_error *err) {
+                      int train, int depth, double *wall, uint64_t *sent, uint64_t *received, scps_error *err) {
   depth_run d = {.c = c, .st = st, .distinct = distinct, .nf = nf, .train = train, .warmup = warmup,
                  .batches = batches, .sizes = sizes};
   pthread_t th[64];
@@ -214,6 +219,7 @@ static int time_depth(scps_client *c, const stored *st, int distinct, int nf, si
     depth_fail(&d, scps_error_set(&e, SCPS_ENOMEM, "cannot start %d threads", depth), &e);
   }
   while (atomic_load(&d.warmed) < started) sched_yield();
+  scps_client_traffic(c, sent, received);
   double t0 = scps_bench_now();
   atomic_store(&d.go, true);
   for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
@@ -256,7 +262,8 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   int rc = scps_client_prepare(c, st[0].in, b, err);
   if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
   if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, 0, -1, 60000, err);
-  if (!rc) rc = time_steps(c, b, st, 4, acts, grads, 2, batches, 0, err);
+  uint64_t sent, received;
+  if (!rc) rc = time_steps(c, b, st, 4, acts, grads, 2, batches, 0, &sent, &received, err);
   if (rc) return rc;
   double idle_p50 = t_look[batches / 2], idle_max = t_look[batches - 1];
   char *chunk = plain ? malloc(PLAIN_CHUNK) : NULL;
@@ -453,29 +460,33 @@ int main(int argc, char **argv) {
            w->name, scps_float_format_name(wire), n_servers, batches, per * 1e3, w->batch_size / per, (double)ids / per);
   } else {
     double wall = 0.0;
+    uint64_t sent0 = 0, recv0 = 0, sent1, recv1;
     if (depth > 1) {
       size_t *sizes = calloc((size_t)nf, sizeof *sizes);
       for (int f = 0; sizes && f < nf; f++)
         sizes[f] = sizeof(float) * (size_t)w->batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
-      rc = sizes ? time_depth(c, st, distinct, nf, sizes, warmup, batches, train, (int)depth, &wall, &err)
+      rc = sizes ? time_depth(c, st, distinct, nf, sizes, warmup, batches, train, (int)depth, &wall, &sent0, &recv0, &err)
                  : scps_error_set(&err, SCPS_ENOMEM, "out of memory");
       free(sizes);
     } else {
-      rc = time_steps(c, b, st, distinct, acts, grads, warmup, batches, train, &err);
+      rc = time_steps(c, b, st, distinct, acts, grads, warmup, batches, train, &sent0, &recv0, &err);
     }
     if (rc) {
       fprintf(stderr, "scps-bench-client: %s\n", err.msg);
       return 1;
     }
+    scps_client_traffic(c, &sent1, &recv1);
     double med = t_step[batches / 2], per = depth > 1 ? wall / (double)batches : med;
     printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"wire_format\": \"%s\", "
            "\"answer\": \"%s\", \"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
-           "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f}\n",
+           "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f, \"sent_bytes_per_batch\": %.0f, "
+           "\"received_bytes_per_batch\": %.0f}\n",
            w->name, mode, scps_float_format_name(wire), scps_answer_mode_name(answer), n_servers, batches, prep_threads,
            depth, med * 1e3,
            w->batch_size / per, (double)ids / per,
-           t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3);
+           t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3,
+           (double)(sent1 - sent0) / (double)batches, (double)(recv1 - recv0) / (double)batches);
   }
   for (int f = 0; f < nf; f++) {
     free(acts[f]);

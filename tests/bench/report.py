@@ -6,7 +6,11 @@ them and writes everything to OUT (build-bench/bench-results.json).
     report.py DIR OUT --workloads dlrm8 criteo26 [--batches K] [--seconds S]
 
 Ratios divide samples/s (the same batches on both sides, so ids/s gives the
-same quotient); the engine's divide ids/s by the gather limit's. Targets are
+same quotient); the engine's divide ids/s by the gather limit's. With
+wire.json (scps-bench-wire), each 1-process depth-1 scps lookup also gets
+its wire floor: its request and answer bytes at the loopback TCP rate,
+the least time such a lookup can take, and the lookup/torch ratio that
+floor allows. Targets are
 checked on the float32 wire, and on bfloat16 only when wire_loss.sh's
 trainer runs (wire-loss.json) found no harm to the loss: without that
 verdict bfloat16 rows are information. scps runs at
@@ -14,7 +18,7 @@ depth 1 (one batch at a time: samples/s from the median batch) and depth 2
 (two batches in flight from two threads: samples/s from the wall time of
 all batches, the throughput a trainer with two pipelines gets).
 """
-import argparse, datetime, json, os, platform, subprocess
+import argparse, datetime, json, math, os, platform, subprocess
 
 # key: (target, comparison), the targets of the issue.
 TARGETS = {
@@ -101,6 +105,12 @@ def collect(d, w):
     return r
 
 
+def wire_rate(wire, n):
+    """GB/s scps-bench-wire measured at the size nearest n bytes (by ratio)."""
+    best = min(wire, key=lambda x: abs(math.log(max(n, 1) / x["bytes"])))
+    return best["gb_per_s"]
+
+
 def check(key, value):
     target, cmp = TARGETS[key]
     met = value >= target if cmp == ">=" else value <= target
@@ -147,6 +157,14 @@ def main():
         rows.append(("loss", f"bfloat16 against float32: log-loss {100 * wire_loss['logloss_change']:+.2f}%, "
                              f"AUC {wire_loss['auc_change']:+.4f}", None, None, None, None, "no harm",
                      wire_loss["no_harm"]))
+    # The floor of the wire itself: scps-bench-wire moving bytes between two
+    # threads over loopback TCP, nothing else.
+    wire = load_lines(os.path.join(a.dir, "wire.json"))
+    if wire:
+        res["wire"] = wire
+        for x in wire:
+            rows.append(("wire", f"loopback TCP, {x['bytes'] / 2**20:g} MiB one way: {x['gb_per_s']:.2f} GB/s "
+                                 f"(best {x['ms_best']:.2f} ms)", x["ms_median"], None, None, None, None, None))
     for w in a.workloads:
         r = collect(a.dir, w)
         res["workloads"][w] = r
@@ -192,6 +210,17 @@ def main():
                     else:
                         rows.append((w, label, s["ms_per_batch_median"], s["samples_per_s"], s["ids_per_s"],
                                      None, None, None))
+                    # A depth-1 lookup moves its request, then its answer:
+                    # it cannot beat the wire's time for those bytes.
+                    if (wire and m == "lookup" and depth == 1 and procs == "1" and "lookup" in torch
+                            and "received_bytes_per_batch" in s):
+                        out_b, back_b = s["sent_bytes_per_batch"], s["received_bytes_per_batch"]
+                        floor_ms = (out_b / wire_rate(wire, out_b) + back_b / wire_rate(wire, back_b)) * 1e-6
+                        c = ratio(w, f"{label}: wire floor, ceiling of lookup / torch", "lookup_vs_torch",
+                                  torch["lookup"]["ms_per_batch_median"] / floor_ms, True)
+                        res["ratios"][-1]["wire_floor_ms"] = round(floor_ms, 3)
+                        rows.append((w, f"  wire floor: {out_b / 1e6:.1f} MB out, {back_b / 1e6:.1f} MB back; "
+                                        f"ratio ceiling", floor_ms, None, None, c["value"], "info", None))
                     if m == "lookup" and "redis" in r:
                         c = ratio(w, f"{label} / redis MGET", "lookup_vs_redis",
                                   s["samples_per_s"] / r["redis"]["samples_per_s"], info)
@@ -245,6 +274,9 @@ def main():
     print("ratios: samples/s over the anchor's (engine: ids/s); " + wire)
     print("scps depth 1: one batch at a time (median); depth 2: two in flight, samples/s over the wall time")
     print("scps ids/s count each batch's ids before dedup, as redis ids/s do (redis rows/s: distinct rows returned)")
+    if wire:
+        print("wire floor: a batch's request and answer bytes at the loopback TCP rate measured nearest their size; "
+              "no depth-1 lookup is faster, so its ratio to torch cannot pass the ceiling")
     with open(a.out, "w") as f:
         json.dump(res, f, indent=1)
     print(f"written: {a.out}")

@@ -10,7 +10,8 @@
 # (scps-bench-redis against a redis-server it starts on a free port without
 # persistence); scps over loopback with 1 and 2 server processes, lookup and
 # train, one batch at a time (depth 1) and two in flight (depth 2), float32
-# and bfloat16 wire. Then wire_loss.sh: the example trainer with either wire
+# and bfloat16 wire, and the floor of that wire (scps-bench-wire: plain
+# loopback TCP between two threads). Then wire_loss.sh: the example trainer with either wire
 # (bfloat16 rows count against the targets only if its loss shows no harm),
 # and serving.sh: 16 clients on serving-small-batch.json at peak and at 70%
 # of it. Prints one table with the targets (tests/bench/report.py) and writes
@@ -79,7 +80,7 @@ cpu_busy >"$out/busy-start.txt"
 log() { echo "run.sh [$(($(date +%s) - started))s]: $*" >&2; }
 
 log "building in $build"
-scps_bench_build scps-server scps-bench-client scps-bench-engine scps-bench-redis
+scps_bench_build scps-server scps-bench-client scps-bench-engine scps-bench-redis scps-bench-wire
 
 redis_pid=""
 redis_dir=""
@@ -111,6 +112,11 @@ redis_start() {
   cat "$redis_dir/redis.log" >&2
   return 1
 }
+
+if runs scps; then
+  log "loopback TCP floor (scps-bench-wire, 1, 8 and 32 MiB)"
+  "$build/tests/bench/scps-bench-wire" --mib 1,8,32 >"$out/wire.json"
+fi
 
 for w in $workloads; do
   wl=$shared/workloads/$w.json
