@@ -48,6 +48,12 @@ class Env:
         self.failures = []
         self.pb, self.rpc = self._stubs()
         self.grpc = grpc
+        # grpcio shuts gRPC down when its last channel closes, holding the
+        # GIL while it waits for the connections to go (grpc/grpc#42247):
+        # every thread of this process, the one timing a server's exit
+        # included, then stops for up to 10 s. One idle channel (it never
+        # connects) kept for the whole run keeps gRPC up.
+        self._keep_grpc_up = grpc.insecure_channel("127.0.0.1:9")
 
     def _stubs(self):
         """Generates scps_pb2 and scps_pb2_grpc with grpc_tools.protoc."""
