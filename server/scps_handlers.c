@@ -482,17 +482,19 @@ static void lookup_sc(scps_job *job, int32_t k) {
     call_stack *cs = &c->stacks[i];
     const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
     const size_t dim = (size_t)sl->dim;
-    uint32_t first, end;
+    const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
     if (cs->distinct) {
-      first = cs->row_start[k];
-      end = cs->row_start[k + 1];
-      scps_engine_copy_rows(s->engine, cs->stack, k, &cs->coo[k], cs->act + first * dim);
+      const uint32_t first = cs->row_start[k];
+      if (bf16) scps_engine_copy_rows_bf16(s->engine, cs->stack, k, &cs->coo[k], cs->encoded + first * dim * 2);
+      else scps_engine_copy_rows(s->engine, cs->stack, k, &cs->coo[k], cs->act + first * dim);
     } else {
+      uint32_t first, end;
       sample_slice(sl->total_sample_count, s->S, k, &first, &end);
-      scps_engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act);
+      if (bf16)
+        scps_engine_gather_bf16(s->engine, cs->stack, cs->coo, s->S, first, end, cs->encoded,
+                                c->gather_scratch + (size_t)k * c->gather_stride);
+      else scps_engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act);
     }
-    if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16)
-      scps_bf16_encode(cs->act + first * dim, cs->encoded + first * dim * 2, (end - first) * dim);
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);
     record_partition_stats(s, cs, k);
   }
@@ -594,14 +596,35 @@ static grpc_status_code check_format(scps_call *c, int format, const char *field
   return GRPC_STATUS_OK;
 }
 
-/* Floats of scratch a stack's answer takes: its values, then (bfloat16)
- * their encoding. */
+/* Floats of scratch a stack's answer takes: its values, 4 or 2 bytes each. */
 static size_t lookup_scratch(const scps_call *c, const call_stack *cs) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
   size_t values = cs->distinct ? (size_t)cs->row_start[c->srv->S] : (size_t)sl->total_sample_count;
   size_t block = values * (size_t)sl->dim;
-  size_t bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : 0;
-  return block + bf16;
+  return c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : block;
+}
+
+/* Floats of gather scratch (scps_engine_gather_bf16) one SparseCore worker
+ * needs for its slice of each stack answered pooled in bfloat16, one stack
+ * after another: the largest. */
+static size_t lookup_gather_scratch(const scps_call *c) {
+  const scps_server *s = c->srv;
+  size_t most = 0;
+  if (c->format != SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) return 0;
+  for (int i = 0; i < c->n_stacks; i++) {
+    const call_stack *cs = &c->stacks[i];
+    if (cs->distinct) continue;
+    const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
+    size_t entries = 0;
+    for (int k = 0; k < s->S; k++) entries += cs->coo[k].n;
+    for (int k = 0; k < s->S; k++) {
+      uint32_t first, end;
+      sample_slice(sl->total_sample_count, s->S, k, &first, &end);
+      size_t b = scps_engine_gather_bf16_scratch((size_t)sl->dim, entries, s->S, first, end);
+      if (b > most) most = b;
+    }
+  }
+  return (most + sizeof(float) - 1) / sizeof(float);
 }
 
 /* Decodes the call's Lookup or ApplyGradients request into c->req; on
@@ -679,20 +702,19 @@ static void handle_lookup(scps_call *c) {
     scps_call_finish(c, st, msg, NULL, 0);
     return;
   }
-  c->scratch = scps_scratch_take(s->scratch, scratch, &c->scratch_cap);
+  c->gather_stride = lookup_gather_scratch(c);
+  c->scratch = scps_scratch_take(s->scratch, scratch + (size_t)s->S * c->gather_stride, &c->scratch_cap);
   if (!c->scratch) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory for activations", NULL, 0);
     return;
   }
   size_t off = 0;
   for (int i = 0; i < c->n_stacks; i++) {
-    const call_stack *cs = &c->stacks[i];
-    const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
-    size_t block = (cs->distinct ? (size_t)cs->row_start[s->S] : (size_t)sl->total_sample_count) * (size_t)sl->dim;
-    c->stacks[i].act = c->scratch + off;
-    c->stacks[i].encoded = (uint8_t *)(c->scratch + off + block);
+    if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) c->stacks[i].encoded = (uint8_t *)(c->scratch + off);
+    else c->stacks[i].act = c->scratch + off;
     off += lookup_scratch(c, &c->stacks[i]);
   }
+  c->gather_scratch = c->scratch + off;
   c->job.sc_fn = lookup_sc;
   c->job.tc_fn = lookup_tc;
   c->job.data = c;

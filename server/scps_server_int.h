@@ -111,9 +111,12 @@ struct scps_call {
   scps_job job;
   int n_stacks;
   struct call_stack *stacks;
-  float *scratch;           /* Lookup: each stack's activations and their bfloat16 encoding;
+  float *scratch;           /* Lookup: each stack's activations (float32 or bfloat16), then in
+                             * bfloat16 one gather scratch per SparseCore worker;
                              * ApplyGradients: widened bfloat16 gradients */
   size_t scratch_cap;       /* floats of scratch, a block of srv->scratch */
+  float *gather_scratch;    /* Lookup in bfloat16: worker k's at gather_scratch + k * gather_stride */
+  size_t gather_stride;     /* floats */
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
   scps_step step;
@@ -125,10 +128,10 @@ typedef struct call_stack {
   int stack;
   scps_coo coo[64];         /* per local SparseCore; arrays point into the request */
   const float *grads;       /* ApplyGradients only */
-  float *act;               /* Lookup: total_sample_count x dim, the process's partial */
-  uint8_t *encoded;         /* Lookup in bfloat16: act as sent */
+  float *act;               /* Lookup in float32: total_sample_count x dim, the process's partial */
+  uint8_t *encoded;         /* Lookup in bfloat16: the same values as sent, 2 bytes each */
   /* Lookup answered with distinct rows (LookupRequest.distinct_rows): act
-   * holds them instead, partition k's from row_start[k] on. */
+   * or encoded holds them instead, partition k's from row_start[k] on. */
   bool distinct;
   uint32_t row_start[64 + 1];
 } call_stack;

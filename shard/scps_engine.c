@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "scps_bf16.h"
 #include "scps_init.h"
 
 /* One stack's rows and slots on one SparseCore, inside that SparseCore's arena. */
@@ -258,10 +259,38 @@ static inline void prefetch_row(const float *p, size_t dim, int write) {
  * pull in the other slices' rows too. */
 #define LOOKUP_CHUNK 1024
 
-/* The gather of one partition into the samples [first, end). With seen
- * (a bitmap of those samples), a sample's first entry writes its row of out
- * instead of adding to it and sets its bit: 0.0f + g * r is what adding to
- * a zeroed row gives, -0.0 included, so both ways are bit-identical. */
+/* The gather of the entries idx[0..m) of one partition, whose samples all
+ * lie in [first, end), into out, whose row 0 is sample out_first's. With
+ * seen (a bitmap of the samples from first on), a sample's first entry
+ * writes its row of out instead of adding to it and sets its bit:
+ * 0.0f + g * r is what adding to a zeroed row gives, -0.0 included, so both
+ * ways are bit-identical. */
+static void gather_list(const float *rows, size_t dim, const scps_coo *coo, const uint32_t *idx, size_t m,
+                        uint32_t first, uint64_t *seen, float *out, uint32_t out_first) {
+  for (size_t j = 0; j < m; j++) {
+    if (j + PREFETCH_AHEAD < m) {
+      const uint32_t a = idx[j + PREFETCH_AHEAD];
+      prefetch_row(rows + (size_t)coo->rows[a] * dim, dim, 0);
+      prefetch_row(out + (size_t)(coo->samples[a] - out_first) * dim, dim, 1);
+    }
+    const uint32_t i = idx[j];
+    const float *restrict r = rows + (size_t)coo->rows[i] * dim;
+    float *restrict o = out + (size_t)(coo->samples[i] - out_first) * dim;
+    const float g = coo->gains[i];
+    if (seen) {
+      const uint32_t b = coo->samples[i] - first;
+      const uint64_t bit = (uint64_t)1 << (b & 63);
+      if (!(seen[b >> 6] & bit)) {
+        seen[b >> 6] |= bit;
+        for (size_t c = 0; c < dim; c++) o[c] = 0.0f + g * r[c];
+        continue;
+      }
+    }
+    for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
+  }
+}
+
+/* The gather of one partition into the samples [first, end) of out. */
 static void gather(const float *rows, size_t dim, const scps_coo *coo, uint32_t first, uint32_t end, uint64_t *seen,
                    float *out) {
   const uint32_t span = end > first ? end - first : 0;
@@ -274,27 +303,7 @@ static void gather(const float *rows, size_t dim, const scps_coo *coo, uint32_t 
       idx[m] = (uint32_t)(base + i);
       m += samples[i] - first < span;
     }
-    for (size_t j = 0; j < m; j++) {
-      if (j + PREFETCH_AHEAD < m) {
-        const uint32_t a = idx[j + PREFETCH_AHEAD];
-        prefetch_row(rows + (size_t)coo->rows[a] * dim, dim, 0);
-        prefetch_row(out + (size_t)coo->samples[a] * dim, dim, 1);
-      }
-      const uint32_t i = idx[j];
-      const float *restrict r = rows + (size_t)coo->rows[i] * dim;
-      float *restrict o = out + (size_t)coo->samples[i] * dim;
-      const float g = coo->gains[i];
-      if (seen) {
-        const uint32_t b = coo->samples[i] - first;
-        const uint64_t bit = (uint64_t)1 << (b & 63);
-        if (!(seen[b >> 6] & bit)) {
-          seen[b >> 6] |= bit;
-          for (size_t c = 0; c < dim; c++) o[c] = 0.0f + g * r[c];
-          continue;
-        }
-      }
-      for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
-    }
+    gather_list(rows, dim, coo, idx, m, first, seen, out, 0);
   }
 }
 
@@ -334,15 +343,93 @@ void scps_gather_tables(const float *const *tables, size_t dim, const scps_coo *
   gather_windows(tables, dim, coo, n_sc, first, end, out);
 }
 
-void scps_engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, float *out) {
+/* scps_engine_gather_bf16's window: samples whose float32 rows take at
+ * most this much, so the window stays in a core's L2 while its entries add
+ * into it and while it is rounded; the float32 activations never reach the
+ * rest of the memory, which costs more than the gather on a criteo26-sized
+ * answer. At least 64 samples, a multiple of 64, at most GATHER_WINDOW. */
+#define BF16_WINDOW_BYTES (512u << 10)
+
+static uint32_t bf16_window(size_t dim) {
+  size_t w = BF16_WINDOW_BYTES / (dim * sizeof(float)) / 64 * 64;
+  return w < 64 ? 64 : w > GATHER_WINDOW ? GATHER_WINDOW : (uint32_t)w;
+}
+
+size_t scps_engine_gather_bf16_scratch(size_t dim, size_t entries, int32_t n_sc, uint32_t first, uint32_t end) {
+  const uint32_t w = bf16_window(dim), windows = end > first ? (end - first + w - 1) / w : 0;
+  return (size_t)w * dim * sizeof(float) + ((size_t)windows * (size_t)n_sc + entries) * sizeof(uint32_t);
+}
+
+/* Entries are first listed by window (partition by partition within one,
+ * each in its own order), so each window is gathered from its own list:
+ * one pass over the samples instead of one per window. */
+void scps_engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                             uint32_t end, uint8_t *out, void *scratch) {
+  if (end <= first) return;
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
+  const uint32_t span = end - first, w = bf16_window(dim), windows = (span + w - 1) / w;
+  const size_t cells = (size_t)windows * (size_t)n_sc;
+  float *win = scratch;
+  uint32_t *cell_end = (uint32_t *)(win + (size_t)w * dim), *idx = cell_end + cells;
+  memset(cell_end, 0, cells * sizeof *cell_end);
+  for (int32_t k = 0; k < n_sc; k++) {
+    const uint32_t *samples = coo[k].samples;
+    for (size_t i = 0; i < coo[k].n; i++) {
+      const uint32_t b = samples[i] - first;
+      if (b < span) cell_end[(size_t)(b / w) * (size_t)n_sc + (size_t)k]++;
+    }
+  }
+  uint32_t sum = 0;
+  for (size_t x = 0; x < cells; x++) {
+    const uint32_t n = cell_end[x];
+    cell_end[x] = sum;
+    sum += n;
+  }
+  for (int32_t k = 0; k < n_sc; k++) {
+    const uint32_t *samples = coo[k].samples;
+    for (size_t i = 0; i < coo[k].n; i++) {
+      const uint32_t b = samples[i] - first;
+      if (b < span) idx[cell_end[(size_t)(b / w) * (size_t)n_sc + (size_t)k]++] = (uint32_t)i;
+    }
+  }
+  const float *tables[SCPS_SC_PER_PROCESS_MAX];
+  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
+  uint64_t seen[GATHER_WINDOW / 64];
+  for (uint32_t v = 0, start = 0; v < windows; v++) {
+    const uint32_t w0 = first + v * w, w1 = end - w0 > w ? w0 + w : end;
+    memset(seen, 0, ((size_t)(w1 - w0) + 63) / 64 * sizeof *seen);
+    for (int32_t k = 0; k < n_sc; k++) {
+      const uint32_t stop = cell_end[(size_t)v * (size_t)n_sc + (size_t)k];
+      gather_list(tables[k], dim, &coo[k], idx + start, stop - start, w0, seen, win, w0);
+      start = stop;
+    }
+    for (uint32_t b = 0; b < w1 - w0; b++)
+      if (!(seen[b >> 6] >> (b & 63) & 1)) memset(win + (size_t)b * dim, 0, dim * sizeof(float));
+    scps_bf16_encode(win, out + (size_t)w0 * dim * 2, (size_t)(w1 - w0) * dim);
+  }
+}
+
+/* Each distinct row of the partition, in order, to out: as float32, or
+ * rounded to bfloat16. */
+static void copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out, bool bf16) {
+  const size_t dim = (size_t)e->layout->stacks[stack].dim, bytes = dim * (bf16 ? 2 : sizeof(float));
   const float *rows = shard_of(e, stack, local_sc)->rows;
   for (size_t i = 0; i < coo->n; i++) {
     if (i > 0 && coo->rows[i] == coo->rows[i - 1]) continue;
     if (i + PREFETCH_AHEAD < coo->n) prefetch_row(rows + (size_t)coo->rows[i + PREFETCH_AHEAD] * dim, dim, 0);
-    memcpy(out, rows + (size_t)coo->rows[i] * dim, dim * sizeof(float));
-    out += dim;
+    const float *r = rows + (size_t)coo->rows[i] * dim;
+    if (bf16) scps_bf16_encode(r, out, dim);
+    else memcpy(out, r, bytes);
+    out += bytes;
   }
+}
+
+void scps_engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, float *out) {
+  copy_rows(e, stack, local_sc, coo, (uint8_t *)out, false);
+}
+
+void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out) {
+  copy_rows(e, stack, local_sc, coo, out, true);
 }
 
 void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,

@@ -56,6 +56,24 @@ void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t 
  * scps_engine_check_coo. Only reads the SparseCore's memory. */
 void scps_engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, float *out);
 
+/* Bytes of scratch scps_engine_gather_bf16 needs for the samples
+ * [first, end) of a stack dim wide whose n_sc partitions hold entries
+ * entries in all. */
+size_t scps_engine_gather_bf16_scratch(size_t dim, size_t entries, int32_t n_sc, uint32_t first, uint32_t end);
+
+/* scps_engine_gather's values for the samples [first, end), rounded to
+ * little-endian bfloat16 (scps_bf16_encode) at out + first * dim * 2 (out
+ * holds total_sample_count x dim x 2 bytes): bit for bit what gathering and
+ * then encoding gives, but the float32 values only pass through a window of
+ * scratch small enough to stay in cache. scratch: float-aligned, of
+ * scps_engine_gather_bf16_scratch bytes, one per concurrent caller. */
+void scps_engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                             uint32_t end, uint8_t *out, void *scratch);
+
+/* scps_engine_copy_rows with each value as little-endian bfloat16 (2 bytes
+ * per value, scps_bf16_encode): the same rows, never written as float32. */
+void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out);
+
 /* scps_engine_gather's pooling over rows held elsewhere: partition k's
  * entry i reads row coo[k].rows[i] of tables[k] (dim floats per row), e.g.
  * a client pooling an answer of distinct rows with each entry's rows

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_bf16.h"
 #include "scps_engine.h"
 #include "scps_test.h"
 
@@ -348,6 +349,41 @@ static void test_lookup_slices(int batch) {
     empty += !hit;
   }
   CHECKF(empty > 0 && empty < (int)total, "batch %d: %d of %u samples without entries", batch, empty, total);
+
+  /* In bfloat16, slice by slice (with batch 70000 each slice spans several
+   * of its windows), into memory full of garbage: the whole lookup encoded,
+   * byte for byte, and nothing written beyond the slice. */
+  uint8_t *want = malloc(n * 2), *enc = malloc(n * 2);
+  scps_bf16_encode(whole, want, n);
+  memset(enc, 0xab, n * 2);
+  int enc_outside = 0;
+  for (int part = 0; part < 3; part++) {
+    size_t bytes = scps_engine_gather_bf16_scratch(dim, coo[0].n + coo[1].n, 2, cut[part], cut[part + 1]);
+    float *scratch = malloc(bytes);
+    memset(scratch, 0xcd, bytes);
+    scps_engine_gather_bf16(c.engines[0], s, coo, 2, cut[part], cut[part + 1], enc, scratch);
+    free(scratch);
+    for (size_t i = (size_t)cut[part + 1] * dim * 2; i < n * 2; i++) enc_outside += enc[i] != 0xab;
+  }
+  CHECKF(enc_outside == 0, "gather_bf16: %d bytes beyond a slice were written", enc_outside);
+  CHECKF(memcmp(want, enc, n * 2) == 0, "batch %d: gather_bf16 differs from gather + encode", batch);
+  free(want);
+  free(enc);
+
+  /* The distinct rows in bfloat16: those of scps_engine_copy_rows, encoded. */
+  for (int k = 0; k < 2; k++) {
+    size_t rows_n = scps_coo_distinct_rows(&coo[k]) * dim;
+    float *f32 = malloc(rows_n * sizeof(float));
+    uint8_t *a = malloc(rows_n * 2), *b = malloc(rows_n * 2 + 1);
+    scps_engine_copy_rows(c.engines[0], s, k, &coo[k], f32);
+    scps_bf16_encode(f32, a, rows_n);
+    b[rows_n * 2] = 0x5a;
+    scps_engine_copy_rows_bf16(c.engines[0], s, k, &coo[k], b);
+    CHECKF(memcmp(a, b, rows_n * 2) == 0 && b[rows_n * 2] == 0x5a, "copy_rows_bf16 of partition %d", k);
+    free(f32);
+    free(a);
+    free(b);
+  }
   free(whole);
   free(sliced);
   free(gathered);
