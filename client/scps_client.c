@@ -541,6 +541,22 @@ static int op_wait(op *o, bool *checkpoint_due, scps_error *err) {
 
 /* ------------------------------------------------------------- results */
 
+/* Whether server p's answer for stack st is pooled by pool_rows straight
+ * into the caller's arrays rather than into its rows buffer for the merge
+ * to copy: it came in distinct rows, no earlier server holds the stack (so
+ * it is the first partial, which the merge would copy as it is), and every
+ * feature of the stack is as wide as the stack. */
+static bool pooled_in_place(const scps_client *c, const scps_batch *b, int p, int st) {
+  const scps_layout *l = c->layout;
+  if (!b->distinct[st] || b->slot[p * l->n_stacks + st] < 0) return false;
+  for (int q = 0; q < p; q++)
+    if (b->slot[q * l->n_stacks + st] >= 0) return false;
+  const scps_stack_layout *sl = &l->stacks[st];
+  for (int i = 0; i < sl->n_features; i++)
+    if (l->table_specs[l->features[sl->features[i]].table].embedding_dim != sl->dim) return false;
+  return true;
+}
+
 /* Rows of one feature a merge item covers: a few hundred KiB, so the pool's
  * threads share a lookup's features evenly. */
 #define MERGE_ROWS 512
@@ -564,6 +580,10 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
   for (int p = 0; p < c->n; p++) {
     int k = b->slot[p * ns + fl->stack];
     if (k < 0) continue;
+    if (pooled_in_place(c, b, p, fl->stack)) {
+      first = false;
+      continue;
+    }
     if (b->distinct[fl->stack]) {
       /* Pooled by pool_rows into float32, laid out as a pooled answer. */
       const float *src = b->rows[p * ns + fl->stack].pooled + ((size_t)fl->sample_offset + r0) * dim;
@@ -656,7 +676,7 @@ static void widen_item(void *ctx, int item) {
   const scps_stack_layout *sl = &c->layout->stacks[st];
   const scps_wire_activations *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
   if (scps_rows_answer_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
-                             (size_t)sl->total_sample_count))
+                             pooled_in_place(c, b, p, st) ? 0 : (size_t)sl->total_sample_count))
     atomic_store(&j->failed, 1);
 }
 
@@ -665,12 +685,25 @@ static void pool_item(void *ctx, int item) {
   int a = 0;
   while (j->items[a + 1] <= item) a++;
   const scps_client *c = j->o->c;
+  const scps_layout *l = c->layout;
   size_t i = j->answer[a];
-  const scps_stack_layout *sl = &c->layout->stacks[i % (size_t)c->layout->n_stacks];
+  int p = (int)(i / (size_t)l->n_stacks), st = (int)(i % (size_t)l->n_stacks);
+  const scps_stack_layout *sl = &l->stacks[st];
   uint32_t first = (uint32_t)(item - j->items[a]) * POOL_SAMPLES;
   uint32_t end = first + POOL_SAMPLES < (uint64_t)sl->total_sample_count ? first + POOL_SAMPLES
                                                                          : (uint32_t)sl->total_sample_count;
-  scps_rows_answer_pool(&j->o->b->rows[i], (size_t)sl->dim, first, end);
+  scps_rows_answer *ra = &j->o->b->rows[i];
+  if (!pooled_in_place(c, j->o->b, p, st)) {
+    scps_rows_answer_pool(ra, (size_t)sl->dim, first, end, NULL, 0);
+    return;
+  }
+  /* Each feature's share of [first, end), into its own array. */
+  for (int k = 0; k < sl->n_features; k++) {
+    int f = sl->features[k];
+    uint32_t so = (uint32_t)l->features[f].sample_offset, se = so + (uint32_t)l->feature_specs[f].batch_size;
+    uint32_t lo = first > so ? first : so, hi = end < se ? end : se;
+    if (lo < hi) scps_rows_answer_pool(ra, (size_t)sl->dim, lo, hi, j->o->acts[f], so);
+  }
 }
 
 /* Runs items of fn on the preprocessing pool's threads when no batch is

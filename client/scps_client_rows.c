@@ -61,7 +61,8 @@ int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t of
   return 0;
 }
 
-void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end) {
+void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
+                           uint32_t out_first) {
   const float *tables[SCPS_ROWS_SC_MAX];
   scps_coo coo[SCPS_ROWS_SC_MAX];
   for (int32_t k = 0; k < ra->n_sc; k++) {
@@ -69,7 +70,7 @@ void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uin
     tables[k] = ra->table + (size_t)ra->row_start[k] * dim;
     coo[k] = (scps_coo){ra->entry_start[k + 1] - at, ra->urow + at, ra->samples + at, ra->gains + at};
   }
-  scps_gather_tables(tables, dim, coo, ra->n_sc, first, end, ra->pooled);
+  scps_gather_tables(tables, dim, coo, ra->n_sc, first, end, out ? out : ra->pooled, out ? out_first : 0);
 }
 
 void scps_rows_answer_free(scps_rows_answer *ra) {

@@ -37,14 +37,18 @@ int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, i
 static inline size_t scps_rows_answer_rows(const scps_rows_answer *ra) { return ra->row_start[ra->n_sc]; }
 
 /* Widens the answer's rows (off, in m, scps_rows_answer_rows x dim values of
- * value_bytes 4 or 2) into ra->table and makes room for the pooled partial
- * of total_samples samples. Returns 0 or SCPS_ENOMEM. */
+ * value_bytes 4 or 2) into ra->table and makes room in ra->pooled for the
+ * pooled partial of total_samples samples (0: it is pooled elsewhere).
+ * Returns 0 or SCPS_ENOMEM. */
 int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
                            size_t total_samples);
 
-/* The samples [first, end) of ra->pooled: bit for bit the server's pooled
- * answer in float32 (scps_gather_tables over the widened rows). */
-void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end);
+/* The samples [first, end): bit for bit the server's pooled answer in
+ * float32 (scps_gather_tables over the widened rows), into ra->pooled (out
+ * NULL, laid out as the stack's samples) or into out, whose row 0 is
+ * sample out_first's (a feature's own array). */
+void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
+                           uint32_t out_first);
 
 void scps_rows_answer_free(scps_rows_answer *ra);
 

@@ -290,9 +290,10 @@ static void gather_list(const float *rows, size_t dim, const scps_coo *coo, cons
   }
 }
 
-/* The gather of one partition into the samples [first, end) of out. */
+/* The gather of one partition into the samples [first, end) of out, whose
+ * row 0 is sample out_first's. */
 static void gather(const float *rows, size_t dim, const scps_coo *coo, uint32_t first, uint32_t end, uint64_t *seen,
-                   float *out) {
+                   float *out, uint32_t out_first) {
   const uint32_t span = end > first ? end - first : 0;
   uint32_t idx[LOOKUP_CHUNK];
   for (size_t base = 0; base < coo->n; base += LOOKUP_CHUNK) {
@@ -303,13 +304,13 @@ static void gather(const float *rows, size_t dim, const scps_coo *coo, uint32_t 
       idx[m] = (uint32_t)(base + i);
       m += samples[i] - first < span;
     }
-    gather_list(rows, dim, coo, idx, m, first, seen, out, 0);
+    gather_list(rows, dim, coo, idx, m, first, seen, out, out_first);
   }
 }
 
 void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         uint32_t first, uint32_t end, float *out) {
-  gather(shard_of(e, stack, local_sc)->rows, (size_t)e->layout->stacks[stack].dim, coo, first, end, NULL, out);
+  gather(shard_of(e, stack, local_sc)->rows, (size_t)e->layout->stacks[stack].dim, coo, first, end, NULL, out, 0);
 }
 
 /* Samples per window of scps_engine_gather: its bitmap (8 KiB) lives on the
@@ -317,17 +318,22 @@ void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_
  * once per window, a sequential read. */
 #define GATHER_WINDOW 65536
 
+/* Zeroes the rows of out (n samples) whose bit in seen no entry set. */
+static void zero_unseen(const uint64_t *seen, uint32_t n, size_t dim, float *out) {
+  for (uint32_t b = 0; b < n; b++)
+    if (!(seen[b >> 6] >> (b & 63) & 1)) memset(out + (size_t)b * dim, 0, dim * sizeof(float));
+}
+
 /* scps_engine_gather over any row tables, one per partition. */
 static void gather_windows(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc,
-                           uint32_t first, uint32_t end, float *out) {
+                           uint32_t first, uint32_t end, float *out, uint32_t out_first) {
   uint64_t seen[GATHER_WINDOW / 64];
   for (uint32_t w0 = first, w1; w0 < end; w0 = w1) {
     w1 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end;
     const size_t words = ((size_t)(w1 - w0) + 63) / 64;
     memset(seen, 0, words * sizeof *seen);
-    for (int32_t k = 0; k < n_sc; k++) gather(tables[k], dim, &coo[k], w0, w1, seen, out);
-    for (uint32_t b = 0; b < w1 - w0; b++)
-      if (!(seen[b >> 6] >> (b & 63) & 1)) memset(out + (size_t)(w0 + b) * dim, 0, dim * sizeof(float));
+    for (int32_t k = 0; k < n_sc; k++) gather(tables[k], dim, &coo[k], w0, w1, seen, out, out_first);
+    zero_unseen(seen, w1 - w0, dim, out + (size_t)(w0 - out_first) * dim);
   }
 }
 
@@ -335,12 +341,12 @@ void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t 
                         uint32_t end, float *out) {
   const float *tables[SCPS_SC_PER_PROCESS_MAX];
   for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
-  gather_windows(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, out);
+  gather_windows(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, out, 0);
 }
 
 void scps_gather_tables(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                        uint32_t end, float *out) {
-  gather_windows(tables, dim, coo, n_sc, first, end, out);
+                        uint32_t end, float *out, uint32_t out_first) {
+  gather_windows(tables, dim, coo, n_sc, first, end, out, out_first);
 }
 
 /* scps_engine_gather_bf16's window: samples whose float32 rows take at
@@ -403,8 +409,7 @@ void scps_engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int
       gather_list(tables[k], dim, &coo[k], idx + start, stop - start, w0, seen, win, w0);
       start = stop;
     }
-    for (uint32_t b = 0; b < w1 - w0; b++)
-      if (!(seen[b >> 6] >> (b & 63) & 1)) memset(win + (size_t)b * dim, 0, dim * sizeof(float));
+    zero_unseen(seen, w1 - w0, dim, win);
     scps_bf16_encode(win, out + (size_t)w0 * dim * 2, (size_t)(w1 - w0) * dim);
   }
 }

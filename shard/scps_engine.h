@@ -78,9 +78,11 @@ void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, con
  * entry i reads row coo[k].rows[i] of tables[k] (dim floats per row), e.g.
  * a client pooling an answer of distinct rows with each entry's rows
  * renumbered 0, 1, ... by distinct row. Bit for bit what
- * scps_engine_gather gives for the same rows. */
+ * scps_engine_gather gives for the same rows, but out's row 0 is sample
+ * out_first's (0: out is the stack's whole buffer; a feature's
+ * sample_offset: out is that feature's [batch x dim] array). */
 void scps_gather_tables(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                        uint32_t end, float *out);
+                        uint32_t end, float *out, uint32_t out_first);
 
 /* For each distinct row of the partition: g = sum of gain * grads[sample],
  * then the stack's optimizer applied once; untouched rows and slots are not
