@@ -1452,51 +1452,58 @@ int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, 
   return lookup_start(c, b, acts, deadline_ms, false, done, ud, &o, NULL);
 }
 
-/* One stack's [total_sample_count x dim] gradients from the features'
- * [batch x embedding_dim] ones, padding columns zero. Returns the first
- * feature holding a NaN or infinity, or -1. */
-static int stack_gradients(const scps_layout *l, int st, const float *const *grads, void *out, bool bf16,
-                           int64_t *bad_at) {
-  const scps_stack_layout *sl = &l->stacks[st];
-  size_t dim = (size_t)sl->dim;
-  for (int k = 0; k < sl->n_features; k++) {
-    int f = sl->features[k];
-    size_t rows = (size_t)l->feature_specs[f].batch_size;
-    size_t width = (size_t)l->table_specs[l->features[f].table].embedding_dim;
-    size_t first = (size_t)l->features[f].sample_offset * dim;
-    const float *src = grads[f];
-    uint32_t nonfinite = 0;
-    for (size_t r = 0; r < rows; r++) {
-      const float *restrict s = src + r * width;
-      if (bf16) {
-        uint16_t *restrict d = (uint16_t *)out + first + r * dim;
-        for (size_t j = 0; j < width; j++) {
-          uint16_t h = scps_bf16_from_f32(s[j]);
-          nonfinite |= (uint32_t)((h & 0x7f80u) == 0x7f80u);
-          d[j] = h;
-        }
-        for (size_t j = width; j < dim; j++) d[j] = 0;
-        continue;
+/* A push's gradients laid out per stack, one feature per item of
+ * run_items: out[st] is stack st's [total_sample_count x dim] buffer (NULL
+ * when the batch does not use the stack), bad_at[f] the first NaN or
+ * infinity of feature f (once rounded, in bfloat16) or -1. */
+typedef struct grad_job {
+  const scps_layout *l;
+  const float *const *grads;
+  void **out;
+  bool bf16;
+  int64_t *bad_at;
+} grad_job;
+
+/* Feature f's [batch x embedding_dim] gradients into its stack's rows,
+ * padding columns zero. */
+static void grad_item(void *ctx, int f) {
+  grad_job *j = ctx;
+  const scps_layout *l = j->l;
+  const scps_feature_layout *fl = &l->features[f];
+  j->bad_at[f] = -1;
+  if (!j->out[fl->stack]) return;
+  size_t dim = (size_t)l->stacks[fl->stack].dim;
+  size_t rows = (size_t)l->feature_specs[f].batch_size;
+  size_t width = (size_t)l->table_specs[fl->table].embedding_dim;
+  size_t first = (size_t)fl->sample_offset * dim;
+  const float *src = j->grads[f];
+  uint32_t nonfinite = 0;
+  for (size_t r = 0; r < rows; r++) {
+    const float *restrict s = src + r * width;
+    if (j->bf16) {
+      uint16_t *restrict d = (uint16_t *)j->out[fl->stack] + first + r * dim;
+      for (size_t c = 0; c < width; c++) {
+        uint16_t h = scps_bf16_from_f32(s[c]);
+        nonfinite |= (uint32_t)((h & 0x7f80u) == 0x7f80u);
+        d[c] = h;
       }
-      float *restrict d = (float *)out + first + r * dim;
-      for (size_t j = 0; j < width; j++) {
-        uint32_t bits;
-        memcpy(&bits, &s[j], sizeof bits);
-        nonfinite |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
-        d[j] = s[j];
-      }
-      for (size_t j = width; j < dim; j++) d[j] = 0.0f;
+      for (size_t c = width; c < dim; c++) d[c] = 0;
+      continue;
     }
-    if (nonfinite) {
-      for (size_t i = 0; i < rows * width; i++)
-        if (!isfinite(bf16 ? scps_bf16_to_f32(scps_bf16_from_f32(src[i])) : src[i])) {
-          *bad_at = (int64_t)i;
-          break;
-        }
-      return f;
+    float *restrict d = (float *)j->out[fl->stack] + first + r * dim;
+    for (size_t c = 0; c < width; c++) {
+      uint32_t bits;
+      memcpy(&bits, &s[c], sizeof bits);
+      nonfinite |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
+      d[c] = s[c];
     }
+    for (size_t c = width; c < dim; c++) d[c] = 0.0f;
   }
-  return -1;
+  for (size_t i = 0; nonfinite && i < rows * width; i++)
+    if (!isfinite(j->bf16 ? scps_bf16_to_f32(scps_bf16_from_f32(src[i])) : src[i])) {
+      j->bad_at[f] = (int64_t)i;
+      break;
+    }
 }
 
 static int apply_start(scps_client *c, scps_batch *b, const float *const *grads, int64_t step, double learning_rate,
@@ -1526,25 +1533,33 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     return scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
   }
   for (int st = 0; st < ns; st++) gs[st] = grpc_empty_slice();
+  void **bufs = calloc((size_t)ns, sizeof *bufs);
+  int64_t *bad_at = calloc((size_t)l->n_features, sizeof *bad_at);
+  if (!bufs || !bad_at) rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
   for (int st = 0; st < ns && !rc; st++) {
     if (!b->stack_used[st]) continue;
     const scps_stack_layout *sl = &l->stacks[st];
-    void *g = scps_client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes,
-                                   &gs[st]);
-    if (!g) {
-      rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients", fn, sl->name);
-      break;
-    }
-    int64_t at = 0;
-    int f = stack_gradients(l, st, grads, g, c->format == SCPS_WIRE_BFLOAT16, &at);
-    if (f >= 0) {
-      int64_t width = l->table_specs[l->features[f].table].embedding_dim;
-      rc = scps_error_set(err, SCPS_EINVAL, "%s: grads[%d] (feature '%s') sample %lld column %lld is %g; gradients "
-                          "must be finite%s (nothing was sent)",
-                          fn, f, l->feature_specs[f].name, (long long)(at / width), (long long)(at % width),
-                          grads[f][at], c->format == SCPS_WIRE_BFLOAT16 ? ", also once rounded to bfloat16" : "");
-    }
+    bufs[st] = scps_client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes,
+                                    &gs[st]);
+    if (!bufs[st]) rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients", fn, sl->name);
   }
+  if (!rc) {
+    grad_job gj = {l, grads, bufs, c->format == SCPS_WIRE_BFLOAT16, bad_at};
+    run_items(c, l->n_features, grad_item, &gj);
+  }
+  /* The first bad value in stack order, then feature order. */
+  for (int st = 0; st < ns && !rc; st++)
+    for (int k = 0; k < l->stacks[st].n_features && !rc; k++) {
+      int f = l->stacks[st].features[k];
+      int64_t at = bad_at[f], width = l->table_specs[l->features[f].table].embedding_dim;
+      if (at >= 0)
+        rc = scps_error_set(err, SCPS_EINVAL, "%s: grads[%d] (feature '%s') sample %lld column %lld is %g; gradients "
+                            "must be finite%s (nothing was sent)",
+                            fn, f, l->feature_specs[f].name, (long long)(at / width), (long long)(at % width),
+                            grads[f][at], c->format == SCPS_WIRE_BFLOAT16 ? ", also once rounded to bfloat16" : "");
+    }
+  free(bufs);
+  free(bad_at);
   uint8_t head[64], pre[64];
   for (int p = 0; p < c->n && !rc; p++) {
     rpc *r = &o->rpcs[p];
