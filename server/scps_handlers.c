@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "scps_bf16.h"
+#include "scps_fdo.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 #include "scps_sha256.h"
@@ -396,19 +397,9 @@ static grpc_status_code check_partitions(scps_call *c, const scps_req_partitions
  * worker that gathers for k, so the partitions are counted side by side. */
 static void record_partition_stats(scps_server *s, const call_stack *cs, int32_t k) {
   int32_t N = s->layout->num_sc;
-  int32_t *ids = calloc((size_t)N * 2, sizeof *ids);
-  int64_t *last = malloc(sizeof *last * (size_t)N);
-  if (!ids || !last) goto out;
-  const scps_coo *coo = &cs->coo[k];
-  for (int32_t i = 0; i < N; i++) last[i] = -1;
-  for (size_t i = 0; i < coo->n; i++) {
-    int32_t src = s->sample_src[cs->stack][coo->samples[i]];
-    ids[src]++;
-    if (last[src] != coo->rows[i]) {
-      ids[N + src]++;
-      last[src] = coo->rows[i];
-    }
-  }
+  int32_t small[2 * 64];
+  int32_t *ids = N <= 64 ? small : malloc(sizeof *ids * 2 * (size_t)N);
+  if (!ids || scps_fdo_count_sources(&cs->coo[k], s->sample_src[cs->stack], N, ids, ids + N)) goto out;
   int32_t mx = 0, mu = 0;
   for (int32_t i = 0; i < N; i++) {
     if (ids[i] > mx) mx = ids[i];
@@ -422,8 +413,7 @@ static void record_partition_stats(scps_server *s, const call_stack *cs, int32_t
   while (mu > cur && !atomic_compare_exchange_weak(&q->max_unique, &cur, mu)) {
   }
 out:
-  free(ids);
-  free(last);
+  if (ids != small) free(ids);
 }
 
 grpc_status_code scps_check_view(scps_call *c, const uint8_t *fp, size_t fp_len, int32_t process_index,

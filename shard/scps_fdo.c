@@ -672,3 +672,52 @@ int scps_fdo_load_csv(scps_fdo *f, const char *dir, scps_error *err) {
   stats_array_free(tmp, f->n_stacks);
   return rc;
 }
+
+/* Entries take the counter sets in turn: with one set, an entry whose source
+ * repeats the previous entry's waits for that entry's increment to reach
+ * memory and come back. */
+#define COUNT_LANES 4
+
+int scps_fdo_count_sources(const scps_coo *coo, const int32_t *src_of, int32_t n_src, int32_t *ids,
+                           int32_t *unique) {
+  const size_t n = coo->n;
+  if (n_src > 64) {
+    /* No bitmask of a row's sources fits a register: remember each source's
+     * last row instead (rows ascend, so a different row is a new one). */
+    int64_t *last = malloc(sizeof *last * (size_t)n_src);
+    if (!last) return SCPS_ENOMEM;
+    for (int32_t s = 0; s < n_src; s++) {
+      ids[s] = unique[s] = 0;
+      last[s] = -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+      const int32_t s = src_of[coo->samples[i]];
+      ids[s]++;
+      unique[s] += last[s] != (int64_t)coo->rows[i];
+      last[s] = coo->rows[i];
+    }
+    free(last);
+    return 0;
+  }
+  int32_t lane_ids[COUNT_LANES][64] = {{0}}, lane_unique[COUNT_LANES][64] = {{0}};
+  uint64_t run = 0; /* sources seen among the current row's entries */
+  uint32_t prev = n ? coo->rows[0] : 0;
+  for (size_t i = 0; i < n; i++) {
+    const uint32_t row = coo->rows[i];
+    const int32_t s = src_of[coo->samples[i]];
+    const uint64_t bit = (uint64_t)1 << s;
+    run = row == prev ? run : 0;
+    prev = row;
+    lane_ids[i % COUNT_LANES][s]++;
+    lane_unique[i % COUNT_LANES][s] += !(run & bit);
+    run |= bit;
+  }
+  for (int32_t s = 0; s < n_src; s++) {
+    ids[s] = unique[s] = 0;
+    for (int k = 0; k < COUNT_LANES; k++) {
+      ids[s] += lane_ids[k][s];
+      unique[s] += lane_unique[k][s];
+    }
+  }
+  return 0;
+}

@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "scps_coo.h"
 #include "scps_layout.h"
 #include "scps_prep.h"
 
@@ -92,5 +93,14 @@ int32_t scps_fdo_limit_cap(const scps_fdo *f, int stack);
 /* "stack 's': max_ids_per_partition 256 -> 512, max_unique_ids_per_partition
  * 256 -> 256 (observed 430 ids, 200 unique)". Returns snprintf's count. */
 int scps_fdo_change_format(const scps_fdo_change *c, char *buf, size_t cap);
+
+/* A server's view of the partition counts: of coo's entries (sorted by row,
+ * as scps_engine_check_coo requires), ids[s] come from source SparseCore s
+ * and unique[s] distinct rows among them, where src_of[sample] names the
+ * source of each sample. ids and unique hold n_src counters each and are
+ * overwritten. Returns SCPS_ENOMEM (counts untouched) only when n_src is
+ * above 64 and its scratch cannot be allocated. */
+int scps_fdo_count_sources(const scps_coo *coo, const int32_t *src_of, int32_t n_src, int32_t *ids,
+                           int32_t *unique);
 
 #endif

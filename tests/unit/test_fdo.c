@@ -1,7 +1,8 @@
 /* FDO: accumulation over steps, the reference's CSV layout (export bytes,
- * load of the latest file per process with elementwise max, errors), and the
+ * load of the latest file per process with elementwise max, errors), the
  * adaptive mode raising limits live on a prep (headroom, rounding, never
- * lowering, SparseCore budget cap, log of every change). */
+ * lowering, SparseCore budget cap, log of every change), and a server's
+ * per-source counts of a partition against a plain count. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -409,7 +410,66 @@ static void test_options(void) {
   scps_layout_destroy(l);
 }
 
+/* Per source, distinct (row, source) pairs and entries, counted by brute force. */
+static void count_plain(const scps_coo *coo, const int32_t *src_of, int32_t n_src, int32_t *ids, int32_t *unique) {
+  for (int32_t s = 0; s < n_src; s++) ids[s] = unique[s] = 0;
+  for (size_t i = 0; i < coo->n; i++) {
+    int32_t s = src_of[coo->samples[i]];
+    ids[s]++;
+    bool seen = false;
+    for (size_t j = 0; j < i && !seen; j++) seen = coo->rows[j] == coo->rows[i] && src_of[coo->samples[j]] == s;
+    unique[s] += !seen;
+  }
+}
+
+static void test_count_sources(void) {
+  enum { SAMPLES = 300, MAX_N = 700 };
+  static const int32_t n_srcs[] = {1, 2, 3, 7, 64, 65, 200};
+  int32_t src_of[SAMPLES];
+  uint32_t rows[MAX_N], samples[MAX_N];
+  float gains[MAX_N];
+  int32_t ids[200], unique[200], want_ids[200], want_unique[200];
+  uint64_t rng = 12345;
+  for (size_t t = 0; t < sizeof n_srcs / sizeof n_srcs[0]; t++) {
+    int32_t n_src = n_srcs[t];
+    for (int trial = 0; trial < 20; trial++) {
+      for (int s = 0; s < SAMPLES; s++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        src_of[s] = (int32_t)((rng >> 33) % (uint64_t)n_src);
+      }
+      /* Rows ascending with runs of 1 to 40 entries, samples ascending in a run. */
+      size_t n = 0;
+      uint32_t row = 0;
+      size_t target = (size_t)(trial * 37) % MAX_N;
+      while (n < target) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        row += 1 + (uint32_t)((rng >> 40) % 5);
+        size_t run = 1 + (size_t)((rng >> 20) % 40);
+        uint32_t sample = (uint32_t)((rng >> 45) % 8);
+        for (size_t k = 0; k < run && n < target && sample < SAMPLES; k++) {
+          rows[n] = row;
+          samples[n] = sample;
+          gains[n++] = 1.0f;
+          sample += 1 + (uint32_t)((rng >> (k % 30)) % 9);
+        }
+      }
+      scps_coo coo = {.n = n, .rows = rows, .samples = samples, .gains = gains};
+      for (int32_t s = 0; s < n_src; s++) ids[s] = unique[s] = -7;
+      CHECK(scps_fdo_count_sources(&coo, src_of, n_src, ids, unique) == 0);
+      count_plain(&coo, src_of, n_src, want_ids, want_unique);
+      for (int32_t s = 0; s < n_src; s++)
+        if (ids[s] != want_ids[s] || unique[s] != want_unique[s]) {
+          fprintf(stderr, "count_sources: %d sources, %zu entries, source %d: %d ids %d unique, want %d %d\n",
+                  n_src, n, s, ids[s], unique[s], want_ids[s], want_unique[s]);
+          CHECK(0);
+          break;
+        }
+    }
+  }
+}
+
 int main(void) {
+  test_count_sources();
   test_record_and_export();
   test_load();
   test_adaptive();
