@@ -564,7 +564,8 @@ static bool pooled_in_place(const scps_client *c, const scps_batch *b, int p, in
 /* Rows [r0, r1) of feature f: the servers' partials summed in process order
  * (the first copied), each row read where it lies in the received slices (a
  * row split between two slices is gathered into tmp first). A feature as
- * wide as its stack is one contiguous range there, copied run by run. */
+ * wide as its stack is one contiguous range there, copied (float32) or
+ * widened (bfloat16) run by run. */
 static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
   const scps_client *c = o->c;
   const scps_layout *l = c->layout;
@@ -604,6 +605,22 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
         const uint8_t *s = scps_slices_at(m, at, &avail);
         if (avail > left) avail = left;
         memcpy(d, s, avail);
+      }
+      first = false;
+      continue;
+    }
+    if (first && width == dim) {
+      /* bfloat16, widened slice by slice; a value split between two slices
+       * is put together in tmp. */
+      float *d = dst + r0 * width;
+      for (size_t left = (r1 - r0) * dim, n, avail; left > 0; left -= n, at += 2 * n, d += n) {
+        const uint8_t *s = scps_slices_at(m, at, &avail);
+        n = avail / 2 < left ? avail / 2 : left;
+        if (!n) {
+          s = scps_slices_span(m, at, 2, tmp);
+          n = 1;
+        }
+        scps_bf16_decode(s, d, n);
       }
       first = false;
       continue;
