@@ -249,6 +249,11 @@ def main():
                      None, at70["samples_per_s"], at70["ids_per_s"], c["value"], c["target"], c["met"]))
         if "note" in c:
             rows.append(("serving", c["note"], None, None, None, None, None, None))
+        st = serving.get("stalls")
+        if st:
+            who = "SCHED_FIFO" if st["fifo"] else "normal-priority"
+            rows.append(("serving", f"  machine stalls in that run: {st['late_over_5ms']} over 5 ms, latest "
+                                    f"{st['max_late_ms']:.1f} ms ({who} sleeper)", None, None, None, None, None, None))
 
     m = res["machine"]
     print(f"scps benchmark suite, {res['date']}, commit {res['commit']}: {m['cpu']}, {m['cores']} cores, "
