@@ -5,6 +5,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "scps_radix.h"
 
@@ -102,8 +103,9 @@ struct scps_prep {
   pthread_mutex_t mu;
   pthread_cond_t cv_work, cv_done;
   bool sync_init;
-  uint64_t generation;
-  int pending;
+  /* Written under mu; read without it while spinning. */
+  atomic_uint_fast64_t generation;
+  atomic_int pending;
   bool stop;
   prep_job_fn job;
   int n_items;
@@ -132,23 +134,59 @@ static void run_items(scps_prep *p, prep_thread *t) {
   }
 }
 
+/* A phase's hand-off waits this long spinning before it sleeps: the phases
+ * of one run follow each other within microseconds, while waking a thread
+ * that slept costs tens of them on a virtual machine. */
+#define SPIN_NS 20000
+
+static int64_t mono_ns(void) {
+  struct timespec t;
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+/* Spin up to SPIN_NS while *v equals old (is positive); the caller then
+ * checks again under the mutex and sleeps if it must. */
+static void spin_while_equal(atomic_uint_fast64_t *v, uint64_t old) {
+  int64_t until = mono_ns() + SPIN_NS;
+  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == old; i++) {
+    cpu_relax();
+    if (!(i & 63) && mono_ns() > until) return;
+  }
+}
+
+static void spin_while_positive(atomic_int *v) {
+  int64_t until = mono_ns() + SPIN_NS;
+  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) > 0; i++) {
+    cpu_relax();
+    if (!(i & 63) && mono_ns() > until) return;
+  }
+}
+
 static void *worker_main(void *arg) {
   prep_thread *t = arg;
   scps_prep *p = t->p;
   uint64_t seen = 0;
   for (;;) {
+    spin_while_equal(&p->generation, seen);
     pthread_mutex_lock(&p->mu);
-    while (!p->stop && p->generation == seen)
+    while (!p->stop && atomic_load(&p->generation) == seen)
       pthread_cond_wait(&p->cv_work, &p->mu);
     if (p->stop) {
       pthread_mutex_unlock(&p->mu);
       return NULL;
     }
-    seen = p->generation;
+    seen = atomic_load(&p->generation);
     pthread_mutex_unlock(&p->mu);
     run_items(p, t);
     pthread_mutex_lock(&p->mu);
-    if (--p->pending == 0)
+    if (atomic_fetch_sub(&p->pending, 1) == 1)
       pthread_cond_signal(&p->cv_done);
     pthread_mutex_unlock(&p->mu);
   }
@@ -164,13 +202,14 @@ static void run_phase(scps_prep *p, prep_job_fn job, int n_items) {
   p->job = job;
   p->n_items = n_items;
   atomic_store_explicit(&p->next_item, 0, memory_order_relaxed);
-  p->pending = p->workers_started;
-  p->generation++;
+  atomic_store(&p->pending, p->workers_started);
+  atomic_fetch_add(&p->generation, 1);
   pthread_cond_broadcast(&p->cv_work);
   pthread_mutex_unlock(&p->mu);
   run_items(p, &p->threads[0]);
+  spin_while_positive(&p->pending);
   pthread_mutex_lock(&p->mu);
-  while (p->pending > 0)
+  while (atomic_load(&p->pending) > 0)
     pthread_cond_wait(&p->cv_done, &p->mu);
   pthread_mutex_unlock(&p->mu);
 }
