@@ -151,6 +151,8 @@ typedef struct op {
 
 /* ------------------------------------------------------------------ time */
 
+/* gRPC's monotonic clock, not scps_clock's: deadlines and retry times made
+ * from it go back to gRPC as GPR_CLOCK_MONOTONIC timespecs. */
 static int64_t now_ns(void) {
   gpr_timespec t = gpr_now(GPR_CLOCK_MONOTONIC);
   return t.tv_sec * 1000000000 + t.tv_nsec;

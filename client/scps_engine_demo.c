@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "scps_clock.h"
 #include "scps_engine.h"
 #include "scps_fdo.h"
 #include "scps_init.h"
@@ -92,12 +92,6 @@ static int64_t parse_bytes(const char *s) {
   return *end || v <= 0 ? -1 : (int64_t)v;
 }
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 int main(int argc, char **argv) {
   const char *path = "../shared/workloads/shared-tables.json";
   scps_topology topo = {2, 2, (int64_t)256 << 20};
@@ -168,7 +162,7 @@ int main(int argc, char **argv) {
   for (long step = 0; step < steps && !rc; step++) {
     scps_workload_gen_next(gen);
     const scps_feature_input *in = scps_workload_gen_inputs(gen);
-    double t0 = now();
+    double t0 = scps_clock_s();
     rc = scps_prep_run(prep, in, &err);
     if (rc == SCPS_ELIMIT && adaptive) {
       /* The refused batch's counts raise the limits; then it fits. */
@@ -197,7 +191,7 @@ int main(int argc, char **argv) {
         scps_engine_update(train.engines[sc / S], st, sc % S, scps_prep_coo(prep, st, sc), act[st], &s);
       drops += scps_prep_stats(prep, st)->id_drop_counter;
     }
-    busy += now() - t0;
+    busy += scps_clock_s() - t0;
     for (int f = 0; f < w->n_features; f++) ids += (int64_t)in[f].n_ids;
     loss = sq / (double)w->batch_size;
     if (first_loss < 0) first_loss = loss;

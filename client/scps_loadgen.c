@@ -1,3 +1,4 @@
+#include "scps_clock.h"
 #include "scps_loadgen.h"
 
 #include <errno.h>
@@ -37,12 +38,6 @@ int scps_loadgen_mode_from_name(const char *name, scps_loadgen_mode *out) {
 }
 
 const char *scps_loadgen_mode_name(scps_loadgen_mode m) { return mode_names[m]; }
-
-static int64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 static struct timespec to_ts(int64_t ns) {
   struct timespec t = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
@@ -191,7 +186,7 @@ static int request(lg_client *cl, int k, bool train, int64_t sent, scps_error *e
   const scps_loadgen_options *o = cl->g->o;
   int rc = scps_client_lookup(cl->c, cl->b[k], cl->acts, o->deadline_ms, err);
   if (rc || !train) return rc;
-  int64_t left = o->deadline_ms - (now_ns() - sent) / 1000000;
+  int64_t left = o->deadline_ms - (scps_clock_ns() - sent) / 1000000;
   return scps_client_apply_gradients(cl->c, cl->b[k], (const float *const *)cl->grads, cl->step++, -1.0,
                                      left > 1 ? left : 1, err);
 }
@@ -265,7 +260,7 @@ static void *client_main(void *arg) {
       if (due >= atomic_load(&g->end)) break;
       sleep_until(due);
     } else {
-      due = now_ns();
+      due = scps_clock_ns();
       if (due >= atomic_load(&g->end)) break;
     }
     bool measured = due >= g->warm_end;
@@ -274,12 +269,12 @@ static void *client_main(void *arg) {
     bool train = p_train > 0 && next_unit(&cl->rng) < p_train;
     int k = (int)(j % BATCHES_PER_CLIENT);
     scps_error_clear(&err);
-    int64_t sent = now_ns();
+    int64_t sent = scps_clock_ns();
     int rc = request(cl, k, train, sent, &err);
-    record(cl, k, measured, rc, now_ns() - due, sent - due, &err);
+    record(cl, k, measured, rc, scps_clock_ns() - due, sent - due, &err);
   }
   pthread_mutex_lock(&g->mu);
-  if (--g->running == 0) g->last_done = now_ns();
+  if (--g->running == 0) g->last_done = scps_clock_ns();
   pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
   return NULL;
@@ -359,7 +354,7 @@ static int run_ticker(lg *g, ticker *tk, scps_loadgen_result *res, scps_error *e
   while (g->running > 0) {
     struct timespec ts = to_ts(next);
     pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-    if (g->running == 0 || now_ns() < next) continue;
+    if (g->running == 0 || scps_clock_ns() < next) continue;
     pthread_mutex_unlock(&g->mu);
     if (!rc) rc = tick(g, tk, next, false, res, err);
     int64_t after = next + 1000000000;
@@ -413,7 +408,7 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
     }
   }
   if (!rc) {
-    g->t0 = now_ns();
+    g->t0 = scps_clock_ns();
     g->warm_end = g->t0 + (int64_t)(o->warmup_s * 1e9);
     atomic_store(&g->end, o->requests > 0 ? INT64_MAX : g->warm_end + (int64_t)(o->duration_s * 1e9));
     tk->prev = g->t0;

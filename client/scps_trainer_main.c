@@ -6,9 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "scps_clock.h"
 #include "scps_ctr.h"
 #include "scps_mlp.h"
 #include "scps_memtune.h"
@@ -70,12 +70,6 @@ typedef struct trainer {
   int tty;
 } trainer;
 
-static double now(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
-
 static int hook_inputs(void *ud, int64_t batch, const scps_feature_input **in, scps_error *err) {
   trainer *t = ud;
   scps_ctr_next(t->data);
@@ -93,7 +87,7 @@ static void gather_inputs(trainer *t, float *const *acts) {
 }
 
 static void progress(trainer *t, int final) {
-  double tn = now();
+  double tn = scps_clock_s();
   if (!final && tn - t->last_print < (t->tty ? 0.25 : 5.0)) return;
   t->last_print = tn;
   double auc = scps_auc(t->window_scores, t->window_labels, t->window_fill);
@@ -309,7 +303,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "scps-trainer: %s, %d features (%d embedding columns), batch %d, %d servers, %s\n", w->name,
             w->n_features, t.width, t.batch, n_servers, mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential");
     t.tty = isatty(2);
-    t.t0 = t.last_print = now();
+    t.t0 = t.last_print = scps_clock_s();
     int64_t first = scps_client_step(c) + 1;
     if (first > 0) fprintf(stderr, "scps-trainer: the servers hold step %lld; resuming at step %lld\n",
                            (long long)first - 1, (long long)first);

@@ -235,7 +235,7 @@ static void handle_health(scps_call *c) {
   r.status = atomic_load(&s->draining) ? SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING
                                        : SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING;
   r.process_index = s->opts.process_index;
-  r.uptime_seconds = (double)scps_now_ns() * 1e-9 - s->start_time;
+  r.uptime_seconds = (double)scps_clock_ns() * 1e-9 - s->start_time;
   scps_call_finish_packed(c, &r.base);
 }
 
@@ -245,7 +245,7 @@ static void handle_stats(scps_call *c) {
   if (!scps_read_request(c, &scps__v1__stats_request__descriptor)) return;
   Scps__V1__StatsResponse r = SCPS__V1__STATS_RESPONSE__INIT;
   r.process_index = s->opts.process_index;
-  r.uptime_seconds = (double)scps_now_ns() * 1e-9 - s->start_time;
+  r.uptime_seconds = (double)scps_clock_ns() * 1e-9 - s->start_time;
   int S = s->S, ns = l->n_stacks;
   Scps__V1__SparseCoreStats *scs = calloc((size_t)S, sizeof *scs), **scp = calloc((size_t)S, sizeof *scp);
   Scps__V1__StackStats *sts = calloc((size_t)ns, sizeof *sts), **stp = calloc((size_t)ns, sizeof *stp);
@@ -644,12 +644,12 @@ static bool read_data_request(scps_call *c, scps_request_kind kind) {
  * busy handing work to each other. */
 static void lookup_inline(scps_call *c) {
   scps_server *s = c->srv;
-  int64_t t0 = scps_now_ns();
+  int64_t t0 = scps_clock_ns();
   for (int k = 0; k < s->S; k++) pthread_rwlock_rdlock(&s->sc_locks[k]);
   for (int k = 0; k < s->S; k++) lookup_sc(&c->job, k);
   for (int k = s->S - 1; k >= 0; k--) pthread_rwlock_unlock(&s->sc_locks[k]);
   atomic_fetch_add(&s->inline_lookups, 1);
-  atomic_fetch_add(&s->inline_ns, (long long)(scps_now_ns() - t0));
+  atomic_fetch_add(&s->inline_ns, (long long)(scps_clock_ns() - t0));
   lookup_tc(&c->job);
 }
 

@@ -18,12 +18,6 @@
 const char *const scps_method_names[SCPS_M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Stats",
                                                      "Health",    "Checkpoint"};
 
-int64_t scps_now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 static void call_free(scps_call *c) {
   if (c->call) grpc_call_unref(c->call);
   grpc_metadata_array_destroy(&c->md);
@@ -131,7 +125,7 @@ static void send_final(scps_call *c, grpc_status_code status, const char *detail
     if (status != GRPC_STATUS_OK) atomic_fetch_add(&m->errors, 1);
     atomic_fetch_add(&m->bytes_in, (long long)c->bytes_in);
     atomic_fetch_add(&m->bytes_out, (long long)(c->response ? len : 0));
-    atomic_fetch_add(&m->ns, (long long)(scps_now_ns() - c->t0_ns));
+    atomic_fetch_add(&m->ns, (long long)(scps_clock_ns() - c->t0_ns));
   }
   /* The call is freed by its completion-queue thread after the send tag; a
    * release on refs pairs with that thread's acq_rel decrement, making the
@@ -185,7 +179,7 @@ static void on_new_call(scps_call *c, int ok) {
     c->counted = 1;
     atomic_fetch_add(&s->active, 1);
   }
-  c->t0_ns = scps_now_ns();
+  c->t0_ns = scps_clock_ns();
   atomic_store(&c->refs, 2);
   grpc_op op;
   memset(&op, 0, sizeof op);
@@ -322,7 +316,7 @@ void scps_server_checkpoint_tick(scps_server *s) { scps_saver_tick(s); }
 int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, scps_error *err) {
   s->on_stopped = on_stopped;
   s->on_stopped_ud = ud;
-  s->start_time = (double)scps_now_ns() * 1e-9;
+  s->start_time = (double)scps_clock_ns() * 1e-9;
   grpc_server_start(s->server);
   for (int i = 0; i < s->opts.cq_threads; i++) {
     for (int m = 0; m < SCPS_M_COUNT; m++)

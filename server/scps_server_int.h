@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "scps.pb-c.h"
+#include "scps_clock.h"
 #include "scps_engine.h"
 #include "scps_pipeline.h"
 #include "scps_request.h"
@@ -152,8 +153,6 @@ void scps_call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t le
 
 /* Reads the request into a single buffer; *data is malloc'd. */
 int scps_call_read_payload(scps_call *c, uint8_t **data, size_t *len);
-
-int64_t scps_now_ns(void);
 
 /* Builds the packed GetConfigResponse and per-stack tables handlers use. */
 int scps_handlers_init(scps_server *s, scps_error *err);

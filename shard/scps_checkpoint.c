@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "scps_clock.h"
 #include "scps_hash64.h"
 #include "scps_json.h"
 #include "scps_jsonw.h"
@@ -78,12 +78,6 @@ struct scps_checkpoint {
   ck_stack *stacks;
   ck_file *files; /* [n_stacks * num_sc], index stack * num_sc + sc */
 };
-
-static double now_seconds(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static int64_t region_bytes(const ck_stack *s) {
   return s->rows_per_sc * s->dim * (int64_t)sizeof(float);
@@ -469,7 +463,7 @@ static int save_file(void *arg, int i, scps_error *err) {
 int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
                          const scps_checkpoint_limits *limits, scps_checkpoint_stats *stats,
                          scps_error *err) {
-  double t0 = now_seconds();
+  double t0 = scps_clock_s();
   const scps_layout *l = scps_engine_layout(e);
   const int32_t S = l->topology.sc_per_process, p = scps_engine_process_index(e);
   /* The engine's accessors hand out writable pointers; save only reads them. */
@@ -542,7 +536,7 @@ out:
   } else if (stats) {
     stats->bytes = bytes;
     stats->files = n_files;
-    stats->seconds = now_seconds() - t0;
+    stats->seconds = scps_clock_s() - t0;
   }
   free(specs);
   free(files);
@@ -1107,7 +1101,7 @@ static int verify_one(void *arg, int i, scps_error *err) { return stream_one(arg
 
 int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
                          scps_error *err) {
-  double t0 = now_seconds();
+  double t0 = scps_clock_s();
   const scps_layout *l = scps_engine_layout(e);
   char msg[512];
   const scps_workload *w = c->specs;
@@ -1138,13 +1132,13 @@ int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoi
   if (!rc && stats) {
     stats->bytes = bytes;
     stats->files = files;
-    stats->seconds = now_seconds() - t0;
+    stats->seconds = scps_clock_s() - t0;
   }
   return rc;
 }
 
 int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stats, scps_error *err) {
-  double t0 = now_seconds();
+  double t0 = scps_clock_s();
   const int files = c->n_stacks * c->num_sc;
   int rc = for_each_file(files, verify_one, (void *)c, err);
   if (!rc && stats) {
@@ -1152,7 +1146,7 @@ int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stat
     for (int i = 0; i < files; i++) bytes += c->files[i].bytes;
     stats->bytes = bytes;
     stats->files = files;
-    stats->seconds = now_seconds() - t0;
+    stats->seconds = scps_clock_s() - t0;
   }
   return rc;
 }
@@ -1242,7 +1236,7 @@ int scps_checkpoint_export_table(const scps_checkpoint *c, const char *table, in
 
 int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char *dst_root,
                             scps_checkpoint_stats *stats, scps_error *err) {
-  double t0 = now_seconds();
+  double t0 = scps_clock_s();
   int rc = scps_topology_validate(to, err);
   if (rc) return rc;
   scps_checkpoint *c;
@@ -1276,7 +1270,7 @@ int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char
   }
   if (!rc && stats) {
     *stats = total;
-    stats->seconds = now_seconds() - t0;
+    stats->seconds = scps_clock_s() - t0;
   }
   free(limits);
   scps_layout_destroy(l);

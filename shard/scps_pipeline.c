@@ -1,3 +1,4 @@
+#include "scps_clock.h"
 #include "scps_pipeline.h"
 
 #include <pthread.h>
@@ -5,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A growable ring of job pointers with its own lock: a job sits in every
  * SparseCore queue at once, so links cannot live in the job. */
@@ -36,12 +36,6 @@ struct scps_pipeline {
   pthread_cond_t gang_cv;
   uint64_t gang_gen; /* barriers passed; under gang_mu */
 };
-
-static int64_t now_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
 
 static int queue_init(queue *q) {
   memset(q, 0, sizeof *q);
@@ -145,9 +139,9 @@ static void *sc_main(void *arg) {
   scps_job *job;
   while ((job = queue_pop(q))) {
     if (job->gang) gang_wait(w->p, &job->gang_in);
-    int64_t t0 = now_ns();
+    int64_t t0 = scps_clock_ns();
     job->sc_fn(job, w->index);
-    queue_account(q, now_ns() - t0);
+    queue_account(q, scps_clock_ns() - t0);
     if (job->gang) {
       if (gang_wait(w->p, &job->gang_out)) queue_push(&w->p->tc, job);
     } else if (atomic_fetch_sub(&job->pending, 1) == 1) {
@@ -162,9 +156,9 @@ static void *tc_main(void *arg) {
   queue *q = &w->p->tc;
   scps_job *job;
   while ((job = queue_pop(q))) {
-    int64_t t0 = now_ns();
+    int64_t t0 = scps_clock_ns();
     job->tc_fn(job);
-    queue_account(q, now_ns() - t0);
+    queue_account(q, scps_clock_ns() - t0);
   }
   return NULL;
 }

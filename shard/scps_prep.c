@@ -1,3 +1,4 @@
+#include "scps_clock.h"
 #include "scps_prep.h"
 
 #include <math.h>
@@ -5,7 +6,6 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "scps_radix.h"
 
@@ -139,12 +139,6 @@ static void run_items(scps_prep *p, prep_thread *t) {
  * that slept costs tens of them on a virtual machine. */
 #define SPIN_NS 20000
 
-static int64_t mono_ns(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
-}
-
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
@@ -154,18 +148,18 @@ static inline void cpu_relax(void) {
 /* Spin up to SPIN_NS while *v equals old (is positive); the caller then
  * checks again under the mutex and sleeps if it must. */
 static void spin_while_equal(atomic_uint_fast64_t *v, uint64_t old) {
-  int64_t until = mono_ns() + SPIN_NS;
+  int64_t until = scps_clock_ns() + SPIN_NS;
   for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == old; i++) {
     cpu_relax();
-    if (!(i & 63) && mono_ns() > until) return;
+    if (!(i & 63) && scps_clock_ns() > until) return;
   }
 }
 
 static void spin_while_positive(atomic_int *v) {
-  int64_t until = mono_ns() + SPIN_NS;
+  int64_t until = scps_clock_ns() + SPIN_NS;
   for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) > 0; i++) {
     cpu_relax();
-    if (!(i & 63) && mono_ns() > until) return;
+    if (!(i & 63) && scps_clock_ns() > until) return;
   }
 }
 
