@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "scps_checkpoint.h"
+#include "scps_clock.h"
 #include "scps_hash64.h"
 #include "scps_workload.h"
 #include "scps_bench.h"
@@ -41,22 +42,22 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
   if (!rc && !(chunk = malloc(PLAIN_CHUNK))) rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
   if (!rc) memset(chunk, 0x5a, PLAIN_CHUNK);
   for (int i = 0; i < runs && !rc; i++) {
-    double t0 = scps_bench_now();
+    double t0 = scps_clock_s();
     rc = scps_checkpoint_save(e, dir, i, NULL, &st, err);
-    t_save[i] = scps_bench_now() - t0;
+    t_save[i] = scps_clock_s() - t0;
     char step_dir[4096];
     snprintf(step_dir, sizeof step_dir, "%s/step-%012d", dir, i);
     scps_checkpoint *c = NULL;
     scps_engine *fresh = NULL;
     if (!rc) rc = scps_engine_create(l, 0, &fresh, err);
-    t0 = scps_bench_now();
+    t0 = scps_clock_s();
     if (!rc) rc = scps_checkpoint_open(step_dir, &c, err);
     if (!rc) rc = scps_checkpoint_load(c, fresh, NULL, err);
-    t_load[i] = scps_bench_now() - t0;
+    t_load[i] = scps_clock_s() - t0;
     scps_checkpoint_close(c);
     scps_engine_destroy(fresh);
     if (!rc) rc = scps_checkpoint_retain(dir, 1, err);
-    t0 = scps_bench_now();
+    t0 = scps_clock_s();
     uint64_t sum = 0;
     for (int s = 0; s < l->n_stacks; s++)
       for (int32_t sc = 0; sc < topo.sc_per_process; sc++) {
@@ -65,15 +66,15 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
         for (int k = 0; k < scps_optimizer_num_slots(l->stacks[s].optimizer.type); k++)
           sum ^= scps_hash64(scps_engine_slot(e, s, sc, k), region, 0);
       }
-    t_hash[i] = scps_bench_now() - t0 + (double)(sum & 1) * 1e-12;
-    t0 = scps_bench_now();
+    t_hash[i] = scps_clock_s() - t0 + (double)(sum & 1) * 1e-12;
+    t0 = scps_clock_s();
     if (!rc && scps_bench_plain_write(plain, chunk, PLAIN_CHUNK, st.bytes))
       rc = scps_error_set(err, SCPS_EIO, "cannot write '%s'", plain);
-    t_write[i] = scps_bench_now() - t0;
-    t0 = scps_bench_now();
+    t_write[i] = scps_clock_s() - t0;
+    t0 = scps_clock_s();
     if (!rc && scps_bench_plain_read(plain, chunk, PLAIN_CHUNK))
       rc = scps_error_set(err, SCPS_EIO, "cannot read '%s'", plain);
-    t_read[i] = scps_bench_now() - t0;
+    t_read[i] = scps_clock_s() - t0;
     unlink(plain);
   }
   if (!rc) {

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "scps_client.h"
+#include "scps_clock.h"
 #include "scps_memtune.h"
 #include "scps_train.h"
 #include "scps_workload.h"
@@ -116,13 +117,13 @@ static int time_steps(scps_client *c, scps_batch *b, const stored *st, int disti
                       scps_error *err) {
   for (long i = 0; i < warmup + batches; i++) {
     if (i == warmup) scps_client_traffic(c, sent, received);
-    double t0 = scps_bench_now();
+    double t0 = scps_clock_s();
     int rc = scps_client_prepare(c, st[i % distinct].in, b, err);
-    double t1 = scps_bench_now();
+    double t1 = scps_clock_s();
     if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
-    double t2 = scps_bench_now();
+    double t2 = scps_clock_s();
     if (!rc && train) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, i, -1, 60000, err);
-    double t3 = scps_bench_now();
+    double t3 = scps_clock_s();
     if (rc) return rc;
     if (i >= warmup) {
       t_step[i - warmup] = t3 - t0;
@@ -179,13 +180,13 @@ static void *depth_thread(void *p) {
   atomic_fetch_add(&d->warmed, 1);
   while (!atomic_load(&d->go)) sched_yield();
   for (long i; !rc && !atomic_load(&d->rc) && (i = atomic_fetch_add(&d->next, 1)) < d->batches;) {
-    double t0 = scps_bench_now();
+    double t0 = scps_clock_s();
     rc = scps_client_prepare(d->c, d->st[i % d->distinct].in, b, &err);
-    double t1 = scps_bench_now();
+    double t1 = scps_clock_s();
     if (!rc) rc = scps_client_lookup(d->c, b, acts, 60000, &err);
-    double t2 = scps_bench_now();
+    double t2 = scps_clock_s();
     if (!rc && d->train) rc = scps_client_apply_gradients(d->c, b, (const float *const *)grads, i, -1, 60000, &err);
-    double t3 = scps_bench_now();
+    double t3 = scps_clock_s();
     t_step[i] = t3 - t0;
     t_prep[i] = t1 - t0;
     t_look[i] = t2 - t1;
@@ -220,10 +221,10 @@ static int time_depth(scps_client *c, const stored *st, int distinct, int nf, si
   }
   while (atomic_load(&d.warmed) < started) sched_yield();
   scps_client_traffic(c, sent, received);
-  double t0 = scps_bench_now();
+  double t0 = scps_clock_s();
   atomic_store(&d.go, true);
   for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
-  *wall = scps_bench_now() - t0;
+  *wall = scps_clock_s() - t0;
   pthread_mutex_destroy(&d.err_mu);
   if (atomic_load(&d.rc)) {
     *err = d.err;
@@ -285,9 +286,9 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
         t_save[i] = quiet.res.seconds;
       } else if (plain) {
         unlink(plain);
-        double t0 = scps_bench_now();
+        double t0 = scps_clock_s();
         int e = scps_bench_plain_write(plain, chunk, PLAIN_CHUNK, first.res.bytes);
-        t_write[i] = scps_bench_now() - t0;
+        t_write[i] = scps_clock_s() - t0;
         if (e) rc = scps_error_set(err, SCPS_EIO, "cannot write '%s': %s", plain, strerror(-e));
       }
     }
@@ -300,9 +301,9 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   long n = 0;
   while (!atomic_load(&sv.done) && n < MAX_BATCHES && !rc) {
     rc = scps_client_prepare(c, st[n % 4].in, b, err);
-    double t0 = scps_bench_now();
+    double t0 = scps_clock_s();
     if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
-    t_look[n++] = scps_bench_now() - t0;
+    t_look[n++] = scps_clock_s() - t0;
   }
   pthread_join(th, NULL);
   if (rc) return rc;

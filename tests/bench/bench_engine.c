@@ -27,8 +27,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "scps_clock.h"
 #include "scps_engine.h"
 #include "scps_prep.h"
 #include "scps_workload.h"
@@ -91,12 +91,6 @@ struct bench {
   /* Written by worker 0 only, read after the join. */
   double *lookup_ms, *update_ms; /* [batches] */
 };
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -283,9 +277,9 @@ static int prepare_batches(bench *b, double *prep_ms, scps_error *err) {
     const scps_feature_input *in = scps_workload_gen_inputs(gen);
     batch *bt = &b->batches[k];
     for (int f = 0; f < b->w->n_features; f++) bt->ids += (int64_t)in[f].n_ids;
-    double t0 = now_s();
+    double t0 = scps_clock_s();
     rc = scps_prep_run(prep, in, err);
-    prep_ms[k] = (now_s() - t0) * 1e3;
+    prep_ms[k] = (scps_clock_s() - t0) * 1e3;
     if (!rc) rc = batch_capture(b, prep, bt, err);
   }
   scps_prep_destroy(prep);
@@ -332,13 +326,13 @@ static void *worker_main(void *arg) {
   for (int k = -1; k < b->n_batches; k++) {
     const batch *bt = &b->batches[k < 0 ? 0 : k];
     pthread_barrier_wait(&b->barrier);
-    double t0 = now_s();
+    double t0 = scps_clock_s();
     lookup(wk, bt);
     pthread_barrier_wait(&b->barrier);
-    double t1 = now_s();
+    double t1 = scps_clock_s();
     update(wk, bt, k + 1);
     pthread_barrier_wait(&b->barrier);
-    double t2 = now_s();
+    double t2 = scps_clock_s();
     if (wk->index == 0 && k >= 0) {
       b->lookup_ms[k] = (t1 - t0) * 1e3;
       b->update_ms[k] = (t2 - t1) * 1e3;
@@ -467,13 +461,13 @@ static int run(bench *b, scps_error *err) {
   b->n_stacks = b->layout->n_stacks;
   b->n_batches = o->batches;
 
-  double t0 = now_s();
+  double t0 = scps_clock_s();
   b->engines = calloc((size_t)o->processes, sizeof *b->engines);
   if (!b->engines) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   for (int32_t p = 0; p < o->processes && !rc; p++)
     rc = scps_engine_create(b->layout, p, &b->engines[p], err);
   if (rc) return rc;
-  double init_s = now_s() - t0;
+  double init_s = scps_clock_s() - t0;
 
   b->batches = calloc((size_t)b->n_batches, sizeof *b->batches);
   b->lookup_ms = calloc((size_t)b->n_batches, sizeof(double));
@@ -483,9 +477,9 @@ static int run(bench *b, scps_error *err) {
     free(prep_ms);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
-  t0 = now_s();
+  t0 = scps_clock_s();
   rc = prepare_batches(b, prep_ms, err);
-  double prepare_s = now_s() - t0;
+  double prepare_s = scps_clock_s() - t0;
   double prep_median = scps_bench_median(prep_ms, (size_t)b->n_batches);
   free(prep_ms);
   if (!rc) rc = alloc_buffers(b, err);

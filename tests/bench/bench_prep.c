@@ -18,8 +18,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "scps_clock.h"
 #include "scps_layout.h"
 #include "scps_prep.h"
 #include "scps_workload.h"
@@ -46,12 +46,6 @@ typedef struct batch {
   float **weights;
   int64_t n_ids;
 } batch;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *fp) {
   fputs("usage: scps-bench-prep [--workload FILE] [--threads T[,T...]] [--batches K]\n"
@@ -221,9 +215,9 @@ static int run(const options *o, const scps_workload *w, const scps_layout *l, b
   int64_t drops = 0, ids = 0;
   for (int k = -WARMUP; k < o->batches && rc == 0; k++) {
     batch *b = &batches[(k + WARMUP) % o->batches];
-    double t0 = now_s();
+    double t0 = scps_clock_s();
     rc = scps_prep_run(p, b->in, &err);
-    double dt = now_s() - t0;
+    double dt = scps_clock_s() - t0;
     if (rc != 0) {
       fprintf(stderr, "scps-bench-prep: batch %d: %s\n", k, err.msg);
       break;

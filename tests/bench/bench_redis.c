@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "scps_clock.h"
 #include "scps_workload.h"
 #include "scps_bench.h"
 
@@ -486,7 +487,7 @@ static int run(bench *bn, conn *c, int first, int count, double *done, scps_erro
       continue;
     }
     if (finish_batch(bn, c, finished % depth, first + finished, err)) return err->code;
-    if (done) done[finished] = scps_bench_now();
+    if (done) done[finished] = scps_clock_s();
     finished++;
   }
   return 0;
@@ -657,14 +658,14 @@ int main(int argc, char **argv) {
   if (!rc) rc = conn_open(&c, host, (int)port, &err);
   if (!rc) rc = redis_version(&c, version, sizeof version, &err);
   if (!rc) {
-    double t0 = scps_bench_now();
+    double t0 = scps_clock_s();
     rc = load_rows(&bn, &c, &keys, &err);
-    t_load = scps_bench_now() - t0;
+    t_load = scps_clock_s() - t0;
   }
   if (!rc) rc = run(&bn, &c, 0, (int)warmup, NULL, &err);
   if (!rc) {
     bn.rows_returned = 0;
-    done[0] = scps_bench_now();
+    done[0] = scps_clock_s();
     rc = run(&bn, &c, (int)warmup, (int)batches, done + 1, &err);
   }
   if (!rc) rc = check_batch(&bn, bn.nb - 1, &err);

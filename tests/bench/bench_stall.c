@@ -9,6 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "scps_clock.h"
+
 static const char usage[] =
     "usage: scps-bench-stall [--seconds S] [--period-us P]\n"
     "Sleeps P microseconds (default 1000) again and again for S seconds\n"
@@ -26,8 +28,6 @@ static const char usage[] =
 typedef struct late {
   double t_s, late_ms;
 } late;
-
-static int64_t ts_ns(const struct timespec *t) { return (int64_t)t->tv_sec * 1000000000 + t->tv_nsec; }
 
 /* Keeps the WORST latest wakeups, latest first. */
 static void keep_worst(late *w, int *n, double t_s, double late_ms) {
@@ -80,9 +80,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int64_t period = period_us * 1000;
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  const int64_t start = ts_ns(&t), stop = start + (int64_t)(seconds * 1e9);
+  const int64_t start = scps_clock_ns(), stop = start + (int64_t)(seconds * 1e9);
   long wakeups = 0, over2 = 0, over5 = 0, over10 = 0;
   double lost_ms = 0, max_ms = 0;
   late worst[WORST];
@@ -91,8 +89,7 @@ int main(int argc, char **argv) {
     struct timespec d = {.tv_sec = due / 1000000000, .tv_nsec = due % 1000000000};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &d, NULL) == EINTR) {
     }
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    const int64_t now = ts_ns(&t);
+    const int64_t now = scps_clock_ns();
     const double late_ms = (double)(now - due) * 1e-6;
     wakeups++;
     over2 += late_ms > 2;

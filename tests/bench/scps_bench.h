@@ -1,13 +1,11 @@
-/* scps_bench: the clock, the order statistics and the plain file I/O every
- * benchmark program reports with, so their figures are computed one way. */
+/* scps_bench: the order statistics and the plain file I/O every benchmark
+ * program reports with (timed by scps_clock.h), so their figures are
+ * computed one way. */
 #ifndef SCPS_BENCH_H
 #define SCPS_BENCH_H
 
 #include <stddef.h>
 #include <stdint.h>
-
-/* Seconds on the monotonic clock. */
-double scps_bench_now(void);
 
 /* Sorts v[0..n) ascending. */
 void scps_bench_sort(double *v, size_t n);

@@ -53,9 +53,9 @@ stall_pid=$!
 "${loadgen[@]}" --rate "$rate" --json "$tmp/at70.json" >&2
 wait "$stall_pid"
 
-/usr/bin/python3 - "$tmp/peak.json" "$tmp/at70.json" "$json" "$tmp/stalls.json" <<'PY'
+/usr/bin/python3 - "$tmp/peak.json" "$tmp/at70.json" "$tmp/stalls.json" "$json" <<'PY'
 import json, sys
-peak, at70, stalls = (json.load(open(p)) for p in sys.argv[1:3] + sys.argv[4:5])
+peak, at70, stalls = (json.load(open(p)) for p in sys.argv[1:4])
 lp, la = peak["latency_ms"], at70["latency_ms"]
 ratio = la["p99"] / la["p50"] if la["p50"] > 0 else float("inf")
 print(f"{'':28s} {'req/s':>10s} {'samples/s':>11s} {'p50 ms':>8s} {'p99 ms':>8s} {'p99/p50':>8s} {'errors':>7s}")
@@ -77,5 +77,5 @@ print(f"machine stalls during the 70% run ({'SCHED_FIFO' if stalls['fifo'] else 
       f"sleeping {stalls['period_us']} us): {stalls['late_over_5ms']} wakeups late by over 5 ms, "
       f"the latest by {stalls['max_late_ms']:.1f} ms")
 json.dump({"peak": peak, "at70": at70, "p99_over_p50": ratio, "not_valid": not_valid, "stalls": stalls},
-          open(sys.argv[3], "w"), indent=1)
+          open(sys.argv[4], "w"), indent=1)
 PY
