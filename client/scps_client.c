@@ -1326,6 +1326,17 @@ static void choose_answers(scps_client *c, scps_batch *b) {
   }
 }
 
+/* The partitions of stack on server p into coo[0..S); returns how many of
+ * their gains are not 1.0, which decides how the request carries them. */
+static size_t server_partitions(const scps_client *c, int st, int p, const scps_coo **coo) {
+  size_t exceptions = 0;
+  for (int k = 0; k < c->S; k++) {
+    coo[k] = scps_prep_coo(c->prep, st, p * c->S + k);
+    exceptions += scps_prep_gain_exceptions(c->prep, st, p * c->S + k);
+  }
+  return exceptions;
+}
+
 /* Writes every server's LookupRequest from the prep's partitions. Stacks
  * with no entry on a server are left out of its request; merging treats
  * their partials as zeros, which is what the server would have sent. */
@@ -1340,11 +1351,9 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
     bool any_distinct = false;
     b->n_sent[p] = 0;
     for (int st = 0; st < ns; st++) {
+      const size_t exceptions = server_partitions(c, st, p, coo);
       size_t entries = 0;
-      for (int k = 0; k < S; k++) {
-        coo[k] = scps_prep_coo(c->prep, st, p * S + k);
-        entries += coo[k]->n;
-      }
+      for (int k = 0; k < S; k++) entries += coo[k]->n;
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       b->slot[i] = -1;
       b->parts_len[i] = 0;
@@ -1353,7 +1362,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
         return scps_error_set(err, SCPS_ENOSPC, "stack '%s': %zu entries for server %d exceed the wire's 2^32 - 1",
                               l->stacks[st].name, entries, p);
       b->slot[i] = b->n_sent[p]++;
-      b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S);
+      b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S, exceptions);
       b->stack_used[st] = true;
       total += scps_wire_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
       if (b->distinct[st]) {
@@ -1381,10 +1390,10 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
     for (int st = 0; st < ns; st++) {
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       if (b->slot[i] < 0) continue;
-      for (int k = 0; k < S; k++) coo[k] = scps_prep_coo(c->prep, st, p * S + k);
+      const size_t exceptions = server_partitions(c, st, p, coo);
       w = scps_wire_put_lookup_stack_prefix(w, b->parts_len[i]);
       b->parts_off[i] = (size_t)(w - start);
-      w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S);
+      w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S, exceptions);
     }
     if (any_distinct) w = scps_wire_put_distinct_rows(w, b->distinct, &b->slot[(size_t)p * (size_t)ns], ns, b->n_sent[p]);
     b->lookup[p] = s;

@@ -47,10 +47,17 @@ static size_t entry_count(const scps_coo *const *coo, int n_sc) {
   return n;
 }
 
-size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc) {
+/* Bytes of the gains in whichever form is smaller: none when all are 1.0,
+ * else (entry, gain) pairs of the others or every gain. */
+static size_t gains_size(size_t n, size_t exceptions) {
+  if (!exceptions) return 0;
+  return 8 * exceptions < 4 * n ? len_field_size(8 * exceptions) : len_field_size(4 * n);
+}
+
+size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc, size_t gain_exceptions) {
   size_t n = entry_count(coo, n_sc);
-  return len_field_size(strlen(stack)) + len_field_size(offsets_body_size(coo, n_sc)) +
-         3 * len_field_size(4 * n);
+  return len_field_size(strlen(stack)) + len_field_size(offsets_body_size(coo, n_sc)) + 2 * len_field_size(4 * n) +
+         gains_size(n, gain_exceptions);
 }
 
 /* One of rows, samples, gains: the S partitions' arrays back to back. */
@@ -68,8 +75,36 @@ static uint8_t *put_entries(uint8_t *p, int field, const scps_coo *const *coo, i
   return p;
 }
 
+/* Field 6: the (entry, gain) pair of each gain other than 1.0, at most
+ * count of them. Blocks of 16 gains are tested at once, since nearly all
+ * are 1.0. */
+static uint8_t *put_gain_exceptions(uint8_t *p, const scps_coo *const *coo, int n_sc, size_t count) {
+  *p++ = tag(6, SCPS_WT_LEN);
+  p = scps_wire_put_varint(p, 8 * count);
+  size_t base = 0, left = count;
+  for (int k = 0; k < n_sc && left; k++) {
+    const float *g = coo[k]->gains;
+    const size_t n = coo[k]->n;
+    for (size_t i = 0; i < n && left; i += 16) {
+      const size_t lim = n - i < 16 ? n - i : 16;
+      unsigned other = 0;
+      for (size_t j = 0; j < lim; j++) other |= g[i + j] != 1.0f;
+      for (size_t j = 0; other && j < lim && left; j++) {
+        if (g[i + j] == 1.0f) continue;
+        const uint32_t entry = (uint32_t)(base + i + j);
+        memcpy(p, &entry, 4);
+        memcpy(p + 4, &g[i + j], 4);
+        p += 8;
+        left--;
+      }
+    }
+    base += n;
+  }
+  return p;
+}
+
 uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo,
-                                  int n_sc) {
+                                  int n_sc, size_t gain_exceptions) {
   size_t n = entry_count(coo, n_sc);
   p = put_len_field(p, 1, stack, strlen(stack));
   *p++ = tag(2, SCPS_WT_LEN);
@@ -82,6 +117,8 @@ uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo 
   }
   p = put_entries(p, 3, coo, n_sc, n, 0);
   p = put_entries(p, 4, coo, n_sc, n, 1);
+  if (!gain_exceptions) return p;
+  if (8 * gain_exceptions < 4 * n) return put_gain_exceptions(p, coo, n_sc, gain_exceptions);
   return put_entries(p, 5, coo, n_sc, n, 2);
 }
 

@@ -26,12 +26,15 @@ size_t scps_wire_varint_size(uint64_t v);
 uint8_t *scps_wire_put_varint(uint8_t *p, uint64_t v);
 
 /* Bytes of a StackPartitions message (without any enclosing tag and length)
- * for the n_sc partitions coo[0..n_sc-1] of one process. */
-size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc);
+ * for the n_sc partitions coo[0..n_sc-1] of one process. gain_exceptions
+ * must be exactly how many of their gains are not 1.0: the message carries
+ * no gains if none, the (entry, gain) pairs of those if that is smaller
+ * (gain_exceptions), else every gain. */
+size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc, size_t gain_exceptions);
 
 /* Writes that message at p; returns the end. */
 uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo,
-                                  int n_sc);
+                                  int n_sc, size_t gain_exceptions);
 
 /* Size of the fields every data request starts with (config_fingerprint,
  * process_index), which are fields 1 and 2 of both requests. */

@@ -342,8 +342,9 @@ out:
 }
 
 /* Checks one StackPartitions against the layout and turns it into per
- * SparseCore COO views. Returns a gRPC status; msg names field and value. */
-static grpc_status_code check_partitions(scps_call *c, const scps_req_partitions *sp, const char *field,
+ * SparseCore COO views, its gain_exceptions expanded into sp's gains.
+ * Returns a gRPC status; msg names field and value. */
+static grpc_status_code check_partitions(scps_call *c, scps_req_partitions *sp, const char *field,
                                          call_stack *cs, char *msg, size_t len) {
   scps_server *s = c->srv;
   const scps_layout *l = s->layout;
@@ -358,8 +359,16 @@ static grpc_status_code check_partitions(scps_call *c, const scps_req_partitions
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   size_t n = sp->rows.len / 4;
-  if (sp->rows.len % 4 || sp->samples.len != sp->rows.len || sp->gains.len != sp->rows.len) {
-    snprintf(msg, len, "%s: rows, samples and gains hold %zu, %zu and %zu bytes; each needs 4 bytes per entry and all must match",
+  char why[160];
+  int rc = sp->rows.len % 4 || sp->samples.len != sp->rows.len ? 0 : scps_request_expand_gains(sp, n, why, sizeof why);
+  if (rc) {
+    snprintf(msg, len, "%s: %s", field, why);
+    return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (sp->rows.len % 4 || sp->samples.len != sp->rows.len || (sp->gains.len && sp->gains.len != sp->rows.len)) {
+    snprintf(msg, len,
+             "%s: rows, samples and gains hold %zu, %zu and %zu bytes; each needs 4 bytes per entry and all must "
+             "match (or gains empty: every gain 1.0 but those in gain_exceptions)",
              field, sp->rows.len, sp->samples.len, sp->gains.len);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
@@ -379,10 +388,10 @@ static grpc_status_code check_partitions(scps_call *c, const scps_req_partitions
     }
   const uint32_t *rows = (const uint32_t *)(const void *)sp->rows.data;
   const uint32_t *samples = (const uint32_t *)(const void *)sp->samples.data;
-  const float *gains = (const float *)(const void *)sp->gains.data;
+  const float *gains = sp->gains.len ? (const float *)(const void *)sp->gains.data : NULL;
   for (int k = 0; k < s->S; k++) {
     uint32_t a = sp->sc_offsets[k], b = sp->sc_offsets[k + 1];
-    cs->coo[k] = (scps_coo){b - a, rows + a, samples + a, gains + a};
+    cs->coo[k] = (scps_coo){b - a, rows + a, samples + a, gains ? gains + a : NULL};
     scps_error err;
     if (scps_engine_check_coo(s->engine, st, k, &cs->coo[k], &err)) {
       snprintf(msg, len, "%s: %s", field, err.msg);
@@ -817,7 +826,7 @@ static void handle_apply(scps_call *c) {
   size_t wide_at = 0;
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
-    const scps_req_stack *sg = &req->stacks[i];
+    scps_req_stack *sg = &req->stacks[i];
     if (!sg->has_partitions) {
       snprintf(msg, sizeof msg, "%s.partitions: missing", field);
       st = GRPC_STATUS_INVALID_ARGUMENT;

@@ -1,5 +1,6 @@
 #include "scps_request.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -141,8 +142,14 @@ static int read_partitions(reader *rd, size_t limit, scps_req_partitions *p) {
     case 3:
     case 4:
     case 5:
+    case 6:
       rc = expect(rd, field, wt, SCPS_WT_LEN);
-      if (!rc) rc = read_bytes_field(rd, limit, field == 3 ? &p->rows : field == 4 ? &p->samples : &p->gains);
+      if (!rc)
+        rc = read_bytes_field(rd, limit,
+                              field == 3   ? &p->rows
+                              : field == 4 ? &p->samples
+                              : field == 5 ? &p->gains
+                                           : &p->gain_exceptions);
       break;
     default: rc = skip_field(rd, wt, limit); break;
     }
@@ -153,7 +160,7 @@ static int read_partitions(reader *rd, size_t limit, scps_req_partitions *p) {
 
 static void partitions_init(scps_req_partitions *p) {
   memset(p, 0, sizeof *p);
-  p->rows.data = p->samples.data = p->gains.data = empty_bytes;
+  p->rows.data = p->samples.data = p->gains.data = p->gain_exceptions.data = empty_bytes;
 }
 
 static void partitions_free(scps_req_partitions *p) {
@@ -162,6 +169,58 @@ static void partitions_free(scps_req_partitions *p) {
   bytes_free(&p->rows);
   bytes_free(&p->samples);
   bytes_free(&p->gains);
+  bytes_free(&p->gain_exceptions);
+}
+
+int scps_request_expand_gains(scps_req_partitions *p, size_t entries, char *msg, size_t len) {
+  const scps_req_bytes *x = &p->gain_exceptions;
+  if (!x->len) return 0;
+  if (p->gains.len) {
+    snprintf(msg, len, "gains (%zu bytes) and gain_exceptions (%zu bytes) are both set; send one", p->gains.len,
+             x->len);
+    return SCPS_EINVAL;
+  }
+  if (x->len % 8) {
+    snprintf(msg, len, "gain_exceptions holds %zu bytes, not a multiple of 8 (uint32 entry, float32 gain)", x->len);
+    return SCPS_EINVAL;
+  }
+  const size_t pairs = x->len / 8;
+  for (size_t i = 0; i < pairs; i++) {
+    uint32_t entry, prev = 0;
+    float g;
+    memcpy(&entry, x->data + 8 * i, 4);
+    memcpy(&g, x->data + 8 * i + 4, 4);
+    if (i) memcpy(&prev, x->data + 8 * (i - 1), 4);
+    if (entry >= entries) {
+      snprintf(msg, len, "gain_exceptions pair %zu: entry %u is not below the entry count %zu", i, entry, entries);
+      return SCPS_EINVAL;
+    }
+    if (i && entry <= prev) {
+      snprintf(msg, len, "gain_exceptions pair %zu: entry %u does not follow the previous pair's %u (entries must "
+               "ascend)", i, entry, prev);
+      return SCPS_EINVAL;
+    }
+    if (!isfinite(g)) {
+      snprintf(msg, len, "gain_exceptions pair %zu: entry %u has gain %g, not finite", i, entry, (double)g);
+      return SCPS_EINVAL;
+    }
+  }
+  /* entries <= rows bytes / 4, so this is bounded by the request's size. */
+  float *gains = malloc(entries * sizeof *gains);
+  if (!gains) {
+    snprintf(msg, len, "out of memory expanding %zu gains", entries);
+    return SCPS_ENOMEM;
+  }
+  for (size_t i = 0; i < entries; i++) gains[i] = 1.0f;
+  for (size_t i = 0; i < pairs; i++) {
+    uint32_t entry;
+    memcpy(&entry, x->data + 8 * i, 4);
+    memcpy(&gains[entry], x->data + 8 * i + 4, 4);
+  }
+  bytes_free(&p->gains);
+  p->gains.data = (uint8_t *)gains;
+  p->gains.len = entries * sizeof *gains;
+  return 0;
 }
 
 /* Room for element n of *arr (capacity *cap elements of size bytes),

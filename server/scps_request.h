@@ -20,7 +20,7 @@ typedef struct scps_req_partitions {
   char *stack; /* NUL-terminated; "" when absent */
   uint32_t *sc_offsets;
   size_t n_sc_offsets;
-  scps_req_bytes rows, samples, gains;
+  scps_req_bytes rows, samples, gains, gain_exceptions;
 } scps_req_partitions;
 
 /* A LookupRequest's StackPartitions, or an ApplyGradientsRequest's
@@ -58,5 +58,12 @@ typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_
 int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, scps_request *r, char *msg, size_t len);
 
 void scps_request_free(scps_request *r);
+
+/* Replaces p's gain_exceptions, if any, by the dense gains they stand for:
+ * entries values, 1.0 where no pair names the entry. Returns 0, SCPS_EINVAL
+ * with msg naming the first bad pair (entry not ascending or not below
+ * entries, gain not finite), a length not a multiple of 8 or gains set too,
+ * or SCPS_ENOMEM. */
+int scps_request_expand_gains(scps_req_partitions *p, size_t entries, char *msg, size_t len);
 
 #endif

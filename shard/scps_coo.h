@@ -9,7 +9,8 @@
 /* Entries are sorted by (row, sample) and each (row, sample) pair occurs once
  * (duplicates were merged by summing gains). rows index the stack's shard on
  * that SparseCore (0 .. rows_per_sc-1); samples index the stack's sample space
- * (0 .. total_sample_count-1). The arrays are borrowed, never owned. */
+ * (0 .. total_sample_count-1). gains NULL means every gain is 1.0 (a request
+ * that left them out, scps.proto). The arrays are borrowed, never owned. */
 typedef struct scps_coo {
   size_t n;
   const uint32_t *rows;

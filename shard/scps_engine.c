@@ -193,11 +193,12 @@ static bool coo_valid(const scps_coo *coo, uint64_t rows_per_sc, uint64_t total_
   const uint32_t *restrict rows = coo->rows, *restrict samples = coo->samples;
   const float *restrict gains = coo->gains;
   unsigned bad = 0;
-  for (size_t i = 0; i < coo->n; i++) {
+  for (size_t i = 0; i < coo->n; i++)
+    bad |= (unsigned)(rows[i] >= rows_per_sc) | (unsigned)(samples[i] >= total_samples);
+  for (size_t i = 0; gains && i < coo->n; i++) {
     uint32_t g;
     memcpy(&g, &gains[i], sizeof g);
-    bad |= (unsigned)(rows[i] >= rows_per_sc) | (unsigned)(samples[i] >= total_samples) |
-           (unsigned)((g & 0x7f800000u) == 0x7f800000u);
+    bad |= (unsigned)((g & 0x7f800000u) == 0x7f800000u);
   }
   for (size_t i = 1; i < coo->n; i++) {
     uint64_t prev = (uint64_t)rows[i - 1] << 32 | samples[i - 1], cur = (uint64_t)rows[i] << 32 | samples[i];
@@ -226,7 +227,7 @@ int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, con
       return scps_error_set(err, SCPS_ERANGE,
                             "stack '%s' SparseCore %d entry %zu: sample %u not in [0, %lld)",
                             st->name, sc, i, coo->samples[i], (long long)st->total_sample_count);
-    if (!isfinite(coo->gains[i]))
+    if (coo->gains && !isfinite(coo->gains[i]))
       return scps_error_set(err, SCPS_EINVAL, "stack '%s' SparseCore %d entry %zu: gain %g is not finite",
                             st->name, sc, i, coo->gains[i]);
     if (i > 0 && (coo->rows[i] < coo->rows[i - 1] ||
@@ -276,7 +277,7 @@ static void gather_list(const float *rows, size_t dim, const scps_coo *coo, cons
     const uint32_t i = idx[j];
     const float *restrict r = rows + (size_t)coo->rows[i] * dim;
     float *restrict o = out + (size_t)(coo->samples[i] - out_first) * dim;
-    const float g = coo->gains[i];
+    const float g = coo->gains ? coo->gains[i] : 1.0f;
     if (seen) {
       const uint32_t b = coo->samples[i] - first;
       const uint64_t bit = (uint64_t)1 << (b & 63);
@@ -459,7 +460,7 @@ void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_
           if (sh->slots[k]) prefetch_row(sh->slots[k] + ahead, dim, 1);
       }
       const float *restrict a = grads + (size_t)coo->samples[i] * dim;
-      const float gain = coo->gains[i];
+      const float gain = coo->gains ? coo->gains[i] : 1.0f;
       for (size_t c = 0; c < dim; c++) g[c] += gain * a[c];
     }
     float *w = sh->rows + (size_t)row * dim;

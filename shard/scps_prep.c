@@ -65,6 +65,7 @@ typedef struct prep_stack {
   size_t *bucket_off, *bucket_n; /* [N] */
   int64_t *part_ids, *part_unique; /* [N*N], index src*N + dst */
   int64_t *dst_drops;              /* [N] */
+  size_t *gain_exceptions;         /* [N]: gains of coo[d] other than 1.0 */
   scps_coo *coo;                   /* [N] */
   scps_stack_stats stats;
 } prep_stack;
@@ -543,6 +544,13 @@ static size_t drop_partition(const scps_prep *p, const prep_stack *st, prep_thre
   return j;
 }
 
+/* Gains other than exactly 1.0 (branch-free, so it vectorises). */
+static size_t count_not_one(const float *g, size_t n) {
+  size_t other = 0;
+  for (size_t i = 0; i < n; i++) other += g[i] != 1.0f;
+  return other;
+}
+
 static void job_partition(scps_prep *p, int item, prep_thread *t) {
   int32_t nsc = p->n;
   prep_stack *st = &p->stacks[item / nsc];
@@ -618,6 +626,7 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
     m = kept;
   }
   st->coo[dst] = (scps_coo){.n = m, .rows = rows, .samples = samples, .gains = g};
+  st->gain_exceptions[dst] = count_not_one(g, m);
 }
 
 /* ---- run ---- */
@@ -627,6 +636,7 @@ static void reset_outputs(scps_prep *p) {
     prep_stack *st = &p->stacks[s];
     for (int32_t d = 0; d < p->n; d++) {
       st->coo[d] = (scps_coo){0};
+      st->gain_exceptions[d] = 0;
       st->stats.max_ids_per_partition[d] = 0;
       st->stats.max_unique_ids_per_partition[d] = 0;
       st->stats.required_buffer_size_per_sc[d] = 0;
@@ -818,13 +828,14 @@ static int stack_init(scps_prep *p, int s, scps_error *err) {
   st->part_ids = calloc(nsc * nsc, sizeof *st->part_ids);
   st->part_unique = calloc(nsc * nsc, sizeof *st->part_unique);
   st->dst_drops = calloc(nsc, sizeof *st->dst_drops);
+  st->gain_exceptions = calloc(nsc, sizeof *st->gain_exceptions);
   st->coo = calloc(nsc, sizeof *st->coo);
   st->stats.num_sc = p->n;
   st->stats.max_ids_per_partition = calloc(nsc, sizeof(int32_t));
   st->stats.max_unique_ids_per_partition = calloc(nsc, sizeof(int32_t));
   st->stats.required_buffer_size_per_sc = calloc(nsc, sizeof(int64_t));
   if (!st->sample_src || !st->sample_gain || !st->bucket_off || !st->bucket_n || !st->part_ids || !st->part_unique ||
-      !st->dst_drops || !st->coo || !st->stats.max_ids_per_partition ||
+      !st->dst_drops || !st->gain_exceptions || !st->coo || !st->stats.max_ids_per_partition ||
       !st->stats.max_unique_ids_per_partition || !st->stats.required_buffer_size_per_sc)
     return scps_error_set(err, SCPS_ENOMEM, "stack '%s': out of memory", sl->name);
 
@@ -1012,6 +1023,7 @@ void scps_prep_destroy(scps_prep *p) {
       free(st->part_ids);
       free(st->part_unique);
       free(st->dst_drops);
+      free(st->gain_exceptions);
       free(st->coo);
       free(st->stats.max_ids_per_partition);
       free(st->stats.max_unique_ids_per_partition);
@@ -1032,6 +1044,11 @@ const scps_coo *scps_prep_coo(const scps_prep *p, int stack, int32_t sc) {
   if (!p || stack < 0 || stack >= p->n_stacks || sc < 0 || sc >= p->n)
     return NULL;
   return &p->stacks[stack].coo[sc];
+}
+
+size_t scps_prep_gain_exceptions(const scps_prep *p, int stack, int32_t sc) {
+  if (!p || stack < 0 || stack >= p->n_stacks || sc < 0 || sc >= p->n) return 0;
+  return p->stacks[stack].gain_exceptions[sc];
 }
 
 const scps_stack_stats *scps_prep_stats(const scps_prep *p, int stack) {

@@ -100,6 +100,10 @@ void scps_prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int ite
 
 /* Partition for stack on global SparseCore sc, valid until the next run. */
 const scps_coo *scps_prep_coo(const scps_prep *p, int stack, int32_t sc);
+/* Entries of that partition whose gain is not exactly 1.0. With a sum
+ * combiner and no weights, those of ids repeated within a sample (a few
+ * percent): a request then lists only them (scps.proto gain_exceptions). */
+size_t scps_prep_gain_exceptions(const scps_prep *p, int stack, int32_t sc);
 const scps_stack_stats *scps_prep_stats(const scps_prep *p, int stack);
 
 /* Limits in force (initially the layout's); changed live by FDO, used from

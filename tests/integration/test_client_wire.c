@@ -36,12 +36,43 @@ static void fill(part *p, size_t n) {
   p->coo = (scps_coo){n, p->rows, p->samples, p->gains};
 }
 
+static size_t gain_exceptions(const scps_coo *const *coo, int n_sc) {
+  size_t n = 0;
+  for (int k = 0; k < n_sc; k++)
+    for (size_t i = 0; i < coo[k]->n; i++) n += coo[k]->gains[i] != 1.0f;
+  return n;
+}
+
+/* The gains a StackPartitions stands for, whichever way it sent them (form:
+ * 0 none, 1 exceptions, 2 all); -1 if not the expected form. */
+static int decoded_gains(const Scps__V1__StackPartitions *sp, size_t total, int form, float *out) {
+  const bool has[3] = {!sp->gains.len && !sp->gain_exceptions.len, sp->gain_exceptions.len && !sp->gains.len,
+                       sp->gains.len && !sp->gain_exceptions.len};
+  if (!has[form]) return -1;
+  for (size_t i = 0; i < total; i++) out[i] = 1.0f;
+  if (form == 2) {
+    if (sp->gains.len != 4 * total) return -1;
+    memcpy(out, sp->gains.data, 4 * total);
+  }
+  for (size_t i = 0; form == 1 && i < sp->gain_exceptions.len / 8; i++) {
+    uint32_t e;
+    memcpy(&e, sp->gain_exceptions.data + 8 * i, 4);
+    if (e >= total || sp->gain_exceptions.len % 8) return -1;
+    memcpy(&out[e], sp->gain_exceptions.data + 8 * i + 4, 4);
+  }
+  return 0;
+}
+
+/* form: how the encoder was to send the gains (decoded_gains). */
 static void check_partitions(const Scps__V1__StackPartitions *sp, const char *name, const scps_coo *const *coo,
-                             int n_sc) {
+                             int n_sc, int form) {
   CHECK(sp && sp->stack && !strcmp(sp->stack, name));
   if (!sp) return;
   CHECKF(sp->n_sc_offsets == (size_t)n_sc + 1, "%zu offsets", sp->n_sc_offsets);
-  size_t total = 0;
+  size_t total = 0, entries = 0;
+  for (int k = 0; k < n_sc; k++) entries += coo[k]->n;
+  float *gains = malloc(entries * sizeof *gains + 1);
+  CHECKF(decoded_gains(sp, entries, form, gains) == 0, "stack %s: gains not in form %d", name, form);
   for (int k = 0; k < n_sc && sp->n_sc_offsets == (size_t)n_sc + 1; k++) {
     CHECK(sp->sc_offsets[k] == total);
     for (size_t i = 0; i < coo[k]->n; i++) {
@@ -49,13 +80,14 @@ static void check_partitions(const Scps__V1__StackPartitions *sp, const char *na
       float g;
       memcpy(&r, sp->rows.data + 4 * (total + i), 4);
       memcpy(&s, sp->samples.data + 4 * (total + i), 4);
-      memcpy(&g, sp->gains.data + 4 * (total + i), 4);
+      g = gains[total + i];
       CHECK(r == coo[k]->rows[i] && s == coo[k]->samples[i] && g == coo[k]->gains[i]);
     }
     total += coo[k]->n;
   }
   CHECK(sp->sc_offsets[n_sc] == total);
-  CHECK(sp->rows.len == 4 * total && sp->samples.len == 4 * total && sp->gains.len == 4 * total);
+  CHECK(sp->rows.len == 4 * total && sp->samples.len == 4 * total);
+  free(gains);
 }
 
 static void test_varints(void) {
@@ -72,41 +104,62 @@ static void test_varints(void) {
   }
 }
 
-/* Two stacks for a process of three SparseCores, one of them empty. */
+/* Three stacks for a process of three SparseCores, with an empty
+ * partition each: the first's gains sent as they are, the second's (all
+ * 1.0) left out, the third's (one in seven other than 1.0) as exceptions. */
 static void test_lookup_request(int32_t process_index) {
-  static part a[3], b[3];
+  static part a[3], b[3], x[3];
   fill(&a[0], 5);
   fill(&a[1], 0);
   fill(&a[2], 300);
   fill(&b[0], 1);
   fill(&b[1], 40);
   fill(&b[2], 0);
-  const scps_coo *ca[3] = {&a[0].coo, &a[1].coo, &a[2].coo}, *cb[3] = {&b[0].coo, &b[1].coo, &b[2].coo};
+  fill(&x[0], 300);
+  fill(&x[1], 0);
+  fill(&x[2], 123);
+  for (int k = 0; k < 3; k++) {
+    for (size_t i = 0; i < b[k].coo.n; i++) b[k].gains[i] = 1.0f;
+    for (size_t i = 0; i < x[k].coo.n; i++)
+      if ((i + (size_t)k) % 7) x[k].gains[i] = 1.0f;
+  }
+  const scps_coo *ca[3] = {&a[0].coo, &a[1].coo, &a[2].coo}, *cb[3] = {&b[0].coo, &b[1].coo, &b[2].coo},
+                 *cx[3] = {&x[0].coo, &x[1].coo, &x[2].coo};
+  const size_t ea = gain_exceptions(ca, 3), ex = gain_exceptions(cx, 3);
+  CHECK(ea > 0 && ex > 0 && 8 * ex < 4 * 423 && gain_exceptions(cb, 3) == 0);
   uint8_t fp[SCPS_WIRE_FINGERPRINT_BYTES];
   for (int i = 0; i < SCPS_WIRE_FINGERPRINT_BYTES; i++) fp[i] = (uint8_t)(i * 37 + 1);
   char long_name[128];
   memset(long_name, 'x', 127);
   long_name[127] = '\0';
-  size_t la = scps_wire_partitions_size("stack_a", ca, 3), lb = scps_wire_partitions_size(long_name, cb, 3);
+  size_t la = scps_wire_partitions_size("stack_a", ca, 3, ea), lb = scps_wire_partitions_size(long_name, cb, 3, 0),
+         lx = scps_wire_partitions_size("x", cx, 3, ex);
   size_t total = scps_wire_view_size(process_index) + scps_wire_lookup_stack_prefix_size(la) + la +
-                 scps_wire_lookup_stack_prefix_size(lb) + lb;
+                 scps_wire_lookup_stack_prefix_size(lb) + lb + scps_wire_lookup_stack_prefix_size(lx) + lx;
   uint8_t *buf = malloc(total), *w = scps_wire_put_view(buf, fp, process_index);
   w = scps_wire_put_lookup_stack_prefix(w, la);
   uint8_t *pa = w;
-  w = scps_wire_put_partitions(w, "stack_a", ca, 3);
+  w = scps_wire_put_partitions(w, "stack_a", ca, 3, ea);
   CHECK((size_t)(w - pa) == la);
   w = scps_wire_put_lookup_stack_prefix(w, lb);
-  w = scps_wire_put_partitions(w, long_name, cb, 3);
+  pa = w;
+  w = scps_wire_put_partitions(w, long_name, cb, 3, 0);
+  CHECK((size_t)(w - pa) == lb);
+  w = scps_wire_put_lookup_stack_prefix(w, lx);
+  pa = w;
+  w = scps_wire_put_partitions(w, "x", cx, 3, ex);
+  CHECK((size_t)(w - pa) == lx);
   CHECKF((size_t)(w - buf) == total, "wrote %zu of %zu", (size_t)(w - buf), total);
   Scps__V1__LookupRequest *m = scps__v1__lookup_request__unpack(NULL, total, buf);
   CHECK(m != NULL);
   if (m) {
     CHECK(m->config_fingerprint.len == sizeof fp && !memcmp(m->config_fingerprint.data, fp, sizeof fp));
     CHECK(m->process_index == process_index);
-    CHECK(m->n_stacks == 2);
-    if (m->n_stacks == 2) {
-      check_partitions(m->stacks[0], "stack_a", ca, 3);
-      check_partitions(m->stacks[1], long_name, cb, 3);
+    CHECK(m->n_stacks == 3);
+    if (m->n_stacks == 3) {
+      check_partitions(m->stacks[0], "stack_a", ca, 3, 2);
+      check_partitions(m->stacks[1], long_name, cb, 3, 0);
+      check_partitions(m->stacks[2], "x", cx, 3, 1);
     }
     scps__v1__lookup_request__free_unpacked(m, NULL);
   }
@@ -114,7 +167,8 @@ static void test_lookup_request(int32_t process_index) {
 }
 
 /* An ApplyGradientsRequest assembled from the same pieces libscps sends as
- * separate slices: head, per stack prefix, partitions, gradients. */
+ * separate slices: head, per stack prefix, partitions, gradients; the
+ * second stack's partitions with their gains all 1.0, so left out. */
 static void test_apply_request(int64_t step, double lr) {
   static part a[2];
   fill(&a[0], 17);
@@ -124,12 +178,23 @@ static void test_apply_request(int64_t step, double lr) {
   for (int i = 0; i < 48 * 8; i++) grads[i] = (float)i * 0.25f - 7.0f;
   uint8_t fp[SCPS_WIRE_FINGERPRINT_BYTES] = {0};
   fp[31] = 9;
-  size_t plen = scps_wire_partitions_size("s", ca, 2), glen = sizeof grads;
-  uint8_t *buf = malloc(256 + 2 * (plen + glen)), *w = scps_wire_put_view(buf, fp, 5);
+  size_t glen = sizeof grads;
+  const size_t exceptions = gain_exceptions(ca, 2);
+  float gains0[2][300];
+  for (int k = 0; k < 2; k++) memcpy(gains0[k], a[k].gains, sizeof gains0[k]);
+  uint8_t *buf = malloc(256 + 2 * (scps_wire_partitions_size("s", ca, 2, exceptions) + glen));
+  uint8_t *w = scps_wire_put_view(buf, fp, 5);
   w = scps_wire_put_step(w, step, lr);
   for (int rep = 0; rep < 2; rep++) {
+    if (rep == 1)
+      for (int k = 0; k < 2; k++)
+        for (size_t i = 0; i < a[k].coo.n; i++) a[k].gains[i] = 1.0f;
+    const size_t e = gain_exceptions(ca, 2), plen = scps_wire_partitions_size("s", ca, 2, e);
+    CHECK(rep == 0 ? e == exceptions : e == 0);
     w = scps_wire_put_apply_stack_prefix(w, plen, glen);
-    w = scps_wire_put_partitions(w, "s", ca, 2);
+    uint8_t *at = w;
+    w = scps_wire_put_partitions(w, "s", ca, 2, e);
+    CHECK((size_t)(w - at) == plen);
     w = scps_wire_put_gradients_prefix(w, glen);
     memcpy(w, grads, glen);
     w += glen;
@@ -146,7 +211,12 @@ static void test_apply_request(int64_t step, double lr) {
     if (has_lr) CHECK(m->learning_rate == lr);
     CHECK(m->n_stacks == 2);
     for (size_t s = 0; s < m->n_stacks; s++) {
-      check_partitions(m->stacks[s]->partitions, "s", ca, 2);
+      if (s == 0)
+        for (int k = 0; k < 2; k++) memcpy(a[k].gains, gains0[k], sizeof gains0[k]);
+      else
+        for (int k = 0; k < 2; k++)
+          for (size_t i = 0; i < a[k].coo.n; i++) a[k].gains[i] = 1.0f;
+      check_partitions(m->stacks[s]->partitions, "s", ca, 2, s == 0 ? 2 : 0);
       CHECK(m->stacks[s]->gradients.len == glen && !memcmp(m->stacks[s]->gradients.data, grads, glen));
     }
     scps__v1__apply_gradients_request__free_unpacked(m, NULL);

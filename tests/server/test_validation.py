@@ -3,6 +3,8 @@ message naming the field and the offending value, and changes nothing: a
 Lookup afterwards returns exactly the bytes it returned before. Also garbage
 and truncated protobufs, a request over --max-message-mb, unknown methods,
 and requests and responses over gRPC's default 4 MiB that must work."""
+import struct
+
 import numpy as np
 
 from scps_srvtest import SERVICE, Cluster, call_status, f32, main, u32
@@ -139,6 +141,28 @@ def set_offsets(fn):
     return mutate
 
 
+def pairs(entries_gains):
+    """gain_exceptions bytes: (uint32 entry, float32 gain) pairs."""
+    return b"".join(struct.pack("<If", e, g) for e, g in entries_gains)
+
+
+def exceptions_of(part):
+    """The partition's gains as gain_exceptions (the form libscps sends
+    when it is smaller): the entries whose gain is not 1.0."""
+    g = np.frombuffer(part.gains, "<f4")
+    part.gain_exceptions = pairs((int(e), float(g[e])) for e in np.flatnonzero(g != 1.0))
+    part.gains = b""
+
+
+def gains_as(make):
+    """Replaces gains by the gain_exceptions make(entry count) returns."""
+    def fn(part):
+        n = len(part.rows) // 4
+        part.gains = b""
+        part.gain_exceptions = make(n)
+    return fn
+
+
 def partition_cases(stack, rows_per_sc):
     """(what, mutation of a StackPartitions, needles in the message)."""
     return [
@@ -167,6 +191,20 @@ def partition_cases(stack, rows_per_sc):
         ("-Inf gain", set_last("gain", -np.inf), ["gain -inf"]),
         ("unsorted entries", swap_first_two, ["entry 1", "sorted by (row, sample)"]),
         ("repeated (row, sample)", repeat_first, ["entry 1", "without repeats"]),
+        ("gains and gain_exceptions", lambda p: setattr(p, "gain_exceptions", pairs([(0, 2.0)])),
+         ["gains (", "gain_exceptions (8 bytes)", "both set"]),
+        ("gain_exceptions of 12 bytes", gains_as(lambda n: pairs([(0, 2.0)]) + bytes(4)),
+         ["gain_exceptions holds 12 bytes", "multiple of 8"]),
+        ("gain_exception entry = entry count", gains_as(lambda n: pairs([(0, 2.0), (n, 2.0)])),
+         ["gain_exceptions pair 1", "not below the entry count"]),
+        ("gain_exceptions repeating an entry", gains_as(lambda n: pairs([(1, 2.0), (1, 3.0)])),
+         ["gain_exceptions pair 1", "entry 1", "must ascend"]),
+        ("gain_exceptions descending", gains_as(lambda n: pairs([(2, 2.0), (0, 3.0)])),
+         ["gain_exceptions pair 1", "entry 0", "must ascend"]),
+        ("NaN gain_exception", gains_as(lambda n: pairs([(0, 2.0), (n - 1, float("nan"))])),
+         ["gain_exceptions pair 1", "gain nan", "not finite"]),
+        ("-Inf gain_exception", gains_as(lambda n: pairs([(0, -float("inf"))])),
+         ["gain_exceptions pair 0", "gain -inf"]),
     ]
 
 
@@ -357,6 +395,43 @@ def test_invalid_requests(env):
     env.check(after != v.before, "a valid ApplyGradients changes what Lookup returns")
 
 
+def test_gain_forms(env):
+    """A request with gain_exceptions (or, every gain 1.0, neither field)
+    means what the same request with every gain does: Lookup returns the
+    same bytes and ApplyGradients leaves the same tables, on two servers
+    started alike. Stack a's gains are all 1.0, b's (mean) are not, and
+    one entry of a's is set to 2.5 in the second round."""
+    cfg = env.write_config("gain_forms", BATCH, TABLES, FEATURES)
+    dense_srv, sparse_srv = env.server(cfg).wait_ready(), env.server(cfg).wait_ready()
+    dense, sparse = Validation(env, dense_srv), Validation(env, sparse_srv)
+    for rnd in range(2):
+        look, apply = dense.lookup_with(lambda r: None), dense.apply_with(lambda r: None)
+        if rnd == 1:
+            for part in (look.stacks[0], apply.stacks[0].partitions):
+                g = np.frombuffer(part.gains, "<f4").copy()
+                g[3] = 2.5
+                part.gains = f32(g)
+        look_x, apply_x = type(look)(), type(apply)()
+        look_x.CopyFrom(look)
+        apply_x.CopyFrom(apply)
+        for part in list(look_x.stacks) + [s.partitions for s in apply_x.stacks]:
+            exceptions_of(part)
+        a = look_x.stacks[0]
+        env.check(not a.gains and len(a.gain_exceptions) == 8 * rnd,
+                  "round %d: stack a sends %d bytes of gain_exceptions" % (rnd, len(a.gain_exceptions)))
+        env.check(len(look_x.stacks[1].gain_exceptions) == 2 * len(look.stacks[1].gains) > 0,
+                  "round %d: stack b (mean of 2 ids: gains 0.5) lists every entry" % rnd)
+        want = dense.stub.Lookup(look, timeout=30).SerializeToString()
+        got = sparse.stub.Lookup(look_x, timeout=30).SerializeToString()
+        env.check(got == want, "round %d: Lookup with gain_exceptions returns the same bytes" % rnd)
+        dense.stub.ApplyGradients(apply, timeout=30)
+        sparse.stub.ApplyGradients(apply_x, timeout=30)
+        after_d = dense.stub.Lookup(look, timeout=30).SerializeToString()
+        after_s = sparse.stub.Lookup(look, timeout=30).SerializeToString()
+        env.check(after_d == after_s and after_d != want,
+                  "round %d: ApplyGradients with gain_exceptions leaves the same tables" % rnd)
+
+
 def test_large_messages(env):
     """total_sample_count x dim x 4 = 8192 x 256 x 4 = 8 MiB activations and
     gradients: over gRPC's default 4 MiB in both directions."""
@@ -396,4 +471,4 @@ def test_large_messages(env):
 
 
 if __name__ == "__main__":
-    main("test_validation", [test_invalid_requests, test_large_messages])
+    main("test_validation", [test_invalid_requests, test_gain_forms, test_large_messages])

@@ -442,6 +442,65 @@ static void test_threads(void) {
   cluster_destroy(&b);
 }
 
+/* gains NULL (a request without gains) means every gain is 1.0: check,
+ * lookup, gather (float32 and bfloat16) and update give what an array of
+ * ones gives, bit for bit, on two engines started alike. */
+static void test_null_gains(void) {
+  cluster a, b;
+  scps_error err;
+  CHECK_OK(cluster_create(&a, 1, 2, 1 << 22, &err), &err);
+  CHECK_OK(cluster_create(&b, 1, 2, 1 << 22, &err), &err);
+  int s = a.layout->tables[3].stack;
+  const scps_stack_layout *st = &a.layout->stacks[s];
+  const uint32_t total = (uint32_t)st->total_sample_count, dim = (uint32_t)st->dim;
+  const size_t act = (size_t)total * dim;
+  uint32_t rows[2][7] = {{0, 0, 3, 7, 7, 9, 11}, {1, 2, 2, 5, 8, 8, 8}};
+  uint32_t samples[2][7] = {{1, 4, 2, 0, 5, 3, 1}, {0, 1, 3, 1, 2, 4, 5}};
+  float ones[7] = {1, 1, 1, 1, 1, 1, 1};
+  scps_coo with[2], without[2];
+  for (int k = 0; k < 2; k++) {
+    with[k] = (scps_coo){7, rows[k], samples[k], ones};
+    without[k] = (scps_coo){7, rows[k], samples[k], NULL};
+    CHECK_OK(scps_engine_check_coo(b.engines[0], s, k, &without[k], &err), &err);
+  }
+  without[0].samples = (const uint32_t[7]){1, 4, 2, 0, 5, 3, total};
+  CHECKF(scps_engine_check_coo(b.engines[0], s, 0, &without[0], &err) == SCPS_ERANGE && strstr(err.msg, "sample"),
+         "NULL gains, sample out of range: %s", err.msg);
+  without[0].samples = samples[0];
+  float *grads = malloc(sizeof(float) * act), *out[4];
+  uint8_t *enc[2] = {malloc(act * 2), malloc(act * 2)};
+  for (size_t i = 0; i < act; i++) grads[i] = sinf((float)i);
+  for (int k = 0; k < 4; k++) out[k] = calloc(act, sizeof(float));
+  void *scratch = malloc(scps_engine_gather_bf16_scratch(dim, 14, 2, 0, total));
+  for (int step = 0; step < 3; step++) {
+    scps_step sp = {step, -1};
+    for (int k = 0; k < 2; k++) {
+      scps_engine_update(a.engines[0], s, k, &with[k], grads, &sp);
+      scps_engine_update(b.engines[0], s, k, &without[k], grads, &sp);
+      scps_engine_lookup(a.engines[0], s, k, &with[k], 0, total, out[0]);
+      scps_engine_lookup(b.engines[0], s, k, &without[k], 0, total, out[1]);
+    }
+    scps_engine_gather(a.engines[0], s, with, 2, 0, total, out[2]);
+    scps_engine_gather(b.engines[0], s, without, 2, 0, total, out[3]);
+    scps_engine_gather_bf16(a.engines[0], s, with, 2, 0, total, enc[0], scratch);
+    scps_engine_gather_bf16(b.engines[0], s, without, 2, 0, total, enc[1], scratch);
+    CHECKF(!memcmp(out[0], out[1], sizeof(float) * act), "step %d: lookup with NULL gains differs", step);
+    CHECKF(!memcmp(out[2], out[3], sizeof(float) * act), "step %d: gather with NULL gains differs", step);
+    CHECKF(!memcmp(enc[0], enc[1], act * 2), "step %d: bfloat16 gather with NULL gains differs", step);
+  }
+  size_t n = (size_t)st->rows_per_sc * (size_t)st->dim * sizeof(float);
+  for (int sc = 0; sc < 2; sc++)
+    CHECKF(!memcmp(scps_engine_shard(a.engines[0], s, sc), scps_engine_shard(b.engines[0], s, sc), n),
+           "SparseCore %d: updates with NULL gains differ", sc);
+  for (int k = 0; k < 4; k++) free(out[k]);
+  free(enc[0]);
+  free(enc[1]);
+  free(scratch);
+  free(grads);
+  cluster_destroy(&a);
+  cluster_destroy(&b);
+}
+
 int main(void) {
   make_specs();
   test_init_same_on_every_topology();
@@ -452,5 +511,6 @@ int main(void) {
   test_lookup_slices(16);
   test_lookup_slices(70000);
   test_threads();
+  test_null_gains();
   return scps_test_finish("test_engine");
 }

@@ -191,6 +191,9 @@ static bool gain_close(float a, float b) {
   return fabsf(a - b) <= 1e-6f * (fabsf(b) > 1.0f ? fabsf(b) : 1.0f);
 }
 
+/* Partitions compared whose gains were all 1.0, and with some not. */
+static int unit_gain_partitions, other_gain_partitions;
+
 /* Fast path vs reference: every partition and every stat. */
 static void compare_ref(const scps_prep *p, const scps_ref_prep_result *r, const scps_layout *l,
                         bool check_coo, const char *ctx) {
@@ -215,6 +218,11 @@ static void compare_ref(const scps_prep *p, const scps_ref_prep_result *r, const
              r->n_coo[cell]);
       if (c->n != r->n_coo[cell])
         continue;
+      size_t not_one = 0;
+      for (size_t i = 0; i < c->n; i++) not_one += c->gains[i] != 1.0f;
+      CHECKF(scps_prep_gain_exceptions(p, s, d) == not_one, "%s: stack %d sc %d: %zu gain exceptions, %zu gains "
+             "not 1.0", ctx, s, d, scps_prep_gain_exceptions(p, s, d), not_one);
+      if (c->n) ++*(not_one ? &other_gain_partitions : &unit_gain_partitions);
       for (size_t i = 0; i < c->n; i++) {
         const scps_ref_entry *e = &r->coo[cell][i];
         if (c->rows[i] != e->row || c->samples[i] != e->sample || !gain_close(c->gains[i], e->gain)) {
@@ -781,6 +789,9 @@ int main(void) {
   test_gains_and_sources();
   test_malformed();
   test_random();
+  CHECKF(unit_gain_partitions > 0 && other_gain_partitions > 0,
+         "random batches: %d partitions with every gain 1.0, %d with others", unit_gain_partitions,
+         other_gain_partitions);
   test_unordered_samples();
   test_large_threads();
   test_parallel();

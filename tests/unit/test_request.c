@@ -91,7 +91,7 @@ static void put_partitions(buf *b, bool split) {
       put_varint(b, rnd(1000));
     }
   }
-  for (int f = 3; f <= 5; f++) {
+  for (int f = 3; f <= 6; f++) {
     int times = (int)rnd(3);
     for (int t = 0; t < times; t++) {
       buf v = {0};
@@ -176,7 +176,8 @@ static bool same_partitions(const scps_req_partitions *a, const Scps__V1__StackP
   const char *as = a->stack ? a->stack : "";
   return !strcmp(as, b->stack) && a->n_sc_offsets == b->n_sc_offsets &&
          (!b->n_sc_offsets || !memcmp(a->sc_offsets, b->sc_offsets, 4 * b->n_sc_offsets)) &&
-         same_bytes(&a->rows, b->rows) && same_bytes(&a->samples, b->samples) && same_bytes(&a->gains, b->gains);
+         same_bytes(&a->rows, b->rows) && same_bytes(&a->samples, b->samples) && same_bytes(&a->gains, b->gains) &&
+         same_bytes(&a->gain_exceptions, b->gain_exceptions);
 }
 
 static bool same_lookup(const scps_request *r, const Scps__V1__LookupRequest *m) {
