@@ -728,9 +728,50 @@ static void handle_lookup(scps_call *c) {
   scps_pipeline_submit(s->pipeline, &c->job);
 }
 
+/* Values of gradients read from the request per step of read_gradients:
+ * 16 KiB of float32, so each block is checked while still in L1. */
+#define GRAD_BLOCK 4096
+
+/* Worker k's share of every stack's gradients (an equal run of values),
+ * out of the request's slices into the stack's float32 buffer, bfloat16
+ * widened on the way. Returns whether any value is not finite: all exponent
+ * bits set, tested branch-free per block. */
+static bool read_gradients(scps_call *c, int32_t k) {
+  const int32_t S = c->srv->S;
+  const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
+  const size_t width = bf16 ? 2 : sizeof(float);
+  uint8_t tmp[GRAD_BLOCK * sizeof(float)];
+  uint32_t nonfinite = 0;
+  for (int i = 0; i < c->n_stacks; i++) {
+    call_stack *cs = &c->stacks[i];
+    const size_t n = cs->grad_src.len / width, end = n * (size_t)(k + 1) / (size_t)S;
+    for (size_t at = n * (size_t)k / (size_t)S; at < end; at += GRAD_BLOCK) {
+      const size_t m = end - at < GRAD_BLOCK ? end - at : GRAD_BLOCK;
+      const uint8_t *src = scps_slices_span(&c->req.msg, cs->grad_src.off + at * width, m * width, tmp);
+      float *dst = cs->grads + at;
+      if (bf16) scps_bf16_decode(src, dst, m);
+      else memcpy(dst, src, m * sizeof(float));
+      for (size_t j = 0; j < m; j++) {
+        uint32_t u;
+        memcpy(&u, &dst[j], sizeof u);
+        nonfinite |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+      }
+    }
+  }
+  return nonfinite != 0;
+}
+
+/* A gang job, so every worker is here at once: first each reads and checks
+ * its share of the gradients (megabytes a single thread would copy while
+ * the other cores wait), then, once all have, each updates its own
+ * SparseCore, unless any value was not finite: then nothing is written and
+ * apply_tc rejects the call. */
 static void apply_sc(scps_job *job, int32_t sc) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
+  if (read_gradients(c, sc)) atomic_store(&c->grads_bad, true);
+  pthread_barrier_wait(&c->grads_read);
+  if (atomic_load(&c->grads_bad)) return;
   int64_t rows = 0;
   pthread_rwlock_wrlock(&s->sc_locks[sc]);
   for (int i = 0; i < c->n_stacks; i++) {
@@ -746,17 +787,42 @@ static void apply_sc(scps_job *job, int32_t sc) {
   c->rows_updated[sc] = rows;
 }
 
+/* The first value that is not finite, in request order, named. */
+static void name_bad_gradient(const scps_call *c, char *msg, size_t len) {
+  for (int i = 0; i < c->n_stacks; i++) {
+    const call_stack *cs = &c->stacks[i];
+    const size_t dim = (size_t)c->srv->layout->stacks[cs->stack].dim;
+    const size_t n = (size_t)c->srv->layout->stacks[cs->stack].total_sample_count * dim;
+    for (size_t j = 0; j < n; j++)
+      if (!isfinite(cs->grads[j])) {
+        snprintf(msg, len, "stacks[%d].gradients: element %zu (sample %zu, column %zu) is %g; gradients must be finite",
+                 i, j, j / dim, j % dim, cs->grads[j]);
+        return;
+      }
+  }
+  snprintf(msg, len, "a gradient is not finite");
+}
+
 static void apply_tc(scps_job *job) {
   scps_call *c = job->data;
+  pthread_barrier_destroy(&c->grads_read);
+  if (atomic_load(&c->grads_bad)) {
+    char msg[256];
+    name_bad_gradient(c, msg, sizeof msg);
+    scps_saver_apply_rejected(c->srv);
+    scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    return;
+  }
   Scps__V1__ApplyGradientsResponse r = SCPS__V1__APPLY_GRADIENTS_RESPONSE__INIT;
   for (int k = 0; k < c->srv->S; k++) r.rows_updated += c->rows_updated[k];
   r.checkpoint_due = scps_saver_apply_done(c->srv, c->step.step);
   scps_call_finish_packed(c, &r.base);
 }
 
-/* wide: room for n floats when the gradients come as bfloat16. */
+/* The gradients' size; their values are checked as the workers read them
+ * (apply_sc), into float32 room at grads. */
 static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, const char *field,
-                                        call_stack *cs, float *wide, char *msg, size_t len) {
+                                        call_stack *cs, float *grads, char *msg, size_t len) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
   size_t n = (size_t)sl->total_sample_count * (size_t)sl->dim;
   bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
@@ -767,26 +833,8 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
              bf16 ? "bfloat16" : "float32", n * width);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
-  const float *g = (const float *)(const void *)sg->gradients.data;
-  if (bf16) {
-    scps_bf16_decode(sg->gradients.data, wide, n);
-    g = wide;
-  }
-  /* All exponent bits set is NaN or infinity: one branch-free pass over
-   * megabytes, and a second one only to name the first bad value. */
-  uint32_t nonfinite = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint32_t u;
-    memcpy(&u, &g[i], sizeof u);
-    nonfinite |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
-  }
-  for (size_t i = 0; nonfinite && i < n; i++)
-    if (!isfinite(g[i])) {
-      snprintf(msg, len, "%s.gradients: element %zu (sample %zu, column %zu) is %g; gradients must be finite",
-               field, i, i / (size_t)sl->dim, i % (size_t)sl->dim, g[i]);
-      return GRPC_STATUS_INVALID_ARGUMENT;
-    }
-  cs->grads = g;
+  cs->grads = grads;
+  cs->grad_src = sg->gradients;
   return GRPC_STATUS_OK;
 }
 
@@ -811,19 +859,20 @@ static void handle_apply(scps_call *c) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory", NULL, 0);
     return;
   }
-  /* Widened bfloat16 gradients need float room: bounded by what the
-   * request itself holds (2 bytes per value), so no client can make the
-   * server allocate more than twice its message. */
-  if (st == GRPC_STATUS_OK && c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
+  /* The gradients as float32: bounded by what the request itself holds
+   * (2 or 4 bytes per value), so no client can make the server allocate
+   * more than twice its message. */
+  const size_t width = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : sizeof(float);
+  if (st == GRPC_STATUS_OK) {
     size_t values = 0;
-    for (size_t i = 0; i < req->n_stacks; i++) values += req->stacks[i].gradients.len / 2;
+    for (size_t i = 0; i < req->n_stacks; i++) values += req->stacks[i].gradients.len / width;
     c->scratch = scps_scratch_take(s->scratch, values, &c->scratch_cap);
     if (!c->scratch) {
       scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
       return;
     }
   }
-  size_t wide_at = 0;
+  size_t grads_at = 0;
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
     scps_req_stack *sg = &req->stacks[i];
@@ -840,8 +889,8 @@ static void handle_apply(scps_call *c) {
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
     if (st == GRPC_STATUS_OK) {
-      st = check_gradients(c, sg, field, &c->stacks[i], c->scratch ? c->scratch + wide_at : NULL, msg, sizeof msg);
-      wide_at += sg->gradients.len / 2;
+      st = check_gradients(c, sg, field, &c->stacks[i], c->scratch + grads_at, msg, sizeof msg);
+      grads_at += sg->gradients.len / width;
     }
   }
   if (st != GRPC_STATUS_OK) {
@@ -850,9 +899,15 @@ static void handle_apply(scps_call *c) {
   }
   c->step.step = req->step;
   c->step.learning_rate = has_lr ? req->learning_rate : -1.0;
+  if (pthread_barrier_init(&c->grads_read, NULL, (unsigned)s->S)) {
+    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: cannot create a barrier", NULL, 0);
+    return;
+  }
+  atomic_init(&c->grads_bad, false);
   c->job.sc_fn = apply_sc;
   c->job.tc_fn = apply_tc;
   c->job.data = c;
+  c->job.gang = true;
   scps_saver_submit_apply(s, c);
 }
 

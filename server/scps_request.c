@@ -243,7 +243,6 @@ static int add_stack(reader *rd, scps_request *r, scps_req_stack **out) {
   scps_req_stack *st = &r->stacks[r->n_stacks++];
   memset(st, 0, sizeof *st);
   partitions_init(&st->partitions);
-  st->gradients.data = empty_bytes;
   *out = st;
   return 0;
 }
@@ -263,7 +262,9 @@ static int read_stack_gradients(reader *rd, size_t limit, scps_req_stack *st) {
       st->has_partitions = true;
     } else if (field == 2) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
-      if (!rc) rc = read_bytes_field(rd, limit, &st->gradients);
+      if (!rc) rc = read_len(rd, limit, &n);
+      if (!rc) st->gradients = (scps_req_span){rd->m.pos, n};
+      if (!rc) rc = read_bytes(rd, NULL, n);
     } else {
       rc = skip_field(rd, wt, limit);
     }
@@ -370,17 +371,16 @@ int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, scps_reque
   if (rc == SCPS_ENOMEM) rc = nomem(&rd, rd.m.cap * sizeof(grpc_slice));
   else if (rc) rc = fail(&rd, "unreadable (compressed?) payload");
   if (!rc) rc = read_request(&rd, kind, r);
-  scps_slices_free(&rd.m);
+  if (kind == SCPS_REQUEST_APPLY) r->msg = rd.m;
+  else scps_slices_free(&rd.m);
   return rc;
 }
 
 void scps_request_free(scps_request *r) {
-  for (size_t i = 0; i < r->n_stacks; i++) {
-    partitions_free(&r->stacks[i].partitions);
-    bytes_free(&r->stacks[i].gradients);
-  }
+  for (size_t i = 0; i < r->n_stacks; i++) partitions_free(&r->stacks[i].partitions);
   free(r->stacks);
   free(r->distinct_rows);
   bytes_free(&r->config_fingerprint);
+  scps_slices_free(&r->msg);
   memset(r, 0, sizeof *r);
 }

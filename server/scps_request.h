@@ -4,6 +4,8 @@
 #define SCPS_REQUEST_H
 
 #include <grpc/byte_buffer.h>
+
+#include "scps_slices.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,12 +25,19 @@ typedef struct scps_req_partitions {
   scps_req_bytes rows, samples, gains, gain_exceptions;
 } scps_req_partitions;
 
+/* A bytes field left where it arrived: bytes [off, off + len) of the
+ * request's slices (scps_request.msg). */
+typedef struct scps_req_span {
+  size_t off, len;
+} scps_req_span;
+
 /* A LookupRequest's StackPartitions, or an ApplyGradientsRequest's
- * StackGradients (partitions present or not, and the gradients). */
+ * StackGradients (partitions present or not, and the gradients, which
+ * the SparseCore workers copy out of the slices themselves). */
 typedef struct scps_req_stack {
   scps_req_partitions partitions;
   bool has_partitions;
-  scps_req_bytes gradients;
+  scps_req_span gradients;
 } scps_req_stack;
 
 /* scps.v1.LookupRequest or ApplyGradientsRequest (step, learning rate and
@@ -47,6 +56,7 @@ typedef struct scps_request {
   scps_req_stack *stacks;
   size_t cap_stacks;
   size_t bytes; /* the encoded request's size */
+  scps_slices msg; /* ApplyGradients: the request's slices, kept for its gradients */
 } scps_request;
 
 typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_request_kind;

@@ -130,6 +130,13 @@ bool scps_saver_apply_done(scps_server *s, int64_t step) {
   return due;
 }
 
+void scps_saver_apply_rejected(scps_server *s) {
+  scps_saver *sv = &s->saver;
+  pthread_mutex_lock(&sv->mu);
+  if (--sv->applies_running == 0) pthread_cond_broadcast(&sv->cv);
+  pthread_mutex_unlock(&sv->mu);
+}
+
 /* Called with mu held once no save is queued: the parked ApplyGradients go
  * to the pipeline in arrival order, before any that arrives later. */
 static void open_gate(scps_server *s) {

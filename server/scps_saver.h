@@ -64,6 +64,11 @@ void scps_saver_submit_apply(struct scps_server *s, struct scps_call *c);
  * its step; returns whether the response should carry checkpoint_due. */
 bool scps_saver_apply_done(struct scps_server *s, int64_t step);
 
+/* An ApplyGradients the workers rejected (a gradient not finite) before
+ * writing anything: counted out like a finished one, leaving the step and
+ * the tables' state as they were. */
+void scps_saver_apply_rejected(struct scps_server *s);
+
 /* The Checkpoint method (on a completion-queue thread): validates and queues. */
 void scps_saver_handle(struct scps_call *c);
 

@@ -114,12 +114,14 @@ struct scps_call {
   struct call_stack *stacks;
   float *scratch;           /* Lookup: each stack's activations (float32 or bfloat16), then in
                              * bfloat16 one gather scratch per SparseCore worker;
-                             * ApplyGradients: widened bfloat16 gradients */
+                             * ApplyGradients: every stack's gradients as float32 */
   size_t scratch_cap;       /* floats of scratch, a block of srv->scratch */
   float *gather_scratch;    /* Lookup in bfloat16: worker k's at gather_scratch + k * gather_stride */
   size_t gather_stride;     /* floats */
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
+  pthread_barrier_t grads_read; /* ApplyGradients: every worker has read its gradients */
+  atomic_bool grads_bad;    /* ApplyGradients: one of them is not finite */
   scps_step step;
   scps_call *next;          /* in the saver's parked or checkpoint queue */
 };
@@ -128,7 +130,8 @@ struct scps_call {
 typedef struct call_stack {
   int stack;
   scps_coo coo[64];         /* per local SparseCore; arrays point into the request */
-  const float *grads;       /* ApplyGradients only */
+  float *grads;             /* ApplyGradients: total_sample_count x dim float32, in the call's scratch */
+  scps_req_span grad_src;   /* ApplyGradients: where they lie in the request */
   float *act;               /* Lookup in float32: total_sample_count x dim, the process's partial */
   uint8_t *encoded;         /* Lookup in bfloat16: the same values as sent, 2 bytes each */
   /* Lookup answered with distinct rows (LookupRequest.distinct_rows): act

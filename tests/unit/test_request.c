@@ -189,6 +189,16 @@ static bool same_lookup(const scps_request *r, const Scps__V1__LookupRequest *m)
   return true;
 }
 
+/* A field left in the request's slices (its gradients), read back. */
+static bool same_span(const scps_request *r, scps_req_span a, ProtobufCBinaryData b) {
+  if (a.len != b.len) return false;
+  if (!b.len) return true;
+  uint8_t *tmp = malloc(a.len);
+  bool same = tmp && a.off + a.len <= r->msg.total && !memcmp(scps_slices_span(&r->msg, a.off, a.len, tmp), b.data, b.len);
+  free(tmp);
+  return same;
+}
+
 static bool same_apply(const scps_request *r, const Scps__V1__ApplyGradientsRequest *m) {
   bool lr = m->learning_rate_present_case == SCPS__V1__APPLY_GRADIENTS_REQUEST__LEARNING_RATE_PRESENT_LEARNING_RATE;
   if (!same_bytes(&r->config_fingerprint, m->config_fingerprint) || r->process_index != m->process_index ||
@@ -197,7 +207,7 @@ static bool same_apply(const scps_request *r, const Scps__V1__ApplyGradientsRequ
     return false;
   for (size_t i = 0; i < m->n_stacks; i++) {
     const scps_req_stack *s = &r->stacks[i];
-    if (s->has_partitions != (m->stacks[i]->partitions != NULL) || !same_bytes(&s->gradients, m->stacks[i]->gradients))
+    if (s->has_partitions != (m->stacks[i]->partitions != NULL) || !same_span(r, s->gradients, m->stacks[i]->gradients))
       return false;
     if (s->has_partitions && !same_partitions(&s->partitions, m->stacks[i]->partitions)) return false;
   }
