@@ -254,6 +254,11 @@ def main():
             who = "SCHED_FIFO" if st["fifo"] else "normal-priority"
             rows.append(("serving", f"  machine stalls in that run: {st['late_over_5ms']} over 5 ms, latest "
                                     f"{st['max_late_ms']:.1f} ms ({who} sleeper)", None, None, None, None, None, None))
+        ot = serving.get("others")
+        if ot:
+            top = ", ".join(f"{name} {ms:.0f} ms" for name, ms in ot["top"][:3])
+            rows.append(("serving", f"  other tasks' CPU in that run: {ot['cpu_ms']:.0f} ms in {ot['seconds']:.0f} s "
+                                    f"({top})", None, None, None, None, None, None))
 
     m = res["machine"]
     print(f"scps benchmark suite, {res['date']}, commit {res['commit']}: {m['cpu']}, {m['cores']} cores, "

@@ -10,9 +10,12 @@
 # quarter of its median latency: it measured its own queue). Beside the 70%
 # run, scps-bench-stall counts the times a SCHED_FIFO thread sleeping 1 ms
 # woke late by milliseconds: stalls of the machine itself (or of a kernel
-# that would not switch), which land in p99 whatever the server does.
+# that would not switch), which land in p99 whatever the server does; and
+# the CPU time every other task of the machine took meanwhile (kernel
+# threads included), the work that competed with the server for the cores.
 # Writes {peak: report, at70: report, p99_over_p50, not_valid: why or null,
-# stalls: scps-bench-stall's line} (default build-bench/bench-serving.json).
+# stalls: scps-bench-stall's line, others: {seconds, cpu_ms, top: [[name, ms]]}}
+# (default build-bench/bench-serving.json).
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
@@ -45,17 +48,53 @@ loadgen=("$build/client/scps-loadgen" --workload "$workload" --servers "$servers
 
 echo "serving.sh: $(basename "$workload"), 1 server process x 2 SparseCores, $clients clients, ${duration} s per run" >&2
 "${loadgen[@]}" --json "$tmp/peak.json" >&2
+# CPU nanoseconds of every task on the machine (schedstat), so the summary
+# can name what else ran during the 70% phase.
+cpu_snapshot() {
+  /usr/bin/python3 - "$1" <<'PY'
+import glob, json, os, sys, time
+tasks = {}
+for path in glob.glob("/proc/[0-9]*/task/[0-9]*/schedstat"):
+    parts = path.split("/")
+    if int(parts[2]) == os.getpid():
+        continue
+    try:
+        ns = int(open(path).read().split()[0])
+        comm = open(path[:-len("schedstat")] + "comm").read().strip()
+    except (OSError, ValueError, IndexError):
+        continue
+    tasks[parts[4]] = [int(parts[2]), comm, ns]
+json.dump({"t": time.monotonic(), "tasks": tasks}, open(sys.argv[1], "w"))
+PY
+}
 rate=$(/usr/bin/python3 -c 'import json,sys; print("%.1f" % (0.7 * json.load(open(sys.argv[1]))["requests_per_s"]))' "$tmp/peak.json")
 # The watcher covers the run's warm-up too (2 s): its timestamps count from
 # the start of the run.
+cpu_snapshot "$tmp/cpu-before.json"
 "$build/tests/bench/scps-bench-stall" --seconds $((duration + 2)) >"$tmp/stalls.json" &
 stall_pid=$!
-"${loadgen[@]}" --rate "$rate" --json "$tmp/at70.json" >&2
+"${loadgen[@]}" --rate "$rate" --json "$tmp/at70.json" >&2 &
+loadgen_pid=$!
+wait "$loadgen_pid"
+cpu_snapshot "$tmp/cpu-after.json"
 wait "$stall_pid"
 
-/usr/bin/python3 - "$tmp/peak.json" "$tmp/at70.json" "$tmp/stalls.json" "$json" <<'PY'
+/usr/bin/python3 - "$tmp/peak.json" "$tmp/at70.json" "$tmp/stalls.json" "$tmp/cpu-before.json" \
+  "$tmp/cpu-after.json" "${scps_cluster_pids[*]} $loadgen_pid $stall_pid" "$json" <<'PY'
 import json, sys
-peak, at70, stalls = (json.load(open(p)) for p in sys.argv[1:4])
+peak, at70, stalls, before, after = (json.load(open(p)) for p in sys.argv[1:6])
+ours = {int(p) for p in sys.argv[6].split()}
+others = {}
+for tid, (tgid, comm, ns) in after["tasks"].items():
+    if tgid in ours:
+        continue
+    prev = before["tasks"].get(tid)
+    used = ns - (prev[2] if prev and prev[0] == tgid else 0)
+    if used > 0:
+        others[comm] = others.get(comm, 0) + used / 1e6
+top = sorted(others.items(), key=lambda kv: -kv[1])[:5]
+others = {"seconds": round(after["t"] - before["t"], 3), "cpu_ms": round(sum(others.values()), 1),
+          "top": [[name, round(ms, 1)] for name, ms in top]}
 lp, la = peak["latency_ms"], at70["latency_ms"]
 ratio = la["p99"] / la["p50"] if la["p50"] > 0 else float("inf")
 print(f"{'':28s} {'req/s':>10s} {'samples/s':>11s} {'p50 ms':>8s} {'p99 ms':>8s} {'p99/p50':>8s} {'errors':>7s}")
@@ -76,6 +115,8 @@ print(f"target (issue 7): p99 <= 3x p50 at 70% of peak: p99/p50 = {ratio:.2f} "
 print(f"machine stalls during the 70% run ({'SCHED_FIFO' if stalls['fifo'] else 'normal priority'} thread "
       f"sleeping {stalls['period_us']} us): {stalls['late_over_5ms']} wakeups late by over 5 ms, "
       f"the latest by {stalls['max_late_ms']:.1f} ms")
-json.dump({"peak": peak, "at70": at70, "p99_over_p50": ratio, "not_valid": not_valid, "stalls": stalls},
-          open(sys.argv[4], "w"), indent=1)
+print(f"other tasks of the machine during the 70% run ({others['seconds']:.1f} s): {others['cpu_ms']:.0f} ms of CPU "
+      f"({', '.join(f'{n} {ms:.0f} ms' for n, ms in others['top'])})")
+json.dump({"peak": peak, "at70": at70, "p99_over_p50": ratio, "not_valid": not_valid, "stalls": stalls,
+           "others": others}, open(sys.argv[7], "w"), indent=1)
 PY
