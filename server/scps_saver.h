@@ -56,8 +56,9 @@ int scps_saver_init(struct scps_server *s, scps_error *err);
 /* Stops the save thread once its queue is done; then frees. */
 void scps_saver_free(struct scps_server *s);
 
-/* Submits a validated ApplyGradients call to the pipeline, or parks it while
- * the gate is closed. */
+/* Submits a validated ApplyGradients call to the pipeline (its gradient
+ * values are checked there, before any write), or parks it while the gate
+ * is closed. */
 void scps_saver_submit_apply(struct scps_server *s, struct scps_call *c);
 
 /* An ApplyGradients finished on every SparseCore (from its tc_fn): records
