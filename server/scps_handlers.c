@@ -359,18 +359,18 @@ static grpc_status_code check_partitions(scps_call *c, scps_req_partitions *sp, 
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   size_t n = sp->rows.len / 4;
-  char why[160];
-  int rc = sp->rows.len % 4 || sp->samples.len != sp->rows.len ? 0 : scps_request_expand_gains(sp, n, why, sizeof why);
-  if (rc) {
-    snprintf(msg, len, "%s: %s", field, why);
-    return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
-  }
   if (sp->rows.len % 4 || sp->samples.len != sp->rows.len || (sp->gains.len && sp->gains.len != sp->rows.len)) {
     snprintf(msg, len,
              "%s: rows, samples and gains hold %zu, %zu and %zu bytes; each needs 4 bytes per entry and all must "
              "match (or gains empty: every gain 1.0 but those in gain_exceptions)",
              field, sp->rows.len, sp->samples.len, sp->gains.len);
     return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  char why[160];
+  int rc = scps_request_expand_gains(sp, n, why, sizeof why);
+  if (rc) {
+    snprintf(msg, len, "%s: %s", field, why);
+    return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
   }
   if (sp->sc_offsets[0] != 0 || sp->sc_offsets[s->S] != n) {
     snprintf(msg, len, "%s.sc_offsets: must start at 0 and end at the entry count %zu (got %u .. %u)", field, n,
