@@ -6,7 +6,10 @@ them and writes everything to OUT (build-bench/bench-results.json).
     report.py DIR OUT --workloads dlrm8 criteo26 [--batches K] [--seconds S]
 
 Ratios divide samples/s (the same batches on both sides, so ids/s gives the
-same quotient); the engine's divide ids/s by the gather limit's. With
+same quotient); the engine's divide ids/s by the gather limit's. PyTorch,
+Redis and scps each ran R rounds (run.sh --rounds): every figure is the
+round with the most samples/s, the worst round's ms/batch beside it, so
+the anchors and scps are judged alike on a machine whose speed drifts. With
 wire.json (scps-bench-wire), each 1-process depth-1 scps lookup also gets
 its wire floor: its request and answer bytes at the loopback TCP rate,
 the least time such a lookup can take, and the lookup/torch ratio that
@@ -68,6 +71,14 @@ def git_commit(repo):
         return "unknown"
 
 
+def best_round(lines):
+    """The round with the most samples/s, with every round's figures."""
+    best = dict(max(lines, key=lambda t: t["samples_per_s"]))
+    best["ms_per_batch_median_all_runs"] = [t["ms_per_batch_median"] for t in lines]
+    best["samples_per_s_all_runs"] = [t["samples_per_s"] for t in lines]
+    return best
+
+
 def collect(d, w):
     """Everything measured on workload w, or None where a step was skipped."""
     r = {}
@@ -78,17 +89,10 @@ def collect(d, w):
         r["engine"] = {e["phase"]: e for e in eng["engine"]}
     torch = load_lines(os.path.join(d, f"{w}-torch.json"))
     if torch:
-        best = {}
-        for t in torch:
-            m = t["mode"]
-            best.setdefault(m, dict(t, ms_per_batch_median_all_runs=[]))
-            best[m]["ms_per_batch_median_all_runs"].append(t["ms_per_batch_median"])
-            if t["samples_per_s"] > best[m]["samples_per_s"]:
-                best[m].update({k: v for k, v in t.items()})
-        r["torch"] = best
+        r["torch"] = {m: best_round([t for t in torch if t["mode"] == m]) for m in sorted({t["mode"] for t in torch})}
     redis = load_lines(os.path.join(d, f"{w}-redis.json"))
     if redis:
-        r["redis"] = redis[0]
+        r["redis"] = best_round(redis)
         mem = os.path.join(d, f"{w}-redis-memory.txt")
         if os.path.exists(mem):
             r["redis"]["used_memory"] = open(mem).read().strip()
@@ -99,7 +103,7 @@ def collect(d, w):
                 for depth in ("1", "2"):
                     s = load_lines(os.path.join(d, f"{w}-scps-{procs}-{mode}-{fmt}-d{depth}.json"))
                     if s:
-                        scps.setdefault(procs, {}).setdefault(mode, {})[f"{fmt}-d{depth}"] = s[0]
+                        scps.setdefault(procs, {}).setdefault(mode, {})[f"{fmt}-d{depth}"] = best_round(s)
     if scps:
         r["scps"] = scps
     return r
@@ -123,11 +127,13 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--workloads", nargs="+", required=True)
     ap.add_argument("--batches", type=int, default=0, help="batches per measurement (recorded only)")
+    ap.add_argument("--rounds", type=int, default=0, help="rounds of each anchor and of scps (recorded only)")
     ap.add_argument("--seconds", type=int, default=0, help="wall time of the run (recorded only)")
     a = ap.parse_args()
     repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     res = {"date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
            "machine": machine(), "commit": git_commit(repo), "batches": a.batches,
+           "rounds": a.rounds,
            "run_seconds": a.seconds, "workloads": {}, "ratios": []}
     for when in ("start", "end"):
         path = os.path.join(a.dir, f"busy-{when}.txt")
@@ -190,8 +196,9 @@ def main():
                              t["samples_per_s"], t["ids_per_s"], None, None, None))
         if "redis" in r:
             x = r["redis"]
-            rows.append((w, f"redis {x['redis_version']} MGET (depth {x['depth']}, "
-                            f"{x['rows_per_s'] / 1e6:.2f} M rows/s)", x["ms_per_batch_median"], x["samples_per_s"],
+            rows.append((w, f"redis {x['redis_version']} MGET, depth {x['depth']}, {x['rows_per_s'] / 1e6:.2f} M rows/s "
+                            f"(worst {max(x['ms_per_batch_median_all_runs']):.1f})", x["ms_per_batch_median"],
+                         x["samples_per_s"],
                          x["ids_per_s"], None, None, None))
         for procs, modes in sorted(r.get("scps", {}).items()):
             for m in ("lookup", "train"):
@@ -201,14 +208,15 @@ def main():
                         continue
                     info = fmt != "float32" and not bf16_counts
                     label = f"scps {m}, {procs} proc, {fmt}, depth {depth}"
+                    worst = f" (worst {max(s['ms_per_batch_median_all_runs']):.1f})"
                     if m in torch:
                         key = "lookup_vs_torch" if m == "lookup" else "train_vs_torch"
                         c = ratio(w, f"{label} / torch {m}", key, s["samples_per_s"] / torch[m]["samples_per_s"], info)
-                        rows.append((w, f"{label} / torch", s["ms_per_batch_median"], s["samples_per_s"],
+                        rows.append((w, f"{label} / torch{worst}", s["ms_per_batch_median"], s["samples_per_s"],
                                      s["ids_per_s"], c["value"], "info" if info else c["target"],
                                      None if info else c["met"]))
                     else:
-                        rows.append((w, label, s["ms_per_batch_median"], s["samples_per_s"], s["ids_per_s"],
+                        rows.append((w, label + worst, s["ms_per_batch_median"], s["samples_per_s"], s["ids_per_s"],
                                      None, None, None))
                     # A depth-1 lookup moves its request, then its answer:
                     # it cannot beat the wire's time for those bytes.
@@ -262,14 +270,14 @@ def main():
 
     m = res["machine"]
     print(f"scps benchmark suite, {res['date']}, commit {res['commit']}: {m['cpu']}, {m['cores']} cores, "
-          f"{m['memory_gib']} GiB; {a.batches} batches per figure (medians); cores busy with other work "
+          f"{m['memory_gib']} GiB; {a.batches} batches per figure (medians), best of {a.rounds} round{'s' if a.rounds != 1 else ''}; cores busy with other work "
           f"{res.get('cpu_busy_percent_start', '?')}% before, {res.get('cpu_busy_percent_end', '?')}% after")
     busy = max(res.get("cpu_busy_percent_start", 0), res.get("cpu_busy_percent_end", 0))
     if busy > 10:
         print(f"warning: other processes kept the cores {busy}% busy around the run; the anchors' OpenMP "
               "threads suffer most from that")
     head = ("workload", "measurement", "ms/batch", "samples/s", "ids/s", "ratio", "target", "met")
-    fmt = "{:<9} {:<57} {:>9} {:>11} {:>12} {:>7} {:>7} {:>4}"
+    fmt = "{:<9} {:<64} {:>9} {:>11} {:>12} {:>7} {:>7} {:>4}"
     print(fmt.format(*head))
     num = lambda v, spec: "" if v is None else format(v, spec)
     for w, label, ms, sps, ids, rat, tgt, met in rows:
@@ -283,6 +291,8 @@ def main():
         wire = "targets on the float32 wire, bfloat16 is info (its loss was not measured: wire_loss.sh);"
     print("ratios: samples/s over the anchor's (engine: ids/s); " + wire)
     print("scps depth 1: one batch at a time (median); depth 2: two in flight, samples/s over the wall time")
+    print("torch, redis and scps: the round with the most samples/s (scps: each round on a cluster started anew); "
+          "worst: the slowest round's ms/batch")
     print("scps ids/s count each batch's ids before dedup, as redis ids/s do (redis rows/s: distinct rows returned)")
     if wire:
         print("wire floor: a batch's request and answer bytes at the loopback TCP rate measured nearest their size; "

@@ -1,30 +1,35 @@
 #!/usr/bin/env bash
 # The benchmark suite: every figure and ratio the targets name, in one run:
-#   tests/bench/run.sh [--workloads "dlrm8 criteo26"] [--batches K]
+#   tests/bench/run.sh [--workloads "dlrm8 criteo26"] [--batches K] [--rounds R]
 #                      [--serving-duration S] [--skip LIST] [--json FILE]
 # Builds (Release, -march=native) in build-bench/ and, holding the bench lock
 # (/tmp/scps-bench.lock) throughout, measures on each workload: the gather
 # limit (shared/anchors/gather_limit.c, best of 3) and the engine in-process
-# (engine.sh); PyTorch's in-process EmbeddingBag lookup and train (best of 5
+# (engine.sh); PyTorch's in-process EmbeddingBag lookup and train (best of R
 # processes); Redis serving the same rows to pipelined MGETs
 # (scps-bench-redis against a redis-server it starts on a free port without
-# persistence); scps over loopback with 1 and 2 server processes, lookup and
-# train, one batch at a time (depth 1) and two in flight (depth 2), float32
-# and bfloat16 wire, and the floor of that wire (scps-bench-wire: plain
-# loopback TCP between two threads). Then wire_loss.sh: the example trainer with either wire
-# (bfloat16 rows count against the targets only if its loss shows no harm),
-# and serving.sh: 16 clients on serving-small-batch.json at peak and at 70%
-# of it. Prints one table with the targets (tests/bench/report.py) and writes
+# persistence; best of R client runs); scps over loopback with 1 and 2 server
+# processes, lookup and train, one batch at a time (depth 1) and two in
+# flight (depth 2), float32 and bfloat16 wire (best of R rounds, each on a
+# freshly started cluster), and the floor of that wire (scps-bench-wire:
+# plain loopback TCP between two threads). Then wire_loss.sh: the example
+# trainer with either wire (bfloat16 rows count against the targets only if
+# its loss shows no harm), and serving.sh: 16 clients on
+# serving-small-batch.json at peak and at 70% of it. Prints one table with
+# the targets (tests/bench/report.py) and writes
 # build-bench/bench-results.json, also to FILE with --json. K batches are
-# timed per measurement (default 20); S seconds per serving phase (default
-# 20). --skip takes a comma list of engine, torch, redis, scps, loss,
-# serving. Raw outputs stay in build-bench/suite/.
+# timed per measurement (default 20); R rounds (default 5) of each of
+# PyTorch, Redis and scps, every figure the best round's, its worst beside
+# it; S seconds per serving phase (default 20). --skip takes a comma list of
+# engine, torch, redis, scps, loss, serving. Raw outputs stay in
+# build-bench/suite/.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${SCPS_SHARED_DIR:-$(dirname "$repo")/shared}
 workloads="dlrm8 criteo26"
 batches=20
+rounds=5
 serving_duration=20
 skip=""
 json=""
@@ -34,14 +39,16 @@ while [ $# -gt 0 ]; do
   case "$1" in
     --workloads) workloads=${2:?--workloads needs names}; shift 2 ;;
     --batches) batches=${2:?--batches needs a number}; shift 2 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --serving-duration) serving_duration=${2:?--serving-duration needs seconds}; shift 2 ;;
     --skip) skip=${2:?--skip needs a list}; shift 2 ;;
     --json) json=${2:?--json needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (try --help)" ;;
   esac
 done
 case "$batches" in ''|*[!0-9]*|0) die "--batches '$batches' is not a positive integer" ;; esac
+case "$rounds" in ''|*[!0-9]*|0) die "--rounds '$rounds' is not a positive integer" ;; esac
 case "$serving_duration" in ''|*[!0-9]*|0) die "--serving-duration '$serving_duration' is not a positive integer" ;; esac
 for s in ${skip//,/ }; do
   case "$s" in engine|torch|redis|scps|loss|serving) ;; *) die "--skip: unknown step '$s' (engine, torch, redis, scps, loss, serving)" ;; esac
@@ -127,11 +134,12 @@ for w in $workloads; do
   fi
   if runs torch; then
     log "$w: PyTorch EmbeddingBag lookup and train"
-    # Best of 5 processes: on these VMs one process's lookup median can be
+    # Best of R processes: on these VMs one process's lookup median can be
     # 2.5-5x another's (dlrm8, idle machine: 2.5 vs 17 ms on one guest; 7.6
     # vs 20-31 ms on another, with no huge pages in either kind of process),
-    # and 3 processes were once all slow; the anchor gets its best.
-    for _ in 1 2 3 4 5; do
+    # and 3 processes were once all slow; the anchor gets its best, and so
+    # do Redis and scps below.
+    for _ in $(seq "$rounds"); do
       /usr/bin/python3 "$shared/anchors/torch_embeddingbag.py" "$wl" --mode lookup train \
         --steps "$batches" >>"$out/$w-torch.json"
     done
@@ -139,28 +147,34 @@ for w in $workloads; do
   if runs redis; then
     log "$w: Redis MGET"
     redis_start
-    "$build/tests/bench/scps-bench-redis" --workload "$wl" --port "$redis_port" \
-      --batches "$batches" >"$out/$w-redis.json"
+    for _ in $(seq "$rounds"); do
+      "$build/tests/bench/scps-bench-redis" --workload "$wl" --port "$redis_port" \
+        --batches "$batches" >>"$out/$w-redis.json"
+    done
     redis-cli -p "$redis_port" info memory | tr -d '\r' | sed -n 's/^used_memory_human://p' >"$out/$w-redis-memory.txt"
     redis_stop
   fi
   if runs scps; then
-    for procs in 1 2; do
-      log "$w: scps over loopback, $procs server process(es) x 2 SparseCores"
-      # Sourced anew per cluster: its scratch directory goes with each stop.
-      . "$repo/deploy/cluster.sh"
-      trap cleanup EXIT
-      scps_cluster_start "$build/server/scps-server" "$wl" "$procs" 2 8G
-      for fmt in float32 bfloat16; do
-        for m in lookup train; do
-          for d in 1 2; do
-            "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$wl" \
-              --mode "$m" --batches "$batches" --wire-format "$fmt" --depth "$d" \
-              >"$out/$w-scps-$procs-$m-$fmt-d$d.json"
+    # Round by round, each on a cluster started anew, so a slow moment of
+    # the machine or a slow server process costs one round, not a figure.
+    for round in $(seq "$rounds"); do
+      for procs in 1 2; do
+        log "$w: scps over loopback, $procs server process(es) x 2 SparseCores, round $round of $rounds"
+        # Sourced anew per cluster: its scratch directory goes with each stop.
+        . "$repo/deploy/cluster.sh"
+        trap cleanup EXIT
+        scps_cluster_start "$build/server/scps-server" "$wl" "$procs" 2 8G
+        for fmt in float32 bfloat16; do
+          for m in lookup train; do
+            for d in 1 2; do
+              "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$wl" \
+                --mode "$m" --batches "$batches" --wire-format "$fmt" --depth "$d" \
+                >>"$out/$w-scps-$procs-$m-$fmt-d$d.json"
+            done
           done
         done
+        scps_cluster_stop
       done
-      scps_cluster_stop
     done
   fi
 done
@@ -180,5 +194,5 @@ log "done; the table:"
 cpu_busy >"$out/busy-end.txt"
 echo
 /usr/bin/python3 "$repo/tests/bench/report.py" "$out" "$build/bench-results.json" --workloads $workloads \
-  --batches "$batches" --seconds "$(($(date +%s) - started))"
+  --batches "$batches" --rounds "$rounds" --seconds "$(($(date +%s) - started))"
 if [ -n "$json" ]; then cp "$build/bench-results.json" "$json"; fi
