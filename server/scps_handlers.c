@@ -770,7 +770,7 @@ static void apply_sc(scps_job *job, int32_t sc) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
   if (read_gradients(c, sc)) atomic_store(&c->grads_bad, true);
-  pthread_barrier_wait(&c->grads_read);
+  scps_pipeline_gang_sync(s->pipeline, job);
   if (atomic_load(&c->grads_bad)) return;
   int64_t rows = 0;
   pthread_rwlock_wrlock(&s->sc_locks[sc]);
@@ -805,7 +805,6 @@ static void name_bad_gradient(const scps_call *c, char *msg, size_t len) {
 
 static void apply_tc(scps_job *job) {
   scps_call *c = job->data;
-  pthread_barrier_destroy(&c->grads_read);
   if (atomic_load(&c->grads_bad)) {
     char msg[256];
     name_bad_gradient(c, msg, sizeof msg);
@@ -899,10 +898,6 @@ static void handle_apply(scps_call *c) {
   }
   c->step.step = req->step;
   c->step.learning_rate = has_lr ? req->learning_rate : -1.0;
-  if (pthread_barrier_init(&c->grads_read, NULL, (unsigned)s->S)) {
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: cannot create a barrier", NULL, 0);
-    return;
-  }
   atomic_init(&c->grads_bad, false);
   c->job.sc_fn = apply_sc;
   c->job.tc_fn = apply_tc;

@@ -120,7 +120,6 @@ struct scps_call {
   size_t gather_stride;     /* floats */
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
-  pthread_barrier_t grads_read; /* ApplyGradients: every worker has read its gradients */
   atomic_bool grads_bad;    /* ApplyGradients: one of them is not finite */
   scps_step step;
   scps_call *next;          /* in the saver's parked or checkpoint queue */

@@ -1,7 +1,9 @@
 #include "scps_clock.h"
+#include "scps_spin.h"
 #include "scps_pipeline.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,7 +36,7 @@ struct scps_pipeline {
   pthread_mutex_t submit_mu;
   pthread_mutex_t gang_mu; /* with gang_cv: workers waiting at a gang barrier */
   pthread_cond_t gang_cv;
-  uint64_t gang_gen; /* barriers passed; under gang_mu */
+  atomic_uint_fast64_t gang_gen; /* barriers passed; written under gang_mu */
 };
 
 static int queue_init(queue *q) {
@@ -110,23 +112,43 @@ static void queue_stop(queue *q) {
   pthread_mutex_unlock(&q->mu);
 }
 
+/* How long a worker that reaches a gang job's start or sync point before
+ * the others spins before it sleeps (at the end, where no one waits for it,
+ * it sleeps at once). The others usually arrive within tens of microseconds,
+ * while waking a sleeper whose core went idle can take milliseconds on a
+ * virtual machine whose host runs other guests (seen: 3.9 ms from the last
+ * worker of a dlrm8 lookup reaching the barrier to the first one running
+ * again, its core idle meanwhile). */
+#define GANG_SPIN_NS 100000
+
 /* One barrier of a gang job; true for the last worker to arrive, which
  * wakes the others. Waiters watch the pipeline's barrier generation, not the
  * job: once the last worker of the closing barrier has handed the job on,
  * the TensorCore stage may free it while the others are still waking up.
- * The mutex orders every worker's reads before the barrier with every
- * worker's writes after it. */
-static bool gang_wait(scps_pipeline *p, int *left) {
+ * The mutex, and the generation's release by the last worker and acquire by
+ * the spinning ones, order every worker's reads before the barrier with
+ * every worker's writes after it. */
+static bool gang_wait(scps_pipeline *p, int *left, bool spin) {
   pthread_mutex_lock(&p->gang_mu);
-  uint64_t gen = p->gang_gen;
+  const uint64_t gen = atomic_load_explicit(&p->gang_gen, memory_order_relaxed);
   if (--*left == 0) {
-    p->gang_gen++;
+    atomic_store_explicit(&p->gang_gen, gen + 1, memory_order_release);
     pthread_cond_broadcast(&p->gang_cv);
     pthread_mutex_unlock(&p->gang_mu);
     return true;
   }
-  while (p->gang_gen == gen) pthread_cond_wait(&p->gang_cv, &p->gang_mu);
   pthread_mutex_unlock(&p->gang_mu);
+  const int64_t until = spin ? scps_clock_ns() + GANG_SPIN_NS : 0;
+  for (unsigned i = 1; atomic_load_explicit(&p->gang_gen, memory_order_acquire) == gen; i++) {
+    scps_cpu_relax();
+    if (!(i & 63) && scps_clock_ns() > until) {
+      pthread_mutex_lock(&p->gang_mu);
+      while (atomic_load_explicit(&p->gang_gen, memory_order_relaxed) == gen)
+        pthread_cond_wait(&p->gang_cv, &p->gang_mu);
+      pthread_mutex_unlock(&p->gang_mu);
+      break;
+    }
+  }
   return false;
 }
 
@@ -138,12 +160,12 @@ static void *sc_main(void *arg) {
   queue *q = &w->p->sc[w->index];
   scps_job *job;
   while ((job = queue_pop(q))) {
-    if (job->gang) gang_wait(w->p, &job->gang_in);
+    if (job->gang) gang_wait(w->p, &job->gang_in, true);
     int64_t t0 = scps_clock_ns();
     job->sc_fn(job, w->index);
     queue_account(q, scps_clock_ns() - t0);
     if (job->gang) {
-      if (gang_wait(w->p, &job->gang_out)) queue_push(&w->p->tc, job);
+      if (gang_wait(w->p, &job->gang_out, false)) queue_push(&w->p->tc, job);
     } else if (atomic_fetch_sub(&job->pending, 1) == 1) {
       queue_push(&w->p->tc, job);
     }
@@ -191,6 +213,7 @@ int scps_pipeline_create(int32_t n_sc, int32_t n_tc, scps_pipeline **out, scps_e
   p->n_tc = n_tc;
   pthread_mutex_init(&p->submit_mu, NULL);
   pthread_mutex_init(&p->gang_mu, NULL);
+  atomic_init(&p->gang_gen, 0);
   pthread_cond_init(&p->gang_cv, NULL);
   p->sc = calloc((size_t)n_sc, sizeof *p->sc);
   p->workers = calloc((size_t)(n_sc + n_tc), sizeof *p->workers);
@@ -218,7 +241,7 @@ void scps_pipeline_submit(scps_pipeline *p, scps_job *job) {
     return;
   }
   atomic_store(&job->pending, p->n_sc);
-  job->gang_in = job->gang_out = p->n_sc;
+  job->gang_in = job->gang_sync = job->gang_out = p->n_sc;
   /* Holding every SparseCore lock while pushing keeps the per-SparseCore
    * orders consistent with one global submission order. */
   pthread_mutex_lock(&p->submit_mu);
@@ -227,6 +250,8 @@ void scps_pipeline_submit(scps_pipeline *p, scps_job *job) {
   for (int32_t i = p->n_sc - 1; i >= 0; i--) pthread_mutex_unlock(&p->sc[i].mu);
   pthread_mutex_unlock(&p->submit_mu);
 }
+
+void scps_pipeline_gang_sync(scps_pipeline *p, scps_job *job) { gang_wait(p, &job->gang_sync, true); }
 
 static void stage_stats(queue *q, const char *name, scps_stage_stats *s) {
   pthread_mutex_lock(&q->mu);

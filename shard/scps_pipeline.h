@@ -33,7 +33,7 @@ struct scps_job {
   void *data;
   bool gang;
   atomic_int pending;
-  int gang_in, gang_out; /* workers yet to arrive at each barrier; under the pipeline's lock */
+  int gang_in, gang_sync, gang_out; /* workers yet to arrive at each barrier; under the pipeline's lock */
 };
 
 typedef struct scps_pipeline scps_pipeline;
@@ -57,6 +57,12 @@ void scps_pipeline_destroy(scps_pipeline *p);
  * submissions: two jobs reach every SparseCore in the same order, so a job
  * submitted after another job's tc_fn ran sees all of that job's writes. */
 void scps_pipeline_submit(scps_pipeline *p, scps_job *job);
+
+/* Within a gang job's sc_fn, at most once per job: returns when every
+ * SparseCore worker has called it, so each may rely on what all of them did
+ * before (a barrier that spins briefly before it sleeps, as the gang's
+ * own). */
+void scps_pipeline_gang_sync(scps_pipeline *p, scps_job *job);
 
 /* Fills up to max entries (n_sc SparseCore stages, then "tc"); returns the
  * number of stages. */

@@ -1,4 +1,5 @@
 #include "scps_clock.h"
+#include "scps_spin.h"
 #include "scps_prep.h"
 
 #include <math.h>
@@ -140,18 +141,12 @@ static void run_items(scps_prep *p, prep_thread *t) {
  * that slept costs tens of them on a virtual machine. */
 #define SPIN_NS 20000
 
-static inline void cpu_relax(void) {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 /* Spin up to SPIN_NS while *v equals old (is positive); the caller then
  * checks again under the mutex and sleeps if it must. */
 static void spin_while_equal(atomic_uint_fast64_t *v, uint64_t old) {
   int64_t until = scps_clock_ns() + SPIN_NS;
   for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == old; i++) {
-    cpu_relax();
+    scps_cpu_relax();
     if (!(i & 63) && scps_clock_ns() > until) return;
   }
 }
@@ -159,7 +154,7 @@ static void spin_while_equal(atomic_uint_fast64_t *v, uint64_t old) {
 static void spin_while_positive(atomic_int *v) {
   int64_t until = scps_clock_ns() + SPIN_NS;
   for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) > 0; i++) {
-    cpu_relax();
+    scps_cpu_relax();
     if (!(i & 63) && scps_clock_ns() > until) return;
   }
 }

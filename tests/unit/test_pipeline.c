@@ -1,8 +1,10 @@
 /* The SparseCore/TensorCore pipeline: every SparseCore sees jobs in one
  * global order even with concurrent submitters, the TensorCore part runs
  * after all SparseCore parts, gang jobs see no SparseCore written while they
- * run, destroy drains, and the counters add up. */
+ * run, a gang job's sync point holds every worker until all reached it,
+ * destroy drains, and the counters add up. */
 #include <sched.h>
+#include <time.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,9 +138,51 @@ static void test_gang_freed(void) {
          atomic_load(&owned_early));
 }
 
+/* scps_pipeline_gang_sync: each worker writes its slot (a plain int, so
+ * ThreadSanitizer reports a read that is not ordered after the write), syncs,
+ * then reads every slot; in every third job one worker is late by 2 ms, past
+ * the barrier's spin, so the others also go through its sleeping path. */
+static scps_pipeline *sync_p;
+static int sync_slot[NSC];
+static atomic_int sync_missed, sync_parts;
+
+static void sync_part(scps_job *job, int32_t sc) {
+  const int id = (int)(intptr_t)job->data;
+  if (id % 3 == 0 && sc == id % NSC) {
+    struct timespec late = {0, 2000000};
+    nanosleep(&late, NULL);
+  }
+  sync_slot[sc] = id;
+  scps_pipeline_gang_sync(sync_p, job);
+  for (int k = 0; k < NSC; k++)
+    if (sync_slot[k] != id) atomic_fetch_add(&sync_missed, 1);
+  atomic_fetch_add(&sync_parts, 1);
+}
+
+static void test_gang_sync(void) {
+  scps_error err;
+  CHECK_OK(scps_pipeline_create(NSC, 1, &sync_p, &err), &err);
+  if (!sync_p) return;
+  enum { N = 300 };
+  scps_job *jobs = calloc(N, sizeof *jobs);
+  for (int i = 0; i < N; i++) {
+    jobs[i].gang = true;
+    jobs[i].sc_fn = sync_part;
+    jobs[i].tc_fn = nothing;
+    jobs[i].data = (void *)(intptr_t)(i + 1);
+    scps_pipeline_submit(sync_p, &jobs[i]);
+  }
+  scps_pipeline_destroy(sync_p);
+  CHECK(atomic_load(&sync_parts) == N * NSC);
+  CHECKF(atomic_load(&sync_missed) == 0, "%d reads after the sync point missed another worker's write",
+         atomic_load(&sync_missed));
+  free(jobs);
+}
+
 int main(void) {
   test_gang();
   test_gang_freed();
+  test_gang_sync();
   scps_pipeline *p;
   scps_error err;
   CHECK_OK(scps_pipeline_create(NSC, 2, &p, &err), &err);
