@@ -110,7 +110,11 @@ answered || { echo "no request answered after the warm-up in 30 s:"; cat "$tmp/d
 killed=$(date +%s%N)
 kill -KILL "${scps_cluster_pids[0]}"
 wait "${scps_cluster_pids[0]}" 2>/dev/null || true
-wait "$lg" || { echo "scps-loadgen failed after the server was killed"; fail=1; }
+wait "$lg" || {
+  echo "scps-loadgen failed after the server was killed; its stderr, progress lines left out:"
+  grep -v 'req/s' "$tmp/down.err" | tail -40
+  fail=1
+}
 elapsed_ms=$((($(date +%s%N) - killed) / 1000000))
 check "$tmp/down.json" unavailable=1
 [ "$elapsed_ms" -lt 8000 ] || { echo "run with a dead server went on $elapsed_ms ms after the kill (--duration 4)"; fail=1; }
