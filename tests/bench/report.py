@@ -268,6 +268,10 @@ def main():
         rows.append(("serving", f"peak, {peak['concurrency']} clients (p50 {peak['latency_ms']['p50']:.2f} ms, "
                                 f"p99 {peak['latency_ms']['p99']:.2f} ms)", None, peak["samples_per_s"],
                      peak["ids_per_s"], None, None, None))
+        if "peak_after" in serving:
+            pa = serving["peak_after"]
+            rows.append(("serving", f"  peak again after the 70% run (p50 {pa['latency_ms']['p50']:.2f} ms)", None,
+                         pa["samples_per_s"], pa["ids_per_s"], None, None, None))
         errors = sum(peak["errors"].values()) + sum(at70["errors"].values())
         if errors:
             rows.append(("serving", f"{errors} requests failed (scps-loadgen errors; see serving.json)",
