@@ -125,9 +125,9 @@ static void queue_stop(queue *q) {
  * wakes the others. Waiters watch the pipeline's barrier generation, not the
  * job: once the last worker of the closing barrier has handed the job on,
  * the TensorCore stage may free it while the others are still waking up.
- * The mutex, and the generation's release by the last worker and acquire by
- * the spinning ones, order every worker's reads before the barrier with
- * every worker's writes after it. */
+ * Every worker passes the mutex after the barrier too, so it orders every
+ * worker's reads before the barrier with every worker's writes after it;
+ * the spin only watches the generation. */
 static bool gang_wait(scps_pipeline *p, int *left, bool spin) {
   pthread_mutex_lock(&p->gang_mu);
   const uint64_t gen = atomic_load_explicit(&p->gang_gen, memory_order_relaxed);
@@ -138,17 +138,16 @@ static bool gang_wait(scps_pipeline *p, int *left, bool spin) {
     return true;
   }
   pthread_mutex_unlock(&p->gang_mu);
-  const int64_t until = spin ? scps_clock_ns() + GANG_SPIN_NS : 0;
-  for (unsigned i = 1; atomic_load_explicit(&p->gang_gen, memory_order_acquire) == gen; i++) {
-    scps_cpu_relax();
-    if (!(i & 63) && scps_clock_ns() > until) {
-      pthread_mutex_lock(&p->gang_mu);
-      while (atomic_load_explicit(&p->gang_gen, memory_order_relaxed) == gen)
-        pthread_cond_wait(&p->gang_cv, &p->gang_mu);
-      pthread_mutex_unlock(&p->gang_mu);
-      break;
+  if (spin) {
+    const int64_t until = scps_clock_ns() + GANG_SPIN_NS;
+    for (unsigned i = 1; atomic_load_explicit(&p->gang_gen, memory_order_acquire) == gen; i++) {
+      scps_cpu_relax();
+      if (!(i & 63) && scps_clock_ns() > until) break;
     }
   }
+  pthread_mutex_lock(&p->gang_mu);
+  while (atomic_load_explicit(&p->gang_gen, memory_order_relaxed) == gen) pthread_cond_wait(&p->gang_cv, &p->gang_mu);
+  pthread_mutex_unlock(&p->gang_mu);
   return false;
 }
 

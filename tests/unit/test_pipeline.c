@@ -165,7 +165,8 @@ static void test_gang_sync(void) {
   if (!sync_p) return;
   enum { N = 300 };
   scps_job *jobs = calloc(N, sizeof *jobs);
-  for (int i = 0; i < N; i++) {
+  CHECK(jobs != NULL);
+  for (int i = 0; jobs && i < N; i++) {
     jobs[i].gang = true;
     jobs[i].sc_fn = sync_part;
     jobs[i].tc_fn = nothing;
