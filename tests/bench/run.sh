@@ -43,7 +43,7 @@ while [ $# -gt 0 ]; do
     --serving-duration) serving_duration=${2:?--serving-duration needs seconds}; shift 2 ;;
     --skip) skip=${2:?--skip needs a list}; shift 2 ;;
     --json) json=${2:?--json needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (try --help)" ;;
   esac
 done
