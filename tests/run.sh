@@ -22,7 +22,7 @@ cmake --build "$dir" -j"$(nproc)"
 
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
-export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1
 if [ "$mode" = --tsan ]; then
   # Only tests that start threads are worth the ThreadSanitizer slowdown.
   (cd "$dir" && ctest --output-on-failure --no-tests=error -L threaded)
