@@ -543,16 +543,14 @@ static int op_wait(op *o, bool *checkpoint_due, scps_error *err) {
 
 /* ------------------------------------------------------------- results */
 
-/* Whether server p's answer for stack st is pooled by pool_rows straight
- * into the caller's arrays rather than into its rows buffer for the merge
- * to copy: it came in distinct rows, no earlier server holds the stack (so
- * it is the first partial, which the merge would copy as it is), and every
- * feature of the stack is as wide as the stack. */
-static bool pooled_in_place(const scps_client *c, const scps_batch *b, int p, int st) {
+/* Whether pool_rows pools stack st's answers straight into the caller's
+ * arrays, server after server in process order (the first written, each
+ * later one's added, sample by sample), so the merge skips the stack: its answers came in distinct rows and every feature of the stack
+ * is as wide as the stack. Otherwise each server's rows are pooled into its
+ * rows buffer, laid out as a pooled answer, for the merge to read. */
+static bool rows_in_place(const scps_client *c, const scps_batch *b, int st) {
   const scps_layout *l = c->layout;
-  if (!b->distinct[st] || b->slot[p * l->n_stacks + st] < 0) return false;
-  for (int q = 0; q < p; q++)
-    if (b->slot[q * l->n_stacks + st] >= 0) return false;
+  if (!b->distinct[st]) return false;
   const scps_stack_layout *sl = &l->stacks[st];
   for (int i = 0; i < sl->n_features; i++)
     if (l->table_specs[l->features[sl->features[i]].table].embedding_dim != sl->dim) return false;
@@ -583,7 +581,7 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
   for (int p = 0; p < c->n; p++) {
     int k = b->slot[p * ns + fl->stack];
     if (k < 0) continue;
-    if (pooled_in_place(c, b, p, fl->stack)) {
+    if (rows_in_place(c, b, fl->stack)) {
       first = false;
       continue;
     }
@@ -674,13 +672,16 @@ static void merge_item(void *ctx, int item) {
 /* Samples a pooling item covers: 4096 x 64 floats is 1 MiB of output. */
 #define POOL_SAMPLES 4096
 
-/* The answers in distinct rows of one lookup: (server, stack) index i of
- * b->rows for each, and the first pooling item of each (items[n] = all). */
+/* The answers in distinct rows of one lookup (b->rows indices, server *
+ * stacks + stack), each widened by an item of its own; then the pooling
+ * units: one answer pooled into its rows buffer (server >= 0), or a stack
+ * pooled in place from every server's answer (server -1), each in items of
+ * POOL_SAMPLES samples, unit u's first item items[u] (items[n_units] = all). */
 typedef struct pool_job {
   const op *o;
-  int n;
+  int n_answers, n_units;
   size_t *answer;
-  int *items;
+  int *server, *stack, *items;
   atomic_int failed;
 } pool_job;
 
@@ -695,34 +696,48 @@ static void widen_item(void *ctx, int item) {
   const scps_stack_layout *sl = &c->layout->stacks[st];
   const scps_wire_activations *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
   if (scps_rows_answer_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
-                             pooled_in_place(c, b, p, st) ? 0 : (size_t)sl->total_sample_count))
+                             (size_t)sl->total_sample_count, !rows_in_place(c, b, st)))
     atomic_store(&j->failed, 1);
+}
+
+/* Samples [first, end) of stack st from every server's distinct rows into
+ * the caller's arrays, each feature's share into its own: the first
+ * server's written, each later one's added, which is the merge's sum in
+ * process order bit for bit. */
+static void pool_in_place(const op *o, int st, uint32_t first, uint32_t end) {
+  const scps_client *c = o->c;
+  const scps_layout *l = c->layout;
+  const scps_batch *b = o->b;
+  const scps_stack_layout *sl = &l->stacks[st];
+  bool wrote = false;
+  for (int p = 0; p < c->n; p++) {
+    if (b->slot[p * l->n_stacks + st] < 0) continue;
+    const scps_rows_answer *ra = &b->rows[p * l->n_stacks + st];
+    for (int k = 0; k < sl->n_features; k++) {
+      int f = sl->features[k];
+      uint32_t so = (uint32_t)l->features[f].sample_offset, se = so + (uint32_t)l->feature_specs[f].batch_size;
+      uint32_t lo = first > so ? first : so, hi = end < se ? end : se;
+      if (lo < hi) scps_rows_answer_pool(ra, (size_t)sl->dim, lo, hi, o->acts[f], so, wrote);
+    }
+    wrote = true;
+  }
 }
 
 static void pool_item(void *ctx, int item) {
   pool_job *j = ctx;
-  int a = 0;
-  while (j->items[a + 1] <= item) a++;
-  const scps_client *c = j->o->c;
-  const scps_layout *l = c->layout;
-  size_t i = j->answer[a];
-  int p = (int)(i / (size_t)l->n_stacks), st = (int)(i % (size_t)l->n_stacks);
+  int u = 0;
+  while (j->items[u + 1] <= item) u++;
+  const scps_layout *l = j->o->c->layout;
+  int st = j->stack[u];
   const scps_stack_layout *sl = &l->stacks[st];
-  uint32_t first = (uint32_t)(item - j->items[a]) * POOL_SAMPLES;
+  uint32_t first = (uint32_t)(item - j->items[u]) * POOL_SAMPLES;
   uint32_t end = first + POOL_SAMPLES < (uint64_t)sl->total_sample_count ? first + POOL_SAMPLES
                                                                          : (uint32_t)sl->total_sample_count;
-  scps_rows_answer *ra = &j->o->b->rows[i];
-  if (!pooled_in_place(c, j->o->b, p, st)) {
-    scps_rows_answer_pool(ra, (size_t)sl->dim, first, end, NULL, 0);
-    return;
-  }
-  /* Each feature's share of [first, end), into its own array. */
-  for (int k = 0; k < sl->n_features; k++) {
-    int f = sl->features[k];
-    uint32_t so = (uint32_t)l->features[f].sample_offset, se = so + (uint32_t)l->feature_specs[f].batch_size;
-    uint32_t lo = first > so ? first : so, hi = end < se ? end : se;
-    if (lo < hi) scps_rows_answer_pool(ra, (size_t)sl->dim, lo, hi, j->o->acts[f], so);
-  }
+  if (j->server[u] < 0)
+    pool_in_place(j->o, st, first, end);
+  else
+    scps_rows_answer_pool(&j->o->b->rows[j->server[u] * l->n_stacks + st], (size_t)sl->dim, first, end, NULL, 0,
+                          false);
 }
 
 /* Runs items of fn on the preprocessing pool's threads when no batch is
@@ -736,37 +751,59 @@ static void run_items(scps_client *c, int items, void (*fn)(void *, int), void *
   for (int i = 0; i < items; i++) fn(ctx, i);
 }
 
-/* Answers in distinct rows become the float32 partials a pooled answer
- * would have held, for the merge to read: each widened into a table of
- * rows, then pooled POOL_SAMPLES samples per item. */
+/* Answers in distinct rows become activations: each widened into a table of
+ * rows, then pooled by stack into the caller's arrays (rows_in_place) or
+ * into the float32 partial a pooled answer would have held, for the merge
+ * to read. */
 static int pool_rows(op *o, scps_error *err) {
   scps_client *c = o->c;
   scps_batch *b = o->b;
-  int ns = c->layout->n_stacks, n = 0;
+  const scps_layout *l = c->layout;
+  int ns = l->n_stacks, n = 0;
   for (size_t i = 0; i < (size_t)c->n * (size_t)ns; i++) n += b->distinct[i % (size_t)ns] && b->slot[i] >= 0;
   if (!n) return 0;
-  pool_job j = {o, n, malloc(sizeof *j.answer * (size_t)n), malloc(sizeof *j.items * ((size_t)n + 1)), 0};
-  if (!j.answer || !j.items) {
-    free(j.answer);
-    free(j.items);
-    return scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory pooling distinct rows");
-  }
-  n = 0;
-  j.items[0] = 0;
-  for (size_t i = 0; i < (size_t)c->n * (size_t)ns; i++) {
-    if (!b->distinct[i % (size_t)ns] || b->slot[i] < 0) continue;
-    int64_t samples = c->layout->stacks[i % (size_t)ns].total_sample_count;
-    j.answer[n] = i;
-    j.items[n + 1] = j.items[n] + (int)((samples + POOL_SAMPLES - 1) / POOL_SAMPLES);
-    n++;
-  }
-  run_items(c, n, widen_item, &j);
+  /* At most one unit per answer. */
+  pool_job j = {.o = o,
+                .answer = malloc(sizeof *j.answer * (size_t)n),
+                .server = malloc(sizeof *j.server * (size_t)n),
+                .stack = malloc(sizeof *j.stack * (size_t)n),
+                .items = malloc(sizeof *j.items * ((size_t)n + 1))};
   int rc = 0;
-  if (atomic_load(&j.failed))
+  if (!j.answer || !j.server || !j.stack || !j.items) {
+    rc = scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory pooling distinct rows");
+    goto out;
+  }
+  atomic_init(&j.failed, 0);
+  j.items[0] = 0;
+  for (int st = 0; st < ns; st++) {
+    if (!b->distinct[st]) continue;
+    const bool in_place = rows_in_place(c, b, st);
+    int holders = 0;
+    for (int p = 0; p < c->n; p++) {
+      if (b->slot[p * ns + st] < 0) continue;
+      j.answer[j.n_answers++] = (size_t)p * (size_t)ns + (size_t)st;
+      holders++;
+      if (in_place) continue;
+      j.server[j.n_units] = p;
+      j.stack[j.n_units++] = st;
+    }
+    if (!holders || !in_place) continue;
+    j.server[j.n_units] = -1;
+    j.stack[j.n_units++] = st;
+  }
+  for (int u = 0; u < j.n_units; u++)
+    j.items[u + 1] =
+        j.items[u] + (int)((l->stacks[j.stack[u]].total_sample_count + POOL_SAMPLES - 1) / POOL_SAMPLES);
+  run_items(c, j.n_answers, widen_item, &j);
+  if (atomic_load(&j.failed)) {
     rc = scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory widening the distinct rows of an answer");
-  else
-    run_items(c, j.items[n], pool_item, &j);
+    goto out;
+  }
+  run_items(c, j.items[j.n_units], pool_item, &j);
+out:
   free(j.answer);
+  free(j.server);
+  free(j.stack);
   free(j.items);
   return rc;
 }
@@ -1302,9 +1339,9 @@ void scps_batch_destroy(scps_batch *b) {
 }
 
 /* Per stack, pooled activations or distinct rows (scps_answer_mode). In
- * AUTO, distinct rows where they are at most half the pooled answer's bytes
- * summed over the servers: the client's pooling then costs about what the
- * servers' gathers would have, and the wire carries half or less. */
+ * AUTO, distinct rows where they take no more bytes than the pooled answer
+ * summed over the servers: pooling a row the client holds costs about what
+ * copying a pooled one out of the answer does, so the bytes decide. */
 static void choose_answers(scps_client *c, scps_batch *b) {
   const int S = c->S;
   for (int st = 0; st < c->layout->n_stacks; st++) {
@@ -1322,7 +1359,7 @@ static void choose_answers(scps_client *c, scps_batch *b) {
       }
       if (sent) pooled += (size_t)c->layout->stacks[st].total_sample_count;
     }
-    b->distinct[st] = 2 * rows <= pooled;
+    b->distinct[st] = rows <= pooled;
   }
 }
 

@@ -43,8 +43,8 @@ int scps_float_format_from_name(const char *name, scps_float_format *out);
 const char *scps_float_format_name(scps_float_format f);
 
 /* How servers answer a Lookup, per stack (scps.proto
- * LookupRequest.distinct_rows). AUTO: distinct rows where they take at
- * most half the bytes of the pooled activations (a batch whose samples
+ * LookupRequest.distinct_rows). AUTO: distinct rows where they take no
+ * more bytes than the pooled activations (a batch whose samples
  * share rows, such as univalent Zipf features), pooled elsewhere; libscps
  * then pools the rows itself, with the same result in float32. */
 typedef enum scps_answer_mode {

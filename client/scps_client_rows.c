@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "scps_bf16.h"
-#include "scps_engine.h"
 #include "scps_error.h"
 #include "scps_spec.h"
 
@@ -34,22 +33,41 @@ int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, i
     size_t at = ra->entry_start[k];
     memcpy(ra->samples + at, c->samples, c->n * sizeof *ra->samples);
     memcpy(ra->gains + at, c->gains, c->n * sizeof *ra->gains);
-    uint32_t u = 0;
+    uint32_t u = ra->row_start[k];
     for (size_t i = 0; i < c->n; i++) {
       u += i > 0 && c->rows[i] != c->rows[i - 1];
       ra->urow[at + i] = u;
     }
+    u -= ra->row_start[k];
     ra->entry_start[k + 1] = (uint32_t)(at + c->n);
     ra->row_start[k + 1] = ra->row_start[k] + (c->n ? u + 1 : 0);
   }
   return 0;
 }
 
+/* A stable counting sort of the entries by sample. */
+static int index_samples(scps_rows_answer *ra, size_t total_samples) {
+  const size_t n = ra->entry_start[ra->n_sc];
+  if (reserve((void **)&ra->sample_start, &ra->sample_start_cap, total_samples + 1, sizeof(uint32_t)) ||
+      reserve((void **)&ra->by_sample, &ra->by_sample_cap, n, sizeof(uint32_t)))
+    return SCPS_ENOMEM;
+  uint32_t *start = ra->sample_start;
+  memset(start, 0, (total_samples + 1) * sizeof *start);
+  for (size_t i = 0; i < n; i++) start[ra->samples[i] + 1]++;
+  for (size_t s = 0; s < total_samples; s++) start[s + 1] += start[s];
+  for (size_t i = 0; i < n; i++) ra->by_sample[start[ra->samples[i]]++] = (uint32_t)i;
+  /* Each start now holds the next sample's: shift them back. */
+  memmove(start + 1, start, total_samples * sizeof *start);
+  start[0] = 0;
+  return 0;
+}
+
 int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
-                           size_t total_samples) {
+                           size_t total_samples, bool pooled) {
   size_t rows = scps_rows_answer_rows(ra);
   if (reserve((void **)&ra->table, &ra->table_cap, rows * dim, sizeof(float)) ||
-      reserve((void **)&ra->pooled, &ra->pooled_cap, total_samples * dim, sizeof(float)))
+      (pooled && reserve((void **)&ra->pooled, &ra->pooled_cap, total_samples * dim, sizeof(float))) ||
+      index_samples(ra, total_samples))
     return SCPS_ENOMEM;
   uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
   const size_t row_bytes = dim * value_bytes;
@@ -61,20 +79,51 @@ int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t of
   return 0;
 }
 
-void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
-                           uint32_t out_first) {
-  const float *tables[SCPS_ROWS_SC_MAX];
-  scps_coo coo[SCPS_ROWS_SC_MAX];
-  for (int32_t k = 0; k < ra->n_sc; k++) {
-    size_t at = ra->entry_start[k];
-    tables[k] = ra->table + (size_t)ra->row_start[k] * dim;
-    coo[k] = (scps_coo){ra->entry_start[k + 1] - at, ra->urow + at, ra->samples + at, ra->gains + at};
+/* Samples ahead whose first row pooling prefetches: the answer's rows
+ * (megabytes) sit in the last-level cache at best. */
+#define POOL_PREFETCH 8
+
+void scps_rows_answer_pool(const scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
+                           uint32_t out_first, bool add) {
+  float *base = out ? out : ra->pooled;
+  const uint32_t base_first = out ? out_first : 0;
+  const uint32_t *start = ra->sample_start, *by = ra->by_sample;
+  float tmp[SCPS_DIM_MAX];
+  for (uint32_t s = first; s < end; s++) {
+    if (s + POOL_PREFETCH < end && start[s + POOL_PREFETCH] < start[s + POOL_PREFETCH + 1]) {
+      const float *ahead = ra->table + (size_t)ra->urow[by[start[s + POOL_PREFETCH]]] * dim;
+      for (size_t c = 0; c < dim; c += 16) __builtin_prefetch(ahead + c, 0, 3);
+    }
+    float *o = base + (size_t)(s - base_first) * dim;
+    const uint32_t a = start[s], z = start[s + 1];
+    if (a == z) {
+      if (add)
+        for (size_t c = 0; c < dim; c++) o[c] += 0.0f;
+      else
+        memset(o, 0, dim * sizeof(float));
+      continue;
+    }
+    /* The partial sums where it ends up when written, in tmp when added. */
+    float *restrict v = add ? tmp : o;
+    const uint32_t e0 = by[a];
+    const float *restrict r = ra->table + (size_t)ra->urow[e0] * dim;
+    const float g0 = ra->gains[e0];
+    for (size_t c = 0; c < dim; c++) v[c] = 0.0f + g0 * r[c];
+    for (uint32_t i = a + 1; i < z; i++) {
+      const uint32_t e = by[i];
+      const float *restrict q = ra->table + (size_t)ra->urow[e] * dim;
+      const float g = ra->gains[e];
+      for (size_t c = 0; c < dim; c++) v[c] += g * q[c];
+    }
+    if (add)
+      for (size_t c = 0; c < dim; c++) o[c] += tmp[c];
   }
-  scps_gather_tables(tables, dim, coo, ra->n_sc, first, end, out ? out : ra->pooled, out ? out_first : 0);
 }
 
 void scps_rows_answer_free(scps_rows_answer *ra) {
   free(ra->entries_mem);
+  free(ra->sample_start);
+  free(ra->by_sample);
   free(ra->table);
   free(ra->pooled);
   memset(ra, 0, sizeof *ra);

@@ -3,6 +3,7 @@
 #ifndef SCPS_CLIENT_ROWS_H
 #define SCPS_CLIENT_ROWS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -18,11 +19,16 @@ typedef struct scps_rows_answer {
   int32_t n_sc;
   uint32_t entry_start[SCPS_ROWS_SC_MAX + 1]; /* entries before partition k */
   uint32_t row_start[SCPS_ROWS_SC_MAX + 1];   /* distinct rows before partition k */
-  uint32_t *urow;    /* [entries] the entry's distinct row within its partition */
+  uint32_t *urow;    /* [entries] the entry's row of the answer (partition by partition) */
   uint32_t *samples; /* [entries] */
   float *gains;      /* [entries] */
   void *entries_mem; /* owns urow, samples and gains */
   size_t entries_cap;
+  /* The entries by sample: sample s's are by_sample[sample_start[s] ..
+   * sample_start[s + 1]), in the order the server adds them (partition by
+   * partition, by row within one). */
+  uint32_t *sample_start, *by_sample;
+  size_t sample_start_cap, by_sample_cap;
   float *table; /* [rows x dim]: the answer, widened to float32 */
   size_t table_cap;
   float *pooled; /* [total_sample_count x dim]: the server's partial, as a pooled answer holds it */
@@ -37,18 +43,22 @@ int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, i
 static inline size_t scps_rows_answer_rows(const scps_rows_answer *ra) { return ra->row_start[ra->n_sc]; }
 
 /* Widens the answer's rows (off, in m, scps_rows_answer_rows x dim values of
- * value_bytes 4 or 2) into ra->table and makes room in ra->pooled for the
- * pooled partial of total_samples samples (0: it is pooled elsewhere).
- * Returns 0 or SCPS_ENOMEM. */
+ * value_bytes 4 or 2) into ra->table, lists the entries of the stack's
+ * total_samples samples by sample and, with pooled, makes room in
+ * ra->pooled for the partial. Returns 0 or SCPS_ENOMEM. */
 int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
-                           size_t total_samples);
+                           size_t total_samples, bool pooled);
 
-/* The samples [first, end): bit for bit the server's pooled answer in
- * float32 (scps_gather_tables over the widened rows), into ra->pooled (out
- * NULL, laid out as the stack's samples) or into out, whose row 0 is
- * sample out_first's (a feature's own array). */
-void scps_rows_answer_pool(scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
-                           uint32_t out_first);
+/* The samples [first, end) of the server's partial: bit for bit the pooled
+ * answer it would have sent in float32 (each sample's entries summed in
+ * the server's order, 0.0f + the first), into ra->pooled (out NULL, laid
+ * out as the stack's samples) or into out, whose row 0 is sample
+ * out_first's (a feature's own array); with add, added to what out holds,
+ * as a merge adds a later server's partial (a sample without entries adds
+ * 0.0f). A sample's row is written once, in sample order: the rows read
+ * are the answer's few, the rows written as many as the batch's samples. */
+void scps_rows_answer_pool(const scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
+                           uint32_t out_first, bool add);
 
 void scps_rows_answer_free(scps_rows_answer *ra);
 

@@ -40,7 +40,7 @@ static const char usage[] =
     "  --wire-format F        float32 or bfloat16 activations and gradients (default float32)\n"
     "  --answer A             auto, pooled or rows: how servers answer lookups, pooled\n"
     "                         activations or each partition's distinct rows pooled by\n"
-    "                         the client (default auto: rows where they halve the bytes)\n"
+    "                         the client (default auto: rows where they take no more bytes)\n"
     "  --deadline-ms MS       deadline of each request from when it is sent; a lookup\n"
     "                         retries UNAVAILABLE servers within it (default 5000)\n"
     "  --connect-timeout-ms MS  how long each client waits for the servers at the\n"

@@ -325,29 +325,17 @@ static void zero_unseen(const uint64_t *seen, uint32_t n, size_t dim, float *out
     if (!(seen[b >> 6] >> (b & 63) & 1)) memset(out + (size_t)b * dim, 0, dim * sizeof(float));
 }
 
-/* scps_engine_gather over any row tables, one per partition. */
-static void gather_windows(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc,
-                           uint32_t first, uint32_t end, float *out, uint32_t out_first) {
+void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                        uint32_t end, float *out) {
+  const size_t dim = (size_t)e->layout->stacks[stack].dim;
   uint64_t seen[GATHER_WINDOW / 64];
   for (uint32_t w0 = first, w1; w0 < end; w0 = w1) {
     w1 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end;
     const size_t words = ((size_t)(w1 - w0) + 63) / 64;
     memset(seen, 0, words * sizeof *seen);
-    for (int32_t k = 0; k < n_sc; k++) gather(tables[k], dim, &coo[k], w0, w1, seen, out, out_first);
-    zero_unseen(seen, w1 - w0, dim, out + (size_t)(w0 - out_first) * dim);
+    for (int32_t k = 0; k < n_sc; k++) gather(shard_of(e, stack, k)->rows, dim, &coo[k], w0, w1, seen, out, 0);
+    zero_unseen(seen, w1 - w0, dim, out + (size_t)w0 * dim);
   }
-}
-
-void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                        uint32_t end, float *out) {
-  const float *tables[SCPS_SC_PER_PROCESS_MAX];
-  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
-  gather_windows(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, out, 0);
-}
-
-void scps_gather_tables(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                        uint32_t end, float *out, uint32_t out_first) {
-  gather_windows(tables, dim, coo, n_sc, first, end, out, out_first);
 }
 
 /* scps_engine_gather_bf16's window: samples whose float32 rows take at

@@ -74,16 +74,6 @@ void scps_engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int
  * per value, scps_bf16_encode): the same rows, never written as float32. */
 void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out);
 
-/* scps_engine_gather's pooling over rows held elsewhere: partition k's
- * entry i reads row coo[k].rows[i] of tables[k] (dim floats per row), e.g.
- * a client pooling an answer of distinct rows with each entry's rows
- * renumbered 0, 1, ... by distinct row. Bit for bit what
- * scps_engine_gather gives for the same rows, but out's row 0 is sample
- * out_first's (0: out is the stack's whole buffer; a feature's
- * sample_offset: out is that feature's [batch x dim] array). */
-void scps_gather_tables(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                        uint32_t end, float *out, uint32_t out_first);
-
 /* For each distinct row of the partition: g = sum of gain * grads[sample],
  * then the stack's optimizer applied once; untouched rows and slots are not
  * written. grads is [total_sample_count x dim] and must be finite. */

@@ -45,7 +45,7 @@ static const char usage[] =
     "overlap another's server work; samples_per_s is then K batches over the\n"
     "wall time and ms_per_batch_median stays the median latency of one batch.\n"
     "--answer: how servers answer lookups (scps_answer_mode; default auto:\n"
-    "distinct rows for stacks where they halve the bytes, pooled elsewhere).\n";
+    "distinct rows for stacks where they take no more bytes, pooled elsewhere).\n";
 
 typedef struct replay {
   const scps_feature_input *const *inputs; /* per distinct batch */

@@ -298,6 +298,90 @@ static void random_grads(const scps_layout *l, float **grads) {
   }
 }
 
+static int feature_index(const scps_layout *l, const char *name) {
+  for (int f = 0; f < l->n_features; f++)
+    if (!strcmp(l->feature_specs[f].name, name)) return f;
+  return -1;
+}
+
+/* The "explicit" stack's features alone, every other feature empty. With
+ * same every id is 7; otherwise f_sx gets x_per ids per sample, none shared
+ * between samples, and f_sy (valency 2) two ids per sample, or with y_pairs
+ * one id twice, the same for samples 2k and 2k + 1. */
+static void explicit_only(manual *m, const scps_layout *l, int x_per, bool y_pairs, bool same) {
+  for (int f = 0; f < l->n_features; f++) manual_set(m, l, f, NULL, 1);
+  int fx = feature_index(l, "f_sx"), fy = feature_index(l, "f_sy");
+  for (int k = 0; k < 2; k++) {
+    int f = k ? fy : fx, per = k ? 2 : x_per;
+    int64_t b = l->feature_specs[f].batch_size, n = 0;
+    for (int64_t s = 0; s < b; s++) {
+      m->offsets[f][s] = n;
+      for (int j = 0; j < per; j++) m->ids[f][n++] = same ? 7 : k && y_pairs ? s / 2 : s * per + j;
+    }
+    m->offsets[f][b] = n;
+    m->in[f].n_ids = (size_t)n;
+  }
+}
+
+/* AUTO asks for a stack's distinct rows when they take no more bytes than
+ * its pooled activations. The explicit stack pools 96 samples: with 240
+ * distinct rows it must come back pooled; with 72 and with 2 as rows.
+ * Payload bytes received tell which; in float32 either way the activations
+ * are bit-identical. */
+static void check_auto_answers(const char *what, const scps_client_options *base, scps_client *c_auto,
+                               scps_batch *b_auto, const scps_layout *l, manual *m, bufs *bf) {
+  static const struct {
+    int x_per;
+    bool y_pairs, same, rows;
+    const char *name;
+  } cases[] = {{3, false, false, false, "240 rows"}, {1, true, false, true, "72 rows"}, {1, false, true, true, "2 rows"}};
+  scps_error err;
+  scps_error_clear(&err);
+  scps_client *forced[2] = {NULL, NULL};
+  scps_batch *fb[2] = {NULL, NULL};
+  float **acts[2] = {NULL, NULL};
+  for (int k = 0; k < 2; k++) {
+    scps_client_options o = *base;
+    o.answer = k ? SCPS_ANSWER_DISTINCT_ROWS : SCPS_ANSWER_POOLED;
+    MUST(scps_client_create(&o, &forced[k], &err));
+    MUST(scps_batch_create(forced[k], &fb[k], &err));
+    acts[k] = calloc((size_t)l->n_features, sizeof(float *));
+    for (int f = 0; f < l->n_features; f++)
+      acts[k][f] = malloc(sizeof(float) * (size_t)l->feature_specs[f].batch_size *
+                          (size_t)l->table_specs[l->features[f].table].embedding_dim);
+  }
+  for (size_t t = 0; t < sizeof cases / sizeof cases[0]; t++) {
+    explicit_only(m, l, cases[t].x_per, cases[t].y_pairs, cases[t].same);
+    uint64_t got[3], s0, r0, s1, r1;
+    scps_client *cs[3] = {c_auto, forced[0], forced[1]};
+    scps_batch *bs[3] = {b_auto, fb[0], fb[1]};
+    float **out[3] = {bf->acts, acts[0], acts[1]};
+    for (int k = 0; k < 3; k++) {
+      MUST(scps_client_prepare(cs[k], m->in, bs[k], &err));
+      scps_client_traffic(cs[k], &s0, &r0);
+      MUST(scps_client_lookup(cs[k], bs[k], out[k], DEADLINE_MS, &err));
+      scps_client_traffic(cs[k], &s1, &r1);
+      got[k] = r1 - r0;
+    }
+    uint64_t want = got[cases[t].rows ? 2 : 1], other = got[cases[t].rows ? 1 : 2];
+    CHECKF(got[0] == want && want != other, "%s: auto answer with %s: %llu bytes, pooled %llu, rows %llu", what,
+           cases[t].name, (unsigned long long)got[0], (unsigned long long)got[1], (unsigned long long)got[2]);
+    for (int f = 0; f < l->n_features; f++) {
+      size_t len = (size_t)l->feature_specs[f].batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
+      CHECKF(!memcmp(bf->acts[f], acts[0][f], len * sizeof(float)) &&
+                 !memcmp(bf->acts[f], acts[1][f], len * sizeof(float)),
+             "%s: %s, feature %d: auto, pooled and rows answers differ", what, cases[t].name, f);
+    }
+  }
+out:
+  for (int k = 0; k < 2; k++) {
+    for (int f = 0; acts[k] && f < l->n_features; f++) free(acts[k][f]);
+    free(acts[k]);
+    scps_batch_destroy(fb[k]);
+    scps_client_destroy(forced[k]);
+  }
+}
+
 /* workers: every Lookup through the SparseCore workers (gang jobs) instead
  * of these small ones on the receiving thread (--inline-lookup-entries).
  * answer: how the servers answer lookups (distinct rows are pooled by the
@@ -417,6 +501,7 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
          what, n.values, n.exact, n.bad, sweep.values, sweep.exact, sweep.bad);
   CHECK(n.bad == 0 && sweep.bad == 0);
   CHECK(n.values > 0 && sweep.values > 0);
+  if (answer == SCPS_ANSWER_AUTO && !bf16) check_auto_answers(what, &o, c, b, l, &m, &bf);
 out:
   if (m.in) manual_free(&m, l);
   if (bf.acts) bufs_free(&bf, l);
@@ -427,6 +512,68 @@ out:
   scps_it_stop(&cl);
 }
 
+/* One stack that 3 servers answer in distinct rows, which the client pools
+ * straight into the features' arrays, each later server's partial added:
+ * its 4200 samples take two pooling items of 4096 samples, the second
+ * feature across both. Pooled answers (checked against in-process engines
+ * above) must come out bit for bit the same. */
+static const char in_place_json[] =
+    "{\"name\": \"rows-in-place\", \"batch_size\": 2100,\n"
+    " \"ids\": {\"distribution\": \"zipf\", \"exponent\": 1.05, \"seed\": 11},\n"
+    " \"tables\": [{\"name\": \"t_rows\", \"vocabulary_size\": 3000, \"embedding_dim\": 64, \"combiner\": \"mean\",\n"
+    "   \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1}, \"initializer\": {\"type\": \"normal\", \"stddev\": 0.1}}],\n"
+    " \"features\": [{\"name\": \"f_one\", \"table\": \"t_rows\", \"valency\": 1},\n"
+    "              {\"name\": \"f_few\", \"table\": \"t_rows\", \"valency\": [1, 3], \"weighted\": true}]}\n";
+
+static void run_rows_in_place(void) {
+  const char *what = "3x2 rows pooled in place";
+  scps_it_cluster cl;
+  scps_error err;
+  scps_error_clear(&err);
+  scps_workload *w = NULL;
+  scps_workload_gen *gen = NULL;
+  scps_client *c[2] = {NULL, NULL};
+  scps_batch *b[2] = {NULL, NULL};
+  bufs bf[2] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
+  const scps_layout *l = NULL;
+  CHECK(scps_it_init(&cl, in_place_json, 3, 2) == 0);
+  if (scps_it_start(&cl)) {
+    CHECKF(0, "%s: cannot start the servers", what);
+    goto out;
+  }
+  MUST(scps_workload_parse(in_place_json, strlen(in_place_json), &w, &err));
+  for (int k = 0; k < 2; k++) {
+    scps_client_options o = {.servers = cl.addr_list, .n_servers = 3,
+                             .answer = k ? SCPS_ANSWER_DISTINCT_ROWS : SCPS_ANSWER_POOLED};
+    MUST(scps_client_create(&o, &c[k], &err));
+    MUST(scps_batch_create(c[k], &b[k], &err));
+    l = scps_client_layout(c[k]);
+    bufs_init(&bf[k], l);
+  }
+  MUST(scps_workload_gen_create(w, 5, &gen, &err));
+  counts n = {0, 0, 0};
+  for (int step = 0; step < 4; step++) {
+    scps_workload_gen_next(gen);
+    const scps_feature_input *in = scps_workload_gen_inputs(gen);
+    for (int k = 0; k < 2; k++) {
+      MUST(scps_client_prepare(c[k], in, b[k], &err));
+      MUST(scps_client_lookup(c[k], b[k], bf[k].acts, DEADLINE_MS, &err));
+    }
+    compare(l, bf[1].acts, bf[0].acts, what, &n);
+  }
+  printf("%s: %ld values, %ld bitwise equal to pooled answers\n", what, n.values, n.exact);
+  CHECK(n.values > 0 && n.exact == n.values);
+out:
+  for (int k = 0; k < 2; k++) {
+    if (bf[k].acts) bufs_free(&bf[k], scps_client_layout(c[k]));
+    scps_batch_destroy(b[k]);
+    scps_client_destroy(c[k]);
+  }
+  scps_workload_gen_destroy(gen);
+  scps_workload_destroy(w);
+  scps_it_stop(&cl);
+}
+
 int main(void) {
   scps_error err;
   scps_workload *w = NULL;
@@ -434,11 +581,13 @@ int main(void) {
   if (w) {
     run_topology(w, 1, 4, true, false, false, SCPS_ANSWER_POOLED);
     run_topology(w, 1, 4, false, false, true, SCPS_ANSWER_DISTINCT_ROWS);
+    run_topology(w, 1, 4, false, false, false, SCPS_ANSWER_AUTO);
     run_topology(w, 3, 2, false, false, false, SCPS_ANSWER_POOLED);
     run_topology(w, 3, 2, false, false, true, SCPS_ANSWER_DISTINCT_ROWS);
     run_topology(w, 3, 2, false, true, true, SCPS_ANSWER_POOLED);
     run_topology(w, 3, 2, false, true, false, SCPS_ANSWER_DISTINCT_ROWS);
   }
+  run_rows_in_place();
   scps_workload_destroy(w);
   return scps_test_finish("test_cluster");
 }
