@@ -492,7 +492,9 @@ static void lookup_sc(scps_job *job, int32_t k) {
       if (bf16)
         scps_engine_gather_bf16(s->engine, cs->stack, cs->coo, s->S, first, end, cs->encoded,
                                 c->gather_scratch + (size_t)k * c->gather_stride);
-      else scps_engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act);
+      else
+        scps_engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act,
+                           c->gather_scratch + (size_t)k * c->gather_stride);
     }
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);
     record_partition_stats(s, cs, k);
@@ -603,13 +605,12 @@ static size_t lookup_scratch(const scps_call *c, const call_stack *cs) {
   return c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : block;
 }
 
-/* Floats of gather scratch (scps_engine_gather_bf16) one SparseCore worker
- * needs for its slice of each stack answered pooled in bfloat16, one stack
- * after another: the largest. */
+/* Floats of gather scratch (scps_engine_gather, scps_engine_gather_bf16)
+ * one SparseCore worker needs for its slice of each stack answered pooled,
+ * one stack after another: the largest. */
 static size_t lookup_gather_scratch(const scps_call *c) {
   const scps_server *s = c->srv;
   size_t most = 0;
-  if (c->format != SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) return 0;
   for (int i = 0; i < c->n_stacks; i++) {
     const call_stack *cs = &c->stacks[i];
     if (cs->distinct) continue;
@@ -619,7 +620,7 @@ static size_t lookup_gather_scratch(const scps_call *c) {
     for (int k = 0; k < s->S; k++) {
       uint32_t first, end;
       sample_slice(sl->total_sample_count, s->S, k, &first, &end);
-      size_t b = scps_engine_gather_bf16_scratch((size_t)sl->dim, entries, s->S, first, end);
+      size_t b = scps_engine_gather_scratch(entries, first, end);
       if (b > most) most = b;
     }
   }

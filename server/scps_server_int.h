@@ -116,7 +116,7 @@ struct scps_call {
                              * bfloat16 one gather scratch per SparseCore worker;
                              * ApplyGradients: every stack's gradients as float32 */
   size_t scratch_cap;       /* floats of scratch, a block of srv->scratch */
-  float *gather_scratch;    /* Lookup in bfloat16: worker k's at gather_scratch + k * gather_stride */
+  float *gather_scratch;    /* Lookup, pooled stacks: worker k's at gather_scratch + k * gather_stride */
   size_t gather_stride;     /* floats */
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */

@@ -260,41 +260,28 @@ static inline void prefetch_row(const float *p, size_t dim, int write) {
  * pull in the other slices' rows too. */
 #define LOOKUP_CHUNK 1024
 
-/* The gather of the entries idx[0..m) of one partition, whose samples all
- * lie in [first, end), into out, whose row 0 is sample out_first's. With
- * seen (a bitmap of the samples from first on), a sample's first entry
- * writes its row of out instead of adding to it and sets its bit:
- * 0.0f + g * r is what adding to a zeroed row gives, -0.0 included, so both
- * ways are bit-identical. */
+/* The entries idx[0..m) of one partition added into their samples' rows of
+ * out. */
 static void gather_list(const float *rows, size_t dim, const scps_coo *coo, const uint32_t *idx, size_t m,
-                        uint32_t first, uint64_t *seen, float *out, uint32_t out_first) {
+                        float *out) {
   for (size_t j = 0; j < m; j++) {
     if (j + PREFETCH_AHEAD < m) {
       const uint32_t a = idx[j + PREFETCH_AHEAD];
       prefetch_row(rows + (size_t)coo->rows[a] * dim, dim, 0);
-      prefetch_row(out + (size_t)(coo->samples[a] - out_first) * dim, dim, 1);
+      prefetch_row(out + (size_t)coo->samples[a] * dim, dim, 1);
     }
     const uint32_t i = idx[j];
     const float *restrict r = rows + (size_t)coo->rows[i] * dim;
-    float *restrict o = out + (size_t)(coo->samples[i] - out_first) * dim;
+    float *restrict o = out + (size_t)coo->samples[i] * dim;
     const float g = coo->gains ? coo->gains[i] : 1.0f;
-    if (seen) {
-      const uint32_t b = coo->samples[i] - first;
-      const uint64_t bit = (uint64_t)1 << (b & 63);
-      if (!(seen[b >> 6] & bit)) {
-        seen[b >> 6] |= bit;
-        for (size_t c = 0; c < dim; c++) o[c] = 0.0f + g * r[c];
-        continue;
-      }
-    }
     for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
   }
 }
 
-/* The gather of one partition into the samples [first, end) of out, whose
- * row 0 is sample out_first's. */
-static void gather(const float *rows, size_t dim, const scps_coo *coo, uint32_t first, uint32_t end, uint64_t *seen,
-                   float *out, uint32_t out_first) {
+void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+                        uint32_t first, uint32_t end, float *out) {
+  const float *rows = shard_of(e, stack, local_sc)->rows;
+  const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const uint32_t span = end > first ? end - first : 0;
   uint32_t idx[LOOKUP_CHUNK];
   for (size_t base = 0; base < coo->n; base += LOOKUP_CHUNK) {
@@ -305,101 +292,107 @@ static void gather(const float *rows, size_t dim, const scps_coo *coo, uint32_t 
       idx[m] = (uint32_t)(base + i);
       m += samples[i] - first < span;
     }
-    gather_list(rows, dim, coo, idx, m, first, seen, out, out_first);
+    gather_list(rows, dim, coo, idx, m, out);
   }
 }
 
-void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
-                        uint32_t first, uint32_t end, float *out) {
-  gather(shard_of(e, stack, local_sc)->rows, (size_t)e->layout->stacks[stack].dim, coo, first, end, NULL, out, 0);
+/* A gather's entries listed by sample: sample first + b's rows
+ * are row[start[b] .. start[b + 1]), with their gains, partition by
+ * partition and in each partition's order: the order of the adds a
+ * partition-at-a-time gather makes, so the sums are the same bit for bit. */
+typedef struct by_sample {
+  uint32_t *start; /* [span + 1] */
+  const float **row;
+  float *gain;
+} by_sample;
+
+size_t scps_engine_gather_scratch(size_t entries, uint32_t first, uint32_t end) {
+  const size_t span = end > first ? end - first : 0;
+  return sizeof(const float *) + entries * (sizeof(const float *) + sizeof(float)) + (span + 1) * sizeof(uint32_t);
 }
 
-/* Samples per window of scps_engine_gather: its bitmap (8 KiB) lives on the
- * stack, and a slice wider than this rescans the partitions' sample ids
- * once per window, a sequential read. */
-#define GATHER_WINDOW 65536
-
-/* Zeroes the rows of out (n samples) whose bit in seen no entry set. */
-static void zero_unseen(const uint64_t *seen, uint32_t n, size_t dim, float *out) {
-  for (uint32_t b = 0; b < n; b++)
-    if (!(seen[b >> 6] >> (b & 63) & 1)) memset(out + (size_t)b * dim, 0, dim * sizeof(float));
-}
-
-void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                        uint32_t end, float *out) {
+static by_sample list_by_sample(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                                uint32_t end, void *scratch) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
-  uint64_t seen[GATHER_WINDOW / 64];
-  for (uint32_t w0 = first, w1; w0 < end; w0 = w1) {
-    w1 = end - w0 > GATHER_WINDOW ? w0 + GATHER_WINDOW : end;
-    const size_t words = ((size_t)(w1 - w0) + 63) / 64;
-    memset(seen, 0, words * sizeof *seen);
-    for (int32_t k = 0; k < n_sc; k++) gather(shard_of(e, stack, k)->rows, dim, &coo[k], w0, w1, seen, out, 0);
-    zero_unseen(seen, w1 - w0, dim, out + (size_t)w0 * dim);
+  const uint32_t span = end - first;
+  size_t entries = 0;
+  for (int32_t k = 0; k < n_sc; k++) entries += coo[k].n;
+  by_sample l;
+  l.row = (const float **)(((uintptr_t)scratch + sizeof(const float *) - 1) & ~(uintptr_t)(sizeof(const float *) - 1));
+  l.gain = (float *)(l.row + entries);
+  l.start = (uint32_t *)(l.gain + entries);
+  uint32_t *start = l.start;
+  memset(start, 0, ((size_t)span + 1) * sizeof *start);
+  for (int32_t k = 0; k < n_sc; k++) {
+    const uint32_t *samples = coo[k].samples;
+    for (size_t i = 0; i < coo[k].n; i++) {
+      const uint32_t b = samples[i] - first;
+      if (b < span) start[b + 1]++;
+    }
+  }
+  for (uint32_t b = 0; b < span; b++) start[b + 1] += start[b];
+  for (int32_t k = 0; k < n_sc; k++) {
+    const float *rows = shard_of(e, stack, k)->rows;
+    const scps_coo *c = &coo[k];
+    for (size_t i = 0; i < c->n; i++) {
+      const uint32_t b = c->samples[i] - first;
+      if (b >= span) continue;
+      const uint32_t at = start[b]++;
+      l.row[at] = rows + (size_t)c->rows[i] * dim;
+      l.gain[at] = c->gains ? c->gains[i] : 1.0f;
+    }
+  }
+  /* Each start now holds the next sample's: shift them back. */
+  memmove(start + 1, start, (size_t)span * sizeof *start);
+  start[0] = 0;
+  return l;
+}
+
+/* Sample first + b's entries summed into o (dim floats, all written): 0.0f
+ * + g * r for the first entry, which is what adding to a zeroed row gives,
+ * -0.0 included. The row PREFETCH_AHEAD entries on (of total) is
+ * prefetched: in sample order the rows read are scattered. */
+static inline void sum_sample(const by_sample *l, uint32_t b, uint32_t total, size_t dim, float *restrict o) {
+  const uint32_t a = l->start[b], z = l->start[b + 1];
+  if (a == z) {
+    memset(o, 0, dim * sizeof(float));
+    return;
+  }
+  for (uint32_t j = a; j < z; j++) {
+    if (j + PREFETCH_AHEAD < total) prefetch_row(l->row[j + PREFETCH_AHEAD], dim, 0);
+    const float *restrict r = l->row[j];
+    const float g = l->gain[j];
+    if (j == a)
+      for (size_t c = 0; c < dim; c++) o[c] = 0.0f + g * r[c];
+    else
+      for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
   }
 }
 
-/* scps_engine_gather_bf16's window: samples whose float32 rows take at
- * most this much, so the window stays in a core's L2 while its entries add
- * into it and while it is rounded; the float32 activations never reach the
- * rest of the memory, which costs more than the gather on a criteo26-sized
- * answer. At least 64 samples, a multiple of 64, at most GATHER_WINDOW. */
-#define BF16_WINDOW_BYTES (512u << 10)
-
-static uint32_t bf16_window(size_t dim) {
-  size_t w = BF16_WINDOW_BYTES / (dim * sizeof(float)) / 64 * 64;
-  return w < 64 ? 64 : w > GATHER_WINDOW ? GATHER_WINDOW : (uint32_t)w;
+/* Sample by sample: each row of out is written once and summed while it
+ * sits in L1, where adding partition by partition read and wrote every
+ * entry's row of out, megabytes scattered over the last-level cache. */
+void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                        uint32_t end, float *out, void *scratch) {
+  if (end <= first) return;
+  const size_t dim = (size_t)e->layout->stacks[stack].dim;
+  const by_sample l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
+  const uint32_t span = end - first, total = l.start[span];
+  for (uint32_t b = 0; b < span; b++) sum_sample(&l, b, total, dim, out + (size_t)(first + b) * dim);
 }
 
-size_t scps_engine_gather_bf16_scratch(size_t dim, size_t entries, int32_t n_sc, uint32_t first, uint32_t end) {
-  const uint32_t w = bf16_window(dim), windows = end > first ? (end - first + w - 1) / w : 0;
-  return (size_t)w * dim * sizeof(float) + ((size_t)windows * (size_t)n_sc + entries) * sizeof(uint32_t);
-}
-
-/* Entries are first listed by window (partition by partition within one,
- * each in its own order), so each window is gathered from its own list:
- * one pass over the samples instead of one per window. */
+/* Each sample summed in float32 on the stack and rounded from there: the
+ * float32 activations never reach memory. */
 void scps_engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                              uint32_t end, uint8_t *out, void *scratch) {
   if (end <= first) return;
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
-  const uint32_t span = end - first, w = bf16_window(dim), windows = (span + w - 1) / w;
-  const size_t cells = (size_t)windows * (size_t)n_sc;
-  float *win = scratch;
-  uint32_t *cell_end = (uint32_t *)(win + (size_t)w * dim), *idx = cell_end + cells;
-  memset(cell_end, 0, cells * sizeof *cell_end);
-  for (int32_t k = 0; k < n_sc; k++) {
-    const uint32_t *samples = coo[k].samples;
-    for (size_t i = 0; i < coo[k].n; i++) {
-      const uint32_t b = samples[i] - first;
-      if (b < span) cell_end[(size_t)(b / w) * (size_t)n_sc + (size_t)k]++;
-    }
-  }
-  uint32_t sum = 0;
-  for (size_t x = 0; x < cells; x++) {
-    const uint32_t n = cell_end[x];
-    cell_end[x] = sum;
-    sum += n;
-  }
-  for (int32_t k = 0; k < n_sc; k++) {
-    const uint32_t *samples = coo[k].samples;
-    for (size_t i = 0; i < coo[k].n; i++) {
-      const uint32_t b = samples[i] - first;
-      if (b < span) idx[cell_end[(size_t)(b / w) * (size_t)n_sc + (size_t)k]++] = (uint32_t)i;
-    }
-  }
-  const float *tables[SCPS_SC_PER_PROCESS_MAX];
-  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
-  uint64_t seen[GATHER_WINDOW / 64];
-  for (uint32_t v = 0, start = 0; v < windows; v++) {
-    const uint32_t w0 = first + v * w, w1 = end - w0 > w ? w0 + w : end;
-    memset(seen, 0, ((size_t)(w1 - w0) + 63) / 64 * sizeof *seen);
-    for (int32_t k = 0; k < n_sc; k++) {
-      const uint32_t stop = cell_end[(size_t)v * (size_t)n_sc + (size_t)k];
-      gather_list(tables[k], dim, &coo[k], idx + start, stop - start, w0, seen, win, w0);
-      start = stop;
-    }
-    zero_unseen(seen, w1 - w0, dim, win);
-    scps_bf16_encode(win, out + (size_t)w0 * dim * 2, (size_t)(w1 - w0) * dim);
+  const by_sample l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
+  const uint32_t span = end - first, total = l.start[span];
+  float tmp[SCPS_DIM_MAX];
+  for (uint32_t b = 0; b < span; b++) {
+    sum_sample(&l, b, total, dim, tmp);
+    scps_bf16_encode(tmp, out + (size_t)(first + b) * dim * 2, dim);
   }
 }
 

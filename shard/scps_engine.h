@@ -41,14 +41,21 @@ int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, con
 void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         uint32_t first, uint32_t end, float *out);
 
+/* Bytes of scratch scps_engine_gather and scps_engine_gather_bf16 need for
+ * the samples [first, end) of a stack whose partitions hold entries entries
+ * in all. */
+size_t scps_engine_gather_scratch(size_t entries, uint32_t first, uint32_t end);
+
 /* The process's partial activations of the samples [first, end): the same
  * values, bit for bit, as zeroing those rows of out and calling
  * scps_engine_lookup for local SparseCores 0 .. n_sc-1 in order, but each
- * row is written once (a sample's first entry stores, later ones add, and
- * rows no entry reaches are zeroed), not zeroed and then written again.
- * coo[k] is local SparseCore k's partition, checked as for lookup. */
+ * row is written once (a sample's entries are summed in that order, the
+ * first stored, and rows no entry reaches are zeroed), not zeroed and then
+ * written again. coo[k] is local SparseCore k's partition, checked as for
+ * lookup. scratch: of scps_engine_gather_scratch bytes, one per concurrent
+ * caller. */
 void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                        uint32_t end, float *out);
+                        uint32_t end, float *out, void *scratch);
 
 /* Each row the partition reads, once, in the partition's (ascending) row
  * order, dim floats each, into out (scps_coo_distinct_rows(coo) x dim): a
@@ -56,17 +63,11 @@ void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t 
  * scps_engine_check_coo. Only reads the SparseCore's memory. */
 void scps_engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, float *out);
 
-/* Bytes of scratch scps_engine_gather_bf16 needs for the samples
- * [first, end) of a stack dim wide whose n_sc partitions hold entries
- * entries in all. */
-size_t scps_engine_gather_bf16_scratch(size_t dim, size_t entries, int32_t n_sc, uint32_t first, uint32_t end);
-
 /* scps_engine_gather's values for the samples [first, end), rounded to
  * little-endian bfloat16 (scps_bf16_encode) at out + first * dim * 2 (out
  * holds total_sample_count x dim x 2 bytes): bit for bit what gathering and
- * then encoding gives, but the float32 values only pass through a window of
- * scratch small enough to stay in cache. scratch: float-aligned, of
- * scps_engine_gather_bf16_scratch bytes, one per concurrent caller. */
+ * then encoding gives, but each sample's float32 values only pass through
+ * the stack. scratch: as for scps_engine_gather. */
 void scps_engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                              uint32_t end, uint8_t *out, void *scratch);
 

@@ -68,6 +68,7 @@ typedef struct worker {
   bench *b;
   int index;
   pthread_t thread;
+  void *gather_scratch; /* scps_engine_gather's, for the largest of its slices */
 } worker;
 
 struct bench {
@@ -298,7 +299,7 @@ static void lookup(worker *wk, const batch *bt) {
      * once), the other processes' added to it. */
     scps_coo local[SCPS_SC_PER_PROCESS_MAX];
     for (int32_t sc = 0; sc < b->sc_per_process; sc++) local[sc] = bt->parts[s * b->num_sc + sc].coo;
-    scps_engine_gather(b->engines[0], s, local, b->sc_per_process, first, end, b->acts[s]);
+    scps_engine_gather(b->engines[0], s, local, b->sc_per_process, first, end, b->acts[s], wk->gather_scratch);
     for (int32_t sc = b->sc_per_process; sc < b->num_sc; sc++)
       scps_engine_lookup(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
                          &bt->parts[s * b->num_sc + sc].coo, first, end, b->acts[s]);
@@ -371,9 +372,21 @@ static int alloc_buffers(bench *b, scps_error *err) {
     b->acts[s] = alloc_floats((size_t)st->total_sample_count * (size_t)st->dim);
     if (!b->acts[s]) return scps_error_set(err, SCPS_ENOMEM, "out of memory for activations");
   }
-  for (int t = 0; t < b->opt.threads; t++) {
+  const int T = b->opt.threads;
+  for (int t = 0; t < T; t++) {
+    size_t most = 0;
+    for (int k = 0; k < b->n_batches; k++)
+      for (int s = 0; s < b->n_stacks; s++) {
+        const int64_t total = b->layout->stacks[s].total_sample_count;
+        size_t entries = 0;
+        for (int32_t sc = 0; sc < b->sc_per_process; sc++) entries += b->batches[k].parts[s * b->num_sc + sc].coo.n;
+        size_t need = scps_engine_gather_scratch(entries, (uint32_t)(total * t / T), (uint32_t)(total * (t + 1) / T));
+        if (need > most) most = need;
+      }
     b->workers[t].b = b;
     b->workers[t].index = t;
+    b->workers[t].gather_scratch = malloc(most);
+    if (!b->workers[t].gather_scratch) return scps_error_set(err, SCPS_ENOMEM, "out of memory for gather scratch");
   }
   return 0;
 }
@@ -397,6 +410,7 @@ static int make_layout(bench *b, scps_error *err) {
 }
 
 static void bench_free(bench *b) {
+  for (int t = 0; b->workers && t < b->opt.threads; t++) free(b->workers[t].gather_scratch);
   free(b->workers);
   for (int s = 0; b->grads && s < b->n_stacks; s++) free(b->grads[s]);
   free(b->grads);

@@ -269,8 +269,9 @@ static void test_untouched_rows(void) {
  * and slices gathered one by one (as a server's SparseCore workers do, each
  * taking one) equal the whole lookup bit for bit; so does scps_engine_gather
  * over the same slices into memory full of garbage, with samples no entry
- * reaches, gains of -0.0, and (with `batch` over 65536) slices wider than
- * its bitmap window. */
+ * reaches, gains of -0.0, and (with `batch` over 65536) slices of tens of
+ * thousands of samples; so does scps_engine_gather_bf16 against gather and
+ * encode. */
 static void test_lookup_slices(int batch) {
   cluster c;
   scps_error err;
@@ -324,7 +325,9 @@ static void test_lookup_slices(int batch) {
   for (int part = 0; part < 3; part++) {
     memset(sliced + (size_t)cut[part] * dim, 0, sizeof(float) * (cut[part + 1] - cut[part]) * dim);
     for (int k = 0; k < 2; k++) scps_engine_lookup(c.engines[0], s, k, &coo[k], cut[part], cut[part + 1], sliced);
-    scps_engine_gather(c.engines[0], s, coo, 2, cut[part], cut[part + 1], gathered);
+    void *scratch = malloc(scps_engine_gather_scratch(coo[0].n + coo[1].n, cut[part], cut[part + 1]));
+    scps_engine_gather(c.engines[0], s, coo, 2, cut[part], cut[part + 1], gathered, scratch);
+    free(scratch);
     for (size_t i = (size_t)cut[part + 1] * dim; i < n; i++) {
       outside += sliced[i] != -7.0f;
       gathered_outside += i % 2 ? !isnan(gathered[i]) : gathered[i] != -7.0f;
@@ -350,15 +353,14 @@ static void test_lookup_slices(int batch) {
   }
   CHECKF(empty > 0 && empty < (int)total, "batch %d: %d of %u samples without entries", batch, empty, total);
 
-  /* In bfloat16, slice by slice (with batch 70000 each slice spans several
-   * of its windows), into memory full of garbage: the whole lookup encoded,
-   * byte for byte, and nothing written beyond the slice. */
+  /* In bfloat16, slice by slice, into memory full of garbage: the whole
+   * lookup encoded, byte for byte, and nothing written beyond the slice. */
   uint8_t *want = malloc(n * 2), *enc = malloc(n * 2);
   scps_bf16_encode(whole, want, n);
   memset(enc, 0xab, n * 2);
   int enc_outside = 0;
   for (int part = 0; part < 3; part++) {
-    size_t bytes = scps_engine_gather_bf16_scratch(dim, coo[0].n + coo[1].n, 2, cut[part], cut[part + 1]);
+    size_t bytes = scps_engine_gather_scratch(coo[0].n + coo[1].n, cut[part], cut[part + 1]);
     float *scratch = malloc(bytes);
     memset(scratch, 0xcd, bytes);
     scps_engine_gather_bf16(c.engines[0], s, coo, 2, cut[part], cut[part + 1], enc, scratch);
@@ -471,7 +473,7 @@ static void test_null_gains(void) {
   uint8_t *enc[2] = {malloc(act * 2), malloc(act * 2)};
   for (size_t i = 0; i < act; i++) grads[i] = sinf((float)i);
   for (int k = 0; k < 4; k++) out[k] = calloc(act, sizeof(float));
-  void *scratch = malloc(scps_engine_gather_bf16_scratch(dim, 14, 2, 0, total));
+  void *scratch = malloc(scps_engine_gather_scratch(14, 0, total));
   for (int step = 0; step < 3; step++) {
     scps_step sp = {step, -1};
     for (int k = 0; k < 2; k++) {
@@ -480,8 +482,8 @@ static void test_null_gains(void) {
       scps_engine_lookup(a.engines[0], s, k, &with[k], 0, total, out[0]);
       scps_engine_lookup(b.engines[0], s, k, &without[k], 0, total, out[1]);
     }
-    scps_engine_gather(a.engines[0], s, with, 2, 0, total, out[2]);
-    scps_engine_gather(b.engines[0], s, without, 2, 0, total, out[3]);
+    scps_engine_gather(a.engines[0], s, with, 2, 0, total, out[2], scratch);
+    scps_engine_gather(b.engines[0], s, without, 2, 0, total, out[3], scratch);
     scps_engine_gather_bf16(a.engines[0], s, with, 2, 0, total, enc[0], scratch);
     scps_engine_gather_bf16(b.engines[0], s, without, 2, 0, total, enc[1], scratch);
     CHECKF(!memcmp(out[0], out[1], sizeof(float) * act), "step %d: lookup with NULL gains differs", step);
