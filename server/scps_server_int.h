@@ -112,8 +112,8 @@ struct scps_call {
   scps_job job;
   int n_stacks;
   struct call_stack *stacks;
-  float *scratch;           /* Lookup: each stack's activations (float32 or bfloat16), then in
-                             * bfloat16 one gather scratch per SparseCore worker;
+  float *scratch;           /* Lookup: each stack's activations (float32 or bfloat16), then
+                             * one gather scratch per SparseCore worker;
                              * ApplyGradients: every stack's gradients as float32 */
   size_t scratch_cap;       /* floats of scratch, a block of srv->scratch */
   float *gather_scratch;    /* Lookup, pooled stacks: worker k's at gather_scratch + k * gather_stride */
