@@ -45,29 +45,12 @@ int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, i
   return 0;
 }
 
-/* A stable counting sort of the entries by sample. */
-static int index_samples(scps_rows_answer *ra, size_t total_samples) {
-  const size_t n = ra->entry_start[ra->n_sc];
-  if (reserve((void **)&ra->sample_start, &ra->sample_start_cap, total_samples + 1, sizeof(uint32_t)) ||
-      reserve((void **)&ra->by_sample, &ra->by_sample_cap, n, sizeof(uint32_t)))
-    return SCPS_ENOMEM;
-  uint32_t *start = ra->sample_start;
-  memset(start, 0, (total_samples + 1) * sizeof *start);
-  for (size_t i = 0; i < n; i++) start[ra->samples[i] + 1]++;
-  for (size_t s = 0; s < total_samples; s++) start[s + 1] += start[s];
-  for (size_t i = 0; i < n; i++) ra->by_sample[start[ra->samples[i]]++] = (uint32_t)i;
-  /* Each start now holds the next sample's: shift them back. */
-  memmove(start + 1, start, total_samples * sizeof *start);
-  start[0] = 0;
-  return 0;
-}
-
 int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
                            size_t total_samples, bool pooled) {
-  size_t rows = scps_rows_answer_rows(ra);
+  const size_t rows = scps_rows_answer_rows(ra), entries = ra->entry_start[ra->n_sc];
   if (reserve((void **)&ra->table, &ra->table_cap, rows * dim, sizeof(float)) ||
       (pooled && reserve((void **)&ra->pooled, &ra->pooled_cap, total_samples * dim, sizeof(float))) ||
-      index_samples(ra, total_samples))
+      reserve(&ra->by_sample_mem, &ra->by_sample_cap, scps_pool_list_bytes(entries, 0, (uint32_t)total_samples), 1))
     return SCPS_ENOMEM;
   uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
   const size_t row_bytes = dim * value_bytes;
@@ -76,54 +59,33 @@ int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t of
     if (value_bytes == 2) scps_bf16_decode(s, ra->table + r * dim, dim);
     else memcpy(ra->table + r * dim, s, row_bytes);
   }
+  /* urow numbers the rows across partitions, so the entries, partition after
+   * partition, are one partition of the widened table. */
+  const float *table = ra->table;
+  const scps_coo all = {entries, ra->urow, ra->samples, ra->gains};
+  ra->by_sample = scps_pool_list_make(&table, dim, &all, 1, 0, (uint32_t)total_samples, ra->by_sample_mem);
   return 0;
 }
-
-/* Samples ahead whose first row pooling prefetches: the answer's rows
- * (megabytes) sit in the last-level cache at best. */
-#define POOL_PREFETCH 8
 
 void scps_rows_answer_pool(const scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
                            uint32_t out_first, bool add) {
   float *base = out ? out : ra->pooled;
   const uint32_t base_first = out ? out_first : 0;
-  const uint32_t *start = ra->sample_start, *by = ra->by_sample;
   float tmp[SCPS_DIM_MAX];
   for (uint32_t s = first; s < end; s++) {
-    if (s + POOL_PREFETCH < end && start[s + POOL_PREFETCH] < start[s + POOL_PREFETCH + 1]) {
-      const float *ahead = ra->table + (size_t)ra->urow[by[start[s + POOL_PREFETCH]]] * dim;
-      for (size_t c = 0; c < dim; c += 16) __builtin_prefetch(ahead + c, 0, 3);
-    }
     float *o = base + (size_t)(s - base_first) * dim;
-    const uint32_t a = start[s], z = start[s + 1];
-    if (a == z) {
-      if (add)
-        for (size_t c = 0; c < dim; c++) o[c] += 0.0f;
-      else
-        memset(o, 0, dim * sizeof(float));
+    if (!add) {
+      scps_pool_sample(&ra->by_sample, s, dim, o);
       continue;
     }
-    /* The partial sums where it ends up when written, in tmp when added. */
-    float *restrict v = add ? tmp : o;
-    const uint32_t e0 = by[a];
-    const float *restrict r = ra->table + (size_t)ra->urow[e0] * dim;
-    const float g0 = ra->gains[e0];
-    for (size_t c = 0; c < dim; c++) v[c] = 0.0f + g0 * r[c];
-    for (uint32_t i = a + 1; i < z; i++) {
-      const uint32_t e = by[i];
-      const float *restrict q = ra->table + (size_t)ra->urow[e] * dim;
-      const float g = ra->gains[e];
-      for (size_t c = 0; c < dim; c++) v[c] += g * q[c];
-    }
-    if (add)
-      for (size_t c = 0; c < dim; c++) o[c] += tmp[c];
+    scps_pool_sample(&ra->by_sample, s, dim, tmp);
+    for (size_t c = 0; c < dim; c++) o[c] += tmp[c];
   }
 }
 
 void scps_rows_answer_free(scps_rows_answer *ra) {
   free(ra->entries_mem);
-  free(ra->sample_start);
-  free(ra->by_sample);
+  free(ra->by_sample_mem);
   free(ra->table);
   free(ra->pooled);
   memset(ra, 0, sizeof *ra);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "scps_coo.h"
+#include "scps_pool.h"
 #include "scps_slices.h"
 
 #define SCPS_ROWS_SC_MAX 64 /* scps.proto's Topology.sc_per_process bound */
@@ -24,11 +25,9 @@ typedef struct scps_rows_answer {
   float *gains;      /* [entries] */
   void *entries_mem; /* owns urow, samples and gains */
   size_t entries_cap;
-  /* The entries by sample: sample s's are by_sample[sample_start[s] ..
-   * sample_start[s + 1]), in the order the server adds them (partition by
-   * partition, by row within one). */
-  uint32_t *sample_start, *by_sample;
-  size_t sample_start_cap, by_sample_cap;
+  scps_pool_list by_sample; /* the entries by sample, pointing into table */
+  void *by_sample_mem;      /* owns by_sample's arrays */
+  size_t by_sample_cap;     /* bytes */
   float *table; /* [rows x dim]: the answer, widened to float32 */
   size_t table_cap;
   float *pooled; /* [total_sample_count x dim]: the server's partial, as a pooled answer holds it */
@@ -50,8 +49,8 @@ int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t of
                            size_t total_samples, bool pooled);
 
 /* The samples [first, end) of the server's partial: bit for bit the pooled
- * answer it would have sent in float32 (each sample's entries summed in
- * the server's order, 0.0f + the first), into ra->pooled (out NULL, laid
+ * answer it would have sent in float32 (scps_pool_sample, as the server's
+ * gather sums), into ra->pooled (out NULL, laid
  * out as the stack's samples) or into out, whose row 0 is sample
  * out_first's (a feature's own array); with add, added to what out holds,
  * as a merge adds a later server's partial (a sample without entries adds

@@ -9,6 +9,7 @@
 
 #include "scps_bf16.h"
 #include "scps_init.h"
+#include "scps_pool.h"
 
 /* One stack's rows and slots on one SparseCore, inside that SparseCore's arena. */
 typedef struct shard {
@@ -296,103 +297,37 @@ void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_
   }
 }
 
-/* A gather's entries listed by sample: sample first + b's rows
- * are row[start[b] .. start[b + 1]), with their gains, partition by
- * partition and in each partition's order: the order of the adds a
- * partition-at-a-time gather makes, so the sums are the same bit for bit. */
-typedef struct by_sample {
-  uint32_t *start; /* [span + 1] */
-  const float **row;
-  float *gain;
-} by_sample;
-
 size_t scps_engine_gather_scratch(size_t entries, uint32_t first, uint32_t end) {
-  const size_t span = end > first ? end - first : 0;
-  return sizeof(const float *) + entries * (sizeof(const float *) + sizeof(float)) + (span + 1) * sizeof(uint32_t);
+  return scps_pool_list_bytes(entries, first, end);
 }
 
-static by_sample list_by_sample(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
-                                uint32_t end, void *scratch) {
-  const size_t dim = (size_t)e->layout->stacks[stack].dim;
-  const uint32_t span = end - first;
-  size_t entries = 0;
-  for (int32_t k = 0; k < n_sc; k++) entries += coo[k].n;
-  by_sample l;
-  l.row = (const float **)(((uintptr_t)scratch + sizeof(const float *) - 1) & ~(uintptr_t)(sizeof(const float *) - 1));
-  l.gain = (float *)(l.row + entries);
-  l.start = (uint32_t *)(l.gain + entries);
-  uint32_t *start = l.start;
-  memset(start, 0, ((size_t)span + 1) * sizeof *start);
-  for (int32_t k = 0; k < n_sc; k++) {
-    const uint32_t *samples = coo[k].samples;
-    for (size_t i = 0; i < coo[k].n; i++) {
-      const uint32_t b = samples[i] - first;
-      if (b < span) start[b + 1]++;
-    }
-  }
-  for (uint32_t b = 0; b < span; b++) start[b + 1] += start[b];
-  for (int32_t k = 0; k < n_sc; k++) {
-    const float *rows = shard_of(e, stack, k)->rows;
-    const scps_coo *c = &coo[k];
-    for (size_t i = 0; i < c->n; i++) {
-      const uint32_t b = c->samples[i] - first;
-      if (b >= span) continue;
-      const uint32_t at = start[b]++;
-      l.row[at] = rows + (size_t)c->rows[i] * dim;
-      l.gain[at] = c->gains ? c->gains[i] : 1.0f;
-    }
-  }
-  /* Each start now holds the next sample's: shift them back. */
-  memmove(start + 1, start, (size_t)span * sizeof *start);
-  start[0] = 0;
-  return l;
+static scps_pool_list list_by_sample(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                                     uint32_t end, void *scratch) {
+  const float *tables[SCPS_SC_PER_PROCESS_MAX];
+  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
+  return scps_pool_list_make(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, scratch);
 }
 
-/* Sample first + b's entries summed into o (dim floats, all written): 0.0f
- * + g * r for the first entry, which is what adding to a zeroed row gives,
- * -0.0 included. The row PREFETCH_AHEAD entries on (of total) is
- * prefetched: in sample order the rows read are scattered. */
-static inline void sum_sample(const by_sample *l, uint32_t b, uint32_t total, size_t dim, float *restrict o) {
-  const uint32_t a = l->start[b], z = l->start[b + 1];
-  if (a == z) {
-    memset(o, 0, dim * sizeof(float));
-    return;
-  }
-  for (uint32_t j = a; j < z; j++) {
-    if (j + PREFETCH_AHEAD < total) prefetch_row(l->row[j + PREFETCH_AHEAD], dim, 0);
-    const float *restrict r = l->row[j];
-    const float g = l->gain[j];
-    if (j == a)
-      for (size_t c = 0; c < dim; c++) o[c] = 0.0f + g * r[c];
-    else
-      for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
-  }
-}
-
-/* Sample by sample: each row of out is written once and summed while it
- * sits in L1, where adding partition by partition read and wrote every
- * entry's row of out, megabytes scattered over the last-level cache. */
+/* Sample by sample (scps_pool): each row of out is written once and summed
+ * while it sits in L1, where adding partition by partition read and wrote
+ * every entry's row of out, megabytes scattered over the last-level cache. */
 void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                         uint32_t end, float *out, void *scratch) {
-  if (end <= first) return;
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
-  const by_sample l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
-  const uint32_t span = end - first, total = l.start[span];
-  for (uint32_t b = 0; b < span; b++) sum_sample(&l, b, total, dim, out + (size_t)(first + b) * dim);
+  const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
+  for (uint32_t smp = first; smp < l.end; smp++) scps_pool_sample(&l, smp, dim, out + (size_t)smp * dim);
 }
 
 /* Each sample summed in float32 on the stack and rounded from there: the
  * float32 activations never reach memory. */
 void scps_engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                              uint32_t end, uint8_t *out, void *scratch) {
-  if (end <= first) return;
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
-  const by_sample l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
-  const uint32_t span = end - first, total = l.start[span];
+  const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
   float tmp[SCPS_DIM_MAX];
-  for (uint32_t b = 0; b < span; b++) {
-    sum_sample(&l, b, total, dim, tmp);
-    scps_bf16_encode(tmp, out + (size_t)(first + b) * dim * 2, dim);
+  for (uint32_t smp = first; smp < l.end; smp++) {
+    scps_pool_sample(&l, smp, dim, tmp);
+    scps_bf16_encode(tmp, out + (size_t)smp * dim * 2, dim);
   }
 }
 
