@@ -50,12 +50,12 @@ int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t of
 
 /* The samples [first, end) of the server's partial: bit for bit the pooled
  * answer it would have sent in float32 (scps_pool_sample, as the server's
- * gather sums), into ra->pooled (out NULL, laid
- * out as the stack's samples) or into out, whose row 0 is sample
- * out_first's (a feature's own array); with add, added to what out holds,
- * as a merge adds a later server's partial (a sample without entries adds
- * 0.0f). A sample's row is written once, in sample order: the rows read
- * are the answer's few, the rows written as many as the batch's samples. */
+ * gather sums), into ra->pooled (out NULL, laid out as the stack's samples)
+ * or into out, whose row 0 is sample out_first's (a feature's own array);
+ * with add, added to what out holds, as a merge adds a later server's
+ * partial (a sample without entries adds 0.0f). A sample's row is written
+ * once, in sample order: the rows read are the answer's few, the rows
+ * written as many as the batch's samples. */
 void scps_rows_answer_pool(const scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
                            uint32_t out_first, bool add);
 
