@@ -7,6 +7,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "scps_cpus.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 
@@ -226,6 +227,17 @@ static void *cq_main(void *arg) {
   return NULL;
 }
 
+/* The CPUs of scps_server_options.pin_sparsecores, into s->sc_cpus. */
+static int plan_sc_cpus(scps_server *s, scps_error *err) {
+  int allowed[SCPS_CPUS_MAX];
+  int n = scps_cpus_allowed(allowed, SCPS_CPUS_MAX, err);
+  if (n < 0) return n;
+  if (n < 2) return 0;
+  scps_cpus_assign(allowed, n, s->opts.process_index, s->S, s->sc_cpus);
+  s->sc_pinned = true;
+  return 0;
+}
+
 int scps_server_create(const scps_server_options *o, scps_server **out, scps_error *err) {
   *out = NULL;
   if (o->cq_threads < 1 || o->cq_threads > 64 || o->tc_threads < 1 || o->tc_threads > 64)
@@ -255,7 +267,8 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
                             err);
   }
   if (!rc) rc = scps_engine_create(s->layout, o->process_index, &s->engine, err);
-  if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, &s->pipeline, err);
+  if (!rc && o->pin_sparsecores) rc = plan_sc_cpus(s, err);
+  if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
   if (!rc) rc = scps_handlers_init(s, err);
   if (!rc) rc = scps_saver_init(s, err);
   if (rc) {
@@ -310,6 +323,8 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
 }
 
 int scps_server_port(const scps_server *s) { return s->port; }
+
+const int *scps_server_sc_cpus(const scps_server *s) { return s->sc_pinned ? s->sc_cpus : NULL; }
 
 void scps_server_checkpoint_tick(scps_server *s) { scps_saver_tick(s); }
 

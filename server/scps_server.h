@@ -4,6 +4,7 @@
 #ifndef SCPS_SERVER_H
 #define SCPS_SERVER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "scps_error.h"
@@ -25,6 +26,9 @@ typedef struct scps_server_options {
    * SparseCores, instead of as a gang job of every SparseCore worker; 0:
    * never. */
   int64_t inline_lookup_entries;
+  /* Pin SparseCore worker k of process p to CPU (p * S + k) mod n of the n
+   * CPUs the process may use (scps_cpus_assign); ignored when n < 2. */
+  bool pin_sparsecores;
   /* Checkpoints. checkpoint_dir: root of Checkpoint requests without a
    * directory and of the timer's saves (NULL: none). restore_dir: a step
    * directory restored at create; NULL: the newest complete checkpoint under
@@ -46,6 +50,10 @@ int scps_server_create(const scps_server_options *opts, scps_server **out, scps_
 
 /* The port actually bound (useful with port 0). */
 int scps_server_port(const scps_server *s);
+
+/* The CPU each SparseCore worker is pinned to ([sc_per_process]), or NULL
+ * when they are not pinned. */
+const int *scps_server_sc_cpus(const scps_server *s);
 
 /* The step directory restored at create, or NULL; its step and what loading
  * it read. */

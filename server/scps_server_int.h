@@ -31,6 +31,8 @@ extern const char *const scps_method_names[SCPS_M_COUNT];
 
 enum { TAG_NEW, TAG_CLOSE, TAG_SEND, TAG_SHUTDOWN };
 
+#define SCPS_MAX_SC_PER_PROCESS 64
+
 typedef struct scps_call scps_call;
 
 typedef struct scps_tag {
@@ -56,6 +58,8 @@ struct scps_server {
   scps_layout *layout;
   scps_engine *engine;
   scps_pipeline *pipeline;
+  int sc_cpus[SCPS_MAX_SC_PER_PROCESS]; /* each SparseCore worker's CPU */
+  bool sc_pinned;
   struct scps_scratch *scratch; /* idle call scratch, reused call to call */
   int32_t S;
   uint8_t fingerprint[32];
@@ -139,7 +143,6 @@ typedef struct call_stack {
   uint32_t row_start[64 + 1];
 } call_stack;
 
-#define SCPS_MAX_SC_PER_PROCESS 64
 
 /* Finishes a call: status, optional message text, optional packed response
  * (copied). Safe from any thread, once per call. */

@@ -38,6 +38,13 @@ static const char usage[] =
     "                         without waking every SparseCore worker: more small\n"
     "                         batches served per second; 0 sends every Lookup\n"
     "                         through the SparseCore workers (default 16384)\n"
+    "  --pin-sparsecores on|off\n"
+    "                         pin SparseCore worker k of process p to CPU\n"
+    "                         (p * S + k) mod n of the n CPUs the process may\n"
+    "                         use, so a lookup's workers run side by side; off\n"
+    "                         leaves them to the scheduler, which may queue\n"
+    "                         them on one CPU (default on; nothing is pinned\n"
+    "                         when n < 2)\n"
     "  --drain-seconds N      on SIGTERM/SIGINT, wait this long for calls in\n"
     "                         flight before cancelling them (default 10)\n"
     "  --port-file FILE       write the bound port to FILE once serving\n"
@@ -156,6 +163,7 @@ int main(int argc, char **argv) {
   o.max_message_bytes = (int64_t)256 << 20;
   o.checkpoint_keep = 3;
   o.inline_lookup_entries = 16384;
+  o.pin_sparsecores = true;
   double drain = 10;
   long checkpoint_every = 0;
   static const struct option opts[] = {
@@ -167,7 +175,7 @@ int main(int argc, char **argv) {
       {"port-file", required_argument, 0, 'f'},     {"checkpoint-dir", required_argument, 0, 'C'},
       {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
-      {"inline-lookup-entries", required_argument, 0, 'I'},
+      {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -194,6 +202,13 @@ int main(int argc, char **argv) {
     case 'E': if (parse_int("--checkpoint-every", optarg, 1, 30L * 86400, &checkpoint_every)) return 2; break;
     case 'K': if (parse_int("--checkpoint-keep", optarg, 1, 1000000, &v)) return 2; o.checkpoint_keep = (int32_t)v; break;
     case 'I': if (parse_int("--inline-lookup-entries", optarg, 0, 1L << 40, &v)) return 2; o.inline_lookup_entries = v; break;
+    case 'P':
+      if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+        fprintf(stderr, "scps-server: --pin-sparsecores '%s': expected on or off\n", optarg);
+        return 2;
+      }
+      o.pin_sparsecores = !strcmp(optarg, "on");
+      break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -268,8 +283,12 @@ int main(int argc, char **argv) {
       if (f) fclose(f);
     }
   }
-  fprintf(stderr, "scps-server: process %d of %d serving on port %d (%d SparseCores)\n", o.process_index,
-          o.topology.num_processes, scps_server_port(ap.server), o.topology.sc_per_process);
+  char pinned[160] = "";
+  const int *cpus = scps_server_sc_cpus(ap.server);
+  for (int k = 0, at = 0; cpus && k < o.topology.sc_per_process && at < (int)sizeof pinned; k++)
+    at += snprintf(pinned + at, sizeof pinned - (size_t)at, "%s%d", k ? "," : " on CPUs ", cpus[k]);
+  fprintf(stderr, "scps-server: process %d of %d serving on port %d (%d SparseCores%s)\n", o.process_index,
+          o.topology.num_processes, scps_server_port(ap.server), o.topology.sc_per_process, pinned);
   uv_run(ap.loop, UV_RUN_DEFAULT);
   scps_server_destroy(ap.server);
   uv_loop_close(ap.loop);

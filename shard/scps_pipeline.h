@@ -47,8 +47,11 @@ typedef struct scps_stage_stats {
   double busy_seconds;            /* time spent running jobs since start */
 } scps_stage_stats;
 
-/* Starts n_sc SparseCore workers and n_tc TensorCore workers. */
-int scps_pipeline_create(int32_t n_sc, int32_t n_tc, scps_pipeline **out, scps_error *err);
+/* Starts n_sc SparseCore workers and n_tc TensorCore workers, named
+ * "scps-sc<k>" and "scps-tc<k>". sc_cpus: NULL, or the CPU each SparseCore
+ * worker is pinned to ([n_sc]; scps_cpus_assign); SCPS_EINVAL, naming the
+ * worker and CPU, when the system refuses one. */
+int scps_pipeline_create(int32_t n_sc, int32_t n_tc, const int *sc_cpus, scps_pipeline **out, scps_error *err);
 
 /* Runs every job already submitted to completion, then stops the workers. */
 void scps_pipeline_destroy(scps_pipeline *p);

@@ -1,8 +1,10 @@
 """Shutdown and process-level behaviour of scps-server: SIGTERM and SIGINT
 stop accepting calls, finish the calls in flight and exit 0 within
 --drain-seconds; tables that do not fit, a port already in use, bad flags
-and bad configuration files fail with the documented status and a message."""
+and bad configuration files fail with the documented status and a message;
+SparseCore workers are pinned one CPU each (--pin-sparsecores)."""
 import hashlib
+import os
 import signal
 import threading
 import time
@@ -233,6 +235,55 @@ def test_port_in_use(env):
               "the first server still serves: %s %s" % (got, details))
 
 
+def cpu_list(text):
+    """"0-2,5" -> [0, 1, 2, 5] (the kernel's Cpus_allowed_list)."""
+    cpus = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.extend(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def worker_cpus(pid):
+    """{thread name: CPUs it may run on} of a server's SparseCore workers."""
+    out = {}
+    for tid in os.listdir("/proc/%d/task" % pid):
+        try:
+            with open("/proc/%d/task/%s/comm" % (pid, tid)) as f:
+                name = f.read().strip()
+            if not name.startswith("scps-sc"):
+                continue
+            with open("/proc/%d/task/%s/status" % (pid, tid)) as f:
+                for line in f:
+                    if line.startswith("Cpus_allowed_list:"):
+                        out[name] = cpu_list(line.split(":", 1)[1].strip())
+        except FileNotFoundError:
+            pass
+    return out
+
+
+def test_pin_sparsecores(env):
+    """Worker k of process p on CPU (p * S + k) mod n of the n allowed (all n
+    when n < 2); --pin-sparsecores off leaves every worker all of them."""
+    cfg = small_config(env)
+    allowed = sorted(os.sched_getaffinity(0))
+    n = len(allowed)
+    for p, procs, sc in ((0, 1, 2), (1, 2, 3)):
+        s = env.server(cfg, extra=["--process-index", str(p), "--num-processes", str(procs),
+                                   "--sc-per-process", str(sc)]).wait_ready()
+        got = worker_cpus(s.proc.pid)
+        want = {"scps-sc%d" % k: [allowed[(p * sc + k) % n]] if n >= 2 else allowed for k in range(sc)}
+        env.check(got == want, "process %d of %d, %d SparseCores, %d CPUs allowed: workers on %s, expected %s"
+                  % (p, procs, sc, n, got, want))
+        if n >= 2:
+            listed = ",".join(str(want["scps-sc%d" % k][0]) for k in range(sc))
+            env.check("on CPUs %s)" % listed in s.stderr(), "the start line names CPUs %s: %r" % (listed, s.stderr()))
+    s = env.server(cfg, extra=["--pin-sparsecores", "off"]).wait_ready()
+    got = worker_cpus(s.proc.pid)
+    env.check(got == {"scps-sc0": allowed, "scps-sc1": allowed}, "--pin-sparsecores off: workers on %s" % got)
+    env.check("on CPUs" not in s.stderr(), "--pin-sparsecores off: no CPUs in the start line: %r" % s.stderr())
+
+
 def test_flags(env):
     cfg = small_config(env)
     s = env.server(cfg, extra=["--help"])
@@ -246,6 +297,7 @@ def test_flags(env):
         (["--max-message-mb", "0"], "--max-message-mb"),
         (["--drain-seconds", "-1"], "--drain-seconds"),
         (["--sc-memory", "lots"], "--sc-memory"),
+        (["--pin-sparsecores", "yes"], "--pin-sparsecores"),
         (["--process-index", "1"], "--process-index"),
         (["stray"], "unexpected argument"),
     ]
@@ -288,4 +340,4 @@ def test_bad_config(env):
 
 if __name__ == "__main__":
     main("test_shutdown", [test_sigterm_drains, test_sigint_drains, test_drain_timeout, test_sc_memory,
-                           test_port_in_use, test_flags, test_bad_config])
+                           test_port_in_use, test_pin_sparsecores, test_flags, test_bad_config])

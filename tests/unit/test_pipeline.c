@@ -2,7 +2,10 @@
  * global order even with concurrent submitters, the TensorCore part runs
  * after all SparseCore parts, gang jobs see no SparseCore written while they
  * run, a gang job's sync point holds every worker until all reached it,
- * destroy drains, and the counters add up. */
+ * destroy drains, the counters add up, and pinned SparseCore workers run on
+ * their CPU alone. */
+/* cpu_set_t, pthread_getaffinity_np */
+#define _GNU_SOURCE
 #include <sched.h>
 #include <time.h>
 #include <pthread.h>
@@ -73,7 +76,7 @@ static void nothing(scps_job *job) {}
 static void test_gang(void) {
   scps_pipeline *p;
   scps_error err;
-  CHECK_OK(scps_pipeline_create(NSC, 1, &p, &err), &err);
+  CHECK_OK(scps_pipeline_create(NSC, 1, NULL, &p, &err), &err);
   if (!p) return;
   enum { N = 3000 };
   scps_job *jobs = calloc(N, sizeof *jobs);
@@ -118,7 +121,7 @@ static void free_owned(scps_job *job) {
 static void test_gang_freed(void) {
   scps_pipeline *p;
   scps_error err;
-  CHECK_OK(scps_pipeline_create(NSC, 2, &p, &err), &err);
+  CHECK_OK(scps_pipeline_create(NSC, 2, NULL, &p, &err), &err);
   if (!p) return;
   enum { N = 2000 };
   int submitted = 0;
@@ -161,7 +164,7 @@ static void sync_part(scps_job *job, int32_t sc) {
 
 static void test_gang_sync(void) {
   scps_error err;
-  CHECK_OK(scps_pipeline_create(NSC, 1, &sync_p, &err), &err);
+  CHECK_OK(scps_pipeline_create(NSC, 1, NULL, &sync_p, &err), &err);
   if (!sync_p) return;
   enum { N = 300 };
   scps_job *jobs = calloc(N, sizeof *jobs);
@@ -180,13 +183,50 @@ static void test_gang_sync(void) {
   free(jobs);
 }
 
+/* Per SparseCore worker: the CPUs its thread may use, as a job saw them. */
+static cpu_set_t seen_cpus[2];
+
+static void sc_affinity(scps_job *job, int32_t sc) {
+  (void)job;
+  pthread_getaffinity_np(pthread_self(), sizeof seen_cpus[sc], &seen_cpus[sc]);
+}
+
+static void tc_none(scps_job *job) { (void)job; }
+
+/* Workers pinned to the last two CPUs this process may use (one, twice, on
+ * a single CPU), each allowed only its own; a CPU the system refuses fails
+ * create, naming the worker and the CPU. */
+static void test_pinned(void) {
+  scps_error err;
+  cpu_set_t mine;
+  CHECK(sched_getaffinity(0, sizeof mine, &mine) == 0);
+  int cpus[2] = {-1, -1};
+  for (int c = 0; c < CPU_SETSIZE; c++)
+    if (CPU_ISSET(c, &mine)) {
+      cpus[0] = cpus[1];
+      cpus[1] = c;
+    }
+  if (cpus[0] < 0) cpus[0] = cpus[1];
+  scps_pipeline *p;
+  CHECK_OK(scps_pipeline_create(2, 1, cpus, &p, &err), &err);
+  scps_job job = {.sc_fn = sc_affinity, .tc_fn = tc_none};
+  scps_pipeline_submit(p, &job);
+  scps_pipeline_destroy(p);
+  for (int k = 0; k < 2; k++)
+    CHECKF(CPU_COUNT(&seen_cpus[k]) == 1 && CPU_ISSET(cpus[k], &seen_cpus[k]),
+           "worker %d: %d CPUs allowed, expected CPU %d alone", k, CPU_COUNT(&seen_cpus[k]), cpus[k]);
+  int bad[2] = {cpus[0], CPU_SETSIZE + 5};
+  CHECK(scps_pipeline_create(2, 1, bad, &p, &err) == SCPS_EINVAL);
+  CHECKF(strstr(err.msg, "worker 1") && strstr(err.msg, "1029"), "message: %s", err.msg);
+}
+
 int main(void) {
   test_gang();
   test_gang_freed();
   test_gang_sync();
   scps_pipeline *p;
   scps_error err;
-  CHECK_OK(scps_pipeline_create(NSC, 2, &p, &err), &err);
+  CHECK_OK(scps_pipeline_create(NSC, 2, NULL, &p, &err), &err);
   if (!p) return scps_test_finish("test_pipeline");
   rec *recs = calloc(2 * JOBS, sizeof *recs);
   for (int i = 0; i < 2 * JOBS; i++) {
@@ -222,7 +262,7 @@ int main(void) {
   CHECK(out_of_order == 0);
 
   /* Counters: a job with no SparseCore part goes straight to the TensorCore. */
-  CHECK_OK(scps_pipeline_create(2, 1, &p, &err), &err);
+  CHECK_OK(scps_pipeline_create(2, 1, NULL, &p, &err), &err);
   rec solo = {.id = 0};
   solo.job.tc_fn = tc_part;
   solo.job.data = &solo;
@@ -230,7 +270,8 @@ int main(void) {
   scps_pipeline_submit(p, &solo.job);
   scps_pipeline_destroy(p);
   CHECK(atomic_load(&tc_runs) == 1 && solo.tc_saw == 0);
-  CHECK(scps_pipeline_create(0, 1, &p, &err) == SCPS_EINVAL);
+  CHECK(scps_pipeline_create(0, 1, NULL, &p, &err) == SCPS_EINVAL);
+  test_pinned();
   free(recs);
   return scps_test_finish("test_pipeline");
 }
