@@ -23,7 +23,9 @@
 #include "scps_client_wire.h"
 #include "scps_spec_pb.h"
 
-#define CQ_THREADS 2
+/* Completion-queue threads: scps_client_options.cq_threads' default and limit. */
+#define CQ_THREADS_DEFAULT 2
+#define CQ_THREADS_MAX 16
 #define DEFAULT_CONNECT_TIMEOUT_MS 10000
 #define RETRY_FIRST_MS 20
 #define RETRY_MAX_MS 200
@@ -69,7 +71,7 @@ struct scps_client {
 
   bool grpc_started;
   grpc_completion_queue *cq;
-  pthread_t threads[CQ_THREADS];
+  pthread_t threads[CQ_THREADS_MAX];
   int n_threads;
 
   pthread_mutex_t mu;
@@ -1137,6 +1139,9 @@ static int check_options(const scps_client_options *o, scps_error *err) {
     return scps_error_set(err, SCPS_EINVAL,
                           "options: answer %d is not SCPS_ANSWER_AUTO, SCPS_ANSWER_POOLED or SCPS_ANSWER_DISTINCT_ROWS",
                           (int)o->answer);
+  if (o->cq_threads < 0 || o->cq_threads > CQ_THREADS_MAX)
+    return scps_error_set(err, SCPS_EINVAL, "options: cq_threads %d not in [0, %d] (0: %d)", o->cq_threads,
+                          CQ_THREADS_MAX, CQ_THREADS_DEFAULT);
   return 0;
 }
 
@@ -1220,7 +1225,8 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
   grpc_init();
   c->grpc_started = true;
   c->cq = grpc_completion_queue_create_for_next(NULL);
-  for (int i = 0; i < CQ_THREADS && !rc; i++) {
+  const int cq_threads = o->cq_threads ? o->cq_threads : CQ_THREADS_DEFAULT;
+  for (int i = 0; i < cq_threads && !rc; i++) {
     if (pthread_create(&c->threads[i], NULL, cq_main, c))
       rc = scps_error_set(err, SCPS_ENOMEM, "cannot start completion-queue thread %d", i);
     else

@@ -84,6 +84,10 @@ typedef struct scps_client_options {
    * sharing gRPC's process-wide ones with other clients to the same servers
    * (a load generator's clients then behave as separate machines). */
   bool own_connections;
+  /* Threads that take gRPC's completions and run done callbacks; 0: 2, at
+   * most 16. One is enough for a client that has one operation out at a
+   * time (a load generator's clients), where a second only adds wakeups. */
+  int cq_threads;
 } scps_client_options;
 
 /* Connects to every server, reads and cross-checks their configurations
@@ -93,7 +97,7 @@ typedef struct scps_client_options {
  * checkpoint's, which FDO may have raised). Servers still starting are waited for until
  * connect_timeout_ms. Fails with SCPS_EUNAVAIL naming a server that does not
  * answer within the timeout, SCPS_EMISMATCH naming what differs. Starts the
- * client's two completion-queue threads. */
+ * client's completion-queue threads (cq_threads). */
 int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err);
 
 /* Waits for operations in flight (each ends by its deadline), then closes

@@ -136,7 +136,8 @@ static int client_init(lg *g, int i, scps_error *err) {
                             .wire_format = o->wire_format,
                             .answer = o->answer,
                             .ignore_checkpoint_due = true,
-                            .own_connections = true};
+                            .own_connections = true,
+                            .cq_threads = o->cq_threads};
   int rc = scps_client_create(&co, &cl->c, err);
   if (rc) return rc;
   /* Like the benchmarks: the workloads keep the default per-partition limits,

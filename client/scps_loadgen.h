@@ -39,6 +39,7 @@ typedef struct scps_loadgen_options {
   scps_answer_mode answer;    /* how servers answer lookups (0: auto) */
   int64_t deadline_ms;        /* of each request, from when it is sent */
   int64_t connect_timeout_ms; /* of each client's creation */
+  int cq_threads;             /* each client's completion-queue threads (scps_client_options) */
   bool progress;              /* a line on stderr every second */
 } scps_loadgen_options;
 

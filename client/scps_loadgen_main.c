@@ -45,6 +45,9 @@ static const char usage[] =
     "                         retries UNAVAILABLE servers within it (default 5000)\n"
     "  --connect-timeout-ms MS  how long each client waits for the servers at the\n"
     "                         start (default 10000)\n"
+    "  --cq-threads N         completion-queue threads per client, 1 to 16 (default 1:\n"
+    "                         a client has one request out at a time; a second\n"
+    "                         thread only adds wakeups to every answer)\n"
     "  --json FILE            also write the report as JSON\n"
     "  --plot FILE.png        draw latency p50/p99 and requests/s over time (needs gnuplot)\n"
     "  --quiet                no progress line on stderr (one per second otherwise)\n"
@@ -101,7 +104,8 @@ int main(int argc, char **argv) {
                             .duration_s = 10.0,
                             .warmup_s = 1.0,
                             .deadline_ms = 5000,
-                            .connect_timeout_ms = 10000};
+                            .connect_timeout_ms = 10000,
+                            .cq_threads = 1};
   static const struct option opts[] = {{"workload", required_argument, 0, 'w'},
                                        {"servers", required_argument, 0, 's'},
                                        {"mode", required_argument, 0, 'm'},
@@ -115,6 +119,7 @@ int main(int argc, char **argv) {
                                        {"answer", required_argument, 0, 'A'},
                                        {"deadline-ms", required_argument, 0, 'D'},
                                        {"connect-timeout-ms", required_argument, 0, 'T'},
+                                       {"cq-threads", required_argument, 0, 'Q'},
                                        {"json", required_argument, 0, 'j'},
                                        {"plot", required_argument, 0, 'p'},
                                        {"quiet", no_argument, 0, 'q'},
@@ -177,6 +182,11 @@ int main(int argc, char **argv) {
       if (parse_int(optarg, 1, 86400000, &n))
         return bad_flag("--connect-timeout-ms '%s': expected milliseconds, >= 1", optarg);
       o.connect_timeout_ms = n;
+      break;
+    case 'Q':
+      if (parse_int(optarg, 1, 16, &n))
+        return bad_flag("--cq-threads '%s': expected a number of threads from 1 to 16", optarg);
+      o.cq_threads = (int)n;
       break;
     case 'j': json = optarg; break;
     case 'p': plot = optarg; break;

@@ -83,7 +83,7 @@ check "$tmp/lookup.json" clean=1 mode=lookup concurrency=2
 head -c 8 "$tmp/lookup.png" | od -An -c | grep -q 'P   N   G' || { echo "--plot wrote no PNG"; fail=1; }
 run --mode train --concurrency 2 --duration 1 --wire-format bfloat16 --json "$tmp/train.json" >/dev/null
 check "$tmp/train.json" clean=1 mode=train
-run --mode mixed --train-fraction 0.5 --concurrency 3 --duration 1 --json "$tmp/mixed.json" >/dev/null
+run --mode mixed --train-fraction 0.5 --concurrency 3 --cq-threads 2 --duration 1 --json "$tmp/mixed.json" >/dev/null
 check "$tmp/mixed.json" clean=1 mode=mixed concurrency=3
 run --mode lookup --concurrency 2 --requests 40 --answer rows --json "$tmp/requests.json" >/dev/null
 check "$tmp/requests.json" clean=1 requests=40
@@ -157,6 +157,7 @@ bad "give one of them" "${base[@]}" --mode lookup --duration 1 --requests 5
 bad "--wire-format 'fp8'" "${base[@]}" --mode lookup --wire-format fp8
 bad "--answer 'sparse'" "${base[@]}" --mode lookup --answer sparse
 bad "--deadline-ms '0'" "${base[@]}" --mode lookup --deadline-ms 0
+bad "--cq-threads '17'" "${base[@]}" --mode lookup --cq-threads 17
 bad "unknown option '--frobnicate'" "${base[@]}" --mode lookup --frobnicate
 bad "--duration needs a value" "${base[@]}" --mode lookup --duration
 bad "--servers 'localhost'" --workload "$workload" --servers localhost --mode lookup

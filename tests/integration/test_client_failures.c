@@ -153,6 +153,9 @@ static void test_configuration(void) {
   /* Bad options never reach the network. */
   scps_client_options bad = {.servers = cl.addr_list, .n_servers = 0};
   CHECK(scps_client_create(&bad, &c, &err) == SCPS_EINVAL);
+  bad = (scps_client_options){.servers = cl.addr_list, .n_servers = 2, .cq_threads = 17};
+  rc = scps_client_create(&bad, &c, &err);
+  CHECKF(rc == SCPS_EINVAL && contains(err.msg, "cq_threads 17"), "%d %s", rc, err.msg);
   scps_it_stop(&cl);
 }
 
