@@ -143,7 +143,6 @@ typedef struct call_stack {
   uint32_t row_start[64 + 1];
 } call_stack;
 
-
 /* Finishes a call: status, optional message text, optional packed response
  * (copied). Safe from any thread, once per call. */
 void scps_call_finish(scps_call *c, grpc_status_code status, const char *details,

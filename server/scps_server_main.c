@@ -283,7 +283,7 @@ int main(int argc, char **argv) {
       if (f) fclose(f);
     }
   }
-  char pinned[160] = "";
+  char pinned[400] = ""; /* up to 64 CPUs of 5 digits */
   const int *cpus = scps_server_sc_cpus(ap.server);
   for (int k = 0, at = 0; cpus && k < o.topology.sc_per_process && at < (int)sizeof pinned; k++)
     at += snprintf(pinned + at, sizeof pinned - (size_t)at, "%s%d", k ? "," : " on CPUs ", cpus[k]);
