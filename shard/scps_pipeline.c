@@ -207,7 +207,7 @@ void scps_pipeline_destroy(scps_pipeline *p) {
 /* A gang job's workers must run side by side. Woken together by one
  * submission, they were often queued on the same CPU while the other sat
  * idle, and the scheduler left them there: the gang ran one worker after
- * the other (dlrm8 on 2 CPUs: 10-27 lookups in 60, criteo26 11-42). */
+ * the other (dlrm8 on 2 CPUs: 9-27 lookups in 60, criteo26 11-42). */
 static int pin(pthread_t t, int32_t k, int cpu, scps_error *err) {
   cpu_set_t set;
   CPU_ZERO(&set);
