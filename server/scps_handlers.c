@@ -341,23 +341,54 @@ out:
   free(counts);
 }
 
+/* The stack a StackPartitions names (into cs->stack) and the number of
+ * its sc_offsets. */
+static grpc_status_code check_head(const scps_call *c, const scps_req_partitions *sp, const char *field,
+                                   call_stack *cs, char *msg, size_t len) {
+  int st = sp->stack ? scps_layout_find_stack(c->srv->layout, sp->stack) : -1;
+  if (st < 0) {
+    snprintf(msg, len, "%s.stack: unknown stack '%s' (GetConfig lists the stacks)", field, sp->stack ? sp->stack : "");
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  cs->stack = st;
+  if (sp->n_sc_offsets != (size_t)c->srv->S + 1) {
+    snprintf(msg, len, "%s.sc_offsets: %zu entries, need sc_per_process + 1 = %d", field, sp->n_sc_offsets,
+             c->srv->S + 1);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  return GRPC_STATUS_OK;
+}
+
+/* sc_offsets: S + 1 of them, from 0 to n (of `what`: entries or rows),
+ * never falling. All are checked before any SparseCore's view is built: an
+ * offset beyond n followed by a smaller one would otherwise let that view
+ * run past the arrays. */
+static grpc_status_code check_offsets(const scps_call *c, const scps_req_partitions *sp, size_t n, const char *what,
+                                      const char *field, char *msg, size_t len) {
+  const int32_t S = c->srv->S;
+  if (sp->sc_offsets[0] != 0 || sp->sc_offsets[S] != n) {
+    snprintf(msg, len, "%s.sc_offsets: must start at 0 and end at the %s count %zu (got %u .. %u)", field, what, n,
+             sp->sc_offsets[0], sp->sc_offsets[S]);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  for (int k = 0; k < S; k++)
+    if (sp->sc_offsets[k + 1] < sp->sc_offsets[k]) {
+      snprintf(msg, len, "%s.sc_offsets[%d] = %u is below sc_offsets[%d] = %u", field, k + 1,
+               sp->sc_offsets[k + 1], k, sp->sc_offsets[k]);
+      return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+  return GRPC_STATUS_OK;
+}
+
 /* Checks one StackPartitions against the layout and turns it into per
  * SparseCore COO views, its gain_exceptions expanded into sp's gains.
  * Returns a gRPC status; msg names field and value. */
 static grpc_status_code check_partitions(scps_call *c, scps_req_partitions *sp, const char *field,
                                          call_stack *cs, char *msg, size_t len) {
   scps_server *s = c->srv;
-  const scps_layout *l = s->layout;
-  int st = sp->stack ? scps_layout_find_stack(l, sp->stack) : -1;
-  if (st < 0) {
-    snprintf(msg, len, "%s.stack: unknown stack '%s' (GetConfig lists the stacks)", field, sp->stack ? sp->stack : "");
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  cs->stack = st;
-  if (sp->n_sc_offsets != (size_t)s->S + 1) {
-    snprintf(msg, len, "%s.sc_offsets: %zu entries, need sc_per_process + 1 = %d", field, sp->n_sc_offsets, s->S + 1);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
+  grpc_status_code bad = check_head(c, sp, field, cs, msg, len);
+  if (bad != GRPC_STATUS_OK) return bad;
+  const int st = cs->stack;
   size_t n = sp->rows.len / 4;
   if (sp->rows.len % 4 || sp->samples.len != sp->rows.len || (sp->gains.len && sp->gains.len != sp->rows.len)) {
     snprintf(msg, len,
@@ -372,20 +403,8 @@ static grpc_status_code check_partitions(scps_call *c, scps_req_partitions *sp, 
     snprintf(msg, len, "%s: %s", field, why);
     return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (sp->sc_offsets[0] != 0 || sp->sc_offsets[s->S] != n) {
-    snprintf(msg, len, "%s.sc_offsets: must start at 0 and end at the entry count %zu (got %u .. %u)", field, n,
-             sp->sc_offsets[0], sp->sc_offsets[s->S]);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  /* All offsets are checked before any SparseCore's view is built: an
-   * offset beyond the entry count followed by a smaller one would otherwise
-   * let that view run past the arrays. */
-  for (int k = 0; k < s->S; k++)
-    if (sp->sc_offsets[k + 1] < sp->sc_offsets[k]) {
-      snprintf(msg, len, "%s.sc_offsets[%d] = %u is below sc_offsets[%d] = %u", field, k + 1,
-               sp->sc_offsets[k + 1], k, sp->sc_offsets[k]);
-      return GRPC_STATUS_INVALID_ARGUMENT;
-    }
+  bad = check_offsets(c, sp, n, "entry", field, msg, len);
+  if (bad != GRPC_STATUS_OK) return bad;
   const uint32_t *rows = (const uint32_t *)(const void *)sp->rows.data;
   const uint32_t *samples = (const uint32_t *)(const void *)sp->samples.data;
   const float *gains = sp->gains.len ? (const float *)(const void *)sp->gains.data : NULL;
@@ -778,9 +797,16 @@ static void apply_sc(scps_job *job, int32_t sc) {
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     const scps_coo *coo = &cs->coo[sc];
-    scps_engine_update(s->engine, cs->stack, sc, coo, cs->grads, &c->step);
     int64_t distinct = 0;
-    for (size_t j = 0; j < coo->n; j++) distinct += j == 0 || coo->rows[j] != coo->rows[j - 1];
+    if (cs->by_row) {
+      const size_t dim = (size_t)s->layout->stacks[cs->stack].dim;
+      scps_engine_update_rows(s->engine, cs->stack, sc, coo->rows, coo->n, cs->grads + cs->row_start[sc] * dim,
+                              &c->step);
+      distinct = (int64_t)coo->n;
+    } else {
+      scps_engine_update(s->engine, cs->stack, sc, coo, cs->grads, &c->step);
+      for (size_t j = 0; j < coo->n; j++) distinct += j == 0 || coo->rows[j] != coo->rows[j - 1];
+    }
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + sc].rows_updated, (long long)distinct);
     rows += distinct;
   }
@@ -790,16 +816,27 @@ static void apply_sc(scps_job *job, int32_t sc) {
 
 /* The first value that is not finite, in request order, named. */
 static void name_bad_gradient(const scps_call *c, char *msg, size_t len) {
+  const int32_t S = c->srv->S;
   for (int i = 0; i < c->n_stacks; i++) {
     const call_stack *cs = &c->stacks[i];
     const size_t dim = (size_t)c->srv->layout->stacks[cs->stack].dim;
-    const size_t n = (size_t)c->srv->layout->stacks[cs->stack].total_sample_count * dim;
-    for (size_t j = 0; j < n; j++)
-      if (!isfinite(cs->grads[j])) {
+    const size_t n = cs->by_row ? (size_t)cs->row_start[S] * dim
+                                : (size_t)c->srv->layout->stacks[cs->stack].total_sample_count * dim;
+    for (size_t j = 0; j < n; j++) {
+      if (isfinite(cs->grads[j])) continue;
+      if (!cs->by_row) {
         snprintf(msg, len, "stacks[%d].gradients: element %zu (sample %zu, column %zu) is %g; gradients must be finite",
                  i, j, j / dim, j % dim, cs->grads[j]);
         return;
       }
+      int32_t k = 0;
+      while (k + 1 < S && cs->row_start[k + 1] <= j / dim) k++;
+      snprintf(msg, len,
+               "stacks[%d].row_gradients: element %zu (row %u of local SparseCore %d, column %zu) is %g; gradients "
+               "must be finite",
+               i, j, cs->coo[k].rows[j / dim - cs->row_start[k]], k, j % dim, cs->grads[j]);
+      return;
+    }
   }
   snprintf(msg, len, "a gradient is not finite");
 }
@@ -819,14 +856,65 @@ static void apply_tc(scps_job *job) {
   scps_call_finish_packed(c, &r.base);
 }
 
-/* The gradients' size; their values are checked as the workers read them
- * (apply_sc), into float32 room at grads. */
+/* A by-row stack's partitions (StackGradients.row_gradients): a known
+ * stack, S + 1 offsets into rows, no samples or gains, and each
+ * SparseCore's rows strictly ascending and in range. */
+static grpc_status_code check_row_partitions(scps_call *c, scps_req_partitions *sp, const char *field,
+                                             call_stack *cs, char *msg, size_t len) {
+  scps_server *s = c->srv;
+  grpc_status_code bad = check_head(c, sp, field, cs, msg, len);
+  if (bad != GRPC_STATUS_OK) return bad;
+  const int st = cs->stack;
+  cs->by_row = true;
+  if (sp->samples.len || sp->gains.len || sp->gain_exceptions.len) {
+    snprintf(msg, len,
+             "%s: the stack's gradients field is empty, so its gradients are read by row (row_gradients), and "
+             "then samples, gains and gain_exceptions must be empty; they hold %zu, %zu and %zu bytes",
+             field, sp->samples.len, sp->gains.len, sp->gain_exceptions.len);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  size_t n = sp->rows.len / 4;
+  if (sp->rows.len % 4) {
+    snprintf(msg, len, "%s.rows: %zu bytes, not 4 per row", field, sp->rows.len);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  bad = check_offsets(c, sp, n, "row", field, msg, len);
+  if (bad != GRPC_STATUS_OK) return bad;
+  const uint32_t *rows = (const uint32_t *)(const void *)sp->rows.data;
+  for (int k = 0; k < s->S; k++) {
+    uint32_t a = sp->sc_offsets[k], b = sp->sc_offsets[k + 1];
+    cs->coo[k] = (scps_coo){b - a, rows + a, NULL, NULL};
+    cs->row_start[k] = a;
+    scps_error err;
+    if (scps_engine_check_rows(s->engine, st, k, rows + a, b - a, &err)) {
+      snprintf(msg, len, "%s: %s", field, err.msg);
+      return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+  }
+  cs->row_start[s->S] = (uint32_t)n;
+  return GRPC_STATUS_OK;
+}
+
+/* The gradients' size, by sample or by row; their values are checked as
+ * the workers read them (apply_sc), into float32 room at grads. */
 static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, const char *field,
                                         call_stack *cs, float *grads, char *msg, size_t len) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
-  size_t n = (size_t)sl->total_sample_count * (size_t)sl->dim;
   bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
   size_t width = bf16 ? 2 : sizeof(float);
+  if (cs->by_row) {
+    size_t n = (size_t)cs->row_start[c->srv->S] * (size_t)sl->dim;
+    if (sg->row_gradients.len != n * width) {
+      snprintf(msg, len, "%s.row_gradients: %zu bytes; stack '%s' lists %u rows, which need %u x dim %d x %zu (%s) = %zu",
+               field, sg->row_gradients.len, sl->name, cs->row_start[c->srv->S], cs->row_start[c->srv->S], sl->dim,
+               width, bf16 ? "bfloat16" : "float32", n * width);
+      return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+    cs->grads = grads;
+    cs->grad_src = sg->row_gradients;
+    return GRPC_STATUS_OK;
+  }
+  size_t n = (size_t)sl->total_sample_count * (size_t)sl->dim;
   if (sg->gradients.len != n * width) {
     snprintf(msg, len, "%s.gradients: %zu bytes; stack '%s' needs total_sample_count %lld x dim %d x %zu (%s) = %zu",
              field, sg->gradients.len, sl->name, (long long)sl->total_sample_count, sl->dim, width,
@@ -865,7 +953,8 @@ static void handle_apply(scps_call *c) {
   const size_t width = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : sizeof(float);
   if (st == GRPC_STATUS_OK) {
     size_t values = 0;
-    for (size_t i = 0; i < req->n_stacks; i++) values += req->stacks[i].gradients.len / width;
+    for (size_t i = 0; i < req->n_stacks; i++)
+      values += (req->stacks[i].gradients.len + req->stacks[i].row_gradients.len) / width;
     c->scratch = scps_scratch_take(s->scratch, values, &c->scratch_cap);
     if (!c->scratch) {
       scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
@@ -881,8 +970,15 @@ static void handle_apply(scps_call *c) {
       st = GRPC_STATUS_INVALID_ARGUMENT;
       break;
     }
+    if (sg->gradients.len && sg->row_gradients.len) {
+      snprintf(msg, sizeof msg, "%s: gradients (%zu bytes) and row_gradients (%zu bytes) are both set; send a "
+               "stack's gradients by sample or by row, not both", field, sg->gradients.len, sg->row_gradients.len);
+      st = GRPC_STATUS_INVALID_ARGUMENT;
+      break;
+    }
     snprintf(field, sizeof field, "stacks[%zu].partitions", i);
-    st = check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg);
+    st = sg->gradients.len ? check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg)
+                           : check_row_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg);
     snprintf(field, sizeof field, "stacks[%zu]", i);
     if (st == GRPC_STATUS_OK && duplicate_stack(c, (int)i, c->stacks[i].stack)) {
       snprintf(msg, sizeof msg, "%s: stack '%s' listed twice", field, sg->partitions.stack);
@@ -890,7 +986,7 @@ static void handle_apply(scps_call *c) {
     }
     if (st == GRPC_STATUS_OK) {
       st = check_gradients(c, sg, field, &c->stacks[i], c->scratch + grads_at, msg, sizeof msg);
-      grads_at += sg->gradients.len / width;
+      grads_at += (sg->gradients.len + sg->row_gradients.len) / width;
     }
   }
   if (st != GRPC_STATUS_OK) {

@@ -260,10 +260,10 @@ static int read_stack_gradients(reader *rd, size_t limit, scps_req_stack *st) {
       if (!rc) rc = read_len(rd, limit, &n);
       if (!rc) rc = read_partitions(rd, rd->m.pos + n, &st->partitions);
       st->has_partitions = true;
-    } else if (field == 2) {
+    } else if (field == 2 || field == 3) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);
-      if (!rc) st->gradients = (scps_req_span){rd->m.pos, n};
+      if (!rc) *(field == 2 ? &st->gradients : &st->row_gradients) = (scps_req_span){rd->m.pos, n};
       if (!rc) rc = read_bytes(rd, NULL, n);
     } else {
       rc = skip_field(rd, wt, limit);

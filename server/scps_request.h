@@ -32,12 +32,13 @@ typedef struct scps_req_span {
 } scps_req_span;
 
 /* A LookupRequest's StackPartitions, or an ApplyGradientsRequest's
- * StackGradients (partitions present or not, and the gradients, which
- * the SparseCore workers copy out of the slices themselves). */
+ * StackGradients (partitions present or not, and the gradients by sample
+ * or by row, which the SparseCore workers copy out of the slices
+ * themselves). */
 typedef struct scps_req_stack {
   scps_req_partitions partitions;
   bool has_partitions;
-  scps_req_span gradients;
+  scps_req_span gradients, row_gradients;
 } scps_req_stack;
 
 /* scps.v1.LookupRequest or ApplyGradientsRequest (step, learning rate and

@@ -140,6 +140,9 @@ typedef struct call_stack {
   /* Lookup answered with distinct rows (LookupRequest.distinct_rows): act
    * or encoded holds them instead, partition k's from row_start[k] on. */
   bool distinct;
+  /* ApplyGradients by row (StackGradients.row_gradients): coo[k] lists only
+   * rows, and grads holds one vector per row, coo[k]'s from row_start[k]. */
+  bool by_row;
   uint32_t row_start[64 + 1];
 } call_stack;
 

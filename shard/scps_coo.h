@@ -26,4 +26,11 @@ static inline size_t scps_coo_distinct_rows(const scps_coo *coo) {
   return n;
 }
 
+/* g[c] += gain * a[c]: one entry's share of its row's gradient. The
+ * engine's by-sample update and libscps's by-row sums both use this, so a
+ * row's float32 sum is formed by the same operations on either side. */
+static inline void scps_coo_add_scaled(float *restrict g, const float *restrict a, float gain, size_t n) {
+  for (size_t c = 0; c < n; c++) g[c] += gain * a[c];
+}
+
 #endif

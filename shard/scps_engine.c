@@ -208,15 +208,22 @@ static bool coo_valid(const scps_coo *coo, uint64_t rows_per_sc, uint64_t total_
   return !bad;
 }
 
-int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
-                          scps_error *err) {
+/* A stack index and a process-local SparseCore that exist. */
+static int check_place(const scps_engine *e, int stack, int32_t local_sc, scps_error *err) {
   const scps_layout *l = e->layout;
   if (stack < 0 || stack >= l->n_stacks)
     return scps_error_set(err, SCPS_ENOENT, "stack index %d not in [0, %d)", stack, l->n_stacks);
   if (local_sc < 0 || local_sc >= e->sc_per_process)
     return scps_error_set(err, SCPS_ERANGE, "stack '%s': local SparseCore %d not in [0, %d)",
                           l->stacks[stack].name, local_sc, e->sc_per_process);
-  const scps_stack_layout *st = &l->stacks[stack];
+  return 0;
+}
+
+int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+                          scps_error *err) {
+  int rc = check_place(e, stack, local_sc, err);
+  if (rc) return rc;
+  const scps_stack_layout *st = &e->layout->stacks[stack];
   if (coo_valid(coo, (uint64_t)st->rows_per_sc, (uint64_t)st->total_sample_count)) return 0;
   int32_t sc = e->process_index * e->sc_per_process + local_sc;
   for (size_t i = 0; i < coo->n; i++) {
@@ -354,14 +361,49 @@ void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, con
   copy_rows(e, stack, local_sc, coo, out, true);
 }
 
+/* What an update of one stack on one SparseCore needs per row: its shard,
+ * dim, the optimizer's step and the clipping of its first table (a stack's
+ * tables share both). */
+typedef struct updater {
+  shard *sh;
+  size_t dim;
+  const scps_table_spec *first;
+  scps_opt_step ost;
+} updater;
+
+static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps_step *step, updater *u) {
+  const scps_stack_layout *st = &e->layout->stacks[stack];
+  u->sh = shard_of(e, stack, local_sc);
+  u->dim = (size_t)st->dim;
+  u->first = &e->layout->table_specs[st->tables[0]];
+  scps_optimizer_prepare(&st->optimizer, step, &u->ost);
+}
+
+/* The optimizer's step on one row with its summed gradient g, then the
+ * stack's clipping. */
+static inline void update_row(const updater *u, uint32_t row, const float *g) {
+  const size_t dim = u->dim;
+  float *w = u->sh->rows + (size_t)row * dim;
+  float *s0 = u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL;
+  float *s1 = u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL;
+  scps_optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
+  if (u->first->clip) {
+    const float lo = u->first->clip_min, hi = u->first->clip_max;
+    for (size_t c = 0; c < dim; c++) w[c] = w[c] < lo ? lo : (w[c] > hi ? hi : w[c]);
+  }
+}
+
+static inline void prefetch_state(const shard *sh, size_t row, size_t dim) {
+  prefetch_row(sh->rows + row * dim, dim, 1);
+  for (int k = 0; k < SCPS_MAX_SLOTS; k++)
+    if (sh->slots[k]) prefetch_row(sh->slots[k] + row * dim, dim, 1);
+}
+
 void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         const float *grads, const scps_step *step) {
-  const scps_stack_layout *st = &e->layout->stacks[stack];
-  const size_t dim = (size_t)st->dim;
-  const scps_table_spec *first = &e->layout->table_specs[st->tables[0]];
-  shard *sh = shard_of(e, stack, local_sc);
-  scps_opt_step ost;
-  scps_optimizer_prepare(&st->optimizer, step, &ost);
+  updater u;
+  updater_init(e, stack, local_sc, step, &u);
+  const size_t dim = u.dim;
   float g[SCPS_DIM_MAX] __attribute__((aligned(64))); /* a stack's dim: the largest table's, rounded to 8 */
   size_t i = 0;
   while (i < coo->n) {
@@ -369,24 +411,46 @@ void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_
     memset(g, 0, dim * sizeof(float));
     for (; i < coo->n && coo->rows[i] == row; i++) {
       if (i + PREFETCH_AHEAD < coo->n) {
-        const size_t ahead = (size_t)coo->rows[i + PREFETCH_AHEAD] * dim;
         prefetch_row(grads + (size_t)coo->samples[i + PREFETCH_AHEAD] * dim, dim, 0);
-        prefetch_row(sh->rows + ahead, dim, 1);
-        for (int k = 0; k < SCPS_MAX_SLOTS; k++)
-          if (sh->slots[k]) prefetch_row(sh->slots[k] + ahead, dim, 1);
+        prefetch_state(u.sh, coo->rows[i + PREFETCH_AHEAD], dim);
       }
-      const float *restrict a = grads + (size_t)coo->samples[i] * dim;
-      const float gain = coo->gains ? coo->gains[i] : 1.0f;
-      for (size_t c = 0; c < dim; c++) g[c] += gain * a[c];
+      scps_coo_add_scaled(g, grads + (size_t)coo->samples[i] * dim, coo->gains ? coo->gains[i] : 1.0f, dim);
     }
-    float *w = sh->rows + (size_t)row * dim;
-    float *s0 = sh->slots[0] ? sh->slots[0] + (size_t)row * dim : NULL;
-    float *s1 = sh->slots[1] ? sh->slots[1] + (size_t)row * dim : NULL;
-    scps_optimizer_apply(&ost, (int32_t)dim, w, s0, s1, g);
-    if (first->clip) {
-      const float lo = first->clip_min, hi = first->clip_max;
-      for (size_t c = 0; c < dim; c++) w[c] = w[c] < lo ? lo : (w[c] > hi ? hi : w[c]);
-    }
+    update_row(&u, row, g);
+  }
+}
+
+int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
+                           scps_error *err) {
+  int rc = check_place(e, stack, local_sc, err);
+  if (rc) return rc;
+  const scps_stack_layout *st = &e->layout->stacks[stack];
+  const uint64_t limit = (uint64_t)st->rows_per_sc;
+  unsigned bad = 0;
+  for (size_t i = 0; i < n; i++) bad |= (unsigned)(rows[i] >= limit);
+  for (size_t i = 1; i < n; i++) bad |= (unsigned)(rows[i] <= rows[i - 1]);
+  if (!bad) return 0;
+  int32_t sc = e->process_index * e->sc_per_process + local_sc;
+  for (size_t i = 0; i < n; i++) {
+    if (rows[i] >= limit)
+      return scps_error_set(err, SCPS_ERANGE, "stack '%s' SparseCore %d row entry %zu: row %u not in [0, %lld)",
+                            st->name, sc, i, rows[i], (long long)st->rows_per_sc);
+    if (i > 0 && rows[i] <= rows[i - 1])
+      return scps_error_set(err, SCPS_EINVAL,
+                            "stack '%s' SparseCore %d row entry %zu: row %u after row %u; rows must be strictly "
+                            "ascending (each distinct row once)",
+                            st->name, sc, i, rows[i], rows[i - 1]);
+  }
+  return 0;
+}
+
+void scps_engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
+                             const float *grads, const scps_step *step) {
+  updater u;
+  updater_init(e, stack, local_sc, step, &u);
+  for (size_t i = 0; i < n; i++) {
+    if (i + PREFETCH_AHEAD < n) prefetch_state(u.sh, rows[i + PREFETCH_AHEAD], u.dim);
+    update_row(&u, rows[i], grads + i * u.dim);
   }
 }
 

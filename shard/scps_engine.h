@@ -81,6 +81,19 @@ void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, con
 void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         const float *grads, const scps_step *step);
 
+/* Checks a by-row list (scps.proto StackGradients.row_gradients) for stack
+ * on the process-local SparseCore local_sc: every row below rows_per_sc and
+ * the rows strictly ascending. Returns SCPS_ERANGE/SCPS_EINVAL naming the
+ * position and the value. */
+int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
+                           scps_error *err);
+
+/* For each rows[i] (checked by scps_engine_check_rows): the stack's optimizer
+ * applied once with gradient grads[i * dim .. i * dim + dim), which must be
+ * finite. What scps_engine_update does after summing a row's gradient. */
+void scps_engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
+                             const float *grads, const scps_step *step);
+
 /* Direct access to a shard: the stack's rows on local_sc ([rows_per_sc x dim])
  * and slot k of the same shape. For checkpoints, tests and export. */
 float *scps_engine_shard(scps_engine *e, int stack, int32_t local_sc);

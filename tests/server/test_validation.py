@@ -208,6 +208,89 @@ def partition_cases(stack, rows_per_sc):
     ]
 
 
+def by_row(sg):
+    """Turns StackGradients sg (by sample, float32) into the same push by
+    row: each SparseCore's distinct rows and their gradients summed in
+    float32, entry by entry from zero, as the server sums them. Returns the
+    per-SparseCore (rows, sums) it wrote."""
+    part = sg.partitions
+    rows, samples, gains = arrays(part)
+    off = list(part.sc_offsets)
+    dim = len(sg.gradients) // 4 // (int(samples.max()) + 1) if len(samples) else 0
+    g = np.frombuffer(sg.gradients, "<f4").reshape(-1, dim) if dim else None
+    out, new_off = [], [0]
+    for k in range(len(off) - 1):
+        r_k, s_k, w_k = rows[off[k]:off[k + 1]], samples[off[k]:off[k + 1]], gains[off[k]:off[k + 1]]
+        distinct = sorted(set(int(x) for x in r_k))
+        sums = np.zeros((len(distinct), g.shape[1]), dtype=np.float32)
+        at = {r: i for i, r in enumerate(distinct)}
+        for r, smp, w in zip(r_k, s_k, w_k):
+            sums[at[int(r)]] += np.float32(w) * g[smp]
+        out.append((np.array(distinct, dtype=np.uint32), sums))
+        new_off.append(new_off[-1] + len(distinct))
+    set_by_row(sg, out)
+    return out
+
+
+def set_by_row(sg, per_sc):
+    part = sg.partitions
+    part.ClearField("samples")
+    part.ClearField("gains")
+    part.ClearField("gain_exceptions")
+    del part.sc_offsets[:]
+    part.sc_offsets.extend(np.cumsum([0] + [len(r) for r, _ in per_sc]).tolist())
+    part.rows = u32(np.concatenate([r for r, _ in per_sc]))
+    sg.ClearField("gradients")
+    sg.row_gradients = f32(np.concatenate([s for _, s in per_sc]))
+
+
+def row_cases(rows_per_sc, dim):
+    """(what, mutate(sg, per_sc), needles) for pushes by row."""
+    def edit(fn):
+        def mutate(sg, per_sc):
+            fn(per_sc)
+            set_by_row(sg, per_sc)
+        return mutate
+
+    def set_row(k, i, value):
+        def fn(per_sc):
+            per_sc[k][0][i] = value
+        return fn
+
+    def swap(per_sc):
+        r = per_sc[1][0]
+        r[0], r[1] = r[1], r[0]
+
+    def repeat(per_sc):
+        per_sc[1][0][1] = per_sc[1][0][0]
+
+    def bad_sum(value):
+        def fn(per_sc):
+            per_sc[1][1][-1, dim - 1] = value
+        return fn
+
+    def grads(sg, fn):
+        sg.row_gradients = fn(sg.row_gradients)
+
+    return [
+        ("row past rows_per_sc", edit(set_row(1, -1, rows_per_sc)), ["row %d not in [0, %d)" % (rows_per_sc, rows_per_sc)]),
+        ("rows not ascending", edit(swap), ["strictly ascending", "SparseCore 1 row entry 1"]),
+        ("row repeated", edit(repeat), ["strictly ascending"]),
+        ("nan row gradient", edit(bad_sum(np.nan)), ["row_gradients", "of local SparseCore 1",
+                                                     "column %d" % (dim - 1), "nan"]),
+        ("inf row gradient", edit(bad_sum(np.inf)), ["row_gradients", "inf"]),
+        ("row_gradients short", lambda sg, p: (set_by_row(sg, p), grads(sg, lambda b: b[:-4])),
+         ["row_gradients", "x dim %d x 4" % dim]),
+        ("samples with row_gradients", lambda sg, p: (set_by_row(sg, p), setattr(sg.partitions, "samples", u32([0]))),
+         ["by row", "must be empty", "hold 4, 0 and 0"]),
+        ("gradients and row_gradients", lambda sg, p: (set_by_row(sg, p), setattr(sg, "gradients", f32([0.0] * 4)),
+                                                       setattr(sg.partitions, "samples", b"")),
+         ["both set"]),
+        ("sc_offsets past the rows", lambda sg, p: (set_by_row(sg, p), sg.partitions.sc_offsets.__setitem__(2, 999)),
+         ["sc_offsets", "row count"]),
+    ]
+
+
 def test_invalid_requests(env):
     cfg = env.write_config("validation", BATCH, TABLES, FEATURES)
     srv = env.server(cfg, extra=["--max-message-mb", str(MAX_MB)]).wait_ready()
@@ -271,7 +354,11 @@ def test_invalid_requests(env):
              "INVALID_ARGUMENT", ["stacks[1].gradients", "%d bytes" % (need_b + 64)])
     v.expect("ApplyGradients gradients empty", "ApplyGradients",
              v.apply_with(lambda r: r.stacks[1].ClearField("gradients")), "INVALID_ARGUMENT",
-             ["stacks[1].gradients", "0 bytes"])
+             ["stacks[1].partitions", "gradients field is empty", "by row", "must be empty", "hold 64, 64 and 0"])
+    # The same stack by row (StackGradients.row_gradients).
+    for what, mutate, needles in row_cases(ROWS_PER_SC["b"], 16):
+        v.expect("ApplyGradients by row: %s" % what, "ApplyGradients", v.apply_with(
+            lambda r: mutate(r.stacks[1], by_row(r.stacks[1]))), "INVALID_ARGUMENT", ["stacks[1]"] + needles)
 
     def bad_grad(value, at):
         def fn(r):
@@ -432,6 +519,32 @@ def test_gain_forms(env):
                   "round %d: ApplyGradients with gain_exceptions leaves the same tables" % rnd)
 
 
+def test_row_gradients(env):
+    """A push by row (row_gradients: each SparseCore's distinct rows and
+    their summed gradients) leaves exactly the tables the same push by
+    sample leaves, on two servers started alike, rows_updated alike."""
+    cfg = env.write_config("row_gradients", BATCH, TABLES, FEATURES)
+    a_srv, b_srv = env.server(cfg).wait_ready(), env.server(cfg).wait_ready()
+    by_sample, by_row_v = Validation(env, a_srv), Validation(env, b_srv)
+    env.check(by_sample.before == by_row_v.before, "both servers start with the same tables")
+    for step in range(1, 4):
+        apply = by_sample.apply_with(lambda r: setattr(r, "step", step))
+        rows_apply = by_sample.apply_with(lambda r: setattr(r, "step", step))
+        per_stack = [by_row(sg) for sg in rows_apply.stacks]
+        env.check(all(len(sg.gradients) == 0 and len(sg.partitions.samples) == 0 for sg in rows_apply.stacks),
+                  "step %d: the by-row request carries no samples and no per-sample gradients" % step)
+        distinct = sum(len(r) for per_sc in per_stack for r, _ in per_sc)
+        got_a = by_sample.stub.ApplyGradients(apply, timeout=30).rows_updated
+        got_b = by_row_v.stub.ApplyGradients(rows_apply, timeout=30).rows_updated
+        env.check(got_a == got_b == distinct, "step %d: rows_updated by sample %d, by row %d, distinct rows %d"
+                  % (step, got_a, got_b, distinct))
+        after_a = by_sample.stub.Lookup(by_sample.lookup, timeout=30).SerializeToString()
+        after_b = by_row_v.stub.Lookup(by_sample.lookup, timeout=30).SerializeToString()
+        env.check(after_a == after_b and after_a != by_sample.before,
+                  "step %d: by row and by sample leave bit-identical tables" % step)
+    print("   ok pushes by row and by sample: same tables after 3 steps", flush=True)
+
+
 def test_large_messages(env):
     """total_sample_count x dim x 4 = 8192 x 256 x 4 = 8 MiB activations and
     gradients: over gRPC's default 4 MiB in both directions."""
@@ -471,4 +584,4 @@ def test_large_messages(env):
 
 
 if __name__ == "__main__":
-    main("test_validation", [test_invalid_requests, test_gain_forms, test_large_messages])
+    main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages])
