@@ -63,6 +63,8 @@ struct scps_client {
   scps_float_format format;   /* of activations and gradients on the wire */
   size_t value_bytes;         /* 4 or 2: bytes of one such value */
   scps_answer_mode answer;
+  scps_gradient_mode gradients;
+  int32_t **sample_feature; /* [stack][sample]: the sample's feature, as an index into the stack's features */
   int64_t step;              /* lowest GetConfig last_step at connect; -1: none */
   bool ignore_checkpoint_due;
   int64_t checkpoint_timeout_ms;
@@ -103,10 +105,16 @@ struct scps_batch {
    * by the merge: copying them out first would cost a pass per byte. */
   scps_slices *reply;           /* [server] */
   scps_wire_activations *parsed; /* [server * n_stacks] reply's stacks, by slot */
-  /* Stacks asked for distinct rows (the same for every server), and what
-   * pooling each server's answer needs. */
+  /* Stacks asked for distinct rows (the same for every server), and the
+   * partitions kept by row where an answer is pooled or a push summed here. */
   bool *distinct;         /* [n_stacks] */
-  scps_rows_answer *rows; /* [server * n_stacks] */
+  scps_rows *rows; /* [server * n_stacks] */
+  /* Pushes: per (server, stack) sent, by row or by sample
+   * (scps_gradient_mode), and for by row the buffer that holds the stack's
+   * partitions and summed gradients, reused from push to push. */
+  bool *by_row;                /* [server * n_stacks] */
+  size_t *row_parts_len;       /* [server * n_stacks] */
+  scps_client_buf **row_buf;   /* [server * n_stacks] */
 };
 
 struct rpc {
@@ -410,7 +418,7 @@ static int read_lookup_reply(rpc *r) {
     const scps_wire_activations *a = &acts[k];
     const scps_stack_layout *sl = &l->stacks[st];
     bool rows = b->distinct[st];
-    size_t values = rows ? scps_rows_answer_rows(&b->rows[p * ns + st]) : (size_t)sl->total_sample_count;
+    size_t values = rows ? scps_rows_count(&b->rows[p * ns + st]) : (size_t)sl->total_sample_count;
     size_t want = values * (size_t)sl->dim * c->value_bytes;
     uint8_t name[SCPS_STACK_NAME_MAX];
     size_t shown = a->stack_len < sizeof name ? a->stack_len : sizeof name;
@@ -697,8 +705,8 @@ static void widen_item(void *ctx, int item) {
   int p = (int)(i / (size_t)ns), st = (int)(i % (size_t)ns);
   const scps_stack_layout *sl = &c->layout->stacks[st];
   const scps_wire_activations *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
-  if (scps_rows_answer_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
-                             (size_t)sl->total_sample_count, !rows_in_place(c, b, st)))
+  if (scps_rows_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
+                      (size_t)sl->total_sample_count, !rows_in_place(c, b, st)))
     atomic_store(&j->failed, 1);
 }
 
@@ -714,12 +722,12 @@ static void pool_in_place(const op *o, int st, uint32_t first, uint32_t end) {
   bool wrote = false;
   for (int p = 0; p < c->n; p++) {
     if (b->slot[p * l->n_stacks + st] < 0) continue;
-    const scps_rows_answer *ra = &b->rows[p * l->n_stacks + st];
+    const scps_rows *ra = &b->rows[p * l->n_stacks + st];
     for (int k = 0; k < sl->n_features; k++) {
       int f = sl->features[k];
       uint32_t so = (uint32_t)l->features[f].sample_offset, se = so + (uint32_t)l->feature_specs[f].batch_size;
       uint32_t lo = first > so ? first : so, hi = end < se ? end : se;
-      if (lo < hi) scps_rows_answer_pool(ra, (size_t)sl->dim, lo, hi, o->acts[f], so, wrote);
+      if (lo < hi) scps_rows_pool(ra, (size_t)sl->dim, lo, hi, o->acts[f], so, wrote);
     }
     wrote = true;
   }
@@ -738,8 +746,8 @@ static void pool_item(void *ctx, int item) {
   if (j->server[u] < 0)
     pool_in_place(j->o, st, first, end);
   else
-    scps_rows_answer_pool(&j->o->b->rows[j->server[u] * l->n_stacks + st], (size_t)sl->dim, first, end, NULL, 0,
-                          false);
+    scps_rows_pool(&j->o->b->rows[j->server[u] * l->n_stacks + st], (size_t)sl->dim, first, end, NULL, 0,
+                   false);
 }
 
 /* Runs items of fn on the preprocessing pool's threads when no batch is
@@ -1072,6 +1080,19 @@ static int adopt_config(scps_client *c, const scps_client_options *o, const Scps
     return scps_error_set(err, SCPS_EINVAL, "server 0 (%s): sc_per_process %d exceeds %d", addr_of(c, 0),
                           c->layout->topology.sc_per_process, MAX_SC_PER_PROCESS);
   c->S = c->layout->topology.sc_per_process;
+  c->sample_feature = calloc((size_t)c->layout->n_stacks, sizeof *c->sample_feature);
+  if (!c->sample_feature) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  for (int st = 0; st < c->layout->n_stacks; st++) {
+    const scps_stack_layout *sl = &c->layout->stacks[st];
+    int32_t *map = malloc(sizeof *map * (size_t)(sl->total_sample_count ? sl->total_sample_count : 1));
+    if (!map) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+    c->sample_feature[st] = map;
+    for (int k = 0; k < sl->n_features; k++) {
+      const int f = sl->features[k];
+      const int64_t off = c->layout->features[f].sample_offset;
+      for (int64_t r = 0; r < c->layout->feature_specs[f].batch_size; r++) map[off + r] = k;
+    }
+  }
   scps_prep_options po = {.policy = o->policy, .threads = o->prep_threads};
   rc = scps_prep_create(c->layout, &po, &c->prep, err);
   if (rc) return rc;
@@ -1112,6 +1133,19 @@ const char *scps_answer_mode_name(scps_answer_mode m) {
                                         : m == SCPS_ANSWER_DISTINCT_ROWS ? "rows" : "unknown";
 }
 
+int scps_gradient_mode_from_name(const char *name, scps_gradient_mode *out) {
+  if (name && !strcmp(name, "auto")) *out = SCPS_GRADIENTS_AUTO;
+  else if (name && !strcmp(name, "sample")) *out = SCPS_GRADIENTS_BY_SAMPLE;
+  else if (name && !strcmp(name, "row")) *out = SCPS_GRADIENTS_BY_ROW;
+  else return SCPS_EINVAL;
+  return 0;
+}
+
+const char *scps_gradient_mode_name(scps_gradient_mode m) {
+  return m == SCPS_GRADIENTS_AUTO ? "auto" : m == SCPS_GRADIENTS_BY_SAMPLE ? "sample"
+                                           : m == SCPS_GRADIENTS_BY_ROW ? "row" : "unknown";
+}
+
 static int check_options(const scps_client_options *o, scps_error *err) {
   if (!o || !o->servers || o->n_servers < 1 || o->n_servers > MAX_SERVERS)
     return scps_error_set(err, SCPS_EINVAL, "options: need 1 to %d server addresses (n_servers %d)", MAX_SERVERS,
@@ -1139,6 +1173,12 @@ static int check_options(const scps_client_options *o, scps_error *err) {
     return scps_error_set(err, SCPS_EINVAL,
                           "options: answer %d is not SCPS_ANSWER_AUTO, SCPS_ANSWER_POOLED or SCPS_ANSWER_DISTINCT_ROWS",
                           (int)o->answer);
+  if (o->gradients != SCPS_GRADIENTS_AUTO && o->gradients != SCPS_GRADIENTS_BY_SAMPLE &&
+      o->gradients != SCPS_GRADIENTS_BY_ROW)
+    return scps_error_set(err, SCPS_EINVAL,
+                          "options: gradients %d is not SCPS_GRADIENTS_AUTO, SCPS_GRADIENTS_BY_SAMPLE or "
+                          "SCPS_GRADIENTS_BY_ROW",
+                          (int)o->gradients);
   if (o->cq_threads < 0 || o->cq_threads > CQ_THREADS_MAX)
     return scps_error_set(err, SCPS_EINVAL, "options: cq_threads %d not in [0, %d] (0: %d)", o->cq_threads,
                           CQ_THREADS_MAX, CQ_THREADS_DEFAULT);
@@ -1211,6 +1251,7 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
   c->format = o->wire_format;
   c->value_bytes = o->wire_format == SCPS_WIRE_BFLOAT16 ? 2 : sizeof(float);
   c->answer = o->answer;
+  c->gradients = o->gradients;
   c->ignore_checkpoint_due = o->ignore_checkpoint_due;
   c->own_connections = o->own_connections;
   c->checkpoint_timeout_ms = o->checkpoint_timeout_ms ? o->checkpoint_timeout_ms : DEFAULT_CHECKPOINT_TIMEOUT_MS;
@@ -1260,6 +1301,8 @@ void scps_client_destroy(scps_client *c) {
   }
   if (c->cq) grpc_completion_queue_destroy(c->cq);
   scps_prep_destroy(c->prep);
+  for (int st = 0; c->sample_feature && st < c->layout->n_stacks; st++) free(c->sample_feature[st]);
+  free(c->sample_feature);
   scps_layout_destroy(c->layout);
   scps_cluster_spec_free(&c->spec);
   free(c->servers);
@@ -1303,8 +1346,12 @@ int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err) {
   b->parsed = calloc(n * ns, sizeof *b->parsed);
   b->distinct = calloc(ns, sizeof *b->distinct);
   b->rows = calloc(n * ns, sizeof *b->rows);
+  b->by_row = calloc(n * ns, sizeof *b->by_row);
+  b->row_parts_len = calloc(n * ns, sizeof *b->row_parts_len);
+  b->row_buf = calloc(n * ns, sizeof *b->row_buf);
   if (!b->lookup || !b->parts_off || !b->parts_len || !b->slot || !b->n_sent || !b->stack_used || !b->lookup_buf ||
-      !b->reply || !b->grad_buf || !b->parsed || !b->distinct || !b->rows) {
+      !b->reply || !b->grad_buf || !b->parsed || !b->distinct || !b->rows || !b->by_row || !b->row_parts_len ||
+      !b->row_buf) {
     scps_batch_destroy(b);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
@@ -1338,9 +1385,14 @@ void scps_batch_destroy(scps_batch *b) {
   free(b->grad_buf);
   free(b->parsed);
   for (size_t i = 0; b->rows && i < (size_t)b->c->n * (size_t)b->c->layout->n_stacks; i++)
-    scps_rows_answer_free(&b->rows[i]);
+    scps_rows_free(&b->rows[i]);
   free(b->rows);
   free(b->distinct);
+  for (size_t i = 0; b->row_buf && i < (size_t)b->c->n * (size_t)b->c->layout->n_stacks; i++)
+    scps_client_buf_release(&b->row_buf[i]);
+  free(b->row_buf);
+  free(b->by_row);
+  free(b->row_parts_len);
   free(b);
 }
 
@@ -1367,6 +1419,24 @@ static void choose_answers(scps_client *c, scps_batch *b) {
     }
     b->distinct[st] = rows <= pooled;
   }
+}
+
+/* Whether a push sends stack st to server p by row (scps_gradient_mode). In
+ * AUTO, by row where that takes fewer bytes: the distinct rows and their
+ * sums against the partitions and every sample's gradient. Summing here
+ * costs about what the server's summing by sample would, so the bytes
+ * decide. */
+static void choose_gradients(const scps_client *c, scps_batch *b, int st, int p, const scps_coo *const *coo) {
+  const size_t i = (size_t)p * (size_t)c->layout->n_stacks + (size_t)st;
+  if (c->gradients != SCPS_GRADIENTS_AUTO) {
+    b->by_row[i] = c->gradients == SCPS_GRADIENTS_BY_ROW;
+    return;
+  }
+  const scps_stack_layout *sl = &c->layout->stacks[st];
+  size_t rows = 0;
+  for (int k = 0; k < c->S; k++) rows += scps_coo_distinct_rows(coo[k]);
+  const size_t row_bytes = (size_t)sl->dim * c->value_bytes;
+  b->by_row[i] = rows * (row_bytes + 4) < b->parts_len[i] + (size_t)sl->total_sample_count * row_bytes;
 }
 
 /* The partitions of stack on server p into coo[0..S); returns how many of
@@ -1400,6 +1470,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       b->slot[i] = -1;
       b->parts_len[i] = 0;
+      b->by_row[i] = false;
       if (!entries) continue;
       if (entries > UINT32_MAX)
         return scps_error_set(err, SCPS_ENOSPC, "stack '%s': %zu entries for server %d exceed the wire's 2^32 - 1",
@@ -1408,12 +1479,12 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S, exceptions);
       b->stack_used[st] = true;
       total += scps_wire_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
-      if (b->distinct[st]) {
-        any_distinct = true;
-        if (scps_rows_answer_capture(&b->rows[i], coo, S))
-          return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the partitions of stack '%s' (server %d)",
-                                l->stacks[st].name, p);
-      }
+      choose_gradients(c, b, st, p, coo);
+      any_distinct |= b->distinct[st];
+      if ((b->distinct[st] || b->by_row[i]) && scps_rows_capture(&b->rows[i], coo, S))
+        return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the partitions of stack '%s' (server %d)",
+                              l->stacks[st].name, p);
+      if (b->by_row[i]) b->row_parts_len[i] = scps_wire_row_partitions_size(l->stacks[st].name, b->rows[i].row_start, S);
     }
     if (any_distinct) total += scps_wire_distinct_rows_size(b->n_sent[p]);
     if (c->max_message_bytes > 0 && total > (size_t)c->max_message_bytes)
@@ -1577,6 +1648,129 @@ static void grad_item(void *ctx, int f) {
     }
 }
 
+/* Rows summed per item of run_items, so that one large stack still keeps
+ * every thread busy. */
+#define ROW_ITEM_ROWS 4096
+
+/* The by-row stacks of a push: item u sums the rows [r0[u], r1[u]) of
+ * (server, stack) pair[u] into out[u]; bad[u] is the first row whose sum is
+ * not finite, or -1. src[st] says where stack st's samples' gradients are. */
+typedef struct row_job {
+  const scps_client *c;
+  const scps_batch *b;
+  const scps_rows_source *src;
+  size_t *pair;
+  uint32_t *r0, *r1;
+  uint8_t **out;
+  int64_t *bad;
+} row_job;
+
+static void row_item(void *ctx, int u) {
+  row_job *j = ctx;
+  const int ns = j->c->layout->n_stacks;
+  const int st = (int)(j->pair[u] % (size_t)ns);
+  j->bad[u] = scps_rows_sum_gradients(&j->b->rows[j->pair[u]], &j->src[st], j->r0[u], j->r1[u],
+                                      (size_t)j->c->layout->stacks[st].dim, j->c->value_bytes, j->out[u]);
+}
+
+/* Why row r of pair i summed to a value that is not finite: a gradient that
+ * is not (named), or the sum overflowed. */
+static int bad_row_sum(const scps_client *c, const scps_batch *b, const float *const *grads, size_t i, uint32_t r,
+                       const char *fn, scps_error *err) {
+  const scps_layout *l = c->layout;
+  const int ns = l->n_stacks, st = (int)(i % (size_t)ns), p = (int)(i / (size_t)ns);
+  const scps_rows *ra = &b->rows[i];
+  size_t e0, e1;
+  scps_rows_entries(ra, r, &e0, &e1);
+  for (size_t e = e0; e < e1; e++) {
+    const uint32_t sample = ra->samples[e];
+    const int f = l->stacks[st].features[c->sample_feature[st][sample]];
+    const int64_t width = l->table_specs[l->features[f].table].embedding_dim;
+    const int64_t at = ((int64_t)sample - l->features[f].sample_offset) * width;
+    for (int64_t col = 0; col < width; col++)
+      if (!isfinite(grads[f][at + col]))
+        return scps_error_set(err, SCPS_EINVAL, "%s: grads[%d] (feature '%s') sample %lld column %lld is %g; "
+                              "gradients must be finite (nothing was sent)",
+                              fn, f, l->feature_specs[f].name, (long long)(at / width), (long long)col,
+                              grads[f][at + col]);
+  }
+  int k = 0;
+  while (k + 1 < ra->n_sc && ra->row_start[k + 1] <= r) k++;
+  return scps_error_set(err, SCPS_EINVAL, "%s: the gradients of stack '%s' row %u (SparseCore %d, server %d) sum to "
+                        "a value that is not finite in %s (nothing was sent)",
+                        fn, l->stacks[st].name, ra->local[r], p * c->S + k, p, scps_float_format_name(c->format));
+}
+
+/* Sums the gradients of every (server, stack) pushed by row into that
+ * pair's buffer, after its partitions and the row_gradients prefix, on
+ * run_items. rest[i] is where the sums go. */
+static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, uint8_t **rest, const char *fn,
+                    scps_error *err) {
+  const scps_layout *l = c->layout;
+  const size_t pairs = (size_t)c->n * (size_t)l->n_stacks;
+  size_t items = 0;
+  for (size_t i = 0; i < pairs; i++)
+    if (b->slot[i] >= 0 && b->by_row[i])
+      for (int k = 0; k < c->S; k++) {
+        const uint32_t rows = b->rows[i].row_start[k + 1] - b->rows[i].row_start[k];
+        items += (rows + ROW_ITEM_ROWS - 1) / ROW_ITEM_ROWS;
+      }
+  if (!items) return 0;
+  row_job j = {c, b, NULL, NULL, NULL, NULL, NULL, NULL};
+  scps_rows_source *src = calloc((size_t)l->n_stacks, sizeof *src);
+  uint32_t *first = malloc(sizeof *first * (size_t)l->n_features);
+  uint32_t *width = malloc(sizeof *width * (size_t)l->n_features);
+  const float **by_feature = malloc(sizeof *by_feature * (size_t)l->n_features);
+  j.pair = malloc(sizeof *j.pair * items);
+  j.r0 = malloc(sizeof *j.r0 * items);
+  j.r1 = malloc(sizeof *j.r1 * items);
+  j.out = malloc(sizeof *j.out * items);
+  j.bad = malloc(sizeof *j.bad * items);
+  int rc = 0;
+  if (!src || !first || !width || !by_feature || !j.pair || !j.r0 || !j.r1 || !j.out || !j.bad) {
+    rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
+    goto out;
+  }
+  for (int st = 0, at = 0; st < l->n_stacks; st++) {
+    const scps_stack_layout *sl = &l->stacks[st];
+    src[st] = (scps_rows_source){c->sample_feature[st], first + at, width + at, by_feature + at};
+    for (int k = 0; k < sl->n_features; k++, at++) {
+      const int f = sl->features[k];
+      first[at] = (uint32_t)l->features[f].sample_offset;
+      width[at] = (uint32_t)l->table_specs[l->features[f].table].embedding_dim;
+      by_feature[at] = grads[f];
+    }
+  }
+  j.src = src;
+  size_t u = 0;
+  for (size_t i = 0; i < pairs; i++) {
+    if (b->slot[i] < 0 || !b->by_row[i]) continue;
+    const size_t row_bytes = (size_t)l->stacks[i % (size_t)l->n_stacks].dim * c->value_bytes;
+    for (int k = 0; k < c->S; k++)
+      for (uint32_t r = b->rows[i].row_start[k]; r < b->rows[i].row_start[k + 1]; r += ROW_ITEM_ROWS, u++) {
+        const uint32_t end = b->rows[i].row_start[k + 1];
+        j.pair[u] = i;
+        j.r0[u] = r;
+        j.r1[u] = end - r > ROW_ITEM_ROWS ? r + ROW_ITEM_ROWS : end;
+        j.out[u] = rest[i] + (size_t)r * row_bytes;
+      }
+  }
+  run_items(c, (int)items, row_item, &j);
+  for (u = 0; u < items && !rc; u++)
+    if (j.bad[u] >= 0) rc = bad_row_sum(c, b, grads, j.pair[u], (uint32_t)j.bad[u], fn, err);
+out:
+  free(src);
+  free(first);
+  free(width);
+  free(by_feature);
+  free(j.pair);
+  free(j.r0);
+  free(j.r1);
+  free(j.out);
+  free(j.bad);
+  return rc;
+}
+
 static int apply_start(scps_client *c, scps_batch *b, const float *const *grads, int64_t step, double learning_rate,
                        int64_t deadline_ms, bool blocking, scps_client_done done, void *ud, op **out,
                        scps_error *err) {
@@ -1608,7 +1802,12 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   int64_t *bad_at = calloc((size_t)l->n_features, sizeof *bad_at);
   if (!bufs || !bad_at) rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
   for (int st = 0; st < ns && !rc; st++) {
-    if (!b->stack_used[st]) continue;
+    bool by_sample = false;
+    for (int p = 0; p < c->n; p++) {
+      const size_t i = (size_t)p * (size_t)ns + (size_t)st;
+      by_sample |= b->slot[i] >= 0 && !b->by_row[i];
+    }
+    if (!by_sample) continue;
     const scps_stack_layout *sl = &l->stacks[st];
     bufs[st] = scps_client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes,
                                     &gs[st]);
@@ -1631,6 +1830,29 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     }
   free(bufs);
   free(bad_at);
+  /* By row: each (server, stack)'s buffer holds its partitions, the
+   * row_gradients prefix and then the sums. */
+  const size_t pairs = (size_t)c->n * (size_t)ns;
+  grpc_slice *rs = calloc(pairs, sizeof *rs);
+  uint8_t **rest = calloc(pairs, sizeof *rest);
+  if (!rc && (!rs || !rest)) rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
+  for (size_t i = 0; rs && i < pairs; i++) rs[i] = grpc_empty_slice();
+  for (size_t i = 0; i < pairs && !rc; i++) {
+    if (b->slot[i] < 0 || !b->by_row[i]) continue;
+    const scps_stack_layout *sl = &l->stacks[i % (size_t)ns];
+    const scps_rows *ra = &b->rows[i];
+    const size_t glen = (size_t)scps_rows_count(ra) * (size_t)sl->dim * c->value_bytes;
+    const size_t len = b->row_parts_len[i] + 1 + scps_wire_varint_size(glen) + glen;
+    uint8_t *w = scps_client_buf_lend(&b->row_buf[i], len, &rs[i]);
+    if (!w) {
+      rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients by row", fn, sl->name);
+      break;
+    }
+    w = scps_wire_put_row_partitions(w, sl->name, ra->row_start, ra->n_sc, ra->local);
+    rest[i] = scps_wire_put_row_gradients_prefix(w, glen);
+  }
+  if (!rc) rc = sum_rows(c, b, grads, rest, fn, err);
+  free(rest);
   uint8_t head[64], pre[64];
   for (int p = 0; p < c->n && !rc; p++) {
     rpc *r = &o->rpcs[p];
@@ -1647,6 +1869,17 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     for (int st = 0; st < ns; st++) {
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       if (b->slot[i] < 0) continue;
+      if (b->by_row[i]) {
+        /* rs[i] is the partitions body and then the whole row_gradients
+         * field, whose length the stack's prefix counts as a gradients
+         * field of the same size would. */
+        const size_t glen = (size_t)scps_rows_count(&b->rows[i]) * (size_t)l->stacks[st].dim * c->value_bytes;
+        w = scps_wire_put_apply_stack_prefix(pre, b->row_parts_len[i], glen);
+        r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
+        r->req[r->n_req++] = grpc_slice_ref(rs[i]);
+        total += (size_t)(w - pre) + GRPC_SLICE_LENGTH(rs[i]);
+        continue;
+      }
       size_t glen = GRPC_SLICE_LENGTH(gs[st]), plen = b->parts_len[i];
       w = scps_wire_put_apply_stack_prefix(pre, plen, glen);
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
@@ -1665,6 +1898,8 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   }
   for (int st = 0; st < ns; st++) grpc_slice_unref(gs[st]);
   free(gs);
+  for (size_t i = 0; rs && i < pairs; i++) grpc_slice_unref(rs[i]);
+  free(rs);
   if (rc) {
     op_destroy(o);
     atomic_store(&b->busy, false);

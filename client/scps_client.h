@@ -57,6 +57,26 @@ typedef enum scps_answer_mode {
 int scps_answer_mode_from_name(const char *name, scps_answer_mode *out);
 const char *scps_answer_mode_name(scps_answer_mode m);
 
+/* How a push sends a stack's gradients to each server (scps.proto
+ * StackGradients). By sample: the batch's partitions and every sample's
+ * gradient, the same to every server. By row: each server only the
+ * distinct rows of its own partitions, each with its gradient summed here.
+ * AUTO: per server and stack, whichever takes fewer bytes (by row where
+ * samples share rows, such as univalent Zipf features, and more often the
+ * more servers share the rows). In float32 both give the same tables bit
+ * for bit; in bfloat16 by row rounds each row's sum instead of each
+ * sample's gradient. By row reads only the gradients of samples that have
+ * ids; those must be finite, and so must each row's sum. */
+typedef enum scps_gradient_mode {
+  SCPS_GRADIENTS_AUTO = 0,
+  SCPS_GRADIENTS_BY_SAMPLE = 1,
+  SCPS_GRADIENTS_BY_ROW = 2
+} scps_gradient_mode;
+
+/* "auto", "sample" or "row" (as programs take it in --gradients). */
+int scps_gradient_mode_from_name(const char *name, scps_gradient_mode *out);
+const char *scps_gradient_mode_name(scps_gradient_mode m);
+
 typedef struct scps_client_options {
   const char *const *servers; /* "host:port" of every process, in process-index order */
   int n_servers;
@@ -75,6 +95,7 @@ typedef struct scps_client_options {
   int64_t connect_timeout_ms; /* for the configuration check; 0: 10 s */
   scps_float_format wire_format; /* 0: float32 */
   scps_answer_mode answer;       /* 0: auto */
+  scps_gradient_mode gradients;  /* 0: auto */
   /* Servers run with --checkpoint-every ask for cluster checkpoints through
    * their ApplyGradients answers (see scps_client_apply_gradients); true
    * leaves those requests unanswered (the servers then save alone). */
@@ -149,7 +170,10 @@ int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_
 /* Pushes grads[f] (batch_size x embedding_dim per feature, the loss gradient
  * of acts[f]) for b at global step `step` (>= 0); learning_rate < 0 keeps each
  * stack's rate. Gradients must be finite: a NaN or infinity fails with
- * SCPS_EINVAL naming feature, sample and column before anything is sent.
+ * SCPS_EINVAL naming feature, sample and column before anything is sent
+ * (by row, scps_gradient_mode: among the samples that have ids, and a row
+ * whose sum is not finite fails naming the stack and row). How each
+ * stack goes to each server: scps_client_options.gradients.
  * Never retried: on an error some servers may have applied the step and
  * others not; the message lists both.
  *

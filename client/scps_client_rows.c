@@ -18,14 +18,16 @@ static int reserve(void **p, size_t *cap, size_t n, size_t sz) {
   return 0;
 }
 
-int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, int32_t n_sc) {
+int scps_rows_capture(scps_rows *ra, const scps_coo *const *coo, int32_t n_sc) {
   size_t n = 0;
   for (int32_t k = 0; k < n_sc; k++) n += coo[k]->n;
-  /* One block for the three per-entry arrays, each 4 bytes an entry. */
-  if (reserve(&ra->entries_mem, &ra->entries_cap, n, 3 * sizeof(uint32_t))) return SCPS_ENOMEM;
+  /* One block for the three per-entry arrays and the distinct rows (no
+   * more than the entries), each 4 bytes an element. */
+  if (reserve(&ra->entries_mem, &ra->entries_cap, n, 4 * sizeof(uint32_t))) return SCPS_ENOMEM;
   ra->urow = ra->entries_mem;
   ra->samples = ra->urow + n;
   ra->gains = (float *)(void *)(ra->samples + n);
+  ra->local = ra->samples + 2 * n;
   ra->n_sc = n_sc;
   ra->entry_start[0] = ra->row_start[0] = 0;
   for (int32_t k = 0; k < n_sc; k++) {
@@ -37,6 +39,7 @@ int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, i
     for (size_t i = 0; i < c->n; i++) {
       u += i > 0 && c->rows[i] != c->rows[i - 1];
       ra->urow[at + i] = u;
+      ra->local[u] = c->rows[i];
     }
     u -= ra->row_start[k];
     ra->entry_start[k + 1] = (uint32_t)(at + c->n);
@@ -45,9 +48,9 @@ int scps_rows_answer_capture(scps_rows_answer *ra, const scps_coo *const *coo, i
   return 0;
 }
 
-int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
-                           size_t total_samples, bool pooled) {
-  const size_t rows = scps_rows_answer_rows(ra), entries = ra->entry_start[ra->n_sc];
+int scps_rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
+                    size_t total_samples, bool pooled) {
+  const size_t rows = scps_rows_count(ra), entries = ra->entry_start[ra->n_sc];
   if (reserve((void **)&ra->table, &ra->table_cap, rows * dim, sizeof(float)) ||
       (pooled && reserve((void **)&ra->pooled, &ra->pooled_cap, total_samples * dim, sizeof(float))) ||
       reserve(&ra->by_sample_mem, &ra->by_sample_cap, scps_pool_list_bytes(entries, 0, (uint32_t)total_samples), 1))
@@ -67,8 +70,8 @@ int scps_rows_answer_widen(scps_rows_answer *ra, const scps_slices *m, size_t of
   return 0;
 }
 
-void scps_rows_answer_pool(const scps_rows_answer *ra, size_t dim, uint32_t first, uint32_t end, float *out,
-                           uint32_t out_first, bool add) {
+void scps_rows_pool(const scps_rows *ra, size_t dim, uint32_t first, uint32_t end, float *out,
+                    uint32_t out_first, bool add) {
   float *base = out ? out : ra->pooled;
   const uint32_t base_first = out ? out_first : 0;
   float tmp[SCPS_DIM_MAX];
@@ -83,7 +86,66 @@ void scps_rows_answer_pool(const scps_rows_answer *ra, size_t dim, uint32_t firs
   }
 }
 
-void scps_rows_answer_free(scps_rows_answer *ra) {
+void scps_rows_entries(const scps_rows *ra, uint32_t r, size_t *begin, size_t *end) {
+  const size_t n = ra->entry_start[ra->n_sc];
+  size_t lo = 0, hi = n;
+  while (lo < hi) {
+    size_t mid = lo + (hi - lo) / 2;
+    if (ra->urow[mid] < r) lo = mid + 1;
+    else hi = mid;
+  }
+  *begin = lo;
+  while (hi < n && ra->urow[hi] == r) hi++;
+  *end = hi;
+}
+
+/* Entries ahead whose gradients are prefetched: the samples of a row's
+ * entries are scattered over the trainer's arrays. */
+#define SUM_PREFETCH_AHEAD 16
+
+int64_t scps_rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src, uint32_t r0, uint32_t r1,
+                                size_t dim, size_t value_bytes, uint8_t *out) {
+  const size_t n = ra->entry_start[ra->n_sc];
+  size_t e, unused;
+  scps_rows_entries(ra, r0, &e, &unused);
+  float g[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  for (uint32_t r = r0; r < r1; r++) {
+    memset(g, 0, dim * sizeof(float));
+    for (; e < n && ra->urow[e] == r; e++) {
+      if (e + SUM_PREFETCH_AHEAD < n) {
+        const uint32_t s = ra->samples[e + SUM_PREFETCH_AHEAD];
+        const int32_t k = src->feature_of[s];
+        const float *a = src->grads[k] + (size_t)(s - src->first[k]) * src->width[k];
+        for (uint32_t c = 0; c < src->width[k]; c += 16) __builtin_prefetch(a + c);
+      }
+      const uint32_t s = ra->samples[e];
+      const int32_t k = src->feature_of[s];
+      scps_coo_add_scaled(g, src->grads[k] + (size_t)(s - src->first[k]) * src->width[k], ra->gains[e],
+                          src->width[k]);
+    }
+    uint32_t nonfinite = 0;
+    uint8_t *o = out + (size_t)(r - r0) * dim * value_bytes;
+    if (value_bytes == 2) {
+      scps_bf16_encode(g, o, dim);
+      for (size_t c = 0; c < dim; c++) {
+        uint16_t h;
+        memcpy(&h, o + 2 * c, sizeof h);
+        nonfinite |= (uint32_t)((h & 0x7f80u) == 0x7f80u);
+      }
+    } else {
+      memcpy(o, g, dim * sizeof(float));
+      for (size_t c = 0; c < dim; c++) {
+        uint32_t bits;
+        memcpy(&bits, &g[c], sizeof bits);
+        nonfinite |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
+      }
+    }
+    if (nonfinite) return (int64_t)r;
+  }
+  return -1;
+}
+
+void scps_rows_free(scps_rows *ra) {
   free(ra->entries_mem);
   free(ra->by_sample_mem);
   free(ra->table);

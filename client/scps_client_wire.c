@@ -122,6 +122,26 @@ uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo 
   return put_entries(p, 5, coo, n_sc, n, 2);
 }
 
+static size_t row_offsets_body_size(const uint32_t *row_start, int n_sc) {
+  size_t n = 0;
+  for (int k = 0; k <= n_sc; k++) n += scps_wire_varint_size(row_start[k]);
+  return n;
+}
+
+size_t scps_wire_row_partitions_size(const char *stack, const uint32_t *row_start, int n_sc) {
+  return len_field_size(strlen(stack)) + len_field_size(row_offsets_body_size(row_start, n_sc)) +
+         len_field_size(4 * (size_t)row_start[n_sc]);
+}
+
+uint8_t *scps_wire_put_row_partitions(uint8_t *p, const char *stack, const uint32_t *row_start, int n_sc,
+                                      const uint32_t *rows) {
+  p = put_len_field(p, 1, stack, strlen(stack));
+  *p++ = tag(2, SCPS_WT_LEN);
+  p = scps_wire_put_varint(p, row_offsets_body_size(row_start, n_sc));
+  for (int k = 0; k <= n_sc; k++) p = scps_wire_put_varint(p, row_start[k]);
+  return put_len_field(p, 3, rows, 4 * (size_t)row_start[n_sc]);
+}
+
 /* int32 fields are varints of the sign-extended 64-bit value. */
 static uint64_t int_varint(int64_t v) { return (uint64_t)v; }
 
@@ -176,6 +196,11 @@ uint8_t *scps_wire_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t g
 uint8_t *scps_wire_put_gradients_prefix(uint8_t *p, size_t grads_len) {
   *p++ = tag(2, SCPS_WT_LEN);
   return scps_wire_put_varint(p, grads_len);
+}
+
+uint8_t *scps_wire_put_row_gradients_prefix(uint8_t *p, size_t len) {
+  *p++ = tag(3, SCPS_WT_LEN);
+  return scps_wire_put_varint(p, len);
 }
 
 size_t scps_wire_distinct_rows_size(int n_sent) {

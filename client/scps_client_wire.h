@@ -64,6 +64,18 @@ uint8_t *scps_wire_put_step(uint8_t *p, int64_t step, double learning_rate);
 uint8_t *scps_wire_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len);
 uint8_t *scps_wire_put_gradients_prefix(uint8_t *p, size_t grads_len);
 
+/* StackGradients.partitions of a stack pushed by row (StackGradients.
+ * row_gradients): stack, the n_sc + 1 offsets row_start[0..n_sc] and the
+ * row_start[n_sc] distinct rows. */
+size_t scps_wire_row_partitions_size(const char *stack, const uint32_t *row_start, int n_sc);
+uint8_t *scps_wire_put_row_partitions(uint8_t *p, const char *stack, const uint32_t *row_start, int n_sc,
+                                      const uint32_t *rows);
+
+/* The prefix of StackGradients.row_gradients (field 3), which takes the
+ * place of the gradients prefix after a by-row stack's partitions; at most
+ * 1 + SCPS_WIRE_VARINT_MAX bytes. */
+uint8_t *scps_wire_put_row_gradients_prefix(uint8_t *p, size_t len);
+
 /* One LookupResponse.stacks[i] (StackActivations): where its stack name
  * and activations lie in the received message. */
 typedef struct scps_wire_activations {

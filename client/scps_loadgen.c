@@ -135,6 +135,7 @@ static int client_init(lg *g, int i, scps_error *err) {
                             .connect_timeout_ms = o->connect_timeout_ms,
                             .wire_format = o->wire_format,
                             .answer = o->answer,
+                            .gradients = o->gradients,
                             .ignore_checkpoint_due = true,
                             .own_connections = true,
                             .cq_threads = o->cq_threads};

@@ -41,6 +41,9 @@ static const char usage[] =
     "  --answer A             auto, pooled or rows: how servers answer lookups, pooled\n"
     "                         activations or each partition's distinct rows pooled by\n"
     "                         the client (default auto: rows where they take no more bytes)\n"
+    "  --gradients G          auto, sample or row: how pushes send gradients, every\n"
+    "                         sample's with the partitions, or each server's distinct\n"
+    "                         rows with their sums (default auto: whichever is fewer bytes)\n"
     "  --deadline-ms MS       deadline of each request from when it is sent; a lookup\n"
     "                         retries UNAVAILABLE servers within it (default 5000)\n"
     "  --connect-timeout-ms MS  how long each client waits for the servers at the\n"
@@ -117,6 +120,7 @@ int main(int argc, char **argv) {
                                        {"warmup", required_argument, 0, 'u'},
                                        {"wire-format", required_argument, 0, 'W'},
                                        {"answer", required_argument, 0, 'A'},
+                                       {"gradients", required_argument, 0, 'G'},
                                        {"deadline-ms", required_argument, 0, 'D'},
                                        {"connect-timeout-ms", required_argument, 0, 'T'},
                                        {"cq-threads", required_argument, 0, 'Q'},
@@ -172,6 +176,10 @@ int main(int argc, char **argv) {
     case 'A':
       if (scps_answer_mode_from_name(optarg, &o.answer))
         return bad_flag("--answer '%s': expected auto, pooled or rows", optarg);
+      break;
+    case 'G':
+      if (scps_gradient_mode_from_name(optarg, &o.gradients))
+        return bad_flag("--gradients '%s': expected auto, sample or row", optarg);
       break;
     case 'D':
       if (parse_int(optarg, 1, 86400000, &n))

@@ -31,8 +31,9 @@ void scps_loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
     snprintf(loop, sizeof loop, "closed loop");
   fprintf(f, "scps-loadgen: %s, %s", r->workload, scps_loadgen_mode_name(o->mode));
   if (o->mode == SCPS_LOADGEN_MIXED) fprintf(f, " (train fraction %.3g)", o->train_fraction);
-  fprintf(f, ", %d client%s, %s, %s wire, %s answers\n", o->concurrency, o->concurrency == 1 ? "" : "s", loop,
-          scps_float_format_name(o->wire_format), scps_answer_mode_name(o->answer));
+  fprintf(f, ", %d client%s, %s, %s wire, %s answers, gradients by %s\n", o->concurrency,
+          o->concurrency == 1 ? "" : "s", loop, scps_float_format_name(o->wire_format), scps_answer_mode_name(o->answer),
+          scps_gradient_mode_name(o->gradients));
   fprintf(f, "  duration    %.3f s\n", res->duration_s);
   fprintf(f, "  requests    %lld (%lld ok, %lld errors)\n", (long long)res->requests, (long long)res->ok,
           (long long)(res->requests - res->ok));
@@ -60,7 +61,8 @@ void scps_loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
   scps_jsonw_printf(w, "{\n \"workload\": ");
   scps_jsonw_string(w, r->workload);
   scps_jsonw_printf(w, ",\n \"mode\": \"%s\",\n \"train_fraction\": %.6g,\n \"concurrency\": %d,\n"
-                       " \"rate_target\": %.6g,\n \"wire_format\": \"%s\",\n \"answer\": \"%s\",\n \"servers\": %d,\n"
+                       " \"rate_target\": %.6g,\n \"wire_format\": \"%s\",\n \"answer\": \"%s\",\n \"gradients\": \"%s\",\n"
+                       " \"servers\": %d,\n"
                        " \"warmup_s\": %.6g,\n \"deadline_ms\": %lld,\n \"duration_s\": %.6f,\n"
                        " \"requests\": %lld,\n \"ok\": %lld,\n \"errors\": {",
                     scps_loadgen_mode_name(o->mode),
@@ -68,7 +70,7 @@ void scps_loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
                     : o->mode == SCPS_LOADGEN_MIXED ? o->train_fraction
                                                     : 0.0,
                     o->concurrency, o->rate, scps_float_format_name(o->wire_format), scps_answer_mode_name(o->answer),
-                    o->n_servers, o->warmup_s,
+                    scps_gradient_mode_name(o->gradients), o->n_servers, o->warmup_s,
                     (long long)o->deadline_ms, res->duration_s, (long long)res->requests, (long long)res->ok);
   const char *sep = "";
   for (int k = 1; k < SCPS_LOADGEN_CODES; k++)

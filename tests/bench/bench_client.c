@@ -23,7 +23,7 @@ static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
     "                         [--prep-threads T] [--depth D] [--rounds R] [--plain-file PATH]\n"
-    "                         [--answer auto|pooled|rows]\n"
+    "                         [--answer auto|pooled|rows] [--gradients auto|sample|row]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
@@ -45,7 +45,10 @@ static const char usage[] =
     "overlap another's server work; samples_per_s is then K batches over the\n"
     "wall time and ms_per_batch_median stays the median latency of one batch.\n"
     "--answer: how servers answer lookups (scps_answer_mode; default auto:\n"
-    "distinct rows for stacks where they take no more bytes, pooled elsewhere).\n";
+    "distinct rows for stacks where they take no more bytes, pooled elsewhere).\n"
+    "--gradients: how pushes send gradients (scps_gradient_mode; default auto:\n"
+    "by row for each server's stacks where that takes fewer bytes, by sample\n"
+    "elsewhere).\n";
 
 typedef struct replay {
   const scps_feature_input *const *inputs; /* per distinct batch */
@@ -339,6 +342,7 @@ int main(int argc, char **argv) {
   const char *plain = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_answer_mode answer = SCPS_ANSWER_AUTO;
+  scps_gradient_mode gradients = SCPS_GRADIENTS_AUTO;
   scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
                                        {"mode", required_argument, 0, 'm'},    {"batches", required_argument, 0, 'n'},
@@ -349,6 +353,7 @@ int main(int argc, char **argv) {
                                        {"rounds", required_argument, 0, 'R'},
                                        {"plain-file", required_argument, 0, 'P'},
                                        {"answer", required_argument, 0, 'A'},
+                                       {"gradients", required_argument, 0, 'G'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -370,6 +375,12 @@ int main(int argc, char **argv) {
       break;
     case 'A':
       if (scps_answer_mode_from_name(optarg, &answer)) {
+        fputs(usage, stderr);
+        return 2;
+      }
+      break;
+    case 'G':
+      if (scps_gradient_mode_from_name(optarg, &gradients)) {
         fputs(usage, stderr);
         return 2;
       }
@@ -397,7 +408,7 @@ int main(int argc, char **argv) {
   if (!rc) {
     scps_client_options co = {.servers = servers, .n_servers = n_servers, .policy = SCPS_LIMIT_ERROR,
                               .prep_threads = (int)prep_threads,
-                              .wire_format = wire, .answer = answer};
+                              .wire_format = wire, .answer = answer, .gradients = gradients};
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) rc = scps_workload_gen_create(w, 1, &gen, &err);
@@ -479,11 +490,12 @@ int main(int argc, char **argv) {
     scps_client_traffic(c, &sent1, &recv1);
     double med = t_step[batches / 2], per = depth > 1 ? wall / (double)batches : med;
     printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"wire_format\": \"%s\", "
-           "\"answer\": \"%s\", \"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
+           "\"answer\": \"%s\", \"gradients\": \"%s\", \"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f, \"sent_bytes_per_batch\": %.0f, "
            "\"received_bytes_per_batch\": %.0f}\n",
-           w->name, mode, scps_float_format_name(wire), scps_answer_mode_name(answer), n_servers, batches, prep_threads,
+           w->name, mode, scps_float_format_name(wire), scps_answer_mode_name(answer),
+           scps_gradient_mode_name(gradients), n_servers, batches, prep_threads,
            depth, med * 1e3,
            w->batch_size / per, (double)ids / per,
            t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3,

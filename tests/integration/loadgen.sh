@@ -61,7 +61,7 @@ if want.get("clean") == "1":
     need(r["ok"] > 0 and r["errors"] == {}, f"ok {r['ok']}, errors {r['errors']}")
     need(r["mb_per_s_sent"] > 0 and r["mb_per_s_received"] > 0, "traffic counted")
     need(r["bytes_sent"] > 0 and r["bytes_received"] > 0, "bytes counted")
-for k in ("mode", "concurrency", "requests"):
+for k in ("mode", "concurrency", "requests", "gradients"):
     if k in want: need(str(r[k]) == want[k], f"{k} {r[k]}, expected {want[k]}")
 if "rate" in want:
     rate = float(want["rate"])
@@ -83,6 +83,8 @@ check "$tmp/lookup.json" clean=1 mode=lookup concurrency=2
 head -c 8 "$tmp/lookup.png" | od -An -c | grep -q 'P   N   G' || { echo "--plot wrote no PNG"; fail=1; }
 run --mode train --concurrency 2 --duration 1 --wire-format bfloat16 --json "$tmp/train.json" >/dev/null
 check "$tmp/train.json" clean=1 mode=train
+run --mode train --concurrency 1 --requests 20 --gradients row --json "$tmp/train-row.json" >/dev/null
+check "$tmp/train-row.json" clean=1 mode=train gradients=row
 run --mode mixed --train-fraction 0.5 --concurrency 3 --cq-threads 2 --duration 1 --json "$tmp/mixed.json" >/dev/null
 check "$tmp/mixed.json" clean=1 mode=mixed concurrency=3
 run --mode lookup --concurrency 2 --requests 40 --answer rows --json "$tmp/requests.json" >/dev/null
@@ -156,6 +158,7 @@ bad "--train-fraction is for --mode mixed" "${base[@]}" --mode lookup --train-fr
 bad "give one of them" "${base[@]}" --mode lookup --duration 1 --requests 5
 bad "--wire-format 'fp8'" "${base[@]}" --mode lookup --wire-format fp8
 bad "--answer 'sparse'" "${base[@]}" --mode lookup --answer sparse
+bad "--gradients 'rows'" "${base[@]}" --mode train --gradients rows
 bad "--deadline-ms '0'" "${base[@]}" --mode lookup --deadline-ms 0
 bad "--cq-threads '17'" "${base[@]}" --mode lookup --cq-threads 17
 bad "unknown option '--frobnicate'" "${base[@]}" --mode lookup --frobnicate
@@ -163,7 +166,7 @@ bad "--duration needs a value" "${base[@]}" --mode lookup --duration
 bad "--servers 'localhost'" --workload "$workload" --servers localhost --mode lookup
 # --help documents every flag.
 help=$("$loadgen" --help)
-for f in workload servers mode train-fraction concurrency rate duration requests warmup wire-format answer deadline-ms \
+for f in workload servers mode train-fraction concurrency rate duration requests warmup wire-format answer gradients deadline-ms \
   connect-timeout-ms json plot quiet help; do
   grep -q -- "--$f" <<<"$help" || { echo "--help does not document --$f"; fail=1; }
 done

@@ -156,6 +156,9 @@ static void test_configuration(void) {
   bad = (scps_client_options){.servers = cl.addr_list, .n_servers = 2, .cq_threads = 17};
   rc = scps_client_create(&bad, &c, &err);
   CHECKF(rc == SCPS_EINVAL && contains(err.msg, "cq_threads 17"), "%d %s", rc, err.msg);
+  bad = (scps_client_options){.servers = cl.addr_list, .n_servers = 2, .gradients = (scps_gradient_mode)3};
+  rc = scps_client_create(&bad, &c, &err);
+  CHECKF(rc == SCPS_EINVAL && contains(err.msg, "gradients 3"), "%d %s", rc, err.msg);
   scps_it_stop(&cl);
 }
 
@@ -232,6 +235,29 @@ static void test_async(void) {
   int rc = scps_client_apply_gradients(c, b[0], (const float *const *)sync[0].grads, 1, -1, 1000, &err);
   CHECKF(rc == SCPS_EINVAL && contains(err.msg, "(feature 'user') sample 5 column 3"), "%d %s", rc, err.msg);
   sync[0].grads[2][5 * 8 + 3] = 0.5f;
+  /* By row the client checks the sums it sends: a NaN gradient is named as
+   * by sample, a finite one whose row sum rounds past bfloat16's largest
+   * value is refused as such. */
+  scps_client *cr = NULL;
+  scps_batch *br = NULL;
+  scps_client_options ro = {.servers = cl.addr_list, .n_servers = 2, .wire_format = SCPS_WIRE_BFLOAT16,
+                            .gradients = SCPS_GRADIENTS_BY_ROW};
+  CHECK_OK(scps_client_create(&ro, &cr, &err), &err);
+  if (cr) CHECK_OK(scps_batch_create(cr, &br, &err), &err);
+  if (br) {
+    CHECK_OK(scps_client_prepare(cr, scps_workload_gen_inputs(gen), br, &err), &err);
+    sync[0].grads[2][5 * 8 + 3] = 0.0f / 0.0f;
+    rc = scps_client_apply_gradients(cr, br, (const float *const *)sync[0].grads, 1, -1, 1000, &err);
+    CHECKF(rc == SCPS_EINVAL && contains(err.msg, "(feature 'user') sample 5 column 3") &&
+               contains(err.msg, "nothing was sent"), "%d %s", rc, err.msg);
+    sync[0].grads[2][5 * 8 + 3] = 3.4e38f;
+    rc = scps_client_apply_gradients(cr, br, (const float *const *)sync[0].grads, 1, -1, 1000, &err);
+    CHECKF(rc == SCPS_EINVAL && contains(err.msg, "stack 'users'") &&
+               contains(err.msg, "not finite in bfloat16 (nothing was sent)"), "%d %s", rc, err.msg);
+    sync[0].grads[2][5 * 8 + 3] = 0.5f;
+  }
+  scps_batch_destroy(br);
+  scps_client_destroy(cr);
 
   for (int i = 0; i < 2; i++) CHECK_OK(scps_client_lookup(c, b[i], sync[i].acts, LONG_DEADLINE_MS, &err), &err);
   waiter wt = {PTHREAD_MUTEX_INITIALIZER, 0, 0, 0, ""};

@@ -76,6 +76,7 @@ typedef struct ref {
   int P, S;
   bool bf16; /* the wire's FloatFormat is bfloat16 */
   bool rows; /* answers in distinct rows: bfloat16 rounds the rows, not the sums */
+  bool grad_rows; /* pushes by row: bfloat16 rounds each row's sum, not each sample's gradient */
 } ref;
 
 static int ref_init(ref *r, const scps_workload *w, int P, int S, scps_error *err) {
@@ -157,6 +158,24 @@ static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_e
   return 0;
 }
 
+/* A push by row in bfloat16: each distinct row's gradient summed in float32
+ * from the samples' unrounded gradients g, in entry order, then rounded. */
+static void ref_apply_rows(ref *r, int p, int st, int k, const scps_coo *coo, const float *g, const scps_step *s) {
+  const size_t dim = (size_t)r->layout->stacks[st].dim;
+  uint32_t *rows = malloc(sizeof *rows * (coo->n + 1));
+  float *sums = calloc((coo->n + 1) * dim, sizeof *sums);
+  size_t n = 0;
+  for (size_t i = 0; i < coo->n; i++) {
+    if (i == 0 || coo->rows[i] != coo->rows[i - 1]) rows[n++] = coo->rows[i];
+    float *sum = sums + (n - 1) * dim;
+    for (size_t c = 0; c < dim; c++) sum[c] += coo->gains[i] * g[(size_t)coo->samples[i] * dim + c];
+  }
+  for (size_t j = 0; j < n * dim; j++) sums[j] = bf16_round(sums[j]);
+  scps_engine_update_rows(r->eng[p], st, k, rows, n, sums, s);
+  free(rows);
+  free(sums);
+}
+
 /* Applies grads for the partitions of the last ref_lookup. */
 static void ref_apply(ref *r, float *const *grads, int64_t step, double lr) {
   const scps_layout *l = r->layout;
@@ -170,11 +189,15 @@ static void ref_apply(ref *r, float *const *grads, int64_t step, double lr) {
       int32_t width = l->table_specs[l->features[f].table].embedding_dim;
       for (int64_t q = 0; q < b; q++)
         for (int32_t c = 0; c < width; c++)
-          g[(off + q) * sl->dim + c] = r->bf16 ? bf16_round(grads[f][q * width + c]) : grads[f][q * width + c];
+          g[(off + q) * sl->dim + c] =
+              r->bf16 && !r->grad_rows ? bf16_round(grads[f][q * width + c]) : grads[f][q * width + c];
     }
     for (int p = 0; p < r->P; p++)
-      for (int k = 0; k < r->S; k++)
-        scps_engine_update(r->eng[p], st, k, scps_prep_coo(r->prep, st, p * r->S + k), g, &s);
+      for (int k = 0; k < r->S; k++) {
+        const scps_coo *coo = scps_prep_coo(r->prep, st, p * r->S + k);
+        if (r->bf16 && r->grad_rows) ref_apply_rows(r, p, st, k, coo, g, &s);
+        else scps_engine_update(r->eng[p], st, k, coo, g, &s);
+      }
     free(g);
   }
 }
@@ -343,6 +366,7 @@ static void check_auto_answers(const char *what, const scps_client_options *base
   for (int k = 0; k < 2; k++) {
     scps_client_options o = *base;
     o.answer = k ? SCPS_ANSWER_DISTINCT_ROWS : SCPS_ANSWER_POOLED;
+    o.gradients = k ? SCPS_GRADIENTS_BY_ROW : SCPS_GRADIENTS_BY_SAMPLE;
     MUST(scps_client_create(&o, &forced[k], &err));
     MUST(scps_batch_create(forced[k], &fb[k], &err));
     acts[k] = calloc((size_t)l->n_features, sizeof(float *));
@@ -372,6 +396,19 @@ static void check_auto_answers(const char *what, const scps_client_options *base
                  !memcmp(bf->acts[f], acts[1][f], len * sizeof(float)),
              "%s: %s, feature %d: auto, pooled and rows answers differ", what, cases[t].name, f);
     }
+    /* The same choice for pushes: by row where that is fewer bytes sent. */
+    random_grads(l, bf->grads);
+    for (int k = 0; k < 3; k++) {
+      scps_client_traffic(cs[k], &s0, &r0);
+      MUST(scps_client_apply_gradients(cs[k], bs[k], (const float *const *)bf->grads, 1000 + (int64_t)t, -1,
+                                       DEADLINE_MS, &err));
+      scps_client_traffic(cs[k], &s1, &r1);
+      got[k] = s1 - s0;
+    }
+    want = got[cases[t].rows ? 2 : 1];
+    other = got[cases[t].rows ? 1 : 2];
+    CHECKF(got[0] == want && want < other, "%s: auto push with %s: %llu bytes, by sample %llu, by row %llu", what,
+           cases[t].name, (unsigned long long)got[0], (unsigned long long)got[1], (unsigned long long)got[2]);
   }
 out:
   for (int k = 0; k < 2; k++) {
@@ -387,10 +424,10 @@ out:
  * answer: how the servers answer lookups (distinct rows are pooled by the
  * client; in float32 bit for bit as pooled answers). */
 static void run_topology(const scps_workload *w, int P, int S, bool declare, bool bf16, bool workers,
-                         scps_answer_mode answer) {
-  char what[96];
-  snprintf(what, sizeof what, "%dx%d%s%s, %s answers", P, S, bf16 ? " bfloat16" : "", workers ? " gang lookups" : "",
-           scps_answer_mode_name(answer));
+                         scps_answer_mode answer, scps_gradient_mode gradients) {
+  char what[128];
+  snprintf(what, sizeof what, "%dx%d%s%s, %s answers, pushes by %s", P, S, bf16 ? " bfloat16" : "",
+           workers ? " gang lookups" : "", scps_answer_mode_name(answer), scps_gradient_mode_name(gradients));
   scps_it_cluster cl;
   scps_error err;
   scps_error_clear(&err);
@@ -415,9 +452,11 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
   MUST(ref_init(&r, w, P, S, &err));
   r.bf16 = bf16;
   r.rows = answer == SCPS_ANSWER_DISTINCT_ROWS;
+  r.grad_rows = gradients == SCPS_GRADIENTS_BY_ROW;
   scps_topology topo = {P, S, SC_MEMORY};
   scps_client_options o = {.servers = cl.addr_list, .n_servers = P, .prep_threads = declare ? 1 : 2,
-                           .wire_format = bf16 ? SCPS_WIRE_BFLOAT16 : SCPS_WIRE_FLOAT32, .answer = answer};
+                           .wire_format = bf16 ? SCPS_WIRE_BFLOAT16 : SCPS_WIRE_FLOAT32, .answer = answer,
+                           .gradients = gradients};
   if (declare) {
     o.topology = &topo;
     o.tables = w->tables;
@@ -579,13 +618,15 @@ int main(void) {
   scps_workload *w = NULL;
   CHECK_OK(scps_workload_parse(config_json, strlen(config_json), &w, &err), &err);
   if (w) {
-    run_topology(w, 1, 4, true, false, false, SCPS_ANSWER_POOLED);
-    run_topology(w, 1, 4, false, false, true, SCPS_ANSWER_DISTINCT_ROWS);
-    run_topology(w, 1, 4, false, false, false, SCPS_ANSWER_AUTO);
-    run_topology(w, 3, 2, false, false, false, SCPS_ANSWER_POOLED);
-    run_topology(w, 3, 2, false, false, true, SCPS_ANSWER_DISTINCT_ROWS);
-    run_topology(w, 3, 2, false, true, true, SCPS_ANSWER_POOLED);
-    run_topology(w, 3, 2, false, true, false, SCPS_ANSWER_DISTINCT_ROWS);
+    /* Pushes by sample and by row give bit-identical tables in float32, so
+     * every float32 run checks against the same by-sample reference. */
+    run_topology(w, 1, 4, true, false, false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
+    run_topology(w, 1, 4, false, false, true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, 1, 4, false, false, false, SCPS_ANSWER_AUTO, SCPS_GRADIENTS_AUTO);
+    run_topology(w, 3, 2, false, false, false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, 3, 2, false, false, true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_AUTO);
+    run_topology(w, 3, 2, false, true, true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, 3, 2, false, true, false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_SAMPLE);
   }
   run_rows_in_place();
   scps_workload_destroy(w);
