@@ -1648,9 +1648,23 @@ static void grad_item(void *ctx, int f) {
     }
 }
 
-/* Rows summed per item of run_items, so that one large stack still keeps
- * every thread busy. */
-#define ROW_ITEM_ROWS 4096
+/* Entries summed per item of run_items (whole rows, so about this many):
+ * by entries, not rows, since a row of a small table may have thousands,
+ * and items of equal work keep every thread busy to the end. */
+#define ROW_ITEM_ENTRIES 8192
+
+/* The end of the item of partition k of ra that starts at row r: the row
+ * after the one holding entry ROW_ITEM_ENTRIES past r's first entry, or the
+ * partition's end. */
+static uint32_t row_item_end(const scps_rows *ra, int k, uint32_t r) {
+  const uint32_t end = ra->row_start[k + 1];
+  size_t e0, e1;
+  scps_rows_entries(ra, r, &e0, &e1);
+  const size_t at = e0 + ROW_ITEM_ENTRIES;
+  if (at >= ra->entry_start[k + 1]) return end;
+  const uint32_t next = ra->urow[at] + 1;
+  return next < end ? next : end;
+}
 
 /* The by-row stacks of a push: item u sums the rows [r0[u], r1[u]) of
  * (server, stack) pair[u] into out[u]; bad[u] is the first row whose sum is
@@ -1711,10 +1725,9 @@ static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, ui
   size_t items = 0;
   for (size_t i = 0; i < pairs; i++)
     if (b->slot[i] >= 0 && b->by_row[i])
-      for (int k = 0; k < c->S; k++) {
-        const uint32_t rows = b->rows[i].row_start[k + 1] - b->rows[i].row_start[k];
-        items += (rows + ROW_ITEM_ROWS - 1) / ROW_ITEM_ROWS;
-      }
+      for (int k = 0; k < c->S; k++)
+        for (uint32_t r = b->rows[i].row_start[k]; r < b->rows[i].row_start[k + 1]; items++)
+          r = row_item_end(&b->rows[i], k, r);
   if (!items) return 0;
   row_job j = {c, b, NULL, NULL, NULL, NULL, NULL, NULL};
   scps_rows_source *src = calloc((size_t)l->n_stacks, sizeof *src);
@@ -1747,11 +1760,10 @@ static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, ui
     if (b->slot[i] < 0 || !b->by_row[i]) continue;
     const size_t row_bytes = (size_t)l->stacks[i % (size_t)l->n_stacks].dim * c->value_bytes;
     for (int k = 0; k < c->S; k++)
-      for (uint32_t r = b->rows[i].row_start[k]; r < b->rows[i].row_start[k + 1]; r += ROW_ITEM_ROWS, u++) {
-        const uint32_t end = b->rows[i].row_start[k + 1];
+      for (uint32_t r = b->rows[i].row_start[k]; r < b->rows[i].row_start[k + 1]; r = j.r1[u++]) {
         j.pair[u] = i;
         j.r0[u] = r;
-        j.r1[u] = end - r > ROW_ITEM_ROWS ? r + ROW_ITEM_ROWS : end;
+        j.r1[u] = row_item_end(&b->rows[i], k, r);
         j.out[u] = rest[i] + (size_t)r * row_bytes;
       }
   }
