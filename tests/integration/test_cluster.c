@@ -564,60 +564,12 @@ static const char in_place_json[] =
     " \"features\": [{\"name\": \"f_one\", \"table\": \"t_rows\", \"valency\": 1},\n"
     "              {\"name\": \"f_few\", \"table\": \"t_rows\", \"valency\": [1, 3], \"weighted\": true}]}\n";
 
-static void run_rows_in_place(void) {
-  const char *what = "3x2 rows pooled in place";
-  scps_it_cluster cl;
-  scps_error err;
-  scps_error_clear(&err);
-  scps_workload *w = NULL;
-  scps_workload_gen *gen = NULL;
-  scps_client *c[2] = {NULL, NULL};
-  scps_batch *b[2] = {NULL, NULL};
-  bufs bf[2] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
-  const scps_layout *l = NULL;
-  CHECK(scps_it_init(&cl, in_place_json, 3, 2) == 0);
-  if (scps_it_start(&cl)) {
-    CHECKF(0, "%s: cannot start the servers", what);
-    goto out;
-  }
-  MUST(scps_workload_parse(in_place_json, strlen(in_place_json), &w, &err));
-  for (int k = 0; k < 2; k++) {
-    scps_client_options o = {.servers = cl.addr_list, .n_servers = 3,
-                             .answer = k ? SCPS_ANSWER_DISTINCT_ROWS : SCPS_ANSWER_POOLED};
-    MUST(scps_client_create(&o, &c[k], &err));
-    MUST(scps_batch_create(c[k], &b[k], &err));
-    l = scps_client_layout(c[k]);
-    bufs_init(&bf[k], l);
-  }
-  MUST(scps_workload_gen_create(w, 5, &gen, &err));
-  counts n = {0, 0, 0};
-  for (int step = 0; step < 4; step++) {
-    scps_workload_gen_next(gen);
-    const scps_feature_input *in = scps_workload_gen_inputs(gen);
-    for (int k = 0; k < 2; k++) {
-      MUST(scps_client_prepare(c[k], in, b[k], &err));
-      MUST(scps_client_lookup(c[k], b[k], bf[k].acts, DEADLINE_MS, &err));
-    }
-    compare(l, bf[1].acts, bf[0].acts, what, &n);
-  }
-  printf("%s: %ld values, %ld bitwise equal to pooled answers\n", what, n.values, n.exact);
-  CHECK(n.values > 0 && n.exact == n.values);
-out:
-  for (int k = 0; k < 2; k++) {
-    if (bf[k].acts) bufs_free(&bf[k], scps_client_layout(c[k]));
-    scps_batch_destroy(b[k]);
-    scps_client_destroy(c[k]);
-  }
-  scps_workload_gen_destroy(gen);
-  scps_workload_destroy(w);
-  scps_it_stop(&cl);
-}
-
 /* Pushes by row split into items of about 8192 entries on the client's
  * threads, a row never across two: a small table read twice by every
  * sample, stacked with a large one, gives partitions of over 16384 entries
- * with hundreds per row of the small table. Two clusters started alike, one pushed by sample and one by row,
- * must answer the same lookups bit for bit after every push. */
+ * with hundreds per row of the small table. Two clusters started alike,
+ * one pushed by sample and one by row, must answer the same lookups bit
+ * for bit after every push. */
 static const char split_json[] =
     "{\"name\": \"row-items\", \"batch_size\": 10000,\n"
     " \"ids\": {\"distribution\": \"zipf\", \"exponent\": 1.2, \"seed\": 3},\n"
@@ -632,8 +584,21 @@ static const char split_json[] =
     " \"features\": [{\"name\": \"f_small\", \"table\": \"t_small\", \"valency\": 2},\n"
     "              {\"name\": \"f_large\", \"table\": \"t_large\", \"valency\": [1, 3], \"weighted\": true}]}\n";
 
-static void run_row_items(void) {
-  const char *what = "1x2 pushes by row in items";
+/* Two clients that must see bit-identical activations, step by step: on
+ * one cluster, or with push, each pushing the same gradients to a cluster
+ * of its own started alike. */
+typedef struct twin_case {
+  const char *what, *json, *than;
+  int P, seed;
+  bool push;
+  scps_answer_mode answer[2];
+  scps_gradient_mode gradients[2];
+  size_t min_entries; /* stack 0's partition on SparseCore 0 must hold more */
+} twin_case;
+
+static void run_twins(const twin_case *tc) {
+  const char *what = tc->what;
+  const int n_cl = tc->push ? 2 : 1;
   scps_it_cluster cl[2];
   scps_error err;
   scps_error_clear(&err);
@@ -644,24 +609,24 @@ static void run_row_items(void) {
   bufs bf[2] = {{NULL, NULL, NULL}, {NULL, NULL, NULL}};
   const scps_layout *l = NULL;
   bool started = true;
-  for (int k = 0; k < 2; k++) {
-    CHECK(scps_it_init(&cl[k], split_json, 1, 2) == 0);
+  for (int k = 0; k < n_cl; k++) {
+    CHECK(scps_it_init(&cl[k], tc->json, tc->P, 2) == 0);
     started &= scps_it_start(&cl[k]) == 0;
   }
   if (!started) {
     CHECKF(0, "%s: cannot start the servers", what);
     goto out;
   }
-  MUST(scps_workload_parse(split_json, strlen(split_json), &w, &err));
+  MUST(scps_workload_parse(tc->json, strlen(tc->json), &w, &err));
   for (int k = 0; k < 2; k++) {
-    scps_client_options o = {.servers = cl[k].addr_list, .n_servers = 1, .prep_threads = 2,
-                             .gradients = k ? SCPS_GRADIENTS_BY_ROW : SCPS_GRADIENTS_BY_SAMPLE};
+    scps_client_options o = {.servers = cl[k % n_cl].addr_list, .n_servers = tc->P, .prep_threads = 2,
+                             .answer = tc->answer[k], .gradients = tc->gradients[k]};
     MUST(scps_client_create(&o, &c[k], &err));
     MUST(scps_batch_create(c[k], &b[k], &err));
     l = scps_client_layout(c[k]);
     bufs_init(&bf[k], l);
   }
-  MUST(scps_workload_gen_create(w, 8, &gen, &err));
+  MUST(scps_workload_gen_create(w, (uint64_t)tc->seed, &gen, &err));
   counts n = {0, 0, 0};
   for (int step = 0; step < 4; step++) {
     scps_workload_gen_next(gen);
@@ -670,6 +635,7 @@ static void run_row_items(void) {
     for (int k = 0; k < 2; k++) {
       MUST(scps_client_prepare(c[k], in, b[k], &err));
       MUST(scps_client_lookup(c[k], b[k], bf[k].acts, DEADLINE_MS, &err));
+      if (!tc->push) continue;
       MUST(scps_client_apply_gradients(c[k], b[k], (const float *const *)bf[0].grads, step + 1, -1, DEADLINE_MS,
                                        &err));
       MUST(scps_client_lookup(c[k], b[k], bf[k].acts, DEADLINE_MS, &err));
@@ -677,17 +643,17 @@ static void run_row_items(void) {
     compare(l, bf[1].acts, bf[0].acts, what, &n);
   }
   const scps_coo *sc0 = scps_prep_coo(scps_client_prep(c[1]), 0, 0);
-  printf("%s: %ld values, %ld bitwise equal to pushes by sample (%zu entries on SparseCore 0)\n", what, n.values,
-         n.exact, sc0->n);
-  CHECK(l->n_stacks == 1 && sc0->n > 2 * 8192);
+  printf("%s: %ld values, %ld bitwise equal to %s (%zu entries on SparseCore 0)\n", what, n.values, n.exact,
+         tc->than, sc0->n);
+  CHECK(sc0->n > tc->min_entries);
   CHECK(n.values > 0 && n.exact == n.values);
 out:
   for (int k = 0; k < 2; k++) {
     if (bf[k].acts) bufs_free(&bf[k], scps_client_layout(c[k]));
     scps_batch_destroy(b[k]);
     scps_client_destroy(c[k]);
-    scps_it_stop(&cl[k]);
   }
+  for (int k = 0; k < n_cl; k++) scps_it_stop(&cl[k]);
   scps_workload_gen_destroy(gen);
   scps_workload_destroy(w);
 }
@@ -707,8 +673,10 @@ int main(void) {
     run_topology(w, 3, 2, false, true, true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
     run_topology(w, 3, 2, false, true, false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_SAMPLE);
   }
-  run_rows_in_place();
-  run_row_items();
+  run_twins(&(twin_case){"3x2 rows pooled in place", in_place_json, "pooled answers", 3, 5, false,
+                         {SCPS_ANSWER_POOLED, SCPS_ANSWER_DISTINCT_ROWS}, {0, 0}, 0});
+  run_twins(&(twin_case){"1x2 pushes by row in items", split_json, "pushes by sample", 1, 8, true,
+                         {0, 0}, {SCPS_GRADIENTS_BY_SAMPLE, SCPS_GRADIENTS_BY_ROW}, 2 * 8192});
   scps_workload_destroy(w);
   return scps_test_finish("test_cluster");
 }
