@@ -113,6 +113,7 @@ struct scps_batch {
    * (scps_gradient_mode), and for by row the buffer that holds the stack's
    * partitions and summed gradients, reused from push to push. */
   bool *by_row;                /* [server * n_stacks] */
+  size_t *n_rows;              /* [server * n_stacks] distinct rows, when some mode is AUTO */
   size_t *row_parts_len;       /* [server * n_stacks] */
   scps_client_buf **row_buf;   /* [server * n_stacks] */
 };
@@ -1347,11 +1348,12 @@ int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err) {
   b->distinct = calloc(ns, sizeof *b->distinct);
   b->rows = calloc(n * ns, sizeof *b->rows);
   b->by_row = calloc(n * ns, sizeof *b->by_row);
+  b->n_rows = calloc(n * ns, sizeof *b->n_rows);
   b->row_parts_len = calloc(n * ns, sizeof *b->row_parts_len);
   b->row_buf = calloc(n * ns, sizeof *b->row_buf);
   if (!b->lookup || !b->parts_off || !b->parts_len || !b->slot || !b->n_sent || !b->stack_used || !b->lookup_buf ||
-      !b->reply || !b->grad_buf || !b->parsed || !b->distinct || !b->rows || !b->by_row || !b->row_parts_len ||
-      !b->row_buf) {
+      !b->reply || !b->grad_buf || !b->parsed || !b->distinct || !b->rows || !b->by_row || !b->n_rows ||
+      !b->row_parts_len || !b->row_buf) {
     scps_batch_destroy(b);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
@@ -1392,32 +1394,34 @@ void scps_batch_destroy(scps_batch *b) {
     scps_client_buf_release(&b->row_buf[i]);
   free(b->row_buf);
   free(b->by_row);
+  free(b->n_rows);
   free(b->row_parts_len);
   free(b);
 }
 
-/* Per stack, pooled activations or distinct rows (scps_answer_mode). In
+/* Per stack, pooled activations or distinct rows (scps_answer_mode), and
+ * each (server, stack)'s distinct rows for choose_gradients. In
  * AUTO, distinct rows where they take no more bytes than the pooled answer
  * summed over the servers: pooling a row the client holds costs about what
  * copying a pooled one out of the answer does, so the bytes decide. */
 static void choose_answers(scps_client *c, scps_batch *b) {
-  const int S = c->S;
-  for (int st = 0; st < c->layout->n_stacks; st++) {
-    if (c->answer != SCPS_ANSWER_AUTO) {
-      b->distinct[st] = c->answer == SCPS_ANSWER_DISTINCT_ROWS;
-      continue;
-    }
+  const int S = c->S, ns = c->layout->n_stacks;
+  const bool count = c->answer == SCPS_ANSWER_AUTO || c->gradients == SCPS_GRADIENTS_AUTO;
+  for (int st = 0; st < ns; st++) {
     size_t pooled = 0, rows = 0;
     for (int p = 0; p < c->n; p++) {
       bool sent = false;
-      for (int k = 0; k < S; k++) {
+      size_t *n_rows = &b->n_rows[(size_t)p * (size_t)ns + (size_t)st];
+      *n_rows = 0;
+      for (int k = 0; k < S && count; k++) {
         const scps_coo *coo = scps_prep_coo(c->prep, st, p * S + k);
         sent |= coo->n > 0;
-        rows += scps_coo_distinct_rows(coo);
+        *n_rows += scps_coo_distinct_rows(coo);
       }
+      rows += *n_rows;
       if (sent) pooled += (size_t)c->layout->stacks[st].total_sample_count;
     }
-    b->distinct[st] = rows <= pooled;
+    b->distinct[st] = c->answer == SCPS_ANSWER_AUTO ? rows <= pooled : c->answer == SCPS_ANSWER_DISTINCT_ROWS;
   }
 }
 
@@ -1426,17 +1430,15 @@ static void choose_answers(scps_client *c, scps_batch *b) {
  * sums against the partitions and every sample's gradient. Summing here
  * costs about what the server's summing by sample would, so the bytes
  * decide. */
-static void choose_gradients(const scps_client *c, scps_batch *b, int st, int p, const scps_coo *const *coo) {
+static void choose_gradients(const scps_client *c, scps_batch *b, int st, int p) {
   const size_t i = (size_t)p * (size_t)c->layout->n_stacks + (size_t)st;
   if (c->gradients != SCPS_GRADIENTS_AUTO) {
     b->by_row[i] = c->gradients == SCPS_GRADIENTS_BY_ROW;
     return;
   }
   const scps_stack_layout *sl = &c->layout->stacks[st];
-  size_t rows = 0;
-  for (int k = 0; k < c->S; k++) rows += scps_coo_distinct_rows(coo[k]);
   const size_t row_bytes = (size_t)sl->dim * c->value_bytes;
-  b->by_row[i] = rows * (row_bytes + 4) < b->parts_len[i] + (size_t)sl->total_sample_count * row_bytes;
+  b->by_row[i] = b->n_rows[i] * (row_bytes + 4) < b->parts_len[i] + (size_t)sl->total_sample_count * row_bytes;
 }
 
 /* The partitions of stack on server p into coo[0..S); returns how many of
@@ -1479,7 +1481,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S, exceptions);
       b->stack_used[st] = true;
       total += scps_wire_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
-      choose_gradients(c, b, st, p, coo);
+      choose_gradients(c, b, st, p);
       any_distinct |= b->distinct[st];
       if ((b->distinct[st] || b->by_row[i]) && scps_rows_capture(&b->rows[i], coo, S))
         return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the partitions of stack '%s' (server %d)",
