@@ -61,9 +61,10 @@ const char *scps_answer_mode_name(scps_answer_mode m);
  * StackGradients). By sample: the batch's partitions and every sample's
  * gradient, the same to every server. By row: each server only the
  * distinct rows of its own partitions, each with its gradient summed here.
- * AUTO: per server and stack, whichever takes fewer bytes (by row where
- * samples share rows, such as univalent Zipf features, and more often the
- * more servers share the rows). In float32 both give the same tables bit
+ * AUTO: per server and stack, by row where that takes at most 3/4 of the
+ * bytes by sample (where samples share rows, such as univalent Zipf
+ * features; summing here costs more than on the server, so a small saving
+ * of bytes is not worth it). In float32 both give the same tables bit
  * for bit; in bfloat16 by row rounds each row's sum instead of each
  * sample's gradient. By row reads only the gradients of samples that have
  * ids; those must be finite, and so must each row's sum. */
