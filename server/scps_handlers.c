@@ -753,9 +753,10 @@ static void handle_lookup(scps_call *c) {
 #define GRAD_BLOCK 4096
 
 /* Worker k's share of every stack's gradients (an equal run of values),
- * out of the request's slices into the stack's float32 buffer, bfloat16
- * widened on the way. Returns whether any value is not finite: all exponent
- * bits set, tested branch-free per block. */
+ * out of the request's slices into the stack's buffer: float32, bfloat16
+ * widened on the way, or bfloat16 as it came for a stack by sample
+ * (grads_bf16), whose update widens them itself. Returns whether any value
+ * is not finite: all exponent bits set, tested branch-free per block. */
 static bool read_gradients(scps_call *c, int32_t k) {
   const int32_t S = c->srv->S;
   const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
@@ -768,6 +769,12 @@ static bool read_gradients(scps_call *c, int32_t k) {
     for (size_t at = n * (size_t)k / (size_t)S; at < end; at += GRAD_BLOCK) {
       const size_t m = end - at < GRAD_BLOCK ? end - at : GRAD_BLOCK;
       const uint8_t *src = scps_slices_span(&c->req.msg, cs->grad_src.off + at * width, m * width, tmp);
+      if (cs->grads_bf16) {
+        uint16_t *raw = (uint16_t *)(void *)cs->grads + at;
+        memcpy(raw, src, m * 2);
+        for (size_t j = 0; j < m; j++) nonfinite |= (uint32_t)((raw[j] & 0x7f80u) == 0x7f80u);
+        continue;
+      }
       float *dst = cs->grads + at;
       if (bf16) scps_bf16_decode(src, dst, m);
       else memcpy(dst, src, m * sizeof(float));
@@ -804,7 +811,10 @@ static void apply_sc(scps_job *job, int32_t sc) {
                               &c->step);
       distinct = (int64_t)coo->n;
     } else {
-      scps_engine_update(s->engine, cs->stack, sc, coo, cs->grads, &c->step);
+      if (cs->grads_bf16)
+        scps_engine_update_bf16(s->engine, cs->stack, sc, coo, (const uint16_t *)(void *)cs->grads, &c->step);
+      else
+        scps_engine_update(s->engine, cs->stack, sc, coo, cs->grads, &c->step);
       for (size_t j = 0; j < coo->n; j++) distinct += j == 0 || coo->rows[j] != coo->rows[j - 1];
     }
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + sc].rows_updated, (long long)distinct);
@@ -812,6 +822,11 @@ static void apply_sc(scps_job *job, int32_t sc) {
   }
   pthread_rwlock_unlock(&s->sc_locks[sc]);
   c->rows_updated[sc] = rows;
+}
+
+/* Gradient j of a stack as the worker read it. */
+static float grad_value(const call_stack *cs, size_t j) {
+  return cs->grads_bf16 ? scps_bf16_to_f32(((const uint16_t *)(const void *)cs->grads)[j]) : cs->grads[j];
 }
 
 /* The first value that is not finite, in request order, named. */
@@ -823,10 +838,11 @@ static void name_bad_gradient(const scps_call *c, char *msg, size_t len) {
     const size_t n = cs->by_row ? (size_t)cs->row_start[S] * dim
                                 : (size_t)c->srv->layout->stacks[cs->stack].total_sample_count * dim;
     for (size_t j = 0; j < n; j++) {
-      if (isfinite(cs->grads[j])) continue;
+      const float v = grad_value(cs, j);
+      if (isfinite(v)) continue;
       if (!cs->by_row) {
         snprintf(msg, len, "stacks[%d].gradients: element %zu (sample %zu, column %zu) is %g; gradients must be finite",
-                 i, j, j / dim, j % dim, cs->grads[j]);
+                 i, j, j / dim, j % dim, v);
         return;
       }
       int32_t k = 0;
@@ -834,7 +850,7 @@ static void name_bad_gradient(const scps_call *c, char *msg, size_t len) {
       snprintf(msg, len,
                "stacks[%d].row_gradients: element %zu (row %u of local SparseCore %d, column %zu) is %g; gradients "
                "must be finite",
-               i, j, cs->coo[k].rows[j / dim - cs->row_start[k]], k, j % dim, cs->grads[j]);
+               i, j, cs->coo[k].rows[j / dim - cs->row_start[k]], k, j % dim, v);
       return;
     }
   }
@@ -896,7 +912,8 @@ static grpc_status_code check_row_partitions(scps_call *c, scps_req_partitions *
 }
 
 /* The gradients' size, by sample or by row; their values are checked as
- * the workers read them (apply_sc), into float32 room at grads. */
+ * the workers read them (apply_sc), into float32 room at grads (which a
+ * stack by sample in bfloat16 half fills with the values as they came). */
 static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, const char *field,
                                         call_stack *cs, float *grads, char *msg, size_t len) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
@@ -922,6 +939,7 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   cs->grads = grads;
+  cs->grads_bf16 = bf16;
   cs->grad_src = sg->gradients;
   return GRPC_STATUS_OK;
 }

@@ -134,6 +134,9 @@ typedef struct call_stack {
   int stack;
   scps_coo coo[64];         /* per local SparseCore; arrays point into the request */
   float *grads;             /* ApplyGradients: total_sample_count x dim float32, in the call's scratch */
+  /* ApplyGradients by sample in bfloat16: grads holds the values as they
+   * came, 2 bytes each (scps_engine_update_bf16 widens them as it reads). */
+  bool grads_bf16;
   scps_req_span grad_src;   /* ApplyGradients: where they lie in the request */
   float *act;               /* Lookup in float32: total_sample_count x dim, the process's partial */
   uint8_t *encoded;         /* Lookup in bfloat16: the same values as sent, 2 bytes each */

@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Entries are sorted by (row, sample) and each (row, sample) pair occurs once
  * (duplicates were merged by summing gains). rows index the stack's shard on
@@ -31,6 +32,18 @@ static inline size_t scps_coo_distinct_rows(const scps_coo *coo) {
  * row's float32 sum is formed by the same operations on either side. */
 static inline void scps_coo_add_scaled(float *restrict g, const float *restrict a, float gain, size_t n) {
   for (size_t c = 0; c < n; c++) g[c] += gain * a[c];
+}
+
+/* The same with a bfloat16 gradient (scps_bf16), widened exactly on the
+ * way: bit for bit what widening it first and then scps_coo_add_scaled
+ * give. */
+static inline void scps_coo_add_scaled_bf16(float *restrict g, const uint16_t *restrict a, float gain, size_t n) {
+  for (size_t c = 0; c < n; c++) {
+    const uint32_t u = (uint32_t)a[c] << 16;
+    float x;
+    memcpy(&x, &u, sizeof x);
+    g[c] += gain * x;
+  }
 }
 
 #endif

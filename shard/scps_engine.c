@@ -402,11 +402,15 @@ static inline __attribute__((always_inline)) void prefetch_state(const shard *sh
     if (sh->slots[k]) prefetch_row(sh->slots[k] + row * dim, dim, 1);
 }
 
-void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
-                        const float *grads, const scps_step *step) {
+/* The update by sample, for gradients in float32 or (bf16) bfloat16: the
+ * two callers pass a constant, so each gets a loop of its own. */
+static inline __attribute__((always_inline)) void update_by_sample(scps_engine *e, int stack, int32_t local_sc,
+                                                                   const scps_coo *coo, const void *grads, bool bf16,
+                                                                   const scps_step *step) {
   updater u;
   updater_init(e, stack, local_sc, step, &u);
-  const size_t dim = u.dim;
+  const size_t dim = u.dim, width = bf16 ? 2 : sizeof(float);
+  const uint8_t *gb = grads;
   float g[SCPS_DIM_MAX] __attribute__((aligned(64))); /* a stack's dim: the largest table's, rounded to 8 */
   size_t i = 0;
   while (i < coo->n) {
@@ -414,13 +418,27 @@ void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_
     memset(g, 0, dim * sizeof(float));
     for (; i < coo->n && coo->rows[i] == row; i++) {
       if (i + PREFETCH_AHEAD < coo->n) {
-        prefetch_row(grads + (size_t)coo->samples[i + PREFETCH_AHEAD] * dim, dim, 0);
+        const uint8_t *ahead = gb + (size_t)coo->samples[i + PREFETCH_AHEAD] * dim * width;
+        for (size_t c = 0; c < dim * width; c += 64) __builtin_prefetch(ahead + c, 0, 3);
         prefetch_state(u.sh, coo->rows[i + PREFETCH_AHEAD], dim);
       }
-      scps_coo_add_scaled(g, grads + (size_t)coo->samples[i] * dim, coo->gains ? coo->gains[i] : 1.0f, dim);
+      const float gain = coo->gains ? coo->gains[i] : 1.0f;
+      const size_t at = (size_t)coo->samples[i] * dim;
+      if (bf16) scps_coo_add_scaled_bf16(g, (const uint16_t *)grads + at, gain, dim);
+      else scps_coo_add_scaled(g, (const float *)grads + at, gain, dim);
     }
     update_row(&u, row, g);
   }
+}
+
+void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+                        const float *grads, const scps_step *step) {
+  update_by_sample(e, stack, local_sc, coo, grads, false, step);
+}
+
+void scps_engine_update_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+                             const uint16_t *grads, const scps_step *step) {
+  update_by_sample(e, stack, local_sc, coo, grads, true, step);
 }
 
 int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,

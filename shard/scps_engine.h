@@ -81,6 +81,13 @@ void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, con
 void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         const float *grads, const scps_step *step);
 
+/* scps_engine_update with grads in bfloat16 ([total_sample_count x dim]
+ * values as scps.proto sends them, exponents checked by the caller): the
+ * same tables bit for bit as widening them first, without writing the
+ * float32 copy or reading twice its bytes. */
+void scps_engine_update_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+                             const uint16_t *grads, const scps_step *step);
+
 /* Checks a by-row list (scps.proto StackGradients.row_gradients) for stack
  * on the process-local SparseCore local_sc: every row below rows_per_sc and
  * the rows strictly ascending. Returns SCPS_ERANGE/SCPS_EINVAL naming the
