@@ -1455,6 +1455,9 @@ static size_t server_partitions(const scps_client *c, int st, int p, const scps_
   return exceptions;
 }
 
+/* Whether stack st's samples go as uint16 (StackPartitions.samples_u16). */
+static bool narrow_samples(const scps_layout *l, int st) { return l->stacks[st].total_sample_count <= 65536; }
+
 /* Writes every server's LookupRequest from the prep's partitions. Stacks
  * with no entry on a server are left out of its request; merging treats
  * their partials as zeros, which is what the server would have sent. */
@@ -1481,7 +1484,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
         return scps_error_set(err, SCPS_ENOSPC, "stack '%s': %zu entries for server %d exceed the wire's 2^32 - 1",
                               l->stacks[st].name, entries, p);
       b->slot[i] = b->n_sent[p]++;
-      b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S, exceptions);
+      b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S, exceptions, narrow_samples(l, st));
       b->stack_used[st] = true;
       total += scps_wire_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
       choose_gradients(c, b, st, p);
@@ -1512,7 +1515,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       const size_t exceptions = server_partitions(c, st, p, coo);
       w = scps_wire_put_lookup_stack_prefix(w, b->parts_len[i]);
       b->parts_off[i] = (size_t)(w - start);
-      w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S, exceptions);
+      w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S, exceptions, narrow_samples(l, st));
     }
     if (any_distinct) w = scps_wire_put_distinct_rows(w, b->distinct, &b->slot[(size_t)p * (size_t)ns], ns, b->n_sent[p]);
     b->lookup[p] = s;

@@ -54,10 +54,26 @@ static size_t gains_size(size_t n, size_t exceptions) {
   return 8 * exceptions < 4 * n ? len_field_size(8 * exceptions) : len_field_size(4 * n);
 }
 
-size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc, size_t gain_exceptions) {
+size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc, size_t gain_exceptions,
+                                 bool samples_u16) {
   size_t n = entry_count(coo, n_sc);
-  return len_field_size(strlen(stack)) + len_field_size(offsets_body_size(coo, n_sc)) + 2 * len_field_size(4 * n) +
-         gains_size(n, gain_exceptions);
+  return len_field_size(strlen(stack)) + len_field_size(offsets_body_size(coo, n_sc)) + len_field_size(4 * n) +
+         len_field_size((samples_u16 ? 2 : 4) * n) + gains_size(n, gain_exceptions);
+}
+
+/* Field 7: the samples as little-endian uint16. */
+static uint8_t *put_samples_u16(uint8_t *p, const scps_coo *const *coo, int n_sc, size_t n) {
+  *p++ = tag(7, SCPS_WT_LEN);
+  p = scps_wire_put_varint(p, 2 * n);
+  for (int k = 0; k < n_sc; k++) {
+    const uint32_t *restrict s = coo[k]->samples;
+    for (size_t i = 0; i < coo[k]->n; i++) {
+      p[2 * i] = (uint8_t)s[i];
+      p[2 * i + 1] = (uint8_t)(s[i] >> 8);
+    }
+    p += 2 * coo[k]->n;
+  }
+  return p;
 }
 
 /* One of rows, samples, gains: the S partitions' arrays back to back. */
@@ -104,7 +120,7 @@ static uint8_t *put_gain_exceptions(uint8_t *p, const scps_coo *const *coo, int 
 }
 
 uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo,
-                                  int n_sc, size_t gain_exceptions) {
+                                  int n_sc, size_t gain_exceptions, bool samples_u16) {
   size_t n = entry_count(coo, n_sc);
   p = put_len_field(p, 1, stack, strlen(stack));
   *p++ = tag(2, SCPS_WT_LEN);
@@ -116,7 +132,7 @@ uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo 
     p = scps_wire_put_varint(p, total);
   }
   p = put_entries(p, 3, coo, n_sc, n, 0);
-  p = put_entries(p, 4, coo, n_sc, n, 1);
+  p = samples_u16 ? put_samples_u16(p, coo, n_sc, n) : put_entries(p, 4, coo, n_sc, n, 1);
   if (!gain_exceptions) return p;
   if (8 * gain_exceptions < 4 * n) return put_gain_exceptions(p, coo, n_sc, gain_exceptions);
   return put_entries(p, 5, coo, n_sc, n, 2);

@@ -29,12 +29,14 @@ uint8_t *scps_wire_put_varint(uint8_t *p, uint64_t v);
  * for the n_sc partitions coo[0..n_sc-1] of one process. gain_exceptions
  * must be exactly how many of their gains are not 1.0: the message carries
  * no gains if none, the (entry, gain) pairs of those if that is smaller
- * (gain_exceptions), else every gain. */
-size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc, size_t gain_exceptions);
+ * (gain_exceptions), else every gain. samples_u16: the samples as uint16
+ * (samples_u16), for a stack of at most 65536 samples. */
+size_t scps_wire_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc, size_t gain_exceptions,
+                                 bool samples_u16);
 
 /* Writes that message at p; returns the end. */
 uint8_t *scps_wire_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo,
-                                  int n_sc, size_t gain_exceptions);
+                                  int n_sc, size_t gain_exceptions, bool samples_u16);
 
 /* Size of the fields every data request starts with (config_fingerprint,
  * process_index), which are fields 1 and 2 of both requests. */

@@ -390,6 +390,12 @@ static grpc_status_code check_partitions(scps_call *c, scps_req_partitions *sp, 
   if (bad != GRPC_STATUS_OK) return bad;
   const int st = cs->stack;
   size_t n = sp->rows.len / 4;
+  char why[160];
+  int rc = sp->rows.len % 4 ? 0 : scps_request_expand_samples(sp, n, why, sizeof why);
+  if (rc) {
+    snprintf(msg, len, "%s: %s", field, why);
+    return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
+  }
   if (sp->rows.len % 4 || sp->samples.len != sp->rows.len || (sp->gains.len && sp->gains.len != sp->rows.len)) {
     snprintf(msg, len,
              "%s: rows, samples and gains hold %zu, %zu and %zu bytes; each needs 4 bytes per entry and all must "
@@ -397,8 +403,7 @@ static grpc_status_code check_partitions(scps_call *c, scps_req_partitions *sp, 
              field, sp->rows.len, sp->samples.len, sp->gains.len);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
-  char why[160];
-  int rc = scps_request_expand_gains(sp, n, why, sizeof why);
+  rc = scps_request_expand_gains(sp, n, why, sizeof why);
   if (rc) {
     snprintf(msg, len, "%s: %s", field, why);
     return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
@@ -882,11 +887,12 @@ static grpc_status_code check_row_partitions(scps_call *c, scps_req_partitions *
   if (bad != GRPC_STATUS_OK) return bad;
   const int st = cs->stack;
   cs->by_row = true;
-  if (sp->samples.len || sp->gains.len || sp->gain_exceptions.len) {
+  if (sp->samples.len || sp->samples_u16.len || sp->gains.len || sp->gain_exceptions.len) {
     snprintf(msg, len,
              "%s: the stack's gradients field is empty, so its gradients are read by row (row_gradients), and "
-             "then samples, gains and gain_exceptions must be empty; they hold %zu, %zu and %zu bytes",
-             field, sp->samples.len, sp->gains.len, sp->gain_exceptions.len);
+             "then samples, samples_u16, gains and gain_exceptions must be empty; they hold %zu, %zu, %zu and %zu "
+             "bytes",
+             field, sp->samples.len, sp->samples_u16.len, sp->gains.len, sp->gain_exceptions.len);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   size_t n = sp->rows.len / 4;

@@ -143,13 +143,15 @@ static int read_partitions(reader *rd, size_t limit, scps_req_partitions *p) {
     case 4:
     case 5:
     case 6:
+    case 7:
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc)
         rc = read_bytes_field(rd, limit,
                               field == 3   ? &p->rows
                               : field == 4 ? &p->samples
                               : field == 5 ? &p->gains
-                                           : &p->gain_exceptions);
+                              : field == 6 ? &p->gain_exceptions
+                                           : &p->samples_u16);
       break;
     default: rc = skip_field(rd, wt, limit); break;
     }
@@ -160,7 +162,7 @@ static int read_partitions(reader *rd, size_t limit, scps_req_partitions *p) {
 
 static void partitions_init(scps_req_partitions *p) {
   memset(p, 0, sizeof *p);
-  p->rows.data = p->samples.data = p->gains.data = p->gain_exceptions.data = empty_bytes;
+  p->rows.data = p->samples.data = p->gains.data = p->gain_exceptions.data = p->samples_u16.data = empty_bytes;
 }
 
 static void partitions_free(scps_req_partitions *p) {
@@ -170,6 +172,33 @@ static void partitions_free(scps_req_partitions *p) {
   bytes_free(&p->samples);
   bytes_free(&p->gains);
   bytes_free(&p->gain_exceptions);
+  bytes_free(&p->samples_u16);
+}
+
+int scps_request_expand_samples(scps_req_partitions *p, size_t entries, char *msg, size_t len) {
+  const scps_req_bytes *x = &p->samples_u16;
+  if (!x->len) return 0;
+  if (p->samples.len) {
+    snprintf(msg, len, "samples (%zu bytes) and samples_u16 (%zu bytes) are both set; send one", p->samples.len,
+             x->len);
+    return SCPS_EINVAL;
+  }
+  if (x->len != 2 * entries) {
+    snprintf(msg, len, "samples_u16 holds %zu bytes; %zu entries need 2 each (%zu)", x->len, entries, 2 * entries);
+    return SCPS_EINVAL;
+  }
+  /* 4 bytes per 2 of the request: bounded by twice its size. */
+  uint32_t *samples = malloc((entries ? entries : 1) * sizeof *samples);
+  if (!samples) {
+    snprintf(msg, len, "out of memory widening %zu samples", entries);
+    return SCPS_ENOMEM;
+  }
+  for (size_t i = 0; i < entries; i++) samples[i] = (uint32_t)x->data[2 * i] | (uint32_t)x->data[2 * i + 1] << 8;
+  bytes_free(&p->samples);
+  p->samples.data = (uint8_t *)samples;
+  p->samples.len = entries * sizeof *samples;
+  bytes_free(&p->samples_u16);
+  return 0;
 }
 
 int scps_request_expand_gains(scps_req_partitions *p, size_t entries, char *msg, size_t len) {

@@ -22,7 +22,7 @@ typedef struct scps_req_partitions {
   char *stack; /* NUL-terminated; "" when absent */
   uint32_t *sc_offsets;
   size_t n_sc_offsets;
-  scps_req_bytes rows, samples, gains, gain_exceptions;
+  scps_req_bytes rows, samples, gains, gain_exceptions, samples_u16;
 } scps_req_partitions;
 
 /* A bytes field left where it arrived: bytes [off, off + len) of the
@@ -69,6 +69,11 @@ typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_
 int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, scps_request *r, char *msg, size_t len);
 
 void scps_request_free(scps_request *r);
+
+/* Replaces p's samples_u16, if any, by the uint32 samples they stand for.
+ * Returns 0, SCPS_EINVAL with msg if samples is set too or the length is
+ * not 2 per entry, or SCPS_ENOMEM. */
+int scps_request_expand_samples(scps_req_partitions *p, size_t entries, char *msg, size_t len);
 
 /* Replaces p's gain_exceptions, if any, by the dense gains they stand for:
  * entries values, 1.0 where no pair names the entry. Returns 0, SCPS_EINVAL

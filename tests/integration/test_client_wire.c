@@ -63,9 +63,10 @@ static int decoded_gains(const Scps__V1__StackPartitions *sp, size_t total, int 
   return 0;
 }
 
-/* form: how the encoder was to send the gains (decoded_gains). */
+/* form: how the encoder was to send the gains (decoded_gains); u16: the
+ * samples as uint16 (samples_u16) instead of uint32. */
 static void check_partitions(const Scps__V1__StackPartitions *sp, const char *name, const scps_coo *const *coo,
-                             int n_sc, int form) {
+                             int n_sc, int form, bool u16) {
   CHECK(sp && sp->stack && !strcmp(sp->stack, name));
   if (!sp) return;
   CHECKF(sp->n_sc_offsets == (size_t)n_sc + 1, "%zu offsets", sp->n_sc_offsets);
@@ -79,14 +80,16 @@ static void check_partitions(const Scps__V1__StackPartitions *sp, const char *na
       uint32_t r, s;
       float g;
       memcpy(&r, sp->rows.data + 4 * (total + i), 4);
-      memcpy(&s, sp->samples.data + 4 * (total + i), 4);
+      if (u16) s = (uint32_t)sp->samples_u16.data[2 * (total + i)] | (uint32_t)sp->samples_u16.data[2 * (total + i) + 1] << 8;
+      else memcpy(&s, sp->samples.data + 4 * (total + i), 4);
       g = gains[total + i];
       CHECK(r == coo[k]->rows[i] && s == coo[k]->samples[i] && g == coo[k]->gains[i]);
     }
     total += coo[k]->n;
   }
   CHECK(sp->sc_offsets[n_sc] == total);
-  CHECK(sp->rows.len == 4 * total && sp->samples.len == 4 * total);
+  CHECK(sp->rows.len == 4 * total);
+  CHECK(u16 ? sp->samples_u16.len == 2 * total && !sp->samples.len : sp->samples.len == 4 * total && !sp->samples_u16.len);
   free(gains);
 }
 
@@ -106,7 +109,8 @@ static void test_varints(void) {
 
 /* Three stacks for a process of three SparseCores, with an empty
  * partition each: the first's gains sent as they are, the second's (all
- * 1.0) left out, the third's (one in seven other than 1.0) as exceptions. */
+ * 1.0) left out and its samples as uint16, the third's (one in seven other
+ * than 1.0) as exceptions. */
 static void test_lookup_request(int32_t process_index) {
   static part a[3], b[3], x[3];
   fill(&a[0], 5);
@@ -119,7 +123,10 @@ static void test_lookup_request(int32_t process_index) {
   fill(&x[1], 0);
   fill(&x[2], 123);
   for (int k = 0; k < 3; k++) {
-    for (size_t i = 0; i < b[k].coo.n; i++) b[k].gains[i] = 1.0f;
+    for (size_t i = 0; i < b[k].coo.n; i++) {
+      b[k].gains[i] = 1.0f;
+      b[k].samples[i] &= 0xffffu; /* sent as uint16 */
+    }
     for (size_t i = 0; i < x[k].coo.n; i++)
       if ((i + (size_t)k) % 7) x[k].gains[i] = 1.0f;
   }
@@ -132,22 +139,22 @@ static void test_lookup_request(int32_t process_index) {
   char long_name[128];
   memset(long_name, 'x', 127);
   long_name[127] = '\0';
-  size_t la = scps_wire_partitions_size("stack_a", ca, 3, ea), lb = scps_wire_partitions_size(long_name, cb, 3, 0),
-         lx = scps_wire_partitions_size("x", cx, 3, ex);
+  size_t la = scps_wire_partitions_size("stack_a", ca, 3, ea, false),
+         lb = scps_wire_partitions_size(long_name, cb, 3, 0, true), lx = scps_wire_partitions_size("x", cx, 3, ex, false);
   size_t total = scps_wire_view_size(process_index) + scps_wire_lookup_stack_prefix_size(la) + la +
                  scps_wire_lookup_stack_prefix_size(lb) + lb + scps_wire_lookup_stack_prefix_size(lx) + lx;
   uint8_t *buf = malloc(total), *w = scps_wire_put_view(buf, fp, process_index);
   w = scps_wire_put_lookup_stack_prefix(w, la);
   uint8_t *pa = w;
-  w = scps_wire_put_partitions(w, "stack_a", ca, 3, ea);
+  w = scps_wire_put_partitions(w, "stack_a", ca, 3, ea, false);
   CHECK((size_t)(w - pa) == la);
   w = scps_wire_put_lookup_stack_prefix(w, lb);
   pa = w;
-  w = scps_wire_put_partitions(w, long_name, cb, 3, 0);
+  w = scps_wire_put_partitions(w, long_name, cb, 3, 0, true);
   CHECK((size_t)(w - pa) == lb);
   w = scps_wire_put_lookup_stack_prefix(w, lx);
   pa = w;
-  w = scps_wire_put_partitions(w, "x", cx, 3, ex);
+  w = scps_wire_put_partitions(w, "x", cx, 3, ex, false);
   CHECK((size_t)(w - pa) == lx);
   CHECKF((size_t)(w - buf) == total, "wrote %zu of %zu", (size_t)(w - buf), total);
   Scps__V1__LookupRequest *m = scps__v1__lookup_request__unpack(NULL, total, buf);
@@ -157,9 +164,9 @@ static void test_lookup_request(int32_t process_index) {
     CHECK(m->process_index == process_index);
     CHECK(m->n_stacks == 3);
     if (m->n_stacks == 3) {
-      check_partitions(m->stacks[0], "stack_a", ca, 3, 2);
-      check_partitions(m->stacks[1], long_name, cb, 3, 0);
-      check_partitions(m->stacks[2], "x", cx, 3, 1);
+      check_partitions(m->stacks[0], "stack_a", ca, 3, 2, false);
+      check_partitions(m->stacks[1], long_name, cb, 3, 0, true);
+      check_partitions(m->stacks[2], "x", cx, 3, 1, false);
     }
     scps__v1__lookup_request__free_unpacked(m, NULL);
   }
@@ -182,18 +189,18 @@ static void test_apply_request(int64_t step, double lr) {
   const size_t exceptions = gain_exceptions(ca, 2);
   float gains0[2][300];
   for (int k = 0; k < 2; k++) memcpy(gains0[k], a[k].gains, sizeof gains0[k]);
-  uint8_t *buf = malloc(256 + 2 * (scps_wire_partitions_size("s", ca, 2, exceptions) + glen));
+  uint8_t *buf = malloc(256 + 2 * (scps_wire_partitions_size("s", ca, 2, exceptions, false) + glen));
   uint8_t *w = scps_wire_put_view(buf, fp, 5);
   w = scps_wire_put_step(w, step, lr);
   for (int rep = 0; rep < 2; rep++) {
     if (rep == 1)
       for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < a[k].coo.n; i++) a[k].gains[i] = 1.0f;
-    const size_t e = gain_exceptions(ca, 2), plen = scps_wire_partitions_size("s", ca, 2, e);
+    const size_t e = gain_exceptions(ca, 2), plen = scps_wire_partitions_size("s", ca, 2, e, false);
     CHECK(rep == 0 ? e == exceptions : e == 0);
     w = scps_wire_put_apply_stack_prefix(w, plen, glen);
     uint8_t *at = w;
-    w = scps_wire_put_partitions(w, "s", ca, 2, e);
+    w = scps_wire_put_partitions(w, "s", ca, 2, e, false);
     CHECK((size_t)(w - at) == plen);
     w = scps_wire_put_gradients_prefix(w, glen);
     memcpy(w, grads, glen);
@@ -216,7 +223,7 @@ static void test_apply_request(int64_t step, double lr) {
       else
         for (int k = 0; k < 2; k++)
           for (size_t i = 0; i < a[k].coo.n; i++) a[k].gains[i] = 1.0f;
-      check_partitions(m->stacks[s]->partitions, "s", ca, 2, s == 0 ? 2 : 0);
+      check_partitions(m->stacks[s]->partitions, "s", ca, 2, s == 0 ? 2 : 0, false);
       CHECK(m->stacks[s]->gradients.len == glen && !memcmp(m->stacks[s]->gradients.data, grads, glen));
     }
     scps__v1__apply_gradients_request__free_unpacked(m, NULL);

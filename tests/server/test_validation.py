@@ -282,7 +282,7 @@ def row_cases(rows_per_sc, dim):
         ("row_gradients short", lambda sg, p: (set_by_row(sg, p), grads(sg, lambda b: b[:-4])),
          ["row_gradients", "x dim %d x 4" % dim]),
         ("samples with row_gradients", lambda sg, p: (set_by_row(sg, p), setattr(sg.partitions, "samples", u32([0]))),
-         ["by row", "must be empty", "hold 4, 0 and 0"]),
+         ["by row", "must be empty", "hold 4, 0, 0 and 0"]),
         ("gradients and row_gradients", lambda sg, p: (set_by_row(sg, p), setattr(sg, "gradients", f32([0.0] * 4)),
                                                        setattr(sg.partitions, "samples", b"")),
          ["both set"]),
@@ -321,6 +321,19 @@ def test_invalid_requests(env):
     env.check(len(resp.stacks) == 2 and len(resp.stacks[0].rows) > 0 and not resp.stacks[0].activations
               and len(resp.stacks[1].activations) > 0 and not resp.stacks[1].rows,
               "Lookup with unpacked distinct_rows [true, false]: rows for stacks[0], activations for stacks[1]")
+    # Samples as uint16 (samples_u16): the same answer; with samples too, or
+    # of the wrong length, refused.
+    def as_u16(part):
+        part.samples_u16 = np.frombuffer(part.samples, "<u4").astype("<u2").tobytes()
+        part.ClearField("samples")
+    got = v.stub.Lookup(v.lookup_with(lambda r: [as_u16(p) for p in r.stacks]), timeout=30).SerializeToString()
+    env.check(got == v.before, "Lookup with samples_u16 answers as with samples")
+    v.expect("Lookup samples and samples_u16", "Lookup", v.lookup_with(
+        lambda r: setattr(r.stacks[1], "samples_u16", bytes(len(r.stacks[1].samples) // 2))), "INVALID_ARGUMENT",
+        ["stacks[1]", "samples", "samples_u16", "both set"])
+    v.expect("Lookup samples_u16 short", "Lookup", v.lookup_with(
+        lambda r: (as_u16(r.stacks[0]), setattr(r.stacks[0], "samples_u16", r.stacks[0].samples_u16[:-2]))),
+        "INVALID_ARGUMENT", ["stacks[0]", "samples_u16 holds", "need 2 each"])
     bad = bytes([fp[0] ^ 1]) + fp[1:]
     v.expect("Lookup wrong fingerprint", "Lookup", v.lookup_with(lambda r: setattr(r, "config_fingerprint", bad)),
              "FAILED_PRECONDITION", ["config_fingerprint", hex12(bad), hex12(fp)])
@@ -354,7 +367,7 @@ def test_invalid_requests(env):
              "INVALID_ARGUMENT", ["stacks[1].gradients", "%d bytes" % (need_b + 64)])
     v.expect("ApplyGradients gradients empty", "ApplyGradients",
              v.apply_with(lambda r: r.stacks[1].ClearField("gradients")), "INVALID_ARGUMENT",
-             ["stacks[1].partitions", "gradients field is empty", "by row", "must be empty", "hold 64, 64 and 0"])
+             ["stacks[1].partitions", "gradients field is empty", "by row", "must be empty", "hold 64, 0, 64 and 0"])
     # The same stack by row (StackGradients.row_gradients).
     for what, mutate, needles in row_cases(ROWS_PER_SC["b"], 16):
         v.expect("ApplyGradients by row: %s" % what, "ApplyGradients", v.apply_with(
