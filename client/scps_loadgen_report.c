@@ -31,7 +31,7 @@ void scps_loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
     snprintf(loop, sizeof loop, "closed loop");
   fprintf(f, "scps-loadgen: %s, %s", r->workload, scps_loadgen_mode_name(o->mode));
   if (o->mode == SCPS_LOADGEN_MIXED) fprintf(f, " (train fraction %.3g)", o->train_fraction);
-  fprintf(f, ", %d client%s, %s, %s wire, %s answers, gradients by %s\n", o->concurrency,
+  fprintf(f, ", %d client%s, %s, %s wire, %s answers, %s gradients\n", o->concurrency,
           o->concurrency == 1 ? "" : "s", loop, scps_float_format_name(o->wire_format), scps_answer_mode_name(o->answer),
           scps_gradient_mode_name(o->gradients));
   fprintf(f, "  duration    %.3f s\n", res->duration_s);

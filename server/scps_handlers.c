@@ -761,13 +761,14 @@ static void handle_lookup(scps_call *c) {
  * out of the request's slices into the stack's buffer: float32, bfloat16
  * widened on the way, or bfloat16 as it came for a stack by sample
  * (grads_bf16), whose update widens them itself. Returns whether any value
- * is not finite: all exponent bits set, tested branch-free per block. */
+ * is not finite: all exponent bits set, tested branch-free per block; the
+ * largest magnitude goes to c->grad_mag[k]. */
 static bool read_gradients(scps_call *c, int32_t k) {
   const int32_t S = c->srv->S;
   const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
   const size_t width = bf16 ? 2 : sizeof(float);
   uint8_t tmp[GRAD_BLOCK * sizeof(float)];
-  uint32_t nonfinite = 0;
+  uint32_t nonfinite = 0, mag = 0;
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     const size_t n = cs->grad_src.len / width, end = n * (size_t)(k + 1) / (size_t)S;
@@ -777,7 +778,13 @@ static bool read_gradients(scps_call *c, int32_t k) {
       if (cs->grads_bf16) {
         uint16_t *raw = (uint16_t *)(void *)cs->grads + at;
         memcpy(raw, src, m * 2);
-        for (size_t j = 0; j < m; j++) nonfinite |= (uint32_t)((raw[j] & 0x7f80u) == 0x7f80u);
+        uint32_t high = 0;
+        for (size_t j = 0; j < m; j++) {
+          const uint32_t h = raw[j] & 0x7fffu;
+          nonfinite |= (uint32_t)(h >= 0x7f80u);
+          high = h > high ? h : high;
+        }
+        mag = high << 16 > mag ? high << 16 : mag;
         continue;
       }
       float *dst = cs->grads + at;
@@ -786,24 +793,40 @@ static bool read_gradients(scps_call *c, int32_t k) {
       for (size_t j = 0; j < m; j++) {
         uint32_t u;
         memcpy(&u, &dst[j], sizeof u);
-        nonfinite |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+        u &= 0x7fffffffu;
+        nonfinite |= (uint32_t)(u >= 0x7f800000u);
+        mag = u > mag ? u : mag;
       }
     }
   }
+  c->grad_mag[k] = mag;
   return nonfinite != 0;
 }
 
-/* A gang job, so every worker is here at once: first each reads and checks
- * its share of the gradients (megabytes a single thread would copy while
- * the other cores wait), then, once all have, each updates its own
- * SparseCore, unless any value was not finite: then nothing is written and
- * apply_tc rejects the call. */
-static void apply_sc(scps_job *job, int32_t sc) {
-  scps_call *c = job->data;
+/* Whether no row sum of the call's stacks by sample can leave float32's
+ * range: each is at most sum |gain| x the largest |gradient|, and float32
+ * rounding adds at most a relative n x 2^-24 to that over n adds. The same
+ * answer on every thread once all workers have read their gradients. */
+static bool sums_bounded(const scps_call *c) {
+  uint32_t mag = 0;
+  for (int k = 0; k < c->srv->S; k++) mag = c->grad_mag[k] > mag ? c->grad_mag[k] : mag;
+  float gmax;
+  memcpy(&gmax, &mag, sizeof gmax);
+  for (int i = 0; i < c->n_stacks; i++) {
+    const call_stack *cs = &c->stacks[i];
+    if (cs->by_row) continue;
+    for (int k = 0; k < c->srv->S; k++) {
+      const double n = (double)cs->coo[k].n;
+      if (!(cs->gain_abs[k] * (double)gmax * (1.0 + n * 0x1p-23) < 0x1p126)) return false;
+    }
+  }
+  return true;
+}
+
+/* Every stack's updates on local SparseCore sc, under its lock; returns
+ * the rows updated. */
+static int64_t apply_updates(scps_call *c, int32_t sc) {
   scps_server *s = c->srv;
-  if (read_gradients(c, sc)) atomic_store(&c->grads_bad, true);
-  scps_pipeline_gang_sync(s->pipeline, job);
-  if (atomic_load(&c->grads_bad)) return;
   int64_t rows = 0;
   pthread_rwlock_wrlock(&s->sc_locks[sc]);
   for (int i = 0; i < c->n_stacks; i++) {
@@ -826,7 +849,34 @@ static void apply_sc(scps_job *job, int32_t sc) {
     rows += distinct;
   }
   pthread_rwlock_unlock(&s->sc_locks[sc]);
-  c->rows_updated[sc] = rows;
+  return rows;
+}
+
+/* A gang job, so every worker is here at once: first each reads and checks
+ * its share of the gradients (megabytes a single thread would copy while
+ * the other cores wait) and sums its partitions' |gain|, then, once all
+ * have, each updates its own SparseCore, unless any value was not finite
+ * (apply_tc rejects the call) or the bound on the row sums leaves room for
+ * one to overflow (apply_tc sums them first, then updates or rejects): in
+ * both cases the workers write nothing. */
+static void apply_sc(scps_job *job, int32_t sc) {
+  scps_call *c = job->data;
+  scps_server *s = c->srv;
+  if (read_gradients(c, sc)) atomic_store(&c->grads_bad, true);
+  for (int i = 0; i < c->n_stacks; i++) {
+    call_stack *cs = &c->stacks[i];
+    const scps_coo *coo = &cs->coo[sc];
+    if (cs->by_row) continue;
+    double sum = (double)coo->n;
+    if (coo->gains) {
+      sum = 0.0;
+      for (size_t j = 0; j < coo->n; j++) sum += fabs((double)coo->gains[j]);
+    }
+    cs->gain_abs[sc] = sum;
+  }
+  scps_pipeline_gang_sync(s->pipeline, job);
+  if (atomic_load(&c->grads_bad) || !sums_bounded(c)) return;
+  c->rows_updated[sc] = apply_updates(c, sc);
 }
 
 /* Gradient j of a stack as the worker read it. */
@@ -862,14 +912,46 @@ static void name_bad_gradient(const scps_call *c, char *msg, size_t len) {
   snprintf(msg, len, "a gradient is not finite");
 }
 
+/* With the bound exceeded: whether every row sum of the stacks by sample
+ * is finite, formed as the update forms it; if not, msg names the first
+ * that is not. */
+static bool sums_finite(const scps_call *c, char *msg, size_t len) {
+  const scps_server *s = c->srv;
+  for (int i = 0; i < c->n_stacks; i++) {
+    const call_stack *cs = &c->stacks[i];
+    if (cs->by_row) continue;
+    for (int k = 0; k < s->S; k++) {
+      uint32_t row;
+      if (scps_engine_sums_finite(s->engine, cs->stack, &cs->coo[k], cs->grads, cs->grads_bf16, &row)) continue;
+      snprintf(msg, len,
+               "stacks[%d].gradients: the sum of gain x gradient over the entries of row %u of local SparseCore "
+               "%d overflows float32 (each gradient is finite, their sum is not); scale the loss or the "
+               "gradients down",
+               i, row, k);
+      return false;
+    }
+  }
+  return true;
+}
+
 static void apply_tc(scps_job *job) {
   scps_call *c = job->data;
+  char msg[SCPS_ERROR_MSG_MAX];
   if (atomic_load(&c->grads_bad)) {
-    char msg[256];
     name_bad_gradient(c, msg, sizeof msg);
     scps_saver_apply_rejected(c->srv);
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return;
+  }
+  if (!sums_bounded(c)) {
+    /* Rare (gradients or gains near float32's range): checked and applied
+     * here, on one thread, so that nothing is written if any sum is not finite. */
+    if (!sums_finite(c, msg, sizeof msg)) {
+      scps_saver_apply_rejected(c->srv);
+      scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+      return;
+    }
+    for (int k = 0; k < c->srv->S; k++) c->rows_updated[k] = apply_updates(c, k);
   }
   Scps__V1__ApplyGradientsResponse r = SCPS__V1__APPLY_GRADIENTS_RESPONSE__INIT;
   for (int k = 0; k < c->srv->S; k++) r.rows_updated += c->rows_updated[k];

@@ -187,8 +187,9 @@ int scps_request_expand_samples(scps_req_partitions *p, size_t entries, char *ms
     snprintf(msg, len, "samples_u16 holds %zu bytes; %zu entries need 2 each (%zu)", x->len, entries, 2 * entries);
     return SCPS_EINVAL;
   }
-  /* 4 bytes per 2 of the request: bounded by twice its size. */
-  uint32_t *samples = malloc((entries ? entries : 1) * sizeof *samples);
+  /* 4 bytes per 2 of the request: bounded by twice its size (and entries
+   * > 0, as x->len is). */
+  uint32_t *samples = malloc(entries * sizeof *samples);
   if (!samples) {
     snprintf(msg, len, "out of memory widening %zu samples", entries);
     return SCPS_ENOMEM;

@@ -125,6 +125,9 @@ struct scps_call {
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
   atomic_bool grads_bad;    /* ApplyGradients: one of them is not finite */
+  /* ApplyGradients: the largest |gradient| worker k read, as float32 bits
+   * (the bits of a finite float's magnitude order as its values do). */
+  uint32_t grad_mag[64];
   scps_step step;
   scps_call *next;          /* in the saver's parked or checkpoint queue */
 };
@@ -147,6 +150,9 @@ typedef struct call_stack {
    * rows, and grads holds one vector per row, coo[k]'s from row_start[k]. */
   bool by_row;
   uint32_t row_start[64 + 1];
+  /* ApplyGradients by sample: the sum of |gain| over coo[k]'s entries,
+   * which with the largest |gradient| bounds every row sum of coo[k]. */
+  double gain_abs[64];
 } call_stack;
 
 /* Finishes a call: status, optional message text, optional packed response

@@ -402,6 +402,33 @@ static inline __attribute__((always_inline)) void prefetch_state(const shard *sh
     if (sh->slots[k]) prefetch_row(sh->slots[k] + row * dim, dim, 1);
 }
 
+/* Sums into g (dim floats, zeroed first) gain x gradient over coo's entries
+ * from *i on that share entry *i's row, entry by entry in the partition's
+ * order, and moves *i past them. Gradients are float32 or (bf16) bfloat16;
+ * sh, if not NULL, gets the state of the rows ahead prefetched for the
+ * update. Callers pass constants for bf16 and sh, so each gets its own loop. */
+static inline __attribute__((always_inline)) uint32_t sum_row(const scps_coo *coo, size_t *i, const void *grads,
+                                                              bool bf16, size_t dim, const shard *sh, float *g) {
+  const size_t width = bf16 ? 2 : sizeof(float);
+  const uint8_t *gb = grads;
+  const uint32_t row = coo->rows[*i];
+  memset(g, 0, dim * sizeof(float));
+  size_t j = *i;
+  for (; j < coo->n && coo->rows[j] == row; j++) {
+    if (j + PREFETCH_AHEAD < coo->n) {
+      const uint8_t *ahead = gb + (size_t)coo->samples[j + PREFETCH_AHEAD] * dim * width;
+      for (size_t c = 0; c < dim * width; c += 64) __builtin_prefetch(ahead + c, 0, 3);
+      if (sh) prefetch_state(sh, coo->rows[j + PREFETCH_AHEAD], dim);
+    }
+    const float gain = coo->gains ? coo->gains[j] : 1.0f;
+    const size_t at = (size_t)coo->samples[j] * dim;
+    if (bf16) scps_coo_add_scaled_bf16(g, (const uint16_t *)grads + at, gain, dim);
+    else scps_coo_add_scaled(g, (const float *)grads + at, gain, dim);
+  }
+  *i = j;
+  return row;
+}
+
 /* The update by sample, for gradients in float32 or (bf16) bfloat16: the
  * two callers pass a constant, so each gets a loop of its own. */
 static inline __attribute__((always_inline)) void update_by_sample(scps_engine *e, int stack, int32_t local_sc,
@@ -409,26 +436,39 @@ static inline __attribute__((always_inline)) void update_by_sample(scps_engine *
                                                                    const scps_step *step) {
   updater u;
   updater_init(e, stack, local_sc, step, &u);
-  const size_t dim = u.dim, width = bf16 ? 2 : sizeof(float);
-  const uint8_t *gb = grads;
   float g[SCPS_DIM_MAX] __attribute__((aligned(64))); /* a stack's dim: the largest table's, rounded to 8 */
   size_t i = 0;
   while (i < coo->n) {
-    const uint32_t row = coo->rows[i];
-    memset(g, 0, dim * sizeof(float));
-    for (; i < coo->n && coo->rows[i] == row; i++) {
-      if (i + PREFETCH_AHEAD < coo->n) {
-        const uint8_t *ahead = gb + (size_t)coo->samples[i + PREFETCH_AHEAD] * dim * width;
-        for (size_t c = 0; c < dim * width; c += 64) __builtin_prefetch(ahead + c, 0, 3);
-        prefetch_state(u.sh, coo->rows[i + PREFETCH_AHEAD], dim);
-      }
-      const float gain = coo->gains ? coo->gains[i] : 1.0f;
-      const size_t at = (size_t)coo->samples[i] * dim;
-      if (bf16) scps_coo_add_scaled_bf16(g, (const uint16_t *)grads + at, gain, dim);
-      else scps_coo_add_scaled(g, (const float *)grads + at, gain, dim);
-    }
+    const uint32_t row = sum_row(coo, &i, grads, bf16, u.dim, u.sh, g);
     update_row(&u, row, g);
   }
+}
+
+/* scps_engine_sums_finite's loop, float32 or (bf16) bfloat16. */
+static inline __attribute__((always_inline)) bool sums_finite(const scps_engine *e, int stack, const scps_coo *coo,
+                                                              const void *grads, bool bf16, uint32_t *bad_row) {
+  const size_t dim = (size_t)e->layout->stacks[stack].dim;
+  float g[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  size_t i = 0;
+  while (i < coo->n) {
+    const uint32_t row = sum_row(coo, &i, grads, bf16, dim, NULL, g);
+    uint32_t nonfinite = 0;
+    for (size_t c = 0; c < dim; c++) {
+      uint32_t u;
+      memcpy(&u, &g[c], sizeof u);
+      nonfinite |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+    }
+    if (nonfinite) {
+      *bad_row = row;
+      return false;
+    }
+  }
+  return true;
+}
+
+bool scps_engine_sums_finite(const scps_engine *e, int stack, const scps_coo *coo, const void *grads, bool bf16,
+                             uint32_t *bad_row) {
+  return bf16 ? sums_finite(e, stack, coo, grads, true, bad_row) : sums_finite(e, stack, coo, grads, false, bad_row);
 }
 
 void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,

@@ -81,6 +81,15 @@ void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, con
 void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         const float *grads, const scps_step *step);
 
+/* Whether every row sum scps_engine_update (bf16: scps_engine_update_bf16)
+ * would form from coo and grads is finite, each formed the same way; if
+ * not, *bad_row is the partition's first row whose sum is not. Finite
+ * gradients can still sum past float32's range (or a large gain take one
+ * there); a caller that must reject such a push before writing anything
+ * asks this first, where a bound on the sums does not already rule it out. */
+bool scps_engine_sums_finite(const scps_engine *e, int stack, const scps_coo *coo, const void *grads, bool bf16,
+                             uint32_t *bad_row);
+
 /* scps_engine_update with grads in bfloat16 ([total_sample_count x dim]
  * values as scps.proto sends them, exponents checked by the caller): the
  * same tables bit for bit as widening them first, without writing the

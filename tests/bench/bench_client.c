@@ -47,8 +47,8 @@ static const char usage[] =
     "--answer: how servers answer lookups (scps_answer_mode; default auto:\n"
     "distinct rows for stacks where they take no more bytes, pooled elsewhere).\n"
     "--gradients: how pushes send gradients (scps_gradient_mode; default auto:\n"
-    "by row for each server's stacks where that takes fewer bytes, by sample\n"
-    "elsewhere).\n";
+    "by row for each server's stacks where that takes at most 3/4 of the bytes\n"
+    "by sample, by sample elsewhere).\n";
 
 typedef struct replay {
   const scps_feature_input *const *inputs; /* per distinct batch */

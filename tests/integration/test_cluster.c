@@ -396,7 +396,8 @@ static void check_auto_answers(const char *what, const scps_client_options *base
                  !memcmp(bf->acts[f], acts[1][f], len * sizeof(float)),
              "%s: %s, feature %d: auto, pooled and rows answers differ", what, cases[t].name, f);
     }
-    /* The same choice for pushes: by row where that is fewer bytes sent. */
+    /* The same choice for pushes: by row where that is at most 3/4 of the
+     * bytes by sample. */
     random_grads(l, bf->grads);
     for (int k = 0; k < 3; k++) {
       scps_client_traffic(cs[k], &s0, &r0);

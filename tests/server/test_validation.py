@@ -411,6 +411,26 @@ def test_invalid_requests(env):
         r.stacks[1].gradients = h.tobytes()
     v.expect("ApplyGradients bfloat16 NaN", "ApplyGradients", v.apply_with(bf16_nan), "INVALID_ARGUMENT",
              ["stacks[1].gradients", "element %d" % last, "nan"])
+
+    def overflowing(bf16):
+        """Every gain of stack b 4.0 and every gradient 1e38: each finite,
+        gain x gradient is not."""
+        def fn(r):
+            part = r.stacks[1].partitions
+            rows, samples, gains = arrays(part)
+            set_arrays(part, rows, samples, np.full(len(gains), 4.0, dtype=np.float32))
+            g = np.full(len(r.stacks[1].gradients) // 4, 1e38, dtype=np.float32)
+            r.stacks[1].gradients = f32(g)
+            if bf16:
+                r.gradient_format = pb.FLOAT_FORMAT_BFLOAT16
+                for st in r.stacks:
+                    h = np.frombuffer(st.gradients, "<u4") >> 16
+                    st.gradients = h.astype("<u2").tobytes()
+        return fn
+    for bf16 in (False, True):
+        v.expect("ApplyGradients sum overflows%s" % (" (bfloat16)" if bf16 else ""), "ApplyGradients",
+                 v.apply_with(overflowing(bf16)), "INVALID_ARGUMENT",
+                 ["stacks[1].gradients", "local SparseCore 0", "overflows float32", "each gradient is finite"])
     v.expect("ApplyGradients step -1", "ApplyGradients", v.apply_with(lambda r: setattr(r, "step", -1)),
              "INVALID_ARGUMENT", ["step -1"])
     for lr, name in ((-0.5, "-0.5"), (float("nan"), "nan"), (float("inf"), "inf"), (-0.0 - 1e-30, "-1e-30")):
@@ -555,7 +575,23 @@ def test_row_gradients(env):
         after_b = by_row_v.stub.Lookup(by_sample.lookup, timeout=30).SerializeToString()
         env.check(after_a == after_b and after_a != by_sample.before,
                   "step %d: by row and by sample leave bit-identical tables" % step)
-    print("   ok pushes by row and by sample: same tables after 3 steps", flush=True)
+    # Gradients of 1e38: no row's sum overflows, but the server's bound on
+    # the sums cannot rule it out, so it sums them once to check before it
+    # updates; the tables must still come out as by row.
+    def huge(r):
+        r.step = 4
+        g = np.frombuffer(r.stacks[1].gradients, "<f4")
+        r.stacks[1].gradients = f32(np.where(g < 0, -1e38, 1e38).astype(np.float32))
+    apply, rows_apply = by_sample.apply_with(huge), by_sample.apply_with(huge)
+    for sg in rows_apply.stacks:
+        by_row(sg)
+    got_a = by_sample.stub.ApplyGradients(apply, timeout=30).rows_updated
+    got_b = by_row_v.stub.ApplyGradients(rows_apply, timeout=30).rows_updated
+    after_a = by_sample.stub.Lookup(by_sample.lookup, timeout=30).SerializeToString()
+    after_b = by_row_v.stub.Lookup(by_sample.lookup, timeout=30).SerializeToString()
+    env.check(got_a == got_b and after_a == after_b, "gradients of 1e38: by sample (checked sums) and by row leave "
+              "bit-identical tables (rows_updated %d, %d)" % (got_a, got_b))
+    print("   ok pushes by row and by sample: same tables after 3 steps and one of 1e38 gradients", flush=True)
 
 
 def test_large_messages(env):
