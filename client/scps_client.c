@@ -63,7 +63,8 @@ struct scps_client {
   scps_float_format format;   /* of activations and gradients on the wire */
   size_t value_bytes;         /* 4 or 2: bytes of one such value */
   scps_answer_mode answer;
-  scps_gradient_mode gradients;
+  scps_gradient_mode gradients; /* AUTO becomes BY_SAMPLE with a server of wire_revision 0 */
+  uint32_t wire_revision;       /* lowest of the servers' (and this build's) GetConfig wire_revision */
   int32_t **sample_feature; /* [stack][sample]: the sample's feature, as an index into the stack's features */
   int64_t step;              /* lowest GetConfig last_step at connect; -1: none */
   bool ignore_checkpoint_due;
@@ -1059,6 +1060,14 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
                           "server %d (%s): config_fingerprint differs from server 0's (%s): the processes were "
                           "started with different declarations",
                           p, a, addr_of(c, 0));
+  const uint32_t rev = m->wire_revision < SCPS_WIRE_REVISION ? m->wire_revision : SCPS_WIRE_REVISION;
+  if (rev < 1 && c->gradients == SCPS_GRADIENTS_BY_ROW)
+    return scps_error_set(err, SCPS_EMISMATCH,
+                          "server %d (%s) takes no gradients by row (its GetConfig wire_revision is %u, by row "
+                          "needs 1): upgrade it, or push by sample or auto",
+                          p, a, m->wire_revision);
+  if (p == 0 || rev < c->wire_revision) c->wire_revision = rev;
+  if (rev < 1 && c->gradients == SCPS_GRADIENTS_AUTO) c->gradients = SCPS_GRADIENTS_BY_SAMPLE;
   if (m->max_message_bytes > 0 && (c->max_message_bytes == 0 || m->max_message_bytes < c->max_message_bytes))
     c->max_message_bytes = m->max_message_bytes;
   int64_t step = m->last_step_present_case == SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP
@@ -1455,8 +1464,11 @@ static size_t server_partitions(const scps_client *c, int st, int p, const scps_
   return exceptions;
 }
 
-/* Whether stack st's samples go as uint16 (StackPartitions.samples_u16). */
-static bool narrow_samples(const scps_layout *l, int st) { return l->stacks[st].total_sample_count <= 65536; }
+/* Whether stack st's samples go as uint16 (StackPartitions.samples_u16):
+ * where every sample fits and every server takes the form. */
+static bool narrow_samples(const scps_client *c, int st) {
+  return c->wire_revision >= 1 && c->layout->stacks[st].total_sample_count <= 65536;
+}
 
 /* Writes every server's LookupRequest from the prep's partitions. Stacks
  * with no entry on a server are left out of its request; merging treats
@@ -1484,7 +1496,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
         return scps_error_set(err, SCPS_ENOSPC, "stack '%s': %zu entries for server %d exceed the wire's 2^32 - 1",
                               l->stacks[st].name, entries, p);
       b->slot[i] = b->n_sent[p]++;
-      b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S, exceptions, narrow_samples(l, st));
+      b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
       b->stack_used[st] = true;
       total += scps_wire_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
       choose_gradients(c, b, st, p);
@@ -1515,7 +1527,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       const size_t exceptions = server_partitions(c, st, p, coo);
       w = scps_wire_put_lookup_stack_prefix(w, b->parts_len[i]);
       b->parts_off[i] = (size_t)(w - start);
-      w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S, exceptions, narrow_samples(l, st));
+      w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
     }
     if (any_distinct) w = scps_wire_put_distinct_rows(w, b->distinct, &b->slot[(size_t)p * (size_t)ns], ns, b->n_sent[p]);
     b->lookup[p] = s;

@@ -67,7 +67,10 @@ const char *scps_answer_mode_name(scps_answer_mode m);
  * of bytes is not worth it). In float32 both give the same tables bit
  * for bit; in bfloat16 by row rounds each row's sum instead of each
  * sample's gradient. By row reads only the gradients of samples that have
- * ids; those must be finite, and so must each row's sum. */
+ * ids; those must be finite, and so must each row's sum (by sample the
+ * servers refuse a row whose sum overflows as well). A server from before
+ * pushes by row (GetConfig wire_revision 0) makes AUTO push by sample, and
+ * BY_ROW fail scps_client_create with SCPS_EMISMATCH naming it. */
 typedef enum scps_gradient_mode {
   SCPS_GRADIENTS_AUTO = 0,
   SCPS_GRADIENTS_BY_SAMPLE = 1,

@@ -6,6 +6,10 @@
 #include "scps.pb-c.h"
 #include "scps_spec.h"
 
+/* GetConfigResponse.wire_revision of this build: the request forms its
+ * scps-server takes and its libscps may send (scps.proto says which). */
+#define SCPS_WIRE_REVISION 1
+
 /* Most tables or features one ClusterSpec may carry. */
 #define SCPS_CLUSTER_MAX_TABLES 65536
 #define SCPS_CLUSTER_MAX_FEATURES 65536

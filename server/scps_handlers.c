@@ -76,6 +76,7 @@ int scps_handlers_init(scps_server *s, scps_error *err) {
   resp->config_fingerprint.len = sizeof s->fingerprint;
   resp->max_message_bytes = s->opts.max_message_bytes;
   resp->version = SCPS_VERSION;
+  resp->wire_revision = SCPS_WIRE_REVISION;
   resp->n_stacks = (size_t)l->n_stacks;
   g->n_stacks = l->n_stacks;
   g->infos = calloc((size_t)l->n_stacks, sizeof *g->infos);

@@ -3,7 +3,7 @@ proto/scps.proto, scps-server processes on loopback, and a small client of
 its own (COO partitions built from ids with numpy, independent of libscps).
 
 Every test is a script run by ctest as
-    /usr/bin/python3 test_x.py --server PATH --proto PATH --shared DIR
+    /usr/bin/python3 test_x.py --server PATH --proto PATH --shared DIR [--loadgen PATH]
 It exits 0 when every check passed. Servers are always killed on the way out
 and their stderr must not contain a sanitizer report.
 """
@@ -40,6 +40,7 @@ class Env:
         ap.add_argument("--server", required=True, help="the scps-server binary")
         ap.add_argument("--proto", required=True, help="proto/scps.proto")
         ap.add_argument("--shared", required=True, help="the shared/ folder")
+        ap.add_argument("--loadgen", help="the scps-loadgen binary, for tests that drive libscps")
         self.args = ap.parse_args()
         self.name = name
         self.tmp = tempfile.mkdtemp(prefix="scps-%s-" % name)

@@ -1,0 +1,109 @@
+"""libscps against a server of an earlier wire revision (GetConfig
+wire_revision 0: no StackPartitions.samples_u16, no
+StackGradients.row_gradients): a Python gRPC proxy in front of a real
+scps-server answers GetConfig without the field and records the forms of the
+requests that scps-loadgen sends through it. With the field passed on, the
+same runs must use both newer forms, so the check can fail."""
+import subprocess
+from concurrent import futures
+
+from scps_srvtest import SERVICE, UNLIMITED, main
+
+# Few rows and many samples: pushes by row take far fewer bytes, so AUTO
+# picks them wherever the servers take them; 512 samples fit in uint16.
+TABLES = [
+    {"name": "t", "vocabulary_size": 40, "embedding_dim": 16, "combiner": "sum",
+     "optimizer": {"type": "adagrad", "learning_rate": 0.1, "initial_accumulator": 0.1},
+     "initializer": {"type": "uniform", "scale": 0.1}},
+]
+FEATURES = [{"name": "f", "table": "t", "valency": 1}]
+METHODS = ("GetConfig", "Lookup", "ApplyGradients", "Stats", "Health", "Checkpoint")
+
+
+class Proxy:
+    """A gRPC server forwarding every method to target as raw bytes; with
+    strip, GetConfig answers lose wire_revision."""
+
+    def __init__(self, env, target, strip):
+        self.env, self.pb, self.strip = env, env.pb, strip
+        self.seen = {"Lookup": 0, "ApplyGradients": 0, "samples_u16": 0, "row_gradients": 0}
+        self.channel = env.grpc.insecure_channel(target, options=UNLIMITED)
+        handlers = {m: env.grpc.unary_unary_rpc_method_handler(self._forward(m)) for m in METHODS}
+        self.server = env.grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=UNLIMITED)
+        self.server.add_generic_rpc_handlers((env.grpc.method_handlers_generic_handler("scps.v1.EmbeddingService",
+                                                                                        handlers),))
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+        self.server.start()
+
+    def _forward(self, method):
+        call = self.channel.unary_unary(SERVICE + method, request_serializer=None, response_deserializer=None)
+        pb = self.pb
+
+        def handle(req, ctx):
+            if method == "Lookup":
+                stacks = [s for s in pb.LookupRequest.FromString(req).stacks]
+                self.seen["samples_u16"] += sum(len(s.samples_u16) > 0 for s in stacks)
+            elif method == "ApplyGradients":
+                stacks = pb.ApplyGradientsRequest.FromString(req).stacks
+                self.seen["samples_u16"] += sum(len(s.partitions.samples_u16) > 0 for s in stacks)
+                self.seen["row_gradients"] += sum(len(s.row_gradients) > 0 for s in stacks)
+            if method in self.seen:
+                self.seen[method] += 1
+            try:
+                resp = call(req, timeout=30)
+            except self.env.grpc.RpcError as e:
+                ctx.abort(e.code(), e.details())
+            if method == "GetConfig" and self.strip:
+                r = pb.GetConfigResponse.FromString(resp)
+                r.ClearField("wire_revision")
+                resp = r.SerializeToString()
+            return resp
+        return handle
+
+    def close(self):
+        self.server.stop(None)
+        self.channel.close()
+
+
+def loadgen(env, cfg, port, gradients):
+    argv = [env.args.loadgen, "--workload", cfg, "--servers", "127.0.0.1:%d" % port, "--mode", "train",
+            "--requests", "6", "--warmup", "0", "--gradients", gradients]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120)
+
+
+def test_wire_revision(env):
+    cfg = env.write_config("revision", 512, TABLES, FEATURES)
+    srv = env.server(cfg).wait_ready()
+    got = srv.stub().GetConfig(env.pb.GetConfigRequest(), timeout=30).wire_revision
+    env.check(got == 1, "GetConfig wire_revision %d, expected 1" % got)
+    for strip in (False, True):
+        proxy = Proxy(env, srv.addr, strip)
+        try:
+            what = "server of wire_revision %s" % ("0 (stripped)" if strip else "1")
+            r = loadgen(env, cfg, proxy.port, "auto")
+            s = proxy.seen
+            env.check(r.returncode == 0, "%s: scps-loadgen --gradients auto exit %d: %s" % (what, r.returncode,
+                                                                                         r.stderr[-400:]))
+            env.check(s["Lookup"] > 0 and s["ApplyGradients"] > 0, "%s: requests through the proxy %s" % (what, s))
+            if strip:
+                env.check(s["samples_u16"] == 0 and s["row_gradients"] == 0,
+                          "%s: libscps sent only the first forms %s" % (what, s))
+            else:
+                env.check(s["samples_u16"] > 0 and s["row_gradients"] > 0,
+                          "%s: libscps sent uint16 samples and gradients by row %s" % (what, s))
+            print("   ok %s: auto pushes, requests seen %s" % (what, s), flush=True)
+            r = loadgen(env, cfg, proxy.port, "row")
+            if strip:
+                env.check(r.returncode != 0 and "takes no gradients by row" in r.stderr and
+                          "wire_revision is 0" in r.stderr,
+                          "%s: --gradients row refused: exit %d, %r" % (what, r.returncode, r.stderr[-400:]))
+                print("   ok %s: --gradients row refused: %s" % (what, r.stderr.strip().splitlines()[-1]), flush=True)
+            else:
+                env.check(r.returncode == 0, "%s: --gradients row exit %d: %s" % (what, r.returncode,
+                                                                                 r.stderr[-400:]))
+        finally:
+            proxy.close()
+
+
+if __name__ == "__main__":
+    main("test_wire_revision", [test_wire_revision])
