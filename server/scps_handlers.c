@@ -805,9 +805,10 @@ static bool read_gradients(scps_call *c, int32_t k) {
 }
 
 /* Whether no row sum of the call's stacks by sample can leave float32's
- * range: each is at most sum |gain| x the largest |gradient|, and float32
- * rounding adds at most a relative n x 2^-24 to that over n adds. The same
- * answer on every thread once all workers have read their gradients. */
+ * range: each is at most n x the largest |gain| x the largest |gradient|
+ * for a partition of n entries, and float32 rounding adds at most a
+ * relative n x 2^-24 to that over n adds. The same answer on every thread
+ * once all workers have read their gradients. */
 static bool sums_bounded(const scps_call *c) {
   uint32_t mag = 0;
   for (int k = 0; k < c->srv->S; k++) mag = c->grad_mag[k] > mag ? c->grad_mag[k] : mag;
@@ -818,7 +819,9 @@ static bool sums_bounded(const scps_call *c) {
     if (cs->by_row) continue;
     for (int k = 0; k < c->srv->S; k++) {
       const double n = (double)cs->coo[k].n;
-      if (!(cs->gain_abs[k] * (double)gmax * (1.0 + n * 0x1p-23) < 0x1p126)) return false;
+      float gain;
+      memcpy(&gain, &cs->gain_mag[k], sizeof gain);
+      if (!(n * (double)gain * (double)gmax * (1.0 + n * 0x1p-23) < 0x1p126)) return false;
     }
   }
   return true;
@@ -855,11 +858,11 @@ static int64_t apply_updates(scps_call *c, int32_t sc) {
 
 /* A gang job, so every worker is here at once: first each reads and checks
  * its share of the gradients (megabytes a single thread would copy while
- * the other cores wait) and sums its partitions' |gain|, then, once all
- * have, each updates its own SparseCore, unless any value was not finite
- * (apply_tc rejects the call) or the bound on the row sums leaves room for
- * one to overflow (apply_tc sums them first, then updates or rejects): in
- * both cases the workers write nothing. */
+ * the other cores wait) and finds its partitions' largest |gain|, then,
+ * once all have, each updates its own SparseCore, unless any value was not
+ * finite (apply_tc rejects the call) or the bound on the row sums leaves
+ * room for one to overflow (apply_tc sums them first, then updates or
+ * rejects): in both cases the workers write nothing. */
 static void apply_sc(scps_job *job, int32_t sc) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
@@ -868,12 +871,18 @@ static void apply_sc(scps_job *job, int32_t sc) {
     call_stack *cs = &c->stacks[i];
     const scps_coo *coo = &cs->coo[sc];
     if (cs->by_row) continue;
-    double sum = (double)coo->n;
+    /* A max of magnitude bits, not a sum of floats: it vectorises. */
+    uint32_t mag = 0x3f800000u; /* 1.0f, every gain without gains */
     if (coo->gains) {
-      sum = 0.0;
-      for (size_t j = 0; j < coo->n; j++) sum += fabs((double)coo->gains[j]);
+      mag = 0;
+      for (size_t j = 0; j < coo->n; j++) {
+        uint32_t u;
+        memcpy(&u, &coo->gains[j], sizeof u);
+        u &= 0x7fffffffu;
+        mag = u > mag ? u : mag;
+      }
     }
-    cs->gain_abs[sc] = sum;
+    cs->gain_mag[sc] = mag;
   }
   scps_pipeline_gang_sync(s->pipeline, job);
   if (atomic_load(&c->grads_bad) || !sums_bounded(c)) return;

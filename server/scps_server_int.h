@@ -150,9 +150,10 @@ typedef struct call_stack {
    * rows, and grads holds one vector per row, coo[k]'s from row_start[k]. */
   bool by_row;
   uint32_t row_start[64 + 1];
-  /* ApplyGradients by sample: the sum of |gain| over coo[k]'s entries,
-   * which with the largest |gradient| bounds every row sum of coo[k]. */
-  double gain_abs[64];
+  /* ApplyGradients by sample: the largest |gain| of coo[k]'s entries, as
+   * float32 bits; times their count and the largest |gradient| it bounds
+   * every row sum of coo[k]. */
+  uint32_t gain_mag[64];
 } call_stack;
 
 /* Finishes a call: status, optional message text, optional packed response
