@@ -305,6 +305,7 @@ static void handle_stats(scps_call *c) {
   pthread_mutex_unlock(&sv->mu);
   ck.last_path = last_path;
   r.checkpoints = &ck;
+  r.pushes_sums_checked = atomic_load(&s->pushes_sums_checked);
   for (int m = 0; m < SCPS_M_COUNT; m++) {
     scps__v1__method_stats__init(&ms[m]);
     ms[m].method = (char *)scps_method_names[m];
@@ -763,7 +764,7 @@ static void handle_lookup(scps_call *c) {
  * widened on the way, or bfloat16 as it came for a stack by sample
  * (grads_bf16), whose update widens them itself. Returns whether any value
  * is not finite: all exponent bits set, tested branch-free per block; the
- * largest magnitude goes to c->grad_mag[k]. */
+ * largest magnitude of the stacks by sample goes to c->grad_mag[k]. */
 static bool read_gradients(scps_call *c, int32_t k) {
   const int32_t S = c->srv->S;
   const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
@@ -776,28 +777,30 @@ static bool read_gradients(scps_call *c, int32_t k) {
     for (size_t at = n * (size_t)k / (size_t)S; at < end; at += GRAD_BLOCK) {
       const size_t m = end - at < GRAD_BLOCK ? end - at : GRAD_BLOCK;
       const uint8_t *src = scps_slices_span(&c->req.msg, cs->grad_src.off + at * width, m * width, tmp);
+      uint32_t high = 0;
       if (cs->grads_bf16) {
         uint16_t *raw = (uint16_t *)(void *)cs->grads + at;
         memcpy(raw, src, m * 2);
-        uint32_t high = 0;
         for (size_t j = 0; j < m; j++) {
           const uint32_t h = raw[j] & 0x7fffu;
           nonfinite |= (uint32_t)(h >= 0x7f80u);
           high = h > high ? h : high;
         }
-        mag = high << 16 > mag ? high << 16 : mag;
-        continue;
+        high <<= 16;
+      } else {
+        float *dst = cs->grads + at;
+        if (bf16) scps_bf16_decode(src, dst, m);
+        else memcpy(dst, src, m * sizeof(float));
+        for (size_t j = 0; j < m; j++) {
+          uint32_t u;
+          memcpy(&u, &dst[j], sizeof u);
+          u &= 0x7fffffffu;
+          nonfinite |= (uint32_t)(u >= 0x7f800000u);
+          high = u > high ? u : high;
+        }
       }
-      float *dst = cs->grads + at;
-      if (bf16) scps_bf16_decode(src, dst, m);
-      else memcpy(dst, src, m * sizeof(float));
-      for (size_t j = 0; j < m; j++) {
-        uint32_t u;
-        memcpy(&u, &dst[j], sizeof u);
-        u &= 0x7fffffffu;
-        nonfinite |= (uint32_t)(u >= 0x7f800000u);
-        mag = u > mag ? u : mag;
-      }
+      /* Row sums pushed by row are applied as they are: no bound needed. */
+      if (!cs->by_row && high > mag) mag = high;
     }
   }
   c->grad_mag[k] = mag;
@@ -856,13 +859,36 @@ static int64_t apply_updates(scps_call *c, int32_t sc) {
   return rows;
 }
 
+/* With the bound exceeded: whether every row sum of the stacks by sample
+ * is finite, formed as the update forms it; if not, the first that is not
+ * goes to c->sum_stack, sum_sc and sum_row. */
+static bool sums_finite(scps_call *c) {
+  const scps_server *s = c->srv;
+  for (int i = 0; i < c->n_stacks; i++) {
+    const call_stack *cs = &c->stacks[i];
+    if (cs->by_row) continue;
+    for (int k = 0; k < s->S; k++) {
+      uint32_t row;
+      if (scps_engine_sums_finite(s->engine, cs->stack, &cs->coo[k], cs->grads, cs->grads_bf16, &row)) continue;
+      c->sum_stack = i;
+      c->sum_sc = k;
+      c->sum_row = row;
+      return false;
+    }
+  }
+  return true;
+}
+
 /* A gang job, so every worker is here at once: first each reads and checks
  * its share of the gradients (megabytes a single thread would copy while
  * the other cores wait) and finds its partitions' largest |gain|, then,
  * once all have, each updates its own SparseCore, unless any value was not
- * finite (apply_tc rejects the call) or the bound on the row sums leaves
- * room for one to overflow (apply_tc sums them first, then updates or
- * rejects): in both cases the workers write nothing. */
+ * finite (apply_tc rejects the call). Where the bound on the row sums
+ * leaves room for one to overflow (rare: values near float32's range),
+ * worker 0 alone sums every row and then updates every SparseCore or, if
+ * a sum is not finite, nothing; the others wait at the gang's closing
+ * barrier meanwhile, so no later job (gang Lookups take no locks) runs
+ * until the tables are whole. */
 static void apply_sc(scps_job *job, int32_t sc) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
@@ -885,8 +911,15 @@ static void apply_sc(scps_job *job, int32_t sc) {
     cs->gain_mag[sc] = mag;
   }
   scps_pipeline_gang_sync(s->pipeline, job);
-  if (atomic_load(&c->grads_bad) || !sums_bounded(c)) return;
-  c->rows_updated[sc] = apply_updates(c, sc);
+  if (atomic_load(&c->grads_bad)) return;
+  if (sums_bounded(c)) {
+    c->rows_updated[sc] = apply_updates(c, sc);
+    return;
+  }
+  if (sc != 0) return;
+  atomic_fetch_add(&s->pushes_sums_checked, 1);
+  if (!sums_finite(c)) return;
+  for (int k = 0; k < s->S; k++) c->rows_updated[k] = apply_updates(c, k);
 }
 
 /* Gradient j of a stack as the worker read it. */
@@ -922,28 +955,6 @@ static void name_bad_gradient(const scps_call *c, char *msg, size_t len) {
   snprintf(msg, len, "a gradient is not finite");
 }
 
-/* With the bound exceeded: whether every row sum of the stacks by sample
- * is finite, formed as the update forms it; if not, msg names the first
- * that is not. */
-static bool sums_finite(const scps_call *c, char *msg, size_t len) {
-  const scps_server *s = c->srv;
-  for (int i = 0; i < c->n_stacks; i++) {
-    const call_stack *cs = &c->stacks[i];
-    if (cs->by_row) continue;
-    for (int k = 0; k < s->S; k++) {
-      uint32_t row;
-      if (scps_engine_sums_finite(s->engine, cs->stack, &cs->coo[k], cs->grads, cs->grads_bf16, &row)) continue;
-      snprintf(msg, len,
-               "stacks[%d].gradients: the sum of gain x gradient over the entries of row %u of local SparseCore "
-               "%d overflows float32 (each gradient is finite, their sum is not); scale the loss or the "
-               "gradients down",
-               i, row, k);
-      return false;
-    }
-  }
-  return true;
-}
-
 static void apply_tc(scps_job *job) {
   scps_call *c = job->data;
   char msg[SCPS_ERROR_MSG_MAX];
@@ -953,15 +964,14 @@ static void apply_tc(scps_job *job) {
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return;
   }
-  if (!sums_bounded(c)) {
-    /* Rare (gradients or gains near float32's range): checked and applied
-     * here, on one thread, so that nothing is written if any sum is not finite. */
-    if (!sums_finite(c, msg, sizeof msg)) {
-      scps_saver_apply_rejected(c->srv);
-      scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
-      return;
-    }
-    for (int k = 0; k < c->srv->S; k++) c->rows_updated[k] = apply_updates(c, k);
+  if (c->sum_stack >= 0) {
+    snprintf(msg, sizeof msg,
+             "stacks[%d].gradients: the sum of gain x gradient over the entries of row %u of local SparseCore %d "
+             "overflows float32 (each gradient is finite, their sum is not); scale the loss or the gradients down",
+             c->sum_stack, c->sum_row, c->sum_sc);
+    scps_saver_apply_rejected(c->srv);
+    scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    return;
   }
   Scps__V1__ApplyGradientsResponse r = SCPS__V1__APPLY_GRADIENTS_RESPONSE__INIT;
   for (int k = 0; k < c->srv->S; k++) r.rows_updated += c->rows_updated[k];
@@ -1112,6 +1122,7 @@ static void handle_apply(scps_call *c) {
   c->step.step = req->step;
   c->step.learning_rate = has_lr ? req->learning_rate : -1.0;
   atomic_init(&c->grads_bad, false);
+  c->sum_stack = -1;
   c->job.sc_fn = apply_sc;
   c->job.tc_fn = apply_tc;
   c->job.data = c;

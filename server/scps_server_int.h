@@ -73,6 +73,7 @@ struct scps_server {
   pthread_rwlock_t *sc_locks;
   int n_sc_locks;
   atomic_llong inline_lookups, inline_ns; /* the "inline" stage of Stats */
+  atomic_llong pushes_sums_checked;       /* Stats: pushes whose row sums were checked one by one */
   scps_method_stats methods[SCPS_M_COUNT + 1];
 
   grpc_server *server;
@@ -125,6 +126,10 @@ struct scps_call {
   int format;               /* FloatFormat of the activations or gradients */
   int64_t rows_updated[64]; /* per local SparseCore */
   atomic_bool grads_bad;    /* ApplyGradients: one of them is not finite */
+  /* ApplyGradients: the first row sum that overflowed, found by worker 0
+   * (stack index into stacks, local SparseCore, row); sum_stack -1: none. */
+  int sum_stack, sum_sc;
+  uint32_t sum_row;
   /* ApplyGradients: the largest |gradient| worker k read, as float32 bits
    * (the bits of a finite float's magnitude order as its values do). */
   uint32_t grad_mag[64];

@@ -575,9 +575,15 @@ def test_row_gradients(env):
         after_b = by_row_v.stub.Lookup(by_sample.lookup, timeout=30).SerializeToString()
         env.check(after_a == after_b and after_a != by_sample.before,
                   "step %d: by row and by sample leave bit-identical tables" % step)
+    def checked(v):
+        return v.stub.Stats(env.pb.StatsRequest(), timeout=30).pushes_sums_checked
+    env.check(checked(by_sample) == 0 and checked(by_row_v) == 0,
+              "no row sums checked for ordinary gradients (%d, %d)" % (checked(by_sample), checked(by_row_v)))
+
     # Gradients of 1e38: no row's sum overflows, but the server's bound on
     # the sums cannot rule it out, so it sums them once to check before it
-    # updates; the tables must still come out as by row.
+    # updates (Stats.pushes_sums_checked); the tables must still come out as
+    # by row, which needs no check.
     def huge(r):
         r.step = 4
         g = np.frombuffer(r.stacks[1].gradients, "<f4")
@@ -591,6 +597,8 @@ def test_row_gradients(env):
     after_b = by_row_v.stub.Lookup(by_sample.lookup, timeout=30).SerializeToString()
     env.check(got_a == got_b and after_a == after_b, "gradients of 1e38: by sample (checked sums) and by row leave "
               "bit-identical tables (rows_updated %d, %d)" % (got_a, got_b))
+    env.check(checked(by_sample) == 1 and checked(by_row_v) == 0, "gradients of 1e38: row sums checked by sample "
+              "once (%d), by row never (%d)" % (checked(by_sample), checked(by_row_v)))
     print("   ok pushes by row and by sample: same tables after 3 steps and one of 1e38 gradients", flush=True)
 
 

@@ -1,9 +1,10 @@
-"""libscps against a server of an earlier wire revision (GetConfig
-wire_revision 0: no StackPartitions.samples_u16, no
-StackGradients.row_gradients): a Python gRPC proxy in front of a real
-scps-server answers GetConfig without the field and records the forms of the
-requests that scps-loadgen sends through it. With the field passed on, the
-same runs must use both newer forms, so the check can fail."""
+"""libscps against a cluster with a server of an earlier wire revision
+(GetConfig wire_revision 0: no StackPartitions.samples_u16, no
+StackGradients.row_gradients): Python gRPC proxies in front of a real
+2-process cluster forward everything and record the forms of the requests
+scps-loadgen sends; the proxy of process 1 answers GetConfig without the
+field. With the field passed on, the same runs must use both newer forms, so
+the check can fail."""
 import subprocess
 from concurrent import futures
 
@@ -65,26 +66,28 @@ class Proxy:
         self.channel.close()
 
 
-def loadgen(env, cfg, port, gradients):
-    argv = [env.args.loadgen, "--workload", cfg, "--servers", "127.0.0.1:%d" % port, "--mode", "train",
-            "--requests", "6", "--warmup", "0", "--gradients", gradients]
+def loadgen(env, cfg, ports, gradients):
+    argv = [env.args.loadgen, "--workload", cfg, "--servers", ",".join("127.0.0.1:%d" % p for p in ports),
+            "--mode", "train", "--requests", "6", "--warmup", "0", "--gradients", gradients]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
 def test_wire_revision(env):
     cfg = env.write_config("revision", 512, TABLES, FEATURES)
-    srv = env.server(cfg).wait_ready()
-    got = srv.stub().GetConfig(env.pb.GetConfigRequest(), timeout=30).wire_revision
-    env.check(got == 1, "GetConfig wire_revision %d, expected 1" % got)
+    srvs = [env.server(cfg, index=p, num_processes=2).wait_ready() for p in range(2)]
+    for p, srv in enumerate(srvs):
+        got = srv.stub().GetConfig(env.pb.GetConfigRequest(), timeout=30).wire_revision
+        env.check(got == 1, "process %d: GetConfig wire_revision %d, expected 1" % (p, got))
     for strip in (False, True):
-        proxy = Proxy(env, srv.addr, strip)
+        proxies = [Proxy(env, srvs[0].addr, False), Proxy(env, srvs[1].addr, strip)]
         try:
-            what = "server of wire_revision %s" % ("0 (stripped)" if strip else "1")
-            r = loadgen(env, cfg, proxy.port, "auto")
-            s = proxy.seen
+            what = "process 1 of wire_revision %s" % ("0 (stripped)" if strip else "1")
+            r = loadgen(env, cfg, [x.port for x in proxies], "auto")
+            s = {k: proxies[0].seen[k] + proxies[1].seen[k] for k in proxies[0].seen}
             env.check(r.returncode == 0, "%s: scps-loadgen --gradients auto exit %d: %s" % (what, r.returncode,
                                                                                          r.stderr[-400:]))
-            env.check(s["Lookup"] > 0 and s["ApplyGradients"] > 0, "%s: requests through the proxy %s" % (what, s))
+            env.check(all(x.seen["Lookup"] > 0 and x.seen["ApplyGradients"] > 0 for x in proxies),
+                      "%s: requests through both proxies %s" % (what, [x.seen for x in proxies]))
             if strip:
                 env.check(s["samples_u16"] == 0 and s["row_gradients"] == 0,
                           "%s: libscps sent only the first forms %s" % (what, s))
@@ -92,17 +95,18 @@ def test_wire_revision(env):
                 env.check(s["samples_u16"] > 0 and s["row_gradients"] > 0,
                           "%s: libscps sent uint16 samples and gradients by row %s" % (what, s))
             print("   ok %s: auto pushes, requests seen %s" % (what, s), flush=True)
-            r = loadgen(env, cfg, proxy.port, "row")
+            r = loadgen(env, cfg, [x.port for x in proxies], "row")
             if strip:
-                env.check(r.returncode != 0 and "takes no gradients by row" in r.stderr and
-                          "wire_revision is 0" in r.stderr,
+                env.check(r.returncode != 0 and "server 1 (" in r.stderr and "takes no gradients by row" in r.stderr
+                          and "wire_revision is 0" in r.stderr,
                           "%s: --gradients row refused: exit %d, %r" % (what, r.returncode, r.stderr[-400:]))
                 print("   ok %s: --gradients row refused: %s" % (what, r.stderr.strip().splitlines()[-1]), flush=True)
             else:
                 env.check(r.returncode == 0, "%s: --gradients row exit %d: %s" % (what, r.returncode,
                                                                                  r.stderr[-400:]))
         finally:
-            proxy.close()
+            for x in proxies:
+                x.close()
 
 
 if __name__ == "__main__":
