@@ -392,13 +392,17 @@ static grpc_status_code check_partitions(scps_call *c, scps_req_partitions *sp, 
   if (bad != GRPC_STATUS_OK) return bad;
   const int st = cs->stack;
   size_t n = sp->rows.len / 4;
+  if (sp->rows.len % 4) {
+    snprintf(msg, len, "%s.rows: %zu bytes, not 4 bytes per entry", field, sp->rows.len);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
   char why[160];
-  int rc = sp->rows.len % 4 ? 0 : scps_request_expand_samples(sp, n, why, sizeof why);
+  int rc = scps_request_expand_samples(sp, n, why, sizeof why);
   if (rc) {
     snprintf(msg, len, "%s: %s", field, why);
     return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (sp->rows.len % 4 || sp->samples.len != sp->rows.len || (sp->gains.len && sp->gains.len != sp->rows.len)) {
+  if (sp->samples.len != sp->rows.len || (sp->gains.len && sp->gains.len != sp->rows.len)) {
     snprintf(msg, len,
              "%s: rows, samples and gains hold %zu, %zu and %zu bytes; each needs 4 bytes per entry and all must "
              "match (or gains empty: every gain 1.0 but those in gain_exceptions)",

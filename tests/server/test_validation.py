@@ -334,6 +334,9 @@ def test_invalid_requests(env):
     v.expect("Lookup samples_u16 short", "Lookup", v.lookup_with(
         lambda r: (as_u16(r.stacks[0]), setattr(r.stacks[0], "samples_u16", r.stacks[0].samples_u16[:-2]))),
         "INVALID_ARGUMENT", ["stacks[0]", "samples_u16 holds", "need 2 each"])
+    v.expect("Lookup samples_u16 with rows of 6 bytes", "Lookup", v.lookup_with(
+        lambda r: (as_u16(r.stacks[0]), setattr(r.stacks[0], "rows", r.stacks[0].rows + b"\0\0"))),
+        "INVALID_ARGUMENT", ["stacks[0].rows", "bytes, not 4 bytes per entry"])
     bad = bytes([fp[0] ^ 1]) + fp[1:]
     v.expect("Lookup wrong fingerprint", "Lookup", v.lookup_with(lambda r: setattr(r, "config_fingerprint", bad)),
              "FAILED_PRECONDITION", ["config_fingerprint", hex12(bad), hex12(fp)])
