@@ -1803,6 +1803,12 @@ out:
   return rc;
 }
 
+/* Bytes of pair i's row_gradients field body: a vector per distinct row. */
+static size_t row_gradients_len(const scps_client *c, const scps_batch *b, size_t i) {
+  const size_t dim = (size_t)c->layout->stacks[i % (size_t)c->layout->n_stacks].dim;
+  return (size_t)scps_rows_count(&b->rows[i]) * dim * c->value_bytes;
+}
+
 static int apply_start(scps_client *c, scps_batch *b, const float *const *grads, int64_t step, double learning_rate,
                        int64_t deadline_ms, bool blocking, scps_client_done done, void *ud, op **out,
                        scps_error *err) {
@@ -1873,7 +1879,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     if (b->slot[i] < 0 || !b->by_row[i]) continue;
     const scps_stack_layout *sl = &l->stacks[i % (size_t)ns];
     const scps_rows *ra = &b->rows[i];
-    const size_t glen = (size_t)scps_rows_count(ra) * (size_t)sl->dim * c->value_bytes;
+    const size_t glen = row_gradients_len(c, b, i);
     const size_t len = b->row_parts_len[i] + 1 + scps_wire_varint_size(glen) + glen;
     uint8_t *w = scps_client_buf_lend(&b->row_buf[i], len, &rs[i]);
     if (!w) {
@@ -1905,7 +1911,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
         /* rs[i] is the partitions body and then the whole row_gradients
          * field, whose length the stack's prefix counts as a gradients
          * field of the same size would. */
-        const size_t glen = (size_t)scps_rows_count(&b->rows[i]) * (size_t)l->stacks[st].dim * c->value_bytes;
+        const size_t glen = row_gradients_len(c, b, i);
         w = scps_wire_put_apply_stack_prefix(pre, b->row_parts_len[i], glen);
         r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
         r->req[r->n_req++] = grpc_slice_ref(rs[i]);
