@@ -854,7 +854,7 @@ static int64_t apply_updates(scps_call *c, int32_t sc) {
         scps_engine_update_bf16(s->engine, cs->stack, sc, coo, (const uint16_t *)(void *)cs->grads, &c->step);
       else
         scps_engine_update(s->engine, cs->stack, sc, coo, cs->grads, &c->step);
-      for (size_t j = 0; j < coo->n; j++) distinct += j == 0 || coo->rows[j] != coo->rows[j - 1];
+      distinct = (int64_t)scps_coo_distinct_rows(coo);
     }
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + sc].rows_updated, (long long)distinct);
     rows += distinct;
