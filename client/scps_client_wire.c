@@ -267,6 +267,7 @@ int scps_wire_parse_lookup_response(scps_slices *m, scps_wire_activations *out, 
         return -1;
       }
     }
+    if (m->pos != end) return -1; /* a key or varint ran over the entry's end */
     if (count < max) out[count] = a;
     count++;
   }

@@ -130,7 +130,7 @@ int scps_slices_len(scps_slices *m, size_t limit, size_t *len) {
   uint64_t v = 0;
   int rc = scps_slices_varint(m, &v);
   if (rc) return rc;
-  if (v > limit - m->pos) return failed(m, "field runs past its message");
+  if (m->pos > limit || v > limit - m->pos) return failed(m, "field runs past its message");
   *len = (size_t)v;
   return 0;
 }
@@ -141,8 +141,10 @@ int scps_slices_skip_field(scps_slices *m, int wire_type, size_t limit) {
   int rc;
   switch (wire_type) {
   case SCPS_WT_VARINT: return scps_slices_varint(m, &v);
-  case SCPS_WT_I64: return limit - m->pos < 8 ? failed(m, "truncated") : scps_slices_read(m, NULL, 8);
-  case SCPS_WT_I32: return limit - m->pos < 4 ? failed(m, "truncated") : scps_slices_read(m, NULL, 4);
+  case SCPS_WT_I64:
+    return m->pos > limit || limit - m->pos < 8 ? failed(m, "truncated") : scps_slices_read(m, NULL, 8);
+  case SCPS_WT_I32:
+    return m->pos > limit || limit - m->pos < 4 ? failed(m, "truncated") : scps_slices_read(m, NULL, 4);
   case SCPS_WT_LEN:
     rc = scps_slices_len(m, limit, &n);
     return rc ? rc : scps_slices_read(m, NULL, n);

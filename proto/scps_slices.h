@@ -33,7 +33,8 @@ void scps_slices_free(scps_slices *m);
 int scps_slices_varint(scps_slices *m, uint64_t *v);
 /* A field's key: its number (never 0) and wire type. */
 int scps_slices_key(scps_slices *m, uint32_t *field, int *wire_type);
-/* A length prefix whose field must end by limit. */
+/* A length prefix whose field must end by limit (fails if pos has already
+ * passed limit: a key or varint that ran over its message's end). */
 int scps_slices_len(scps_slices *m, size_t limit, size_t *len);
 /* n bytes into dst, or skipped when dst is NULL. */
 int scps_slices_read(scps_slices *m, void *dst, size_t n);

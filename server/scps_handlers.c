@@ -1,6 +1,7 @@
 /* The EmbeddingService methods but Checkpoint (scps_saver): decode, validate everything before
  * anything is applied, run Lookup/ApplyGradients through the SparseCore and
  * TensorCore stages, encode. */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,6 +158,34 @@ void scps_handlers_free(scps_server *s) {
   s->scratch = NULL;
 }
 
+/* protobuf-c's structs take about 10x a message's bytes (a ClusterSpec of
+ * 65536 tables: 4.2 MB on the wire, 42.6 MB decoded), but empty
+ * sub-messages or unknown fields 80x and more: decoding stops past this
+ * many bytes per byte received (plus a floor), and past UNPACK_MAX. */
+#define UNPACK_PER_BYTE 16
+#define UNPACK_FLOOR ((size_t)1 << 20)
+#define UNPACK_MAX ((size_t)256 << 20)
+
+typedef struct unpack_budget {
+  size_t left;
+  bool exceeded;
+} unpack_budget;
+
+static void *budget_alloc(void *ud, size_t n) {
+  unpack_budget *b = ud;
+  if (n > b->left) {
+    b->exceeded = true;
+    return NULL;
+  }
+  b->left -= n;
+  return malloc(n);
+}
+
+static void budget_free(void *ud, void *p) {
+  (void)ud;
+  free(p);
+}
+
 ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc) {
   uint8_t *data;
   size_t len;
@@ -167,9 +196,19 @@ ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescript
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return NULL;
   }
-  ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, len, data);
+  size_t budget = len < (UNPACK_MAX - UNPACK_FLOOR) / UNPACK_PER_BYTE ? UNPACK_FLOOR + UNPACK_PER_BYTE * len
+                                                                       : UNPACK_MAX;
+  unpack_budget b = {budget, false};
+  ProtobufCAllocator alloc = {budget_alloc, budget_free, &b};
+  /* What it allocates is plain malloc memory: freed later with the default
+   * allocator, as every other request. */
+  ProtobufCMessage *m = protobuf_c_message_unpack(desc, &alloc, len, data);
   free(data);
-  if (!m) {
+  if (!m && b.exceeded) {
+    snprintf(msg, sizeof msg, "%s: request of %zu bytes needs more than %zu bytes of memory to decode (at most %dx "
+             "its size plus 1 MiB, and 256 MiB)", scps_method_names[c->method], len, budget, UNPACK_PER_BYTE);
+    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
+  } else if (!m) {
     snprintf(msg, sizeof msg, "%s: request of %zu bytes is not a valid %s message", scps_method_names[c->method],
              len, desc->name);
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
@@ -188,6 +227,15 @@ static void handle_get_config(scps_call *c) {
     scps_error err;
     char msg[SCPS_ERROR_MSG_MAX + 64];
     if (scps_cluster_spec_from_pb(req->expected, &cs, &err)) {
+      snprintf(msg, sizeof msg, "expected: %s", err.msg);
+      scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+      return;
+    }
+    /* A configuration no server could serve is the client's mistake, not
+     * another cluster's: say what is wrong with it. */
+    if (scps_topology_validate(&cs.topology, &err) ||
+        scps_specs_validate(cs.tables, cs.n_tables, cs.features, cs.n_features, &err)) {
+      scps_cluster_spec_free(&cs);
       snprintf(msg, sizeof msg, "expected: %s", err.msg);
       scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
       return;
@@ -666,7 +714,9 @@ static bool read_data_request(scps_call *c, scps_request_kind kind) {
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return false;
   }
-  int rc = scps_request_decode(c->payload, kind, &c->req, msg, sizeof msg);
+  scps_server *s = c->srv;
+  int rc = scps_request_decode(c->payload, kind, (size_t)s->layout->n_stacks, (size_t)s->S + 1, &c->req, msg,
+                               sizeof msg);
   c->bytes_in = c->req.bytes;
   if (rc) {
     char full[600];
@@ -1068,8 +1118,11 @@ static void handle_apply(scps_call *c) {
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
   bool has_lr = req->has_learning_rate;
-  if (st == GRPC_STATUS_OK && has_lr && !(isfinite(req->learning_rate) && req->learning_rate >= 0)) {
-    snprintf(msg, sizeof msg, "learning_rate %g: must be finite and >= 0", req->learning_rate);
+  /* The optimizers take the rate as float32: above FLT_MAX it would be
+   * infinite there. */
+  if (st == GRPC_STATUS_OK && has_lr && !(req->learning_rate >= 0 && req->learning_rate <= FLT_MAX)) {
+    snprintf(msg, sizeof msg, "learning_rate %g: must be >= 0 and finite in float32 (<= %g)", req->learning_rate,
+             (double)FLT_MAX);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
   if (st == GRPC_STATUS_OK) st = check_format(c, (int)req->format, "gradient_format", msg, sizeof msg);
@@ -1112,6 +1165,14 @@ static void handle_apply(scps_call *c) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
     if (st == GRPC_STATUS_OK && duplicate_stack(c, (int)i, c->stacks[i].stack)) {
       snprintf(msg, sizeof msg, "%s: stack '%s' listed twice", field, sg->partitions.stack);
+      st = GRPC_STATUS_INVALID_ARGUMENT;
+    }
+    /* FTRL divides by the rate: 0 (or a rate that rounds to 0 in float32)
+     * would turn every row it touches into NaN. */
+    if (st == GRPC_STATUS_OK && has_lr && (float)req->learning_rate == 0.0f &&
+        s->layout->stacks[c->stacks[i].stack].optimizer.type == SCPS_OPT_FTRL) {
+      snprintf(msg, sizeof msg, "learning_rate %g: is 0 in float32, and %s (stack '%s') uses ftrl, which divides by "
+               "it; push ftrl stacks with a rate > 0", req->learning_rate, field, sg->partitions.stack);
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
     if (st == GRPC_STATUS_OK) {

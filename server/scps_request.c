@@ -17,6 +17,7 @@ typedef struct reader {
   char *msg;
   size_t msg_len;
   const char *what; /* "scps.v1.LookupRequest", for messages */
+  size_t max_stacks, max_sc_offsets;
 } reader;
 
 static int fail(reader *rd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -98,6 +99,10 @@ static int expect(reader *rd, uint32_t field, int wire_type, int want) {
 
 static int append_offset(reader *rd, scps_req_partitions *p, uint64_t v, size_t *cap) {
   if (v > UINT32_MAX) return fail(rd, "sc_offsets value %llu exceeds uint32", (unsigned long long)v);
+  if (p->n_sc_offsets >= rd->max_sc_offsets) {
+    p->n_sc_offsets++;
+    return 0;
+  }
   if (p->n_sc_offsets == *cap) {
     size_t c = *cap ? 2 * *cap : 16;
     uint32_t *bigger = realloc(p->sc_offsets, c * sizeof *bigger);
@@ -109,10 +114,16 @@ static int append_offset(reader *rd, scps_req_partitions *p, uint64_t v, size_t 
   return 0;
 }
 
+/* A sub-message's fields must end exactly where its length says: a key or
+ * varint that runs over that end belongs to no field. */
+static int ended(reader *rd, size_t limit) {
+  return rd->m.pos == limit ? 0 : fail(rd, "a field runs past the end of its message at byte %zu", limit);
+}
+
 /* StackPartitions ending at `limit`, merged into p as protobuf merges a
  * message field that occurs twice. */
 static int read_partitions(reader *rd, size_t limit, scps_req_partitions *p) {
-  size_t cap = p->n_sc_offsets;
+  size_t cap = p->n_sc_offsets < rd->max_sc_offsets ? p->n_sc_offsets : rd->max_sc_offsets;
   while (rd->m.pos < limit) {
     uint64_t v = 0;
     uint32_t field = 0;
@@ -157,7 +168,7 @@ static int read_partitions(reader *rd, size_t limit, scps_req_partitions *p) {
     }
     if (rc) return rc;
   }
-  return 0;
+  return ended(rd, limit);
 }
 
 static void partitions_init(scps_req_partitions *p) {
@@ -266,6 +277,10 @@ static int grow(reader *rd, void **arr, size_t n, size_t *cap, size_t size) {
 }
 
 static int add_stack(reader *rd, scps_request *r, scps_req_stack **out) {
+  /* Each entry costs the server far more than its 2 bytes on the wire. */
+  if (r->n_stacks == rd->max_stacks)
+    return fail(rd, "stacks: more than %zu entries, the server's stack count (each stack may be listed once)",
+                rd->max_stacks);
   void *arr = r->stacks;
   int rc = grow(rd, &arr, r->n_stacks, &r->cap_stacks, sizeof *r->stacks);
   r->stacks = arr;
@@ -300,7 +315,7 @@ static int read_stack_gradients(reader *rd, size_t limit, scps_req_stack *st) {
     }
     if (rc) return rc;
   }
-  return 0;
+  return ended(rd, limit);
 }
 
 /* One more flag of LookupRequest.distinct_rows. */
@@ -391,11 +406,13 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
 #error "scps_request keeps the wire's little-endian arrays as they are and needs a little-endian host"
 #endif
 
-int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, scps_request *r, char *msg, size_t len) {
+int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, size_t max_stacks, size_t max_sc_offsets,
+                        scps_request *r, char *msg, size_t len) {
   memset(r, 0, sizeof *r);
   r->config_fingerprint.data = empty_bytes;
   reader rd = {.msg = msg, .msg_len = len,
-               .what = kind == SCPS_REQUEST_LOOKUP ? "scps.v1.LookupRequest" : "scps.v1.ApplyGradientsRequest"};
+               .what = kind == SCPS_REQUEST_LOOKUP ? "scps.v1.LookupRequest" : "scps.v1.ApplyGradientsRequest",
+               .max_stacks = max_stacks, .max_sc_offsets = max_sc_offsets};
   int rc = scps_slices_init(&rd.m, bb);
   r->bytes = rd.m.total;
   if (rc == SCPS_ENOMEM) rc = nomem(&rd, rd.m.cap * sizeof(grpc_slice));

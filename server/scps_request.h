@@ -20,6 +20,9 @@ typedef struct scps_req_bytes {
 /* scps.v1.StackPartitions. */
 typedef struct scps_req_partitions {
   char *stack; /* NUL-terminated; "" when absent */
+  /* The first max_sc_offsets values of the field (scps_request_decode):
+   * n_sc_offsets counts them all, so a request can be told it has too
+   * many without the server keeping them. */
   uint32_t *sc_offsets;
   size_t n_sc_offsets;
   scps_req_bytes rows, samples, gains, gain_exceptions, samples_u16;
@@ -63,10 +66,13 @@ typedef struct scps_request {
 typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_request_kind;
 
 /* Decodes bb as a request of that kind into r (zeroed first). Returns 0, or
- * SCPS_EPARSE with msg saying what is malformed and at which byte, or
- * SCPS_ENOMEM. Memory taken is bounded by the request's size (a repeated
- * field frees its earlier value). r must be freed either way. */
-int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, scps_request *r, char *msg, size_t len);
+ * SCPS_EPARSE with msg saying what is malformed and at which byte (also
+ * for more than max_stacks entries of stacks: each stack may be listed
+ * once), or SCPS_ENOMEM. Memory taken is bounded by the request's size (a
+ * repeated field frees its earlier value; at most max_sc_offsets values of
+ * each sc_offsets are kept). r must be freed either way. */
+int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, size_t max_stacks, size_t max_sc_offsets,
+                        scps_request *r, char *msg, size_t len);
 
 void scps_request_free(scps_request *r);
 

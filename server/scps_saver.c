@@ -322,11 +322,8 @@ static void run_save(scps_server *s, save_job *j) {
              (long long)step, s->opts.process_index, (long long)sv->last_step, (long long)step);
     return;
   }
-  for (size_t i = 0; req && i < req->n_limits; i++) {
-    int st = scps_layout_find_stack(l, req->limits[i]->stack);
-    sv->limits[st].max_ids_per_partition = req->limits[i]->max_ids_per_partition;
-    sv->limits[st].max_unique_ids_per_partition = req->limits[i]->max_unique_ids_per_partition;
-  }
+  /* The request's limits go in force only with the checkpoint that saves
+   * them: a save that fails changes nothing. */
   scps_checkpoint_limits *limits = malloc(sizeof *limits * (size_t)(l->n_stacks ? l->n_stacks : 1));
   if (!limits) {
     j->status = GRPC_STATUS_RESOURCE_EXHAUSTED;
@@ -334,6 +331,11 @@ static void run_save(scps_server *s, save_job *j) {
     return;
   }
   memcpy(limits, sv->limits, sizeof *limits * (size_t)l->n_stacks);
+  for (size_t i = 0; req && i < req->n_limits; i++) {
+    int st = scps_layout_find_stack(l, req->limits[i]->stack);
+    limits[st].max_ids_per_partition = req->limits[i]->max_ids_per_partition;
+    limits[st].max_unique_ids_per_partition = req->limits[i]->max_unique_ids_per_partition;
+  }
   bool was_dirty = sv->dirty;
   sv->dirty = false;
   sv->saving = true;
@@ -354,7 +356,6 @@ static void run_save(scps_server *s, save_job *j) {
                (long long)step, e.msg);
     }
   }
-  free(limits);
   if (j->status == GRPC_STATUS_OK) {
     fprintf(stderr, "scps-server: %s step %lld to %s: %lld bytes in %d files, %.3f s (%.2f GB/s)\n",
             req ? "checkpointed" : "no Checkpoint request within a --checkpoint-every period; saved alone",
@@ -370,6 +371,7 @@ static void run_save(scps_server *s, save_job *j) {
   pthread_mutex_lock(&sv->mu);
   sv->saving = false;
   if (j->status == GRPC_STATUS_OK) {
+    memcpy(sv->limits, limits, sizeof *limits * (size_t)l->n_stacks);
     sv->saves++;
     sv->bytes_total += cs.bytes;
     sv->last_saved_step = step;
@@ -385,6 +387,7 @@ static void run_save(scps_server *s, save_job *j) {
     sv->failures++;
     sv->dirty = was_dirty;
   }
+  free(limits);
 }
 
 static void *saver_main(void *arg) {

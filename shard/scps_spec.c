@@ -1,5 +1,6 @@
 #include "scps_spec.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -193,10 +194,12 @@ static int check_name(const char *kind, int index, const char *name, scps_error 
   return 0;
 }
 
+/* The optimizers compute in float32: a value beyond FLT_MAX would be
+ * infinite there. */
 #define CHECK_FINITE(t, field)                                                                 \
-  if (!isfinite(o->field))                                                                     \
-    return scps_error_set(err, SCPS_EINVAL, "table '%s': optimizer %s " #field " is %g", t,    \
-                          scps_optimizer_name(o->type), o->field);
+  if (!(fabs(o->field) <= FLT_MAX))                                                            \
+    return scps_error_set(err, SCPS_EINVAL, "table '%s': optimizer %s " #field " is %g, not finite in float32", \
+                          t, scps_optimizer_name(o->type), o->field);
 
 static int check_optimizer(const char *t, const scps_optimizer_spec *o, scps_error *err) {
   if (!scps_optimizer_name(o->type))
@@ -259,8 +262,8 @@ static int check_optimizer(const char *t, const scps_optimizer_spec *o, scps_err
     if (o->initial_accumulator <= 0)
       return scps_error_set(err, SCPS_EINVAL, "table '%s': ftrl initial_accumulator %g must be > 0",
                             t, o->initial_accumulator);
-    if (o->learning_rate <= 0)
-      return scps_error_set(err, SCPS_EINVAL, "table '%s': ftrl learning_rate %g must be > 0", t,
+    if ((float)o->learning_rate <= 0)
+      return scps_error_set(err, SCPS_EINVAL, "table '%s': ftrl learning_rate %g must be > 0 in float32", t,
                             o->learning_rate);
     if (o->learning_rate_power > 0)
       return scps_error_set(err, SCPS_EINVAL, "table '%s': ftrl learning_rate_power %g must be <= 0",

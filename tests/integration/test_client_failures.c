@@ -90,17 +90,29 @@ static void test_configuration(void) {
   scps_client_destroy(c);
   c = NULL;
 
-  /* A table of another width. */
+  /* A table of another width (its features' output width with it, or no
+   * server could serve the declaration: INVALID_ARGUMENT). */
   scps_table_spec *t = malloc(sizeof *t * (size_t)w->n_tables);
   memcpy(t, w->tables, sizeof *t * (size_t)w->n_tables);
   t[1].embedding_dim = 24;
+  scps_feature_spec *f = malloc(sizeof *f * (size_t)w->n_features);
+  memcpy(f, w->features, sizeof *f * (size_t)w->n_features);
+  for (int i = 0; i < w->n_features; i++)
+    if (!strcmp(f[i].table, t[1].name) && f[i].output_dim) f[i].output_dim = 24;
   declare(&o, &topo, t);
+  o.features = f;
   int rc = scps_client_create(&o, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && !c, "rc %d", rc);
   CHECKF(contains(err.msg, "server 0 (") && contains(err.msg, "table 'users' embedding_dim") &&
              contains(err.msg, "24") && contains(err.msg, "FAILED_PRECONDITION"),
          "%s", err.msg);
   printf("declared dim 24: %s\n", err.msg);
+  o.features = w->features;
+  rc = scps_client_create(&o, &c, &err);
+  CHECKF(rc == SCPS_EINVAL && !c && contains(err.msg, "INVALID_ARGUMENT") && contains(err.msg, "expected:") &&
+             contains(err.msg, "output_dim"),
+         "declared dim 24, features left at 8: %d %s", rc, err.msg);
+  free(f);
 
   /* Another optimizer hyper-parameter. */
   memcpy(t, w->tables, sizeof *t * (size_t)w->n_tables);

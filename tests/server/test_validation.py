@@ -3,6 +3,7 @@ message naming the field and the offending value, and changes nothing: a
 Lookup afterwards returns exactly the bytes it returned before. Also garbage
 and truncated protobufs, a request over --max-message-mb, unknown methods,
 and requests and responses over gRPC's default 4 MiB that must work."""
+import os
 import struct
 
 import numpy as np
@@ -33,7 +34,7 @@ def hex12(b):
 
 
 class Validation:
-    def __init__(self, env, srv):
+    def __init__(self, env, srv, stacks=("a", "b")):
         self.env = env
         self.pb = env.pb
         self.cl = Cluster(env, [srv])
@@ -42,7 +43,7 @@ class Validation:
         entries = self.cl.entries(base_batch())
         self.lookup = self.cl.lookup_request(entries, 0)
         names = [s.stack for s in self.lookup.stacks]
-        env.check(names == ["a", "b"], "stacks of the base request %s" % names)
+        env.check(names == list(stacks), "stacks of the base request %s" % names)
         for s in self.lookup.stacks:
             env.check(s.sc_offsets[1] > 1 and s.sc_offsets[2] - s.sc_offsets[1] > 1,
                       "base request: stack %s has entries on both SparseCores (%s)" % (s.stack, list(s.sc_offsets)))
@@ -53,7 +54,7 @@ class Validation:
             g = rng.standard_normal((info.total_sample_count, info.dim)).astype(np.float32)
             self.apply.stacks.append(self.pb.StackGradients(partitions=part, gradients=f32(g)))
         self.before = self.stub.Lookup(self.lookup, timeout=30).SerializeToString()
-        self.rejected = {"Lookup": 0, "ApplyGradients": 0, "GetConfig": 0}
+        self.rejected = {"Lookup": 0, "ApplyGradients": 0, "GetConfig": 0, "Health": 0}
 
     def unchanged(self, what):
         after = self.stub.Lookup(self.lookup, timeout=30).SerializeToString()
@@ -73,7 +74,7 @@ class Validation:
         if ok:
             print("   ok %-45s %s: %s" % (what, got, details), flush=True)
         # Requests over the size limit are refused by gRPC before any handler.
-        if got not in ("OK", "RESOURCE_EXHAUSTED") and method in self.rejected:
+        if got != "OK" and "larger than max" not in details and method in self.rejected:
             self.rejected[method] += 1
         self.unchanged(what)
 
@@ -306,8 +307,27 @@ def test_invalid_requests(env):
             needles = ["stacks[%d]" % k] + needles
             v.expect("Lookup %s (stacks[%d])" % (what, k), "Lookup",
                      v.lookup_with(lambda r: mutate(r.stacks[k])), "INVALID_ARGUMENT", needles)
-    v.expect("Lookup stack listed twice", "Lookup", v.lookup_with(lambda r: r.stacks.append(r.stacks[0])),
-             "INVALID_ARGUMENT", ["stacks[2]", "'a'", "listed twice"])
+    def twice(stacks):
+        stacks[1].CopyFrom(stacks[0])
+
+    v.expect("Lookup stack listed twice", "Lookup", v.lookup_with(lambda r: twice(r.stacks)),
+             "INVALID_ARGUMENT", ["stacks[1]", "'a'", "listed twice"])
+    # Each entry costs the server far more than its bytes: more entries than
+    # it has stacks are refused while decoding.
+    v.expect("Lookup more stacks than the server's", "Lookup",
+             v.lookup_with(lambda r: r.stacks.append(r.stacks[0])), "INVALID_ARGUMENT",
+             ["stacks", "more than 2 entries"])
+    v.expect("Lookup 0.5 MB of empty stacks entries", "Lookup", b"\x1a\x00" * (1 << 18), "INVALID_ARGUMENT",
+             ["more than 2 entries"])
+
+    def drop_second(r):
+        del r.stacks[1]
+
+    # A key starting at the end of a stacks entry and ending in the request
+    # around it (as protobuf itself refuses).
+    v.expect("Lookup key across a stacks entry's end", "Lookup",
+             v.lookup_with(drop_second).SerializeToString() + b"\x1a\x01\x80\x01\x00",
+             "INVALID_ARGUMENT", ["runs past the end of its message"])
     for flags in ([True], [False, True, True]):
         v.expect("Lookup %d distinct_rows flags" % len(flags), "Lookup",
                  v.lookup_with(lambda r: r.distinct_rows.extend(flags)), "INVALID_ARGUMENT",
@@ -356,8 +376,11 @@ def test_invalid_requests(env):
                  v.apply_with(lambda r: mutate(r.stacks[1].partitions)), "INVALID_ARGUMENT",
                  ["stacks[1].partitions"] + needles)
     v.expect("ApplyGradients stack listed twice", "ApplyGradients",
+             v.apply_with(lambda r: twice(r.stacks)), "INVALID_ARGUMENT",
+             ["stacks[1]", "'a'", "listed twice"])
+    v.expect("ApplyGradients more stacks than the server's", "ApplyGradients",
              v.apply_with(lambda r: r.stacks.append(r.stacks[0])), "INVALID_ARGUMENT",
-             ["stacks[2]", "'a'", "listed twice"])
+             ["stacks", "more than 2 entries"])
     v.expect("ApplyGradients partitions missing", "ApplyGradients",
              v.apply_with(lambda r: r.stacks[1].ClearField("partitions")), "INVALID_ARGUMENT",
              ["stacks[1].partitions", "missing"])
@@ -436,7 +459,8 @@ def test_invalid_requests(env):
                  ["stacks[1].gradients", "local SparseCore 0", "overflows float32", "each gradient is finite"])
     v.expect("ApplyGradients step -1", "ApplyGradients", v.apply_with(lambda r: setattr(r, "step", -1)),
              "INVALID_ARGUMENT", ["step -1"])
-    for lr, name in ((-0.5, "-0.5"), (float("nan"), "nan"), (float("inf"), "inf"), (-0.0 - 1e-30, "-1e-30")):
+    for lr, name in ((-0.5, "-0.5"), (float("nan"), "nan"), (float("inf"), "inf"), (-0.0 - 1e-30, "-1e-30"),
+                     (3.5e38, "3.5e+38")):
         v.expect("ApplyGradients learning_rate %s" % name, "ApplyGradients",
                  v.apply_with(lambda r: setattr(r, "learning_rate", lr)), "INVALID_ARGUMENT",
                  ["learning_rate %s" % name])
@@ -460,8 +484,11 @@ def test_invalid_requests(env):
 
     tb = [t.name for t in own.tables].index("b")
     fb = [f.name for f in own.features].index("fb")
-    v.expect("GetConfig other embedding_dim", "GetConfig",
-             expected_with(lambda c: setattr(c.tables[tb], "embedding_dim", 32)), "FAILED_PRECONDITION",
+    def dim_32(c):
+        c.tables[tb].embedding_dim = 32
+        c.features[fb].output_dim = 32
+
+    v.expect("GetConfig other embedding_dim", "GetConfig", expected_with(dim_32), "FAILED_PRECONDITION",
              ["'b'", "embedding_dim", "32", "12"])
     v.expect("GetConfig other num_processes", "GetConfig",
              expected_with(lambda c: setattr(c.topology, "num_processes", 2)), "FAILED_PRECONDITION",
@@ -475,6 +502,22 @@ def test_invalid_requests(env):
     v.expect("GetConfig invalid expected", "GetConfig",
              expected_with(lambda c: setattr(c.tables[tb], "combiner", pb.COMBINER_UNSPECIFIED)),
              "INVALID_ARGUMENT", ["expected", "combiner"])
+    # Declarations no server could serve are the client's mistake, not
+    # another cluster: INVALID_ARGUMENT, as the server's --config would.
+    for what, fn, needles in (
+            ("embedding_dim 0", lambda c: setattr(c.tables[tb], "embedding_dim", 0), ["'b'", "embedding_dim"]),
+            ("vocabulary_size -1", lambda c: setattr(c.tables[tb], "vocabulary_size", -1), ["'b'", "-1"]),
+            ("num_processes 0", lambda c: setattr(c.topology, "num_processes", 0), ["num_processes"]),
+            ("feature of no table", lambda c: setattr(c.features[fb], "table", "zz"), ["'fb'", "zz"])):
+        v.expect("GetConfig expected %s" % what, "GetConfig", expected_with(fn), "INVALID_ARGUMENT",
+                 ["expected:"] + needles)
+    # Decoding takes at most 16x a small request's bytes (plus 1 MiB): empty
+    # TableSpecs take 80x, unknown fields as much.
+    v.expect("GetConfig 0.5 MB of empty TableSpecs", "GetConfig",
+             b"\x0a\x80\x80\x20" + b"\x12\x00" * (1 << 18), "RESOURCE_EXHAUSTED",
+             ["GetConfig", "524292 bytes", "memory to decode"])
+    v.expect("Health 0.5 MB of unknown fields", "Health", b"\x78\x00" * (1 << 18), "RESOURCE_EXHAUSTED",
+             ["Health", "memory to decode"])
 
     # Bytes that are not the request message.
     good = v.lookup.SerializeToString()
@@ -643,5 +686,55 @@ def test_large_messages(env):
               "Stats ApplyGradients bytes_received %d" % m["ApplyGradients"].bytes_received)
 
 
+def test_ftrl_rate(env):
+    """FTRL divides by the learning rate: a push whose rate is 0 in float32
+    (0 itself, or 1e-46) is refused when it lists an FTRL stack, and
+    accepted for the others."""
+    tables = [TABLES[0], dict(TABLES[1], name="f", optimizer={"type": "ftrl", "learning_rate": 0.5})]
+    features = [FEATURES[0], dict(FEATURES[1], table="f")]
+    srv = env.server(env.write_config("ftrl_rate", BATCH, tables, features)).wait_ready()
+    v = Validation(env, srv, stacks=("a", "f"))
+    for lr, name in ((0.0, "0"), (1e-46, "1e-46")):
+        v.expect("ApplyGradients learning_rate %s with an ftrl stack" % name, "ApplyGradients",
+                 v.apply_with(lambda r: setattr(r, "learning_rate", lr)), "INVALID_ARGUMENT",
+                 ["learning_rate %s" % name, "stacks[1]", "'f'", "ftrl"])
+
+    def sgd_only(r):
+        r.learning_rate = 0.0
+        del r.stacks[1]
+
+    # An SGD step with rate 0 leaves the tables as they were: OK, unchanged.
+    v.expect("ApplyGradients learning_rate 0, sgd stack only", "ApplyGradients", v.apply_with(sgd_only), "OK", [])
+
+
+def test_failed_checkpoint(env):
+    """A Checkpoint that cannot be written leaves the limits in force as
+    they were; one that is written puts its limits in force."""
+    srv = env.server(env.write_config("failed_checkpoint", BATCH, TABLES, FEATURES)).wait_ready()
+    v = Validation(env, srv)
+    pb = v.pb
+
+    def limits_of_a():
+        cfg = v.stub.GetConfig(pb.GetConfigRequest(), timeout=30)
+        a = next(s for s in cfg.stacks if s.name == "a")
+        return a.max_ids_per_partition, a.max_unique_ids_per_partition
+
+    before = limits_of_a()
+    env.check(before != (999, 998), "stack a's limits start elsewhere: %s" % (before,))
+    lim = [pb.StackLimits(stack="a", max_ids_per_partition=999, max_unique_ids_per_partition=998)]
+    req = pb.CheckpointRequest(config_fingerprint=v.cl.fingerprint, step=0, directory="/dev/null/x", limits=lim)
+    got, details, _ = call_status(v.stub.Checkpoint, req, timeout=60)
+    env.check(got == "FAILED_PRECONDITION" and "/dev/null" in details, "Checkpoint to /dev/null/x: %s %r"
+              % (got, details))
+    env.check(limits_of_a() == before, "after the failed Checkpoint stack a's limits are still %s: %s"
+              % (before, limits_of_a()))
+    req.directory = os.path.join(env.tmp, "failed_checkpoint_ok")
+    got, details, _ = call_status(v.stub.Checkpoint, req, timeout=60)
+    env.check(got == "OK", "Checkpoint to a directory: %s %r" % (got, details))
+    env.check(limits_of_a() == (999, 998), "after a saved Checkpoint stack a's limits are (999, 998): %s"
+              % (limits_of_a(),))
+
+
 if __name__ == "__main__":
-    main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages])
+    main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
+                             test_ftrl_rate, test_failed_checkpoint])

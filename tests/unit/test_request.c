@@ -222,7 +222,7 @@ static bool agree(const uint8_t *p, size_t n, scps_request_kind kind, int *accep
   grpc_byte_buffer *bb = sliced(p, n);
   scps_request r;
   char msg[512];
-  int rc = scps_request_decode(bb, kind, &r, msg, sizeof msg);
+  int rc = scps_request_decode(bb, kind, SIZE_MAX, SIZE_MAX, &r, msg, sizeof msg);
   bool ok = (rc == 0) == (m != NULL);
   if (ok && m)
     ok = kind == SCPS_REQUEST_LOOKUP ? same_lookup(&r, (const Scps__V1__LookupRequest *)m)
@@ -264,7 +264,7 @@ int main(void) {
   grpc_byte_buffer *bb = sliced(b.p, b.n);
   scps_request r;
   char msg[256];
-  CHECK(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, &r, msg, sizeof msg) == 0);
+  CHECK(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, 1, 3, &r, msg, sizeof msg) == 0);
   CHECK(r.n_stacks == 1 && r.stacks[0].partitions.rows.len == 12 &&
         (uintptr_t)r.stacks[0].partitions.rows.data % 4 == 0 && !strcmp(r.stacks[0].partitions.stack, "s"));
   scps_request_free(&r);
@@ -272,14 +272,49 @@ int main(void) {
   /* A varint of 11 bytes and a group are refused, naming the byte. */
   uint8_t longv[] = {0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
   bb = sliced(longv, sizeof longv);
-  CHECK(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, &r, msg, sizeof msg) == SCPS_EPARSE && strstr(msg, "varint"));
+  CHECK(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
+        strstr(msg, "varint"));
   scps_request_free(&r);
   grpc_byte_buffer_destroy(bb);
   uint8_t group[] = {0x0b, 0x0c};
   bb = sliced(group, sizeof group);
-  CHECK(scps_request_decode(bb, SCPS_REQUEST_APPLY, &r, msg, sizeof msg) == SCPS_EPARSE && strstr(msg, "byte 1"));
+  CHECK(scps_request_decode(bb, SCPS_REQUEST_APPLY, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
+        strstr(msg, "byte 1"));
   scps_request_free(&r);
   grpc_byte_buffer_destroy(bb);
+  /* A key that starts inside a stacks entry and ends in the request around
+   * it belongs to neither: refused, as protobuf-c refuses it. Both the
+   * Lookup's partitions and the ApplyGradients' StackGradients. */
+  for (int kind = 0; kind < 2; kind++) {
+    uint8_t over[] = {kind ? 0x2a : 0x1a, 0x01, 0x80, 0x01, 0x00};
+    int accepted = 0;
+    CHECK(agree(over, sizeof over, (scps_request_kind)kind, &accepted) && accepted == 0);
+    bb = sliced(over, sizeof over);
+    CHECKF(scps_request_decode(bb, (scps_request_kind)kind, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
+               strstr(msg, "runs past the end of its message"), "kind %d: %s", kind, msg);
+    scps_request_free(&r);
+    grpc_byte_buffer_destroy(bb);
+  }
+  /* More stacks entries than the server has stacks are refused while
+   * decoding; sc_offsets beyond the kept ones are counted, not kept. */
+  buf many = {0};
+  buf offs = {0};
+  put_len(&offs, 1, "s", 1);
+  for (int k = 0; k < 5; k++) {
+    put_varint(&offs, 2 << 3);
+    put_varint(&offs, (uint64_t)k);
+  }
+  for (int k = 0; k < 3; k++) put_len(&many, 3, offs.p, offs.n);
+  bb = sliced(many.p, many.n);
+  CHECKF(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, 2, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
+             strstr(msg, "more than 2 entries"), "%s", msg);
+  scps_request_free(&r);
+  CHECK(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, 3, 3, &r, msg, sizeof msg) == 0);
+  CHECK(r.n_stacks == 3 && r.stacks[2].partitions.n_sc_offsets == 5 && r.stacks[2].partitions.sc_offsets[2] == 2);
+  scps_request_free(&r);
+  grpc_byte_buffer_destroy(bb);
+  free(many.p);
+  free(offs.p);
   free(b.p);
   free(parts.p);
   grpc_shutdown();

@@ -347,6 +347,9 @@ static void test_rejections(void) {
   refuse(edit("{\"type\": \"sgd\"}", "\"sgd\""), E, "tables[1].optimizer", "an object");
   refuse(edit("\"learning_rate\": 0.5", "\"learning_rate\": \"fast\""), E,
          "tables[0].optimizer.learning_rate", "\"fast\"");
+  /* The optimizers compute in float32: beyond FLT_MAX is infinite there. */
+  refuse(edit("\"learning_rate\": 0.5", "\"learning_rate\": 1e39"), E, "table 'a'",
+         "learning_rate is 1e+39, not finite in float32");
   refuse(edit("{\"type\": \"sgd\"}", "{\"type\": \"adagrad_momentum\", \"use_nesterov\": 1}"), E,
          "tables[1].optimizer.use_nesterov", "true or false");
   refuse(edit("\"learning_rate\": 0.5", "\"learning_rate\": -0.5"), E, "table 'a'",
