@@ -67,6 +67,7 @@ typedef struct prep_stack {
   int64_t *part_ids, *part_unique; /* [N*N], index src*N + dst */
   int64_t *dst_drops;              /* [N] */
   size_t *gain_exceptions;         /* [N]: gains of coo[d] other than 1.0 */
+  size_t *bad_gain;                /* [N]: first entry of coo[d] whose gain is not finite, or SIZE_MAX */
   scps_coo *coo;                   /* [N] */
   scps_stack_stats stats;
 } prep_stack;
@@ -539,6 +540,14 @@ static size_t drop_partition(const scps_prep *p, const prep_stack *st, prep_thre
   return j;
 }
 
+/* The first gain that is not finite, or n: the weights of one id of a
+ * sample, each finite, may sum past float32's range. */
+static size_t first_not_finite(const float *g, size_t n) {
+  for (size_t i = 0; i < n; i++)
+    if (!isfinite(g[i])) return i;
+  return n;
+}
+
 /* Gains other than exactly 1.0 (branch-free, so it vectorises). */
 static size_t count_not_one(const float *g, size_t n) {
   size_t other = 0;
@@ -622,6 +631,26 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
   }
   st->coo[dst] = (scps_coo){.n = m, .rows = rows, .samples = samples, .gains = g};
   st->gain_exceptions[dst] = count_not_one(g, m);
+  size_t bad = mode == PREP_GAIN_PER_ENTRY ? first_not_finite(g, m) : m;
+  st->bad_gain[dst] = bad < m ? bad : SIZE_MAX;
+}
+
+/* A merged gain that is not finite fails the run, naming the stack, the
+ * sample and the id's row. */
+static int check_gains(scps_prep *p, scps_error *err) {
+  for (int s = 0; s < p->n_stacks; s++) {
+    const prep_stack *st = &p->stacks[s];
+    for (int32_t d = 0; d < p->n; d++) {
+      size_t i = st->bad_gain[d];
+      if (i == SIZE_MAX) continue;
+      const scps_coo *c = &st->coo[d];
+      return scps_error_set(err, SCPS_EINVAL,
+                            "stack '%s': sample %u (of the stack's samples), local row %u of SparseCore %d: the weights "
+                            "of its repeated id sum to %g, not finite in float32",
+                            p->layout->stacks[s].name, c->samples[i], c->rows[i], (int)d, (double)c->gains[i]);
+    }
+  }
+  return 0;
 }
 
 /* ---- run ---- */
@@ -782,6 +811,11 @@ int scps_prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *er
   run_phase(p, job_scatter, p->n_features);
   run_phase(p, job_partition, p->n_stacks * p->n);
   p->inputs = NULL;
+  rc = check_gains(p, err);
+  if (rc != 0) {
+    reset_outputs(p);
+    return rc;
+  }
   return finish_stats(p, err);
 }
 
@@ -824,13 +858,14 @@ static int stack_init(scps_prep *p, int s, scps_error *err) {
   st->part_unique = calloc(nsc * nsc, sizeof *st->part_unique);
   st->dst_drops = calloc(nsc, sizeof *st->dst_drops);
   st->gain_exceptions = calloc(nsc, sizeof *st->gain_exceptions);
+  st->bad_gain = calloc(nsc, sizeof *st->bad_gain);
   st->coo = calloc(nsc, sizeof *st->coo);
   st->stats.num_sc = p->n;
   st->stats.max_ids_per_partition = calloc(nsc, sizeof(int32_t));
   st->stats.max_unique_ids_per_partition = calloc(nsc, sizeof(int32_t));
   st->stats.required_buffer_size_per_sc = calloc(nsc, sizeof(int64_t));
   if (!st->sample_src || !st->sample_gain || !st->bucket_off || !st->bucket_n || !st->part_ids || !st->part_unique ||
-      !st->dst_drops || !st->gain_exceptions || !st->coo || !st->stats.max_ids_per_partition ||
+      !st->dst_drops || !st->gain_exceptions || !st->bad_gain || !st->coo || !st->stats.max_ids_per_partition ||
       !st->stats.max_unique_ids_per_partition || !st->stats.required_buffer_size_per_sc)
     return scps_error_set(err, SCPS_ENOMEM, "stack '%s': out of memory", sl->name);
 
@@ -1019,6 +1054,7 @@ void scps_prep_destroy(scps_prep *p) {
       free(st->part_unique);
       free(st->dst_drops);
       free(st->gain_exceptions);
+      free(st->bad_gain);
       free(st->coo);
       free(st->stats.max_ids_per_partition);
       free(st->stats.max_unique_ids_per_partition);

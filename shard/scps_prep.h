@@ -60,7 +60,8 @@ typedef struct scps_stack_stats {
  * - Gains per combiner over the sample's whole row, before dedup and
  *   dropping: sum w; mean w/sum(w); sqrtn w/sqrt(sum(w^2)); an empty row has
  *   no entries. Weights must be finite, and > 0 for mean and sqrtn (so the
- *   divisor is never 0).
+ *   divisor is never 0); with sum, the weights of an id repeated in a
+ *   sample add up (see merging below) and must stay finite in float32.
  * - Source SparseCores (the reference's data-parallel split): sample r of a
  *   feature with batch B belongs to source floor(r * N / B).
  * - ids of a partition = its entries after merging duplicate (sample, id)
@@ -83,7 +84,9 @@ void scps_prep_destroy(scps_prep *p);
 
 /* Preprocesses one batch: inputs[f] is feature f of the layout. Validates
  * everything first (shapes, batch size, ids in [0, vocabulary), finite
- * weights) and fails naming feature, position and value; with policy ERROR a
+ * weights) and fails naming feature, position and value (a repeated id's
+ * merged weight that overflows float32: naming stack, sample and row,
+ * SCPS_EINVAL); with policy ERROR a
  * limit overflow fails naming stack, partition, observed count and limit.
  * On success the partitions and stats below describe this batch until the
  * next call. On SCPS_ELIMIT the stats describe the refused batch (so FDO can

@@ -689,6 +689,16 @@ static void test_malformed(void) {
   float w_sum_bad[3] = {1, -INFINITY, 1};
   in[fs].weights = w_sum_bad;
   expect_fail(p, l, in, (bad_case){"sum weight", SCPS_EINVAL, "feature 'fs': weight -inf at position 1"});
+  /* Finite weights of one id, repeated in a sample, summing past float32. */
+  RESET();
+  int64_t s_ids_dup[3] = {7, 7, 9};
+  float w_huge[3] = {3e38f, 3e38f, 2};
+  in[fs].ids = s_ids_dup;
+  in[fs].weights = w_huge;
+  expect_fail(p, l, in, (bad_case){"weights of a repeated id overflow", SCPS_EINVAL,
+                                   "stack 'ts': sample 4 (of the stack's samples), local row 3 of SparseCore 1"});
+  expect_fail(p, l, in, (bad_case){"weights of a repeated id overflow", SCPS_EINVAL,
+                                   "the weights of its repeated id sum to inf, not finite in float32"});
 
   RESET();
   in[fd].form = (scps_input_form)7;
