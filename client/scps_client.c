@@ -1213,7 +1213,9 @@ static int check_declared(const scps_client *c, const scps_client_options *o, co
 
 static int configure(scps_client *c, const scps_client_options *o, scps_error *err) {
   int64_t timeout = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
-  int64_t deadline = now_ns() + timeout * 1000000;
+  /* As op_create: a timeout too large to add (INT64_MAX for "forever")
+   * must not wrap into the past. */
+  int64_t deadline = timeout > INT64_MAX / 2000000 ? INT64_MAX / 2 : now_ns() + timeout * 1000000;
   grpc_slice req = grpc_empty_slice();
   scps_cluster_pb *cpb = NULL;
   op *first = NULL, *rest = NULL;

@@ -125,8 +125,9 @@ typedef struct scps_client_options {
  * client's completion-queue threads (cq_threads). */
 int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err);
 
-/* Waits for operations in flight (each ends by its deadline), then closes
- * the channels. Destroy the client's batches first; never call this from a
+/* Waits for operations in flight (each ends by its deadline; a push's
+ * automatic checkpoint by checkpoint_timeout_ms), then closes the
+ * channels. Destroy the client's batches first; never call this from a
  * done callback. */
 void scps_client_destroy(scps_client *c);
 
@@ -186,8 +187,10 @@ int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_
  * cluster checkpoint of `step` under the servers' --checkpoint-dir
  * (scps_client_checkpoint) before returning; the push's own result is
  * returned either way, the checkpoint's is kept for
- * scps_client_auto_checkpoint. The asynchronous form does the same before
- * its done runs. Pushes of one client must then not overlap (one step
+ * scps_client_auto_checkpoint. That save has its own deadline,
+ * checkpoint_timeout_ms, not the push's: such a call may return up to that
+ * long after deadline_ms. The asynchronous form does the same before its
+ * done runs. Pushes of one client must then not overlap (one step
  * acknowledged before the next is sent), as scps_train's schedules do. */
 int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *const *grads, int64_t step,
                                 double learning_rate, int64_t deadline_ms, scps_error *err);
@@ -225,9 +228,11 @@ typedef struct scps_client_checkpoint_result {
  * to deadline_ms. Servers go on answering lookups meanwhile; pushes wait
  * for the save. Errors name the servers that failed and those that saved
  * (such a checkpoint is incomplete and is never restored): SCPS_EMISMATCH
- * when a server has already applied a later step, SCPS_EINVAL for a bad
- * directory, SCPS_ENOSPC for a full disk or file size limit, SCPS_EIO for
- * permissions and other file system errors. */
+ * when a server has already applied a later step, or cannot create or write
+ * the directory for another reason than permissions or space (the message
+ * gives the system's, e.g. "Not a directory"); SCPS_EINVAL for a directory
+ * that is not absolute or names . or ..; SCPS_ENOSPC for a full disk or file
+ * size limit; SCPS_EIO for permissions (or a read-only file system). */
 int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
                            scps_client_checkpoint_result *result, scps_error *err);
 
