@@ -177,7 +177,9 @@ static const char convert_usage[] =
     "  --sc-memory SIZE         memory per SparseCore of the target (K, M, G\n"
     "                           suffixes); default: the source's, scaled up when\n"
     "                           there are fewer SparseCores\n"
-    "  --out ROOT               where the converted checkpoint goes\n";
+    "  --out ROOT               where the converted checkpoint goes; its step\n"
+    "                           directory must not exist yet (never the source's\n"
+    "                           own root)\n";
 
 static int run_convert(int argc, char **argv) {
   static const struct option opts[] = {{"to-processes", required_argument, 0, 'p'},

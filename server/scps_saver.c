@@ -361,7 +361,7 @@ static void run_save(scps_server *s, save_job *j) {
             req ? "checkpointed" : "no Checkpoint request within a --checkpoint-every period; saved alone",
             (long long)step, j->path, (long long)cs.bytes, cs.files, cs.seconds,
             cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0);
-    if (scps_checkpoint_retain(root, s->opts.checkpoint_keep, &e))
+    if (scps_checkpoint_retain(root, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1, &e))
       fprintf(stderr, "scps-server: keeping the last %d checkpoints under %s: %s\n", s->opts.checkpoint_keep, root,
               e.msg);
   } else {

@@ -350,13 +350,22 @@ static int out_open(out_file *o, const char *dir, const char *name, scps_error *
   return 0;
 }
 
-static int out_commit(out_file *o, scps_error *err) {
+/* Makes the temporary file durable and closes it; it keeps its .tmp name. */
+static int out_sync(out_file *o, scps_error *err) {
   int rc = 0;
   if (fsync(o->fd)) rc = io_error(err, errno, "cannot fsync", o->tmp);
   if (close(o->fd) && !rc) rc = io_error(err, errno, "cannot close", o->tmp);
   o->fd = -1;
-  if (!rc && rename(o->tmp, o->path)) rc = io_error(err, errno, "cannot rename to", o->path);
   if (rc) unlink(o->tmp);
+  return rc;
+}
+
+static int out_commit(out_file *o, scps_error *err) {
+  int rc = out_sync(o, err);
+  if (!rc && rename(o->tmp, o->path)) {
+    rc = io_error(err, errno, "cannot rename to", o->path);
+    unlink(o->tmp);
+  }
   return rc;
 }
 
@@ -432,8 +441,8 @@ typedef struct save_ctx {
   ck_file *files;
 } save_ctx;
 
-/* Writes files[i] (its stack and SparseCore set) and records its size and
- * checksum. */
+/* Writes files[i] (its stack and SparseCore set) under its .tmp name and
+ * records its size and checksum; scps_checkpoint_save renames it. */
 static int save_file(void *arg, int i, scps_error *err) {
   save_ctx *x = arg;
   ck_file *f = &x->files[i];
@@ -450,7 +459,7 @@ static int save_file(void *arg, int i, scps_error *err) {
   rc = write_all(&o, scps_engine_shard(x->e, f->stack, ls), region, &h, err);
   for (int k = 0; k < slots && !rc; k++)
     rc = write_all(&o, scps_engine_slot(x->e, f->stack, ls, k), region, &h, err);
-  if (!rc) rc = out_commit(&o, err);
+  if (!rc) rc = out_sync(&o, err);
   if (rc) {
     out_abort(&o);
     return rc;
@@ -483,7 +492,7 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
   ck_file *files = calloc((size_t)(n_files ? n_files : 1), sizeof *files);
   char *specs = NULL;
   out_file o = {.fd = -1};
-  bool attempted = false;
+  bool attempted = false, replacing = false;
   int64_t bytes = 0;
   if (!files) return scps_error_set(err, SCPS_ENOMEM, "checkpoint: out of memory");
   /* Specs first: a set the manifest cannot describe fails before any I/O. */
@@ -494,9 +503,22 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
   w.buf = NULL;
   scps_jsonw_free(&w);
   if ((rc = make_dirs(dir, err))) goto out;
+  for (int s = 0, i = 0; s < l->n_stacks; s++)
+    for (int32_t ls = 0; ls < S; ls++, i++) {
+      files[i].stack = s;
+      files[i].sc = p * S + ls;
+      data_file_name(s, files[i].sc, files[i].name);
+    }
+  save_ctx x = {.e = me, .dir = dir, .files = files};
+  attempted = true;
+  /* Every data file is written in full under a temporary name before
+   * anything of an earlier save of this step is touched: a save that fails
+   * there (a full disk, a size limit, a crash) leaves that one as it was. */
+  if ((rc = for_each_file(n_files, save_file, &x, err))) goto out;
+  for (int i = 0; i < n_files; i++) bytes += files[i].bytes;
   {
-    /* A manifest from an earlier save of this step would describe the files
-     * about to be rewritten; it goes first, durably. */
+    /* An earlier manifest of this step would describe the files about to
+     * be replaced: it goes first, durably. */
     char old[PATH_CAP];
     if ((rc = path_join(old, sizeof old, dir, manifest_name, err))) goto out;
     if (unlink(old) == 0) {
@@ -506,16 +528,16 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
       goto out;
     }
   }
-  for (int s = 0, i = 0; s < l->n_stacks; s++)
-    for (int32_t ls = 0; ls < S; ls++, i++) {
-      files[i].stack = s;
-      files[i].sc = p * S + ls;
-      data_file_name(s, files[i].sc, files[i].name);
+  replacing = true;
+  for (int i = 0; i < n_files; i++) {
+    char path[PATH_CAP], tmp[PATH_CAP + 8];
+    if ((rc = path_join(path, sizeof path, dir, files[i].name, err))) goto out;
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    if (rename(tmp, path)) {
+      rc = io_error(err, errno, "cannot rename to", path);
+      goto out;
     }
-  save_ctx x = {.e = me, .dir = dir, .files = files};
-  attempted = true;
-  if ((rc = for_each_file(n_files, save_file, &x, err))) goto out;
-  for (int i = 0; i < n_files; i++) bytes += files[i].bytes;
+  }
   if ((rc = fsync_dir(dir, err))) goto out;
   write_manifest(&w, l, p, step, limits, files, n_files);
   scps_jsonw_printf(&w, "%s,\n " CHECKSUM_KEY "0000000000000000\"}\n", specs);
@@ -528,10 +550,14 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
 out:
   if (rc) {
     out_abort(&o);
-    /* Data files of a save without its manifest are useless: give the space back. */
+    /* Before the swap only the temporary files are this save's; after it,
+     * data files without their manifest are useless: give the space back. */
     for (int i = 0; attempted && i < n_files; i++) {
-      char path[PATH_CAP];
-      if (!path_join(path, sizeof path, dir, files[i].name, NULL)) unlink(path);
+      char path[PATH_CAP + 8];
+      if (path_join(path, PATH_CAP, dir, files[i].name, NULL)) continue;
+      if (replacing) unlink(path);
+      strcat(path, ".tmp");
+      unlink(path);
     }
   } else if (stats) {
     stats->bytes = bytes;
@@ -639,7 +665,7 @@ static void manifest_free(manifest *mf) {
 
 static int parse_stack(const mreader *m, const scps_json *js, const manifest *mf, int32_t num_sc,
                        ck_stack *st) {
-  int64_t v;
+  int64_t v = 0;
   int rc;
   if ((rc = m_name(m, js, "name", st->name, sizeof st->name))) return rc;
   if ((rc = m_int(m, js, "dim", 1, 1 << 16, &v))) return rc;
@@ -675,6 +701,12 @@ static int parse_stack(const mreader *m, const scps_json *js, const manifest *mf
     const scps_table_spec *spec = &mf->specs->tables[t->spec];
     if (t->rows * num_sc < spec->vocabulary_size || spec->embedding_dim > st->dim)
       return bad(m, "table '%s' does not fit its place in stack '%s'", t->name, st->name);
+    /* Loading writes every slot region the file holds into the engine's
+     * slots, which are as many as the optimizer's. */
+    int want = scps_optimizer_num_slots(spec->optimizer.type);
+    if (st->num_slots != want)
+      return bad(m, "stack '%s' has %d slots, but table '%s' (%s) needs %d", st->name, st->num_slots, t->name,
+                 scps_optimizer_name(spec->optimizer.type), want);
   }
   return 0;
 }
@@ -1241,6 +1273,16 @@ int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char
   if (rc) return rc;
   scps_checkpoint *c;
   if ((rc = scps_checkpoint_open(dir, &c, err))) return rc;
+  /* The conversion writes its step's directory under dst_root process by
+   * process while it reads the source: into an existing one (the source's
+   * own, when dst_root is its root) it would overwrite what it reads. */
+  char dst[PATH_CAP];
+  struct stat sb;
+  step_dir_name(dst_root, c->step, dst, sizeof dst);
+  if (stat(dst, &sb) == 0) {
+    scps_checkpoint_close(c);
+    return scps_error_set(err, SCPS_EEXIST, "convert: '%s' already exists; choose another --out root", dst);
+  }
   const scps_workload *w = c->specs;
   scps_layout *l = NULL;
   scps_checkpoint_limits *limits = NULL;
@@ -1283,6 +1325,7 @@ int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char
 typedef struct step_entry {
   int64_t step;
   bool complete;
+  int open_rc; /* scps_checkpoint_open's: SCPS_ENOENT for incomplete, other codes for damaged */
 } step_entry;
 
 static int cmp_step_desc(const void *a, const void *b) {
@@ -1291,7 +1334,8 @@ static int cmp_step_desc(const void *a, const void *b) {
 }
 
 /* The step directories under root, newest first, each marked complete when
- * it opens (all manifests present, every listed file of its listed size). */
+ * it opens (all manifests present, every listed file of its listed size),
+ * with the reason when it does not. */
 static int list_steps(const char *root, step_entry **out, int *n_out, scps_error *err) {
   *out = NULL;
   *n_out = 0;
@@ -1329,7 +1373,8 @@ static int list_steps(const char *root, step_entry **out, int *n_out, scps_error
     char dir[PATH_CAP];
     scps_checkpoint *c;
     step_dir_name(root, v[i].step, dir, sizeof dir);
-    v[i].complete = scps_checkpoint_open(dir, &c, NULL) == 0;
+    v[i].open_rc = scps_checkpoint_open(dir, &c, NULL);
+    v[i].complete = v[i].open_rc == 0;
     scps_checkpoint_close(v[i].complete ? c : NULL);
   }
   *out = v;
@@ -1342,7 +1387,26 @@ int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_e
   int n, rc = list_steps(root, &v, &n, err);
   if (rc) return rc;
   rc = scps_error_set(err, SCPS_ENOENT, "no complete checkpoint under '%s'", root);
-  for (int i = 0; i < n; i++)
+  for (int i = 0; i < n; i++) {
+    /* A save cut short lacks files (skipped: the one before it is the
+     * newest); a checkpoint with every file present that does not verify
+     * was damaged, and restoring an older one instead would hide that. */
+    if (!v[i].complete && v[i].open_rc != SCPS_ENOENT) {
+      char dir[PATH_CAP];
+      step_dir_name(root, v[i].step, dir, sizeof dir);
+      scps_checkpoint *c = NULL;
+      scps_error why;
+      int orc = scps_checkpoint_open(dir, &c, &why);
+      scps_checkpoint_close(c);
+      if (orc && orc != SCPS_ENOENT) {
+        rc = scps_error_set(err, orc,
+                            "the newest checkpoint '%s' is damaged: %s (move it aside to restore an older "
+                            "one, or name one with --restore)",
+                            dir, why.msg);
+        break;
+      }
+      continue;
+    }
     if (v[i].complete) {
       char dir[PATH_CAP];
       step_dir_name(root, v[i].step, dir, sizeof dir);
@@ -1353,23 +1417,41 @@ int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_e
       }
       break;
     }
+  }
   free(v);
   return rc;
 }
 
-int scps_checkpoint_retain(const char *root, int keep, scps_error *err) {
+int scps_checkpoint_retain(const char *root, int keep, int64_t saved, int in_progress, scps_error *err) {
   if (keep < 1) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention %d must be >= 1", keep);
   step_entry *v;
   int n, rc = list_steps(root, &v, &n, err);
   if (rc) return rc;
-  int complete_seen = 0;
+  int complete_seen = 0, pending_seen = 0;
   for (int i = 0; i < n && !rc; i++) {
-    /* Incomplete ones newer than every complete one may be saves in progress. */
-    bool drop = v[i].complete ? ++complete_seen > keep : complete_seen > 0;
-    if (!drop) continue;
     char dir[PATH_CAP];
     step_dir_name(root, v[i].step, dir, sizeof dir);
-    rc = remove_dir(dir, err);
+    if (v[i].complete && v[i].step > saved) {
+      /* Newer than the step just saved: the state it holds was left behind
+       * (a restore of an older step), and as the newest it would be
+       * restored next. Set aside, not deleted. */
+      char aside[PATH_CAP + 16];
+      snprintf(aside, sizeof aside, "%s/superseded-" STEP_PREFIX "%012lld", root, (long long)v[i].step);
+      if (rename(dir, aside)) rc = io_error(err, errno, "cannot set aside", dir);
+      continue;
+    }
+    bool drop;
+    if (v[i].step == saved) {
+      drop = false;
+      complete_seen += v[i].complete;
+    } else if (v[i].complete) {
+      drop = ++complete_seen > keep;
+    } else {
+      /* Incomplete ones newer than every complete one may be saves in
+       * progress, one per process at most. */
+      drop = complete_seen > 0 || ++pending_seen > in_progress;
+    }
+    if (drop) rc = remove_dir(dir, err);
   }
   if (!rc && n) rc = fsync_dir(root, err);
   free(v);

@@ -101,12 +101,19 @@ int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char
                             scps_checkpoint_stats *stats, scps_error *err);
 
 /* Path of the step directory of the newest complete checkpoint under root
- * (cap bytes); SCPS_ENOENT when there is none. Incomplete ones (a crash
- * during their save) are skipped. */
+ * (cap bytes); SCPS_ENOENT when there is none. Incomplete ones (a file
+ * missing: a crash during their save) are skipped; a newer one with every
+ * file present that fails to open (checksum, size, parse, mismatch) fails
+ * the call with its code, naming it, rather than being passed over. */
 int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_error *err);
 
-/* Deletes all but the newest `keep` complete checkpoints under root, and
- * incomplete ones older than the newest complete one. */
-int scps_checkpoint_retain(const char *root, int keep, scps_error *err);
+/* After the save of step `saved` under root: keeps that one and the newest
+ * complete checkpoints older than it up to `keep` in all, deletes older
+ * ones, and incomplete ones older than the newest kept complete one or
+ * beyond the newest `in_progress` (saves other processes may still be
+ * writing). Complete checkpoints newer than `saved` come from a state left
+ * behind by a restore of an older step: they are renamed
+ * superseded-step-<N> (no longer restored as the newest; the files stay). */
+int scps_checkpoint_retain(const char *root, int keep, int64_t saved, int in_progress, scps_error *err);
 
 #endif

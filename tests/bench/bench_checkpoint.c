@@ -56,7 +56,7 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
     t_load[i] = scps_clock_s() - t0;
     scps_checkpoint_close(c);
     scps_engine_destroy(fresh);
-    if (!rc) rc = scps_checkpoint_retain(dir, 1, err);
+    if (!rc) rc = scps_checkpoint_retain(dir, 1, i, 1, err);
     t0 = scps_clock_s();
     uint64_t sum = 0;
     for (int s = 0; s < l->n_stacks; s++)

@@ -257,6 +257,12 @@ static void test_reshard_round_trip(const specs *s) {
   scps_checkpoint_stats cst = {0};
   CHECK_OK(scps_checkpoint_convert(step_dir(ra, 42), &to, sub("conv"), &cst, err), err);
   CHECK(cst.files > 0 && cst.bytes > 0);
+  /* Into the source's own root it would overwrite what it reads: refused,
+   * the source still whole. */
+  int crc = scps_checkpoint_convert(step_dir(ra, 42), &to, ra, &cst, err);
+  CHECKF(crc == SCPS_EEXIST && strstr(err->msg, "already exists"), "rc %d: %s", crc, err->msg);
+  CHECK_OK(scps_checkpoint_open(step_dir(ra, 42), &ck, err), err);
+  scps_checkpoint_close(ck);
   if (cluster_create(&d, s, 1, 4) == 0) {
     CHECK_OK(load_all(&d, step_dir(sub("conv"), 42), err), err);
     compare_rows(&a, &d, "convert 2x2 -> 1x4");
@@ -413,6 +419,7 @@ static void test_corruption(const specs *s) {
       {"\"format\": 1", "\"format\": 7", SCPS_EPARSE, "format 7"},
       {"\"step\": 1,", "\"step\": 2,", SCPS_EMISMATCH, "step"},
       {".sc2.bin", ".sc0.bin", SCPS_EPARSE, "expected"},
+      {"\"slots\": 0,", "\"slots\": 1,", SCPS_EPARSE, "needs 0"},
   };
   for (size_t i = 0; orig && i < sizeof edits / sizeof edits[0]; i++) {
     char *at = strstr(orig, edits[i].from);
@@ -472,6 +479,16 @@ static void test_latest_and_errors(const specs *s) {
   CHECKF(!strcmp(path, step_dir(root, 10)), "%s", path);
   CHECK(scps_checkpoint_open(step_dir(root, 20), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
   CHECKF(strstr(err->msg, "manifest.p1.json"), "%s", err->msg);
+  /* A newer one with every file present but one a byte short was damaged,
+   * not cut short: named, not passed over for step 10. */
+  save_all(&a, root, 30, NULL);
+  char data[600];
+  snprintf(data, sizeof data, "%s/0.sc0.bin", step_dir(root, 30));
+  struct stat sb;
+  CHECK(stat(data, &sb) == 0 && truncate(data, sb.st_size - 1) == 0);
+  int lrc = scps_checkpoint_find_latest(root, path, sizeof path, err);
+  CHECKF(lrc == SCPS_ECORRUPT && strstr(err->msg, "damaged") && strstr(err->msg, "0.sc0.bin"), "rc %d: %s", lrc,
+         err->msg);
 
   /* An unwritable place: a path through a regular file. */
   write_file(sub("plainfile"), "x", 1);
@@ -507,6 +524,31 @@ static void test_latest_and_errors(const specs *s) {
   CHECK_OK(scps_checkpoint_find_latest(froot, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(froot, 1)), "%s", path);
   CHECK_OK(load_all(&a, path, err), err);
+
+  /* The same step saved again (a retry, a final save after a periodic one)
+   * fails the same way: the complete checkpoint already there is kept, and
+   * no temporary is left beside it. */
+  fflush(NULL);
+  pid = fork();
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &rl);
+    scps_error e;
+    int r = scps_checkpoint_save(a.e[0], froot, 1, NULL, NULL, &e);
+    _exit(r == SCPS_ENOSPC ? 0 : 1);
+  }
+  waitpid(pid, &status, 0);
+  CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  d = opendir(step_dir(froot, 1));
+  leftovers = 0;
+  while (d && (de = readdir(d)))
+    if (strstr(de->d_name, ".tmp")) leftovers++;
+  if (d) closedir(d);
+  CHECKF(leftovers == 0, "%d temporaries left beside step 1", leftovers);
+  CHECK_OK(scps_checkpoint_find_latest(froot, path, sizeof path, err), err);
+  CHECKF(!strcmp(path, step_dir(froot, 1)), "the failed re-save of step 1 kept it: %s", path);
+  CHECK_OK(load_all(&a, path, err), err);
   cluster_destroy(&a);
 }
 
@@ -523,8 +565,8 @@ static void test_retain(const specs *s) {
   unlink(m);
   snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(root, 6));
   unlink(m);
-  CHECK(scps_checkpoint_retain(root, 0, err) == SCPS_EINVAL);
-  CHECK_OK(scps_checkpoint_retain(root, 2, err), err);
+  CHECK(scps_checkpoint_retain(root, 0, 6, 1, err) == SCPS_EINVAL);
+  CHECK_OK(scps_checkpoint_retain(root, 2, 6, 1, err), err);
   struct stat st;
   for (int step = 1; step <= 6; step++) {
     bool want = step == 4 || step == 5 || step == 6;
@@ -533,6 +575,35 @@ static void test_retain(const specs *s) {
   char path[512];
   CHECK_OK(scps_checkpoint_find_latest(root, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(root, 5)), "%s", path);
+
+  /* Incomplete saves newer than every complete one: besides the one just
+   * saved (5), the newest `in_progress` (4) stay, older ones (3) go. */
+  const char *proot = sub("retain_pending");
+  for (int step = 1; step <= 5; step++) save_all(&a, proot, step, NULL);
+  for (int step = 3; step <= 5; step++) {
+    snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(proot, step));
+    unlink(m);
+  }
+  CHECK_OK(scps_checkpoint_retain(proot, 1, 5, 1, err), err);
+  for (int step = 1; step <= 5; step++) {
+    bool want = step == 2 || step == 4 || step == 5;
+    CHECKF((stat(step_dir(proot, step), &st) == 0) == want, "pending: step %d %s", step, want ? "missing" : "kept");
+  }
+
+  /* After a restore of step 2 of 1..4, the save of step 3 is kept and the
+   * checkpoints of the state left behind (3 is overwritten, 4 newer) go
+   * aside: 4 is no longer the newest. */
+  const char *rroot = sub("retain_rollback");
+  for (int step = 1; step <= 4; step++) save_all(&a, rroot, step, NULL);
+  CHECK_OK(scps_checkpoint_retain(rroot, 1, 3, 1, err), err);
+  CHECKF(stat(step_dir(rroot, 3), &st) == 0, "the step just saved was removed");
+  CHECKF(stat(step_dir(rroot, 4), &st) != 0, "the newer step was left where it would be restored");
+  char aside[600];
+  snprintf(aside, sizeof aside, "%s/superseded-step-%012d", rroot, 4);
+  CHECKF(stat(aside, &st) == 0, "%s missing", aside);
+  CHECK_OK(scps_checkpoint_find_latest(rroot, path, sizeof path, err), err);
+  CHECKF(!strcmp(path, step_dir(rroot, 3)), "%s", path);
+  CHECKF(stat(step_dir(rroot, 2), &st) != 0, "keep 1: step 2 should go");
   cluster_destroy(&a);
 }
 
