@@ -328,7 +328,8 @@ const int *scps_server_sc_cpus(const scps_server *s) { return s->sc_pinned ? s->
 
 void scps_server_checkpoint_tick(scps_server *s) { scps_saver_tick(s); }
 
-int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, scps_error *err) {
+int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
+                      scps_error *err) {
   s->on_stopped = on_stopped;
   s->on_stopped_ud = ud;
   s->start_time = (double)scps_clock_ns() * 1e-9;
@@ -342,15 +343,20 @@ int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, scps
   }
   for (int i = 0; i < s->opts.cq_threads; i++) {
     scps_call *carrier = calloc(1, sizeof *carrier);
-    if (!carrier) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+    if (!carrier) {
+      *threads_started = s->n_threads_started;
+      return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+    }
     carrier->srv = s;
     carrier->cq = i;
     if (pthread_create(&s->threads[i], NULL, cq_main, carrier)) {
       free(carrier);
+      *threads_started = s->n_threads_started;
       return scps_error_set(err, SCPS_ENOMEM, "cannot start completion-queue thread %d", i);
     }
     s->n_threads_started++;
   }
+  *threads_started = s->n_threads_started;
   return 0;
 }
 

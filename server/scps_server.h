@@ -67,8 +67,12 @@ const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *b
 void scps_server_checkpoint_tick(scps_server *s);
 
 /* Starts the completion-queue threads. on_stopped is called once, from a
- * server thread, when a shutdown has finished every call in flight. */
-int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, scps_error *err);
+ * server thread, when a shutdown has finished every call in flight. On
+ * failure, *threads_started says whether any thread runs: if one does,
+ * shut down and wait for on_stopped before scps_server_destroy; if none
+ * does, nothing would call on_stopped, and destroy alone cleans up. */
+int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
+                      scps_error *err);
 
 /* Starts draining: new calls are answered UNAVAILABLE (Health, answering
  * DRAINING, and Stats still work) while the calls in flight finish; then

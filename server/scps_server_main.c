@@ -1,11 +1,13 @@
 /* scps-server: flags, configuration file, and the libuv loop that owns
  * signals, the drain timer and the checkpoint timer while the server threads
  * serve. */
+#include <errno.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <uv.h>
 
 #include "scps_server.h"
@@ -46,8 +48,10 @@ static const char usage[] =
     "                         them on one CPU (default on; nothing is pinned\n"
     "                         when n < 2)\n"
     "  --drain-seconds N      on SIGTERM/SIGINT, wait this long for calls in\n"
-    "                         flight before cancelling them (default 10)\n"
-    "  --port-file FILE       write the bound port to FILE once serving\n"
+    "                         flight before cancelling them (default 10); a\n"
+    "                         second signal cancels them at once\n"
+    "  --port-file FILE       write the bound port to FILE once serving (exit 1\n"
+    "                         if it cannot be written)\n"
     "  --checkpoint-dir ROOT  checkpoints go to ROOT/step-<step>/ (Checkpoint\n"
     "                         requests without a directory, the timer's saves);\n"
     "                         without --restore, the newest complete checkpoint\n"
@@ -118,9 +122,17 @@ static void on_checkpoint_timer(uv_timer_t *t) {
   scps_server_checkpoint_tick(ap->server);
 }
 
+/* The first SIGTERM/SIGINT drains; a second one cancels what is left at
+ * once, as the drain timeout would. */
 static void on_signal(uv_signal_t *h, int signum) {
   app *ap = h->data;
-  if (ap->shutting_down) return;
+  if (ap->shutting_down) {
+    fprintf(stderr, "scps-server: %s again %.3f s after the first signal; cancelling calls in flight\n",
+            signum == SIGTERM ? "SIGTERM" : "SIGINT", since(ap->signalled_at));
+    uv_timer_stop(&ap->drain);
+    scps_server_cancel_all(ap->server);
+    return;
+  }
   ap->shutting_down = 1;
   ap->signalled_at = uv_hrtime();
   fprintf(stderr, "scps-server: %s: finishing calls in flight\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -129,7 +141,12 @@ static void on_signal(uv_signal_t *h, int signum) {
   uv_timer_start(&ap->drain, on_drain_timeout, (uint64_t)(ap->drain_seconds * 1000), 0);
 }
 
+/* Decimal digits (a fraction allowed) and an optional K, M or G; at least
+ * one byte. */
 static int parse_bytes(const char *s, int64_t *out) {
+  size_t digits = strspn(s, "0123456789.");
+  if (s[0] < '0' || s[0] > '9') return -1;
+  if (s[digits] && (strchr("KkMmGg", s[digits]) == NULL || s[digits + 1])) return -1;
   char *end;
   double v = strtod(s, &end);
   switch (*end) {
@@ -138,9 +155,32 @@ static int parse_bytes(const char *s, int64_t *out) {
   case 'G': case 'g': v *= 1024.0 * 1024 * 1024; end++; break;
   default: break;
   }
-  if (end == s || *end || !(v > 0) || v > 9.2e18) return -1;
+  if (end == s || *end || !(v >= 1) || v > 9.2e18) return -1;
   *out = (int64_t)v;
   return 0;
+}
+
+/* HOST:PORT with a port in [0, 65535] (0: any free port). */
+static int check_listen(const char *s) {
+  const char *colon = strrchr(s, ':');
+  if (!colon || !colon[1] || colon[1 + strspn(colon + 1, "0123456789")]) return -1;
+  char *end;
+  long port = strtol(colon + 1, &end, 10);
+  return port >= 0 && port <= 65535 ? 0 : -1;
+}
+
+/* The bound port to path, whole or not at all (written beside it, then
+ * renamed), for scripts that wait for the file to appear. */
+static int write_port_file(const char *path, int port) {
+  char tmp[4096];
+  if (snprintf(tmp, sizeof tmp, "%s.tmp", path) >= (int)sizeof tmp) return -1;
+  FILE *f = fopen(tmp, "w");
+  if (!f) return -1;
+  bool ok = fprintf(f, "%d\n", port) > 0;
+  ok = fclose(f) == 0 && ok;
+  if (ok && rename(tmp, path) == 0) return 0;
+  unlink(tmp);
+  return -1;
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -184,7 +224,13 @@ int main(int argc, char **argv) {
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (c) {
     case 'c': config = optarg; break;
-    case 'l': o.listen = optarg; break;
+    case 'l':
+      if (check_listen(optarg)) {
+        fprintf(stderr, "scps-server: --listen '%s': expected HOST:PORT with a port in [0, 65535]\n", optarg);
+        return 2;
+      }
+      o.listen = optarg;
+      break;
     case 'i': if (parse_int("--process-index", optarg, 0, 1023, &v)) return 2; o.process_index = (int32_t)v; break;
     case 'p': if (parse_int("--num-processes", optarg, 1, 1024, &v)) return 2; o.topology.num_processes = (int32_t)v; break;
     case 's': if (parse_int("--sc-per-process", optarg, 1, 64, &v)) return 2; o.topology.sc_per_process = (int32_t)v; break;
@@ -271,19 +317,22 @@ int main(int argc, char **argv) {
                    (uint64_t)checkpoint_every * 1000);
   uv_signal_start(&ap.sigterm, on_signal, SIGTERM);
   uv_signal_start(&ap.sigint, on_signal, SIGINT);
-  if (scps_server_start(ap.server, on_stopped, &ap, &err)) {
-    fprintf(stderr, "scps-server: %s\n", err.msg);
+  int threads = 0;
+  bool failed = scps_server_start(ap.server, on_stopped, &ap, &threads, &err) != 0;
+  if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);
+  /* A port nobody can find serves no one. */
+  if (!failed && port_file && write_port_file(port_file, scps_server_port(ap.server))) {
+    fprintf(stderr, "scps-server: cannot write --port-file '%s': %s\n", port_file, strerror(errno));
+    failed = true;
+  }
+  if (failed) {
     scps_server_shutdown(ap.server);
+    /* With no completion-queue thread nothing calls on_stopped: close the
+     * loop's handles here. */
+    if (!threads) on_stopped_async(&ap.stopped);
     uv_run(ap.loop, UV_RUN_DEFAULT);
     scps_server_destroy(ap.server);
     return 1;
-  }
-  if (port_file) {
-    FILE *f = fopen(port_file, "w");
-    if (!f || fprintf(f, "%d\n", scps_server_port(ap.server)) < 0 || fclose(f)) {
-      fprintf(stderr, "scps-server: cannot write --port-file '%s'\n", port_file);
-      if (f) fclose(f);
-    }
   }
   char pinned[400] = ""; /* up to 64 CPUs of 5 digits */
   const int *cpus = scps_server_sc_cpus(ap.server);

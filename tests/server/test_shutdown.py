@@ -198,6 +198,39 @@ def test_drain_timeout(env):
     env.check("cancelling" in srv.stderr(), "logged the cancellation")
 
 
+def test_second_signal(env):
+    """A second signal during a long drain cancels what is left at once:
+    the process exits soon after it, not after --drain-seconds 60."""
+    pb = env.pb
+    srv = env.server(slow_config(env), sc_per_process=1, extra=["--drain-seconds", "60"]).wait_ready()
+    cl = Cluster(env, [srv])
+    req = slow_request(cl)
+    t0 = time.monotonic()
+    cl.stubs[0].Lookup(req, timeout=120)
+    one_call = time.monotonic() - t0
+    calls = max(8, min(128, int(6 / max(one_call, 0.01))))
+    base = stage(cl.stubs[0], pb, "sc0").tasks
+    threads, results = start_calls(env, srv, req, calls)
+    backlog = wait_backlog(env, cl.stubs[0], base, calls)
+    srv.close_channels()
+    srv.send_signal(signal.SIGTERM)
+    time.sleep(0.3)
+    t_second = time.monotonic()
+    srv.send_signal(signal.SIGINT)
+    rc = srv.wait(90)
+    elapsed = time.monotonic() - t_second
+    for t in threads:
+        t.join(60)
+    print("   %d calls of %.3f s each, %d queued; exit %.2f s after the second signal"
+          % (calls, one_call, backlog, elapsed), flush=True)
+    env.check(rc == 0, "exit status %s after a second signal, expected 0" % rc)
+    env.check(backlog * one_call > 3, "the backlog (%d x %.3f s) outlasts the wait" % (backlog, one_call))
+    env.check(elapsed < 2 * one_call + 2, "exited %.2f s after the second signal (one call takes %.3f s)"
+              % (elapsed, one_call))
+    env.check("SIGINT again" in srv.stderr() and "cancelling" in srv.stderr(),
+              "logged the second signal: %r" % srv.stderr()[-500:])
+
+
 def small_config(env):
     return env.write_config("small", 8, [
         {"name": "mem", "vocabulary_size": 1000, "embedding_dim": 16, "combiner": "sum",
@@ -297,6 +330,10 @@ def test_flags(env):
         (["--max-message-mb", "0"], "--max-message-mb"),
         (["--drain-seconds", "-1"], "--drain-seconds"),
         (["--sc-memory", "lots"], "--sc-memory"),
+        (["--sc-memory", "0.5"], "--sc-memory"),
+        (["--sc-memory", "0x10000"], "--sc-memory"),
+        (["--sc-memory", "1e9"], "--sc-memory"),
+        (["--listen", "127.0.0.1:99999"], "--listen"),
         (["--pin-sparsecores", "yes"], "--pin-sparsecores"),
         (["--process-index", "1"], "--process-index"),
         (["stray"], "unexpected argument"),
@@ -311,6 +348,14 @@ def test_flags(env):
     s.start()
     rc, out, err = s.run_to_exit()
     env.check(rc == 2 and "--config is required" in err, "no --config: exit %s %r" % (rc, err[:200]))
+    # A port file that cannot be written: nobody could find the port, so the
+    # server stops, exit 1.
+    s = env.server(cfg, start=False)
+    at = s.argv.index("--port-file")
+    s.argv[at + 1] = os.path.join(env.tmp, "no-such-dir", "port")
+    s.start()
+    rc, out, err = s.run_to_exit()
+    env.check(rc == 1 and "--port-file" in err, "unwritable --port-file: exit %s %r" % (rc, err[-300:]))
 
 
 def test_bad_config(env):
@@ -339,5 +384,6 @@ def test_bad_config(env):
 
 
 if __name__ == "__main__":
-    main("test_shutdown", [test_sigterm_drains, test_sigint_drains, test_drain_timeout, test_sc_memory,
+    main("test_shutdown", [test_sigterm_drains, test_sigint_drains, test_drain_timeout, test_second_signal,
+                           test_sc_memory,
                            test_port_in_use, test_pin_sparsecores, test_flags, test_bad_config])
