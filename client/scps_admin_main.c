@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "scps_checkpoint.h"
+#include "scps_units.h"
 
 typedef struct command {
   const char *name;  /* one or two words: "checkpoint list" */
@@ -25,20 +26,6 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, long *ou
     return -1;
   }
   *out = v;
-  return 0;
-}
-
-static int parse_bytes(const char *s, int64_t *out) {
-  char *end;
-  double v = strtod(s, &end);
-  switch (*end) {
-  case 'K': case 'k': v *= 1024.0; end++; break;
-  case 'M': case 'm': v *= 1024.0 * 1024; end++; break;
-  case 'G': case 'g': v *= 1024.0 * 1024 * 1024; end++; break;
-  default: break;
-  }
-  if (end == s || *end || !(v > 0) || v > 9.2e18) return -1;
-  *out = (int64_t)v;
   return 0;
 }
 
@@ -196,7 +183,7 @@ static int run_convert(int argc, char **argv) {
     case 'p': if (parse_int("--to-processes", optarg, 1, 1024, &P)) return 2; break;
     case 's': if (parse_int("--to-sc-per-process", optarg, 1, 64, &S)) return 2; break;
     case 'm':
-      if (parse_bytes(optarg, &mem)) {
+      if (scps_parse_bytes(optarg, &mem)) {
         fprintf(stderr, "scps-admin: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
         return 2;
       }

@@ -11,6 +11,7 @@
 #include "scps_fdo.h"
 #include "scps_init.h"
 #include "scps_prep.h"
+#include "scps_units.h"
 #include "scps_workload.h"
 
 #define MAX_PROCESSES 64
@@ -80,18 +81,6 @@ static void log_change(void *ctx, const scps_fdo_change *c) {
   printf("FDO: %s\n", line);
 }
 
-static int64_t parse_bytes(const char *s) {
-  char *end;
-  double v = strtod(s, &end);
-  switch (*end) {
-  case 'K': case 'k': v *= 1024; end++; break;
-  case 'M': case 'm': v *= 1024.0 * 1024; end++; break;
-  case 'G': case 'g': v *= 1024.0 * 1024 * 1024; end++; break;
-  default: break;
-  }
-  return *end || v <= 0 ? -1 : (int64_t)v;
-}
-
 int main(int argc, char **argv) {
   const char *path = "../shared/workloads/shared-tables.json";
   scps_topology topo = {2, 2, (int64_t)256 << 20};
@@ -115,7 +104,12 @@ int main(int argc, char **argv) {
     case 'w': path = optarg; break;
     case 'p': topo.num_processes = atoi(optarg); break;
     case 's': topo.sc_per_process = atoi(optarg); break;
-    case 'm': topo.sc_memory_bytes = parse_bytes(optarg); break;
+    case 'm':
+      if (scps_parse_bytes(optarg, &topo.sc_memory_bytes)) {
+        fprintf(stderr, "scps-engine-demo: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
+        return 2;
+      }
+      break;
     case 'n': steps = atol(optarg); break;
     case 'd': po.policy = SCPS_LIMIT_DROP; adaptive = 0; break;
     case 'x': adaptive = 0; break;

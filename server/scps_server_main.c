@@ -12,6 +12,7 @@
 
 #include "scps_server.h"
 #include "scps_memtune.h"
+#include "scps_units.h"
 #include "scps_workload.h"
 
 static const char usage[] =
@@ -141,25 +142,6 @@ static void on_signal(uv_signal_t *h, int signum) {
   uv_timer_start(&ap->drain, on_drain_timeout, (uint64_t)(ap->drain_seconds * 1000), 0);
 }
 
-/* Decimal digits (a fraction allowed) and an optional K, M or G; at least
- * one byte. */
-static int parse_bytes(const char *s, int64_t *out) {
-  size_t digits = strspn(s, "0123456789.");
-  if (s[0] < '0' || s[0] > '9') return -1;
-  if (s[digits] && (strchr("KkMmGg", s[digits]) == NULL || s[digits + 1])) return -1;
-  char *end;
-  double v = strtod(s, &end);
-  switch (*end) {
-  case 'K': case 'k': v *= 1024.0; end++; break;
-  case 'M': case 'm': v *= 1024.0 * 1024; end++; break;
-  case 'G': case 'g': v *= 1024.0 * 1024 * 1024; end++; break;
-  default: break;
-  }
-  if (end == s || *end || !(v >= 1) || v > 9.2e18) return -1;
-  *out = (int64_t)v;
-  return 0;
-}
-
 /* HOST:PORT with a port in [0, 65535] (0: any free port). */
 static int check_listen(const char *s) {
   const char *colon = strrchr(s, ':');
@@ -239,7 +221,7 @@ int main(int argc, char **argv) {
     case 'M': if (parse_int("--max-message-mb", optarg, 1, 2047, &v)) return 2; o.max_message_bytes = (int64_t)v << 20; break;
     case 'd': if (parse_int("--drain-seconds", optarg, 0, 3600, &v)) return 2; drain = (double)v; break;
     case 'm':
-      if (parse_bytes(optarg, &o.topology.sc_memory_bytes)) {
+      if (scps_parse_bytes(optarg, &o.topology.sc_memory_bytes)) {
         fprintf(stderr, "scps-server: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
         return 2;
       }

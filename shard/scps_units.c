@@ -1,0 +1,21 @@
+#include "scps_units.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int scps_parse_bytes(const char *s, int64_t *out) {
+  size_t digits = strspn(s, "0123456789.");
+  if (s[0] < '0' || s[0] > '9') return -1;
+  if (s[digits] && (!strchr("KkMmGg", s[digits]) || s[digits + 1])) return -1;
+  char *end;
+  double v = strtod(s, &end);
+  switch (*end) {
+  case 'K': case 'k': v *= 1024.0; end++; break;
+  case 'M': case 'm': v *= 1024.0 * 1024; end++; break;
+  case 'G': case 'g': v *= 1024.0 * 1024 * 1024; end++; break;
+  default: break;
+  }
+  if (end == s || *end || !(v >= 1) || v > 9.2e18) return -1;
+  *out = (int64_t)v;
+  return 0;
+}
