@@ -194,6 +194,10 @@ static int by_score(const void *a, const void *b) {
 }
 
 double scps_auc(const float *scores, const float *labels, int64_t n) {
+  /* A NaN score has no rank (and would keep the tie scan below from
+   * moving): the AUC of a diverged model is NaN. */
+  for (int64_t i = 0; i < n; i++)
+    if (isnan(scores[i])) return NAN;
   scored *s = malloc(sizeof *s * (size_t)(n ? n : 1));
   if (!s) return NAN;
   for (int64_t i = 0; i < n; i++) s[i] = (scored){scores[i], labels[i]};

@@ -1,7 +1,9 @@
 /* scps-trainer: the example trainer: a DLRM-style click model whose embeddings
  * live in an scps cluster and whose dense MLP (the TensorCore work) runs
  * here, trained on synthetic clicks from a planted model. */
+#include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +154,8 @@ static int split_servers(char *list, const char **out, int max) {
 /* Looks up held-out batches (no pushes) and scores them with the trained
  * and the planted model. */
 static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batches, double logit_std,
-                    double *loss, double *auc, double *planted_loss, double *planted_auc, scps_error *err) {
+                    int64_t deadline_ms, double *loss, double *auc, double *planted_loss, double *planted_auc,
+                    scps_error *err) {
   scps_ctr *held = NULL;
   scps_batch *b = NULL;
   int64_t n = (int64_t)batches * t->batch;
@@ -169,7 +172,7 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
   for (int k = 0; !rc && k < batches; k++) {
     scps_ctr_next(held);
     rc = scps_client_prepare(c, scps_ctr_inputs(held), b, err);
-    if (!rc) rc = scps_client_lookup(c, b, acts, 30000, err);
+    if (!rc) rc = scps_client_lookup(c, b, acts, deadline_ms, err);
     if (rc) break;
     gather_inputs(t, acts);
     scps_mlp_forward(t->mlp, t->x, t->batch, t->logits);
@@ -199,6 +202,31 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
   return rc;
 }
 
+/* Whole-string integer in [lo, hi], or a message naming the flag. */
+static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi) {
+    fprintf(stderr, "scps-trainer: %s '%s': expected an integer in [%ld, %ld]\n", flag, s, lo, hi);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
+/* Whole-string finite number > 0. */
+static int parse_positive(const char *flag, const char *s, double *out) {
+  char *end;
+  double v = strtod(s, &end);
+  if (end == s || *end || !isfinite(v) || !(v > 0)) {
+    fprintf(stderr, "scps-trainer: %s '%s': expected a finite number > 0\n", flag, s);
+    return -1;
+  }
+  *out = v;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *json = NULL;
@@ -225,19 +253,19 @@ int main(int argc, char **argv) {
     switch (o) {
     case 's': servers_arg = optarg; break;
     case 'w': workload = optarg; break;
-    case 'n': steps = atol(optarg); break;
+    case 'n': if (parse_long("--steps", optarg, 1, LONG_MAX, &steps)) return 2; break;
     case 'p': mode = SCPS_SCHEDULE_PIPELINED; break;
     case 'q': mode = SCPS_SCHEDULE_SEQUENTIAL; break;
-    case 'e': eval_batches = atol(optarg); break;
+    case 'e': if (parse_long("--eval-batches", optarg, 1, 1000000, &eval_batches)) return 2; break;
     case 'H':
       if (parse_hidden(optarg, hidden, &n_hidden)) {
         fprintf(stderr, "scps-trainer: --hidden '%s': expected widths like 64,32\n", optarg);
         return 2;
       }
       break;
-    case 'l': dense_lr = atof(optarg); break;
-    case 'z': logit_std = atof(optarg); break;
-    case 'd': deadline = atol(optarg); break;
+    case 'l': if (parse_positive("--dense-lr", optarg, &dense_lr)) return 2; break;
+    case 'z': if (parse_positive("--logit-std", optarg, &logit_std)) return 2; break;
+    case 'd': if (parse_long("--deadline-ms", optarg, 1, 86400000, &deadline)) return 2; break;
     case 'j': json = optarg; break;
     case 'W':
       if (scps_float_format_from_name(optarg, &wire)) {
@@ -245,18 +273,21 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
-    case 'c': checkpoint_every = atol(optarg); break;
-    case 'C': checkpoint_dir = optarg; break;
+    case 'c': if (parse_long("--checkpoint-every-steps", optarg, 0, LONG_MAX, &checkpoint_every)) return 2; break;
+    case 'C':
+      /* Checked now, not at the first checkpoint after hundreds of steps. */
+      if (optarg[0] != '/') {
+        fprintf(stderr, "scps-trainer: --checkpoint-dir '%s': must be an absolute path\n", optarg);
+        return 2;
+      }
+      checkpoint_dir = optarg;
+      break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
   }
-  if (!servers_arg || !workload || steps < 1 || eval_batches < 1 || deadline < 1 || !(dense_lr > 0) ||
-      !(logit_std > 0) || checkpoint_every < 0) {
-    fprintf(stderr, "scps-trainer: --servers and --workload are required; --steps, --eval-batches, "
-                    "--deadline-ms, --dense-lr and --logit-std must be positive, --checkpoint-every-steps "
-                    "not negative\n%s",
-            usage);
+  if (!servers_arg || !workload) {
+    fprintf(stderr, "scps-trainer: --servers and --workload are required\n%s", usage);
     return 2;
   }
   const char *servers[1024];
@@ -313,7 +344,10 @@ int main(int argc, char **argv) {
     progress(&t, 1);
   }
   double loss = 0, auc = 0, ploss = 0, pauc = 0;
-  if (!rc) rc = evaluate(c, &t, w, (int)eval_batches, logit_std, &loss, &auc, &ploss, &pauc, &err);
+  if (!rc) rc = evaluate(c, &t, w, (int)eval_batches, logit_std, deadline, &loss, &auc, &ploss, &pauc, &err);
+  if (!rc && !(isfinite(loss) && isfinite(auc)))
+    rc = scps_error_set(&err, SCPS_EINVAL, "training diverged: held-out log-loss %g, AUC %g (lower --dense-lr "
+                        "%g?)", loss, auc, dense_lr);
   if (!rc) {
     double sps = (double)(st.steps * t.batch) / st.wall_seconds;
     printf("scps-trainer: %s %lld steps in %.2f s: %.0f samples/s (SparseCore lane busy %.2f s, TensorCore "
@@ -322,17 +356,20 @@ int main(int argc, char **argv) {
            st.sc_busy_seconds, st.tc_busy_seconds, loss, ploss, 100.0 * (loss - ploss) / ploss, auc, pauc);
     if (json) {
       FILE *f = fopen(json, "w");
+      bool ok = f != NULL;
       if (f) {
-        fprintf(f,
+        ok = fprintf(f,
                 "{\"mode\": \"%s\", \"wire_format\": \"%s\", \"steps\": %lld, \"batch\": %d, \"wall_seconds\": %.4f, \"samples_per_s\": %.1f, "
                 "\"sc_busy_seconds\": %.4f, \"tc_busy_seconds\": %.4f, \"heldout_logloss\": %.6f, "
                 "\"planted_logloss\": %.6f, \"heldout_auc\": %.6f, \"planted_auc\": %.6f}\n",
                 mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential", scps_float_format_name(wire),
                 (long long)st.steps, t.batch,
-                st.wall_seconds, sps, st.sc_busy_seconds, st.tc_busy_seconds, loss, ploss, auc, pauc);
-        fclose(f);
-      } else {
-        fprintf(stderr, "scps-trainer: cannot write --json '%s'\n", json);
+                st.wall_seconds, sps, st.sc_busy_seconds, st.tc_busy_seconds, loss, ploss, auc, pauc) > 0;
+        ok = fclose(f) == 0 && ok;
+      }
+      if (!ok) {
+        fprintf(stderr, "scps-trainer: cannot write --json '%s': %s\n", json, strerror(errno));
+        rc = SCPS_EIO;
       }
     }
   } else {

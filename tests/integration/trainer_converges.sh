@@ -28,4 +28,30 @@ print(f"{r['mode']} {r['wire_format']}: log-loss {r['heldout_logloss']:.4f} vs p
 sys.exit(0 if ok else 1)
 PY
 done
+
+# Flags are checked whole before anything runs (exit 2, naming the flag),
+# a diverging run ends (exit 1, naming the NaN gradient or the divergence)
+# instead of hanging, and a --json that cannot be written fails too.
+for bad in "--steps 10x" "--steps 1e3" "--dense-lr inf" "--eval-batches 4294967297" "--deadline-ms 5ms" \
+           "--checkpoint-dir relative/dir"; do
+  flag=${bad%% *}
+  rc=0
+  err=$("$trainer" --servers "$servers" --workload "$workload" $bad 2>&1 >/dev/null) || rc=$?
+  if [ "$rc" != 2 ] || [[ "$err" != *"$flag"* ]]; then
+    echo "trainer $bad: exit $rc, expected 2 naming $flag: $err"
+    status=1
+  fi
+done
+rc=0
+err=$(timeout 300 "$trainer" --servers "$servers" --workload "$workload" --steps 200 --dense-lr 1e30 2>&1 >/dev/null) || rc=$?
+if [ "$rc" != 1 ] || { [[ "$err" != *"diverged"* ]] && [[ "$err" != *" is nan"* ]]; }; then
+  echo "trainer --dense-lr 1e30: exit $rc, expected 1 naming the NaN or the divergence: $err"
+  status=1
+fi
+rc=0
+err=$("$trainer" --servers "$servers" --workload "$workload" --steps 20 --json /nonexistent/x.json 2>&1 >/dev/null) || rc=$?
+if [ "$rc" != 1 ] || [[ "$err" != *"--json"* ]]; then
+  echo "trainer --json /nonexistent/x.json: exit $rc, expected 1 naming --json: $err"
+  status=1
+fi
 exit $status

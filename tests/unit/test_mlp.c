@@ -68,6 +68,9 @@ static void test_bce_auc(void) {
   CHECKF(fabs(scps_auc(s, lab, 6) - 6.5 / 9) < 1e-12, "auc %g", scps_auc(s, lab, 6));
   float one[2] = {1, 1};
   CHECK(scps_auc(s, one, 2) == 0.5);
+  /* A diverged model's NaN score: NaN, not a scan that never ends. */
+  s[2] = NAN;
+  CHECK(isnan(scps_auc(s, lab, 6)));
 }
 
 static void test_ctr(void) {
