@@ -438,7 +438,12 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
     traffic(g, &sent, &recv);
     res->bytes_sent = atomic_load(&g->based) ? sent - g->base_sent : 0;
     res->bytes_received = atomic_load(&g->based) ? recv - g->base_recv : 0;
-    res->duration_s = (double)(g->last_done - g->warm_end) * 1e-9;
+    /* A --duration run lasts its duration even when its last request
+     * finished early (an open loop at a low rate sends its last one
+     * 1/rate before the end): rates over the shorter span would be high. */
+    int64_t stop = g->last_done, end = atomic_load(&g->end);
+    if (g->o->requests == 0 && end > stop) stop = end;
+    res->duration_s = (double)(stop - g->warm_end) * 1e-9;
     res->ok = tk->total.ok;
     res->samples = tk->total.samples;
     res->ids = tk->total.ids;

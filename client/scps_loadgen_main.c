@@ -154,21 +154,21 @@ int main(int argc, char **argv) {
       break;
     case 'r':
       if (parse_double(optarg, 1e-3, 1e9, &o.rate))
-        return bad_flag("--rate '%s': expected requests per second, > 0", optarg);
+        return bad_flag("--rate '%s': expected requests per second in [0.001, 1e9]", optarg);
       break;
     case 'd':
       if (parse_double(optarg, 1e-3, 1e7, &o.duration_s))
-        return bad_flag("--duration '%s': expected seconds, > 0", optarg);
+        return bad_flag("--duration '%s': expected seconds in [0.001, 1e7]", optarg);
       have_duration = true;
       break;
     case 'n':
       if (parse_int(optarg, 1, (long long)1 << 50, &n))
-        return bad_flag("--requests '%s': expected a number of requests, >= 1", optarg);
+        return bad_flag("--requests '%s': expected a number of requests in [1, 2^50]", optarg);
       o.requests = n;
       break;
     case 'u':
       if (parse_double(optarg, 0.0, 1e7, &o.warmup_s))
-        return bad_flag("--warmup '%s': expected seconds, >= 0", optarg);
+        return bad_flag("--warmup '%s': expected seconds in [0, 1e7]", optarg);
       break;
     case 'W':
       if (scps_float_format_from_name(optarg, &o.wire_format))
@@ -184,12 +184,12 @@ int main(int argc, char **argv) {
       break;
     case 'D':
       if (parse_int(optarg, 1, 86400000, &n))
-        return bad_flag("--deadline-ms '%s': expected milliseconds, >= 1", optarg);
+        return bad_flag("--deadline-ms '%s': expected milliseconds in [1, 86400000]", optarg);
       o.deadline_ms = n;
       break;
     case 'T':
       if (parse_int(optarg, 1, 86400000, &n))
-        return bad_flag("--connect-timeout-ms '%s': expected milliseconds, >= 1", optarg);
+        return bad_flag("--connect-timeout-ms '%s': expected milliseconds in [1, 86400000]", optarg);
       o.connect_timeout_ms = n;
       break;
     case 'Q':

@@ -31,7 +31,13 @@ scps_cluster_start() {
   done
   SCPS_CLUSTER_SERVERS=""
   for ((p = 0; p < procs; p++)); do
-    for _ in $(seq 600); do [ -s "$SCPS_CLUSTER_DIR/port$p" ] && break; sleep 0.1; done
+    # Up to 60 s (tables are initialized before the port is written), but
+    # not a moment longer than the process lives.
+    for _ in $(seq 600); do
+      [ -s "$SCPS_CLUSTER_DIR/port$p" ] && break
+      kill -0 "${scps_cluster_pids[p]}" 2>/dev/null || break
+      sleep 0.1
+    done
     if [ ! -s "$SCPS_CLUSTER_DIR/port$p" ]; then
       echo "scps-server process $p did not start:" >&2
       cat "$SCPS_CLUSTER_DIR/server$p.log" >&2

@@ -67,6 +67,8 @@ if "rate" in want:
     rate = float(want["rate"])
     need(r["rate_target"] == rate, "rate_target")
     need(abs(r["requests_per_s"] - rate) <= 0.1 * rate, f"open loop achieved {r['requests_per_s']:.2f} req/s of {rate}")
+if "duration" in want:
+    need(r["duration_s"] >= float(want["duration"]) - 0.01, f"duration_s {r['duration_s']:.3f} of {want['duration']}")
 if "unavailable" in want:
     need(r["ok"] > 0, "some requests answered before the kill")
     need(r["errors"].get("UNAVAILABLE", 0) > 0 and set(r["errors"]) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"},
@@ -93,6 +95,10 @@ check "$tmp/requests.json" clean=1 requests=40
 # machine sustains: each client has 200 ms per request.
 run --mode lookup --concurrency 4 --rate 20 --duration 2 --json "$tmp/open.json" >/dev/null
 check "$tmp/open.json" clean=1 rate=20
+# A low rate whose last request finishes well before the end: the rate is
+# counted over the whole --duration, not up to that request.
+run --mode lookup --concurrency 1 --rate 2 --duration 3 --json "$tmp/slow.json" >/dev/null
+check "$tmp/slow.json" clean=1 rate=2 duration=3
 
 # A server killed mid-run: requests fail as UNAVAILABLE within their
 # deadline (one in flight at the kill may run out of it instead) and the run
