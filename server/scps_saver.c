@@ -79,6 +79,9 @@ void scps_saver_free(scps_server *s) {
   if (!sv->inited) return;
   pthread_mutex_lock(&sv->mu);
   sv->stop = true;
+  /* A save runs to its end (a save cut short would leave its step
+   * incomplete); say so, since it may take seconds past the drain. */
+  if (sv->saving) fprintf(stderr, "scps-server: waiting for the checkpoint save in progress\n");
   pthread_cond_broadcast(&sv->cv);
   pthread_mutex_unlock(&sv->mu);
   if (sv->started) pthread_join(sv->thread, NULL);

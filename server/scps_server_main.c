@@ -271,6 +271,18 @@ int main(int argc, char **argv) {
   o.n_features = w->n_features;
   app ap = {0};
   ap.drain_seconds = drain;
+  /* The loop and its signal watchers come first: a SIGTERM or SIGINT while
+   * the tables are initialized or restored (seconds to minutes) is noted
+   * and handled as soon as the loop runs, instead of killing the process. */
+  ap.loop = uv_default_loop();
+  uv_signal_init(ap.loop, &ap.sigterm);
+  uv_signal_init(ap.loop, &ap.sigint);
+  uv_timer_init(ap.loop, &ap.drain);
+  uv_timer_init(ap.loop, &ap.checkpoint);
+  uv_async_init(ap.loop, &ap.stopped, on_stopped_async);
+  ap.sigterm.data = ap.sigint.data = ap.drain.data = ap.checkpoint.data = ap.stopped.data = &ap;
+  uv_signal_start(&ap.sigterm, on_signal, SIGTERM);
+  uv_signal_start(&ap.sigint, on_signal, SIGINT);
   int rc = scps_server_create(&o, &ap.server, &err);
   scps_workload_destroy(w);
   if (rc) {
@@ -287,18 +299,9 @@ int main(int argc, char **argv) {
   else if (o.checkpoint_dir)
     fprintf(stderr, "scps-server: no complete checkpoint under %s; starting from the initializers\n",
             o.checkpoint_dir);
-  ap.loop = uv_default_loop();
-  uv_signal_init(ap.loop, &ap.sigterm);
-  uv_signal_init(ap.loop, &ap.sigint);
-  uv_timer_init(ap.loop, &ap.drain);
-  uv_timer_init(ap.loop, &ap.checkpoint);
-  uv_async_init(ap.loop, &ap.stopped, on_stopped_async);
-  ap.sigterm.data = ap.sigint.data = ap.drain.data = ap.checkpoint.data = ap.stopped.data = &ap;
   if (checkpoint_every)
     uv_timer_start(&ap.checkpoint, on_checkpoint_timer, (uint64_t)checkpoint_every * 1000,
                    (uint64_t)checkpoint_every * 1000);
-  uv_signal_start(&ap.sigterm, on_signal, SIGTERM);
-  uv_signal_start(&ap.sigint, on_signal, SIGINT);
   int threads = 0;
   bool failed = scps_server_start(ap.server, on_stopped, &ap, &threads, &err) != 0;
   if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);

@@ -231,6 +231,38 @@ def test_second_signal(env):
               "logged the second signal: %r" % srv.stderr()[-500:])
 
 
+def test_signal_during_startup(env):
+    """SIGTERM while the tables are still being initialized (1 GB here) is
+    handled once they are: exit 0 with the drain logged, not death by the
+    signal."""
+    cfg = env.write_config("startup", 8, [
+        {"name": "big", "vocabulary_size": 4000000, "embedding_dim": 32, "combiner": "sum",
+         "optimizer": {"type": "adagrad", "learning_rate": 0.1, "initial_accumulator": 0.1},
+         "initializer": {"type": "uniform", "scale": 0.1}}],
+        [{"name": "f", "table": "big", "valency": 1}])
+    srv = env.server(cfg, extra=["--sc-memory", "2G"])
+    # The watchers are in place once the process catches SIGTERM (bit 15 of
+    # SigCgt); before that the default action would still apply.
+    # Its resident memory then says whether the 1 GB of tables was touched.
+    deadline = time.monotonic() + 20
+    caught, rss_mb = False, 0
+    while time.monotonic() < deadline and not caught and srv.proc.poll() is None:
+        with open("/proc/%d/status" % srv.proc.pid) as f:
+            fields = dict(line.split(":", 1) for line in f if ":" in line)
+        caught = bool(int(fields["SigCgt"].strip(), 16) & (1 << (signal.SIGTERM - 1)))
+        rss_mb = int(fields["VmRSS"].split()[0]) / 1024
+        if not caught:
+            time.sleep(0.005)
+    starting = not os.path.exists(srv.port_file)
+    srv.send_signal(signal.SIGTERM)
+    rc = srv.wait(120)
+    env.check(caught, "the server caught SIGTERM within 20 s of its start")
+    env.check(starting and rss_mb < 256, "SIGTERM was caught before the tables were initialized (resident %.0f MB "
+              "when it was, port file %s)" % (rss_mb, "absent" if starting else "written"))
+    env.check(rc == 0 and "SIGTERM: finishing calls in flight" in srv.stderr(),
+              "SIGTERM during startup: exit %s, expected 0 with the drain logged: %r" % (rc, srv.stderr()[-400:]))
+
+
 def small_config(env):
     return env.write_config("small", 8, [
         {"name": "mem", "vocabulary_size": 1000, "embedding_dim": 16, "combiner": "sum",
@@ -385,5 +417,5 @@ def test_bad_config(env):
 
 if __name__ == "__main__":
     main("test_shutdown", [test_sigterm_drains, test_sigint_drains, test_drain_timeout, test_second_signal,
-                           test_sc_memory,
+                           test_signal_during_startup, test_sc_memory,
                            test_port_in_use, test_pin_sparsecores, test_flags, test_bad_config])
