@@ -162,23 +162,32 @@ def test_sigint_drains(env):
     drain_under_signal(env, signal.SIGINT, 5, close=True)
 
 
-def test_drain_timeout(env):
-    """Calls still running after --drain-seconds are cancelled and the
-    process still exits 0, soon after the drain time."""
+def backlog(env, drain_seconds, seconds):
+    """A server on slow_config with --drain-seconds, and a backlog of slow
+    Lookups worth about `seconds` queued on it (its channels then closed,
+    so the queue is all that holds the drain): (srv, one_call, calls,
+    queued, threads, results)."""
     pb = env.pb
-    srv = env.server(slow_config(env), sc_per_process=1, extra=["--drain-seconds", "1"]).wait_ready()
+    srv = env.server(slow_config(env), sc_per_process=1, extra=["--drain-seconds", str(drain_seconds)]).wait_ready()
     cl = Cluster(env, [srv])
     req = slow_request(cl)
     cl.stubs[0].Lookup(req, timeout=120)
     t0 = time.monotonic()
     cl.stubs[0].Lookup(req, timeout=120)
     one_call = time.monotonic() - t0
-    # Enough calls that the backlog outlasts the 1 s drain several times.
-    calls = max(8, min(128, int(4 / max(one_call, 0.01))))
+    calls = max(8, min(128, int(seconds / max(one_call, 0.01))))
     base = stage(cl.stubs[0], pb, "sc0").tasks
     threads, results = start_calls(env, srv, req, calls)
-    backlog = wait_backlog(env, cl.stubs[0], base, calls)
+    queued = wait_backlog(env, cl.stubs[0], base, calls)
     srv.close_channels()
+    return srv, one_call, calls, queued, threads, results
+
+
+def test_drain_timeout(env):
+    """Calls still running after --drain-seconds are cancelled and the
+    process still exits 0, soon after the drain time."""
+    # Enough calls that the backlog outlasts the 1 s drain several times.
+    srv, one_call, calls, queued, threads, results = backlog(env, 1, 4)
     t_sig = time.monotonic()
     srv.send_signal(signal.SIGTERM)
     rc = srv.wait(60)
@@ -187,9 +196,9 @@ def test_drain_timeout(env):
         t.join(60)
     codes = sorted({r[0] for r in results if r})
     print("   %d calls of %.3f s each, %d queued; exit after %.2f s; statuses %s"
-          % (calls, one_call, backlog, elapsed, codes), flush=True)
+          % (calls, one_call, queued, elapsed, codes), flush=True)
     env.check(rc == 0, "exit status %s after the drain timed out, expected 0" % rc)
-    env.check(backlog * one_call > 2, "the backlog (%d x %.3f s) outlasts the drain" % (backlog, one_call))
+    env.check(queued * one_call > 2, "the backlog (%d x %.3f s) outlasts the drain" % (queued, one_call))
     env.check(elapsed < 1 + 2 * one_call + 1,
               "exited %.2f s after SIGTERM with --drain-seconds 1 (one call takes %.3f s); stderr:\n%s"
               % (elapsed, one_call, srv.stderr()[-2000:]))
@@ -201,18 +210,7 @@ def test_drain_timeout(env):
 def test_second_signal(env):
     """A second signal during a long drain cancels what is left at once:
     the process exits soon after it, not after --drain-seconds 60."""
-    pb = env.pb
-    srv = env.server(slow_config(env), sc_per_process=1, extra=["--drain-seconds", "60"]).wait_ready()
-    cl = Cluster(env, [srv])
-    req = slow_request(cl)
-    t0 = time.monotonic()
-    cl.stubs[0].Lookup(req, timeout=120)
-    one_call = time.monotonic() - t0
-    calls = max(8, min(128, int(6 / max(one_call, 0.01))))
-    base = stage(cl.stubs[0], pb, "sc0").tasks
-    threads, results = start_calls(env, srv, req, calls)
-    backlog = wait_backlog(env, cl.stubs[0], base, calls)
-    srv.close_channels()
+    srv, one_call, calls, queued, threads, results = backlog(env, 60, 6)
     srv.send_signal(signal.SIGTERM)
     time.sleep(0.3)
     t_second = time.monotonic()
@@ -222,9 +220,9 @@ def test_second_signal(env):
     for t in threads:
         t.join(60)
     print("   %d calls of %.3f s each, %d queued; exit %.2f s after the second signal"
-          % (calls, one_call, backlog, elapsed), flush=True)
+          % (calls, one_call, queued, elapsed), flush=True)
     env.check(rc == 0, "exit status %s after a second signal, expected 0" % rc)
-    env.check(backlog * one_call > 3, "the backlog (%d x %.3f s) outlasts the wait" % (backlog, one_call))
+    env.check(queued * one_call > 3, "the backlog (%d x %.3f s) outlasts the wait" % (queued, one_call))
     env.check(elapsed < 2 * one_call + 2, "exited %.2f s after the second signal (one call takes %.3f s)"
               % (elapsed, one_call))
     env.check("SIGINT again" in srv.stderr() and "cancelling" in srv.stderr(),

@@ -458,6 +458,25 @@ static void test_corruption(const specs *s) {
   cluster_destroy(&a);
 }
 
+/* Whether process 0's save of `step` under root, in a child with a 4 KiB
+ * file-size limit (per process, hence the fork), fails with ENOSPC naming a
+ * data file. */
+static bool save_over_fsize_limit(const cluster *a, const char *root, int64_t step) {
+  fflush(NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    signal(SIGXFSZ, SIG_IGN);
+    struct rlimit rl = {4096, 4096};
+    setrlimit(RLIMIT_FSIZE, &rl);
+    scps_error e;
+    int r = scps_checkpoint_save(a->e[0], root, step, NULL, NULL, &e);
+    _exit(r == SCPS_ENOSPC && strstr(e.msg, ".bin") ? 0 : 1);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
 static void test_latest_and_errors(const specs *s) {
   cluster a;
   if (cluster_create(&a, s, 2, 2)) return;
@@ -501,19 +520,7 @@ static void test_latest_and_errors(const specs *s) {
    * the previous checkpoint still loads. Forked: the limit is per process. */
   const char *froot = sub("fsize");
   save_all(&a, froot, 1, NULL);
-  fflush(NULL);
-  pid_t pid = fork();
-  if (pid == 0) {
-    signal(SIGXFSZ, SIG_IGN);
-    struct rlimit rl = {4096, 4096};
-    setrlimit(RLIMIT_FSIZE, &rl);
-    scps_error e;
-    int r = scps_checkpoint_save(a.e[0], froot, 2, NULL, NULL, &e);
-    _exit(r == SCPS_ENOSPC && strstr(e.msg, ".bin") ? 0 : 1);
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  CHECK(save_over_fsize_limit(&a, froot, 2));
   DIR *d = opendir(step_dir(froot, 2));
   int leftovers = 0;
   struct dirent *de;
@@ -528,18 +535,7 @@ static void test_latest_and_errors(const specs *s) {
   /* The same step saved again (a retry, a final save after a periodic one)
    * fails the same way: the complete checkpoint already there is kept, and
    * no temporary is left beside it. */
-  fflush(NULL);
-  pid = fork();
-  if (pid == 0) {
-    signal(SIGXFSZ, SIG_IGN);
-    struct rlimit rl = {4096, 4096};
-    setrlimit(RLIMIT_FSIZE, &rl);
-    scps_error e;
-    int r = scps_checkpoint_save(a.e[0], froot, 1, NULL, NULL, &e);
-    _exit(r == SCPS_ENOSPC ? 0 : 1);
-  }
-  waitpid(pid, &status, 0);
-  CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child status %d", status);
+  CHECK(save_over_fsize_limit(&a, froot, 1));
   d = opendir(step_dir(froot, 1));
   leftovers = 0;
   while (d && (de = readdir(d)))
