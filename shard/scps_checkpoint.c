@@ -1324,8 +1324,7 @@ int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char
 
 typedef struct step_entry {
   int64_t step;
-  bool complete;
-  int open_rc; /* scps_checkpoint_open's: SCPS_ENOENT for incomplete, other codes for damaged */
+  int open_rc; /* scps_checkpoint_open's: 0 complete, SCPS_ENOENT incomplete, others damaged */
 } step_entry;
 
 static int cmp_step_desc(const void *a, const void *b) {
@@ -1333,9 +1332,10 @@ static int cmp_step_desc(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* The step directories under root, newest first, each marked complete when
- * it opens (all manifests present, every listed file of its listed size),
- * with the reason when it does not. */
+/* The step directories under root, newest first, each with what opening it
+ * gave: 0 when complete (all manifests present, every listed file of its
+ * listed size), SCPS_ENOENT when a file is missing, another code when
+ * damaged. */
 static int list_steps(const char *root, step_entry **out, int *n_out, scps_error *err) {
   *out = NULL;
   *n_out = 0;
@@ -1374,8 +1374,7 @@ static int list_steps(const char *root, step_entry **out, int *n_out, scps_error
     scps_checkpoint *c;
     step_dir_name(root, v[i].step, dir, sizeof dir);
     v[i].open_rc = scps_checkpoint_open(dir, &c, NULL);
-    v[i].complete = v[i].open_rc == 0;
-    scps_checkpoint_close(v[i].complete ? c : NULL);
+    scps_checkpoint_close(v[i].open_rc == 0 ? c : NULL);
   }
   *out = v;
   *n_out = n;
@@ -1391,7 +1390,7 @@ int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_e
     /* A save cut short lacks files (skipped: the one before it is the
      * newest); a checkpoint with every file present that does not verify
      * was damaged, and restoring an older one instead would hide that. */
-    if (!v[i].complete && v[i].open_rc != SCPS_ENOENT) {
+    if (v[i].open_rc != 0 && v[i].open_rc != SCPS_ENOENT) {
       char dir[PATH_CAP];
       step_dir_name(root, v[i].step, dir, sizeof dir);
       scps_checkpoint *c = NULL;
@@ -1407,7 +1406,7 @@ int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_e
       }
       continue;
     }
-    if (v[i].complete) {
+    if (v[i].open_rc == 0) {
       char dir[PATH_CAP];
       step_dir_name(root, v[i].step, dir, sizeof dir);
       if (strlen(dir) >= cap) rc = scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
@@ -1431,20 +1430,21 @@ int scps_checkpoint_retain(const char *root, int keep, int64_t saved, int in_pro
   for (int i = 0; i < n && !rc; i++) {
     char dir[PATH_CAP];
     step_dir_name(root, v[i].step, dir, sizeof dir);
-    if (v[i].complete && v[i].step > saved) {
+    if (v[i].open_rc == 0 && v[i].step > saved) {
       /* Newer than the step just saved: the state it holds was left behind
        * (a restore of an older step), and as the newest it would be
        * restored next. Set aside, not deleted. */
       char aside[PATH_CAP + 16];
       snprintf(aside, sizeof aside, "%s/superseded-" STEP_PREFIX "%012lld", root, (long long)v[i].step);
-      if (rename(dir, aside)) rc = io_error(err, errno, "cannot set aside", dir);
+      /* Another process of the cluster may have set it aside first. */
+      if (rename(dir, aside) && errno != ENOENT) rc = io_error(err, errno, "cannot set aside", dir);
       continue;
     }
     bool drop;
     if (v[i].step == saved) {
       drop = false;
-      complete_seen += v[i].complete;
-    } else if (v[i].complete) {
+      complete_seen += v[i].open_rc == 0;
+    } else if (v[i].open_rc == 0) {
       drop = ++complete_seen > keep;
     } else {
       /* Incomplete ones newer than every complete one may be saves in
