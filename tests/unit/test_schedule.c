@@ -20,7 +20,7 @@ typedef struct fake {
   int order_errors;
   int64_t lookups_started;   /* for the overlap rendezvous */
   int overlap_misses;
-  int fail_push_at;
+  int fail_push_at, fail_compute_at;
   scps_schedule_mode mode;
 } fake;
 
@@ -54,6 +54,7 @@ static int fake_compute(void *ud, int64_t i, scps_error *err) {
       }
   }
   pthread_mutex_unlock(&f->mu);
+  if (i == f->fail_compute_at) return scps_error_set(err, SCPS_EINVAL, "compute of batch %lld failed", (long long)i);
   return 0;
 }
 
@@ -75,7 +76,7 @@ static void run(scps_schedule_mode mode) {
   memset(&f, 0, sizeof f);
   pthread_mutex_init(&f.mu, NULL);
   pthread_cond_init(&f.cv, NULL);
-  f.fail_push_at = -1;
+  f.fail_push_at = f.fail_compute_at = -1;
   f.mode = mode;
   scps_schedule_stats st;
   scps_error err;
@@ -99,6 +100,18 @@ static void run(scps_schedule_mode mode) {
   int rc = scps_schedule_run(&ops, &f, STEPS, mode, &st, &err);
   CHECK(rc == SCPS_EUNAVAIL && strstr(err.msg, "batch 5"));
   CHECK(st.steps == 5 && f.pushed_count == 6 && f.state[STEPS - 1] == 0);
+
+  /* A compute that fails: steps counts every push that was applied (in the
+   * pipelined schedule, batch 4's push runs beside batch 5's compute). */
+  memset(f.state, 0, sizeof f.state);
+  f.pushed_count = 0;
+  f.lookups_started = 0;
+  f.fail_push_at = -1;
+  f.fail_compute_at = 5;
+  rc = scps_schedule_run(&ops, &f, STEPS, mode, &st, &err);
+  CHECK(rc == SCPS_EINVAL && strstr(err.msg, "batch 5"));
+  CHECKF(st.steps == f.pushed_count && f.pushed_count == 5, "mode %d: steps %lld, pushes applied %lld", mode,
+         (long long)st.steps, (long long)f.pushed_count);
   pthread_mutex_destroy(&f.mu);
   pthread_cond_destroy(&f.cv);
 }
