@@ -45,7 +45,9 @@ static int op_push(void *ud, int64_t batch, scps_error *err) {
   int rc = scps_client_apply_gradients(r->client, s->batch, (const float *const *)s->grads, step,
                                        r->o->learning_rate, r->deadline_ms, err);
   int64_t every = r->o->checkpoint_every_steps;
-  if (!rc && every > 0 && (batch + 1) % every == 0) {
+  /* On the global step's grid (steps every-1, 2*every-1, ...), so a run
+   * resumed at any step checkpoints where an uninterrupted one would. */
+  if (!rc && every > 0 && (step + 1) % every == 0) {
     scps_client_checkpoint_result res;
     rc = scps_client_checkpoint(r->client, step, r->o->checkpoint_dir, CHECKPOINT_DEADLINE_MS, &res, err);
   }

@@ -26,8 +26,9 @@ typedef struct scps_train_options {
   int64_t first_step;   /* global step of batch 0, for the optimizers */
   double learning_rate; /* < 0: each stack's configured rate */
   int64_t deadline_ms;  /* per lookup and per push; 0: 30 s */
-  /* > 0: after every checkpoint_every_steps-th push is acknowledged, save
-   * the cluster checkpoint of its step (scps_client_checkpoint) under
+  /* > 0: after the push of each global step s with s + 1 a multiple of
+   * checkpoint_every_steps is acknowledged (a grid that holds across
+   * resumes), save the cluster checkpoint of s (scps_client_checkpoint) under
    * checkpoint_dir (NULL: the servers' --checkpoint-dir) before the next
    * push; a failed checkpoint stops the run. */
   int64_t checkpoint_every_steps;

@@ -54,4 +54,15 @@ if [ "$rc" != 1 ] || [[ "$err" != *"--json"* ]]; then
   echo "trainer --json /nonexistent/x.json: exit $rc, expected 1 naming --json: $err"
   status=1
 fi
+# Checkpoints every 10 steps land on the global grid (steps 9, 19, ...),
+# wherever the resumed run starts: 30 steps, 3 checkpoints.
+ck="$tmp/ck"
+"$trainer" --servers "$servers" --workload "$workload" --steps 30 --checkpoint-every-steps 10 \
+  --checkpoint-dir "$ck" >/dev/null 2>&1 || { echo "trainer --checkpoint-every-steps 10 failed"; status=1; }
+saved=$(ls "$ck" 2>/dev/null | sed -n 's/^step-0*\([0-9]\)/\1/p' | sort -n)
+off=$(for s in $saved; do [ $(((s + 1) % 10)) = 0 ] || echo "$s"; done)
+if [ "$(echo "$saved" | wc -w)" != 3 ] || [ -n "$off" ]; then
+  echo "checkpoints every 10 steps: saved steps '$(echo $saved)', expected 3 on the grid (step + 1 a multiple of 10)"
+  status=1
+fi
 exit $status
