@@ -27,15 +27,23 @@ all batches, the throughput a trainer with two pipelines gets).
 """
 import argparse, datetime, json, math, os, platform, subprocess
 
-# key: (target, comparison), the targets of the issue.
+# key: (target, comparison, issue): the targets and the issue naming each.
+# Issue 4 set lookup >= 0.5x and train >= 2x PyTorch for dlrm8 with one
+# server process; issue 7 raised them to 1x and 4x for every scps row.
 TARGETS = {
-    "engine_lookup": (0.5, ">="),
-    "engine_update": (0.25, ">="),
-    "lookup_vs_torch": (1.0, ">="),
-    "train_vs_torch": (4.0, ">="),
-    "lookup_vs_redis": (5.0, ">="),
-    "serving_p99_over_p50": (3.0, "<="),
+    "engine_lookup": (0.5, ">=", 7),
+    "engine_update": (0.25, ">=", 7),
+    "lookup_vs_torch": (1.0, ">=", 7),
+    "train_vs_torch": (4.0, ">=", 7),
+    "lookup_vs_torch_one_server": (0.5, ">=", 4),
+    "train_vs_torch_one_server": (2.0, ">=", 4),
+    "lookup_vs_redis": (5.0, ">=", 7),
+    "serving_p99_over_p50": (3.0, "<=", 7),
 }
+# Issue 4's targets hold for this workload, one server process. Issue 4
+# names no wire format and predates issue 7's rule for lower-precision
+# ones, so only the float32 rows are judged against them.
+ONE_SERVER_WORKLOAD = "dlrm8"
 
 
 def load_lines(path):
@@ -126,9 +134,9 @@ TORCH_SLOW_SHARE = 0.5
 
 
 def check(key, value):
-    target, cmp = TARGETS[key]
+    target, cmp, issue = TARGETS[key]
     met = value >= target if cmp == ">=" else value <= target
-    return {"value": round(value, 3), "target": f"{cmp} {target:g}", "met": met}
+    return {"value": round(value, 3), "target": f"{cmp} {target:g}", "met": met, "issue": issue}
 
 
 def main():
@@ -235,6 +243,11 @@ def main():
                         rows.append((w, f"{label} / torch{worst}", s["ms_per_batch_median"], s["samples_per_s"],
                                      s["ids_per_s"], c["value"], "info" if info_torch else c["target"],
                                      None if info_torch else c["met"]))
+                        if w == ONE_SERVER_WORKLOAD and procs == "1" and fmt == "float32":
+                            c = ratio(w, f"{label} / torch {m}, issue 4", f"{key}_one_server",
+                                      s["samples_per_s"] / torch[m]["samples_per_s"], info_torch)
+                            rows.append((w, f"  same, issue 4's target (one server)", None, None, None, c["value"],
+                                         "info" if info_torch else c["target"], None if info_torch else c["met"]))
                     else:
                         rows.append((w, label + worst, s["ms_per_batch_median"], s["samples_per_s"], s["ids_per_s"],
                                      None, None, None))
