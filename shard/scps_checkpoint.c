@@ -183,10 +183,12 @@ static int checksum_error(scps_error *err, const char *path, uint64_t got, uint6
                         path, got, want);
 }
 
-/* Removes every entry of a flat directory, then the directory. */
+/* Removes every entry of a flat directory, then the directory. Processes
+ * sharing a checkpoint root prune the same steps, so whatever a peer has
+ * removed first counts as removed. */
 static int remove_dir(const char *dir, scps_error *err) {
   DIR *d = opendir(dir);
-  if (!d) return io_error(err, errno, "cannot open directory", dir);
+  if (!d) return errno == ENOENT ? 0 : io_error(err, errno, "cannot open directory", dir);
   int rc = 0;
   struct dirent *de;
   while ((de = readdir(d)) && !rc) {
@@ -198,7 +200,7 @@ static int remove_dir(const char *dir, scps_error *err) {
     }
   }
   closedir(d);
-  if (!rc && rmdir(dir)) rc = io_error(err, errno, "cannot remove directory", dir);
+  if (!rc && rmdir(dir) && errno != ENOENT) rc = io_error(err, errno, "cannot remove directory", dir);
   return rc;
 }
 

@@ -1,7 +1,8 @@
 /* Checkpoints through real scps-server processes and libscps: resume after
  * kill -9 equal bitwise to an uninterrupted run, 2x2 -> 3x1 -> 1x4 online
  * resharding, a flipped byte in any file refused, bad Checkpoint requests,
- * lookups served during a save, kill -9 during a save, the timer. */
+ * lookups served during a save, kill -9 during a save, the timer, two
+ * processes pruning one root. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -308,6 +309,50 @@ out:
   io_free(&x);
 }
 
+/* Two processes saving under one root prune the same steps at about the
+ * same moment: neither may report the other's removal as its failure, and
+ * only the newest step is left (--checkpoint-keep 1). */
+static void shared_root_run(const char *root) {
+  scps_it_cluster cl;
+  scps_client *c = NULL;
+  scps_batch *b = NULL;
+  scps_error err;
+  io x;
+  io_init(&x, 2, vocab_of, dim_of);
+  char flag_dir[600];
+  snprintf(flag_dir, sizeof flag_dir, "%s", root);
+  MUST(scps_it_init(&cl, config_json, 2, 2));
+  cl.extra[0] = "--checkpoint-dir";
+  cl.extra[1] = flag_dir;
+  cl.extra[2] = "--checkpoint-keep";
+  cl.extra[3] = "1";
+  MUST(scps_it_start(&cl));
+  MUST(connect_client(&cl, false, &c, &err));
+  MUST(scps_batch_create(c, &b, &err));
+  enum { SAVES = 12 };
+  for (int64_t s = 0; s < SAVES; s++) {
+    MUST(train_step(c, b, &x, s, &err));
+    scps_client_checkpoint_result res;
+    MUST(scps_client_checkpoint(c, s, NULL, DEADLINE_MS, &res, &err));
+  }
+  for (int i = 0; i < cl.num_processes; i++) {
+    char log[16384];
+    scps_it_read_log(&cl, i, log, sizeof log);
+    CHECKF(!strstr(log, "keeping the last"), "server %d reported a pruning failure: %s", i,
+           strstr(log, "keeping the last"));
+  }
+  char path[700];
+  for (int64_t s = 0; s < SAVES; s++) {
+    snprintf(path, sizeof path, "%s/step-%012lld", root, (long long)s);
+    CHECKF(exists(path) == (s == SAVES - 1), "%s %s", path, exists(path) ? "kept" : "missing");
+  }
+out:
+  scps_batch_destroy(b);
+  scps_client_destroy(c);
+  scps_it_stop(&cl);
+  io_free(&x);
+}
+
 /* 2x2's checkpoint restored into 3x1, saved again by it, restored into 1x4:
  * every row equal (probes), then one more step equal (slots, step). */
 static void reshard_run(const char *root1, const char *root2, const reference *ref) {
@@ -552,12 +597,13 @@ int main(void) {
     fprintf(stderr, "mkdtemp: %s\n", strerror(errno));
     return 1;
   }
-  char root1[256], root2[256], root3[256], root4[256], root5[256];
+  char root1[256], root2[256], root3[256], root4[256], root5[256], root6[256];
   snprintf(root1, sizeof root1, "%s/a", scratch);
   snprintf(root2, sizeof root2, "%s/b", scratch);
   snprintf(root3, sizeof root3, "%s/big", scratch);
   snprintf(root4, sizeof root4, "%s/timer", scratch);
   snprintf(root5, sizeof root5, "%s/solo", scratch);
+  snprintf(root6, sizeof root6, "%s/shared", scratch);
   reference ref;
   memset(&ref, 0, sizeof ref);
   reference_run(&ref);
@@ -567,6 +613,7 @@ int main(void) {
   during_save_run(root3);
   timer_run(root4, false);
   timer_run(root5, true);
+  shared_root_run(root6);
   for (int i = 0; i < N_BEFORE + M_AFTER; i++) free(ref.acts[i]);
   free(ref.probe_before);
   free(ref.probe_after);
