@@ -872,6 +872,17 @@ static int op_result(op *o, scps_error *err) {
     char bad[128], good[128];
     list_servers(o, true, bad, sizeof bad);
     list_servers(o, false, good, sizeof good);
+    /* A deadline or a shutdown ends the call, not a save the server has
+     * begun: that runs to completion, so only a refusal or a failed write
+     * settles that the step is incomplete. */
+    bool settled = false;
+    for (int i = 0; i < o->n_rpcs; i++)
+      settled |= o->rpcs[i].rc && o->rpcs[i].rc != SCPS_ETIMEDOUT && o->rpcs[i].rc != SCPS_EUNAVAIL;
+    if (!settled)
+      return scps_error_set(err, r->rc, "%s [checkpoint of step %lld: no answer from servers %s, saved by %s; a "
+                            "save a server had begun runs to completion, so the step may yet be complete: the "
+                            "servers' Stats (checkpoints.last_step, .saving) or 'scps-admin checkpoint list' tells]",
+                            r->err.msg, (long long)o->step, bad, good);
     return scps_error_set(err, r->rc, "%s [checkpoint of step %lld failed on servers %s, saved by %s: it is "
                           "incomplete and will not be restored]",
                           r->err.msg, (long long)o->step, bad, good);

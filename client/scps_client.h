@@ -158,7 +158,8 @@ void scps_batch_destroy(scps_batch *b);
 /* Preprocesses inputs[f] (feature f of the layout) into b and encodes each
  * server's request; errors as scps_prep_run (malformed input, limits), or
  * SCPS_ENOSPC when a request would exceed a server's message limit. Runs on
- * the calling thread; prepares of one client take turns (one prep). A stack
+ * the calling thread and, with prep_threads > 1, the client's prep pool;
+ * prepares of one client take turns (one prep). A stack
  * with no entry on a server is not sent to it: its partial is all zeros. */
 int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_batch *b,
                         scps_error *err);
@@ -227,11 +228,15 @@ typedef struct scps_client_checkpoint_result {
  * server's --checkpoint-dir), with the prep's limits in force, and waits up
  * to deadline_ms. Servers go on answering lookups meanwhile; pushes wait
  * for the save. Errors name the servers that failed and those that saved
- * (such a checkpoint is incomplete and is never restored): SCPS_EMISMATCH
+ * (such a checkpoint is incomplete and is never restored). SCPS_ETIMEDOUT
+ * and SCPS_EUNAVAIL alone settle nothing: a save a server had begun runs
+ * to completion, so the step may yet be complete (the message says so; the
+ * servers' Stats tell). SCPS_EMISMATCH
  * when a server has already applied a later step, or cannot create or write
  * the directory for another reason than permissions or space (the message
  * gives the system's, e.g. "Not a directory"); SCPS_EINVAL for a directory
- * that is not absolute or names . or ..; SCPS_ENOSPC for a full disk or file
+ * that is not absolute, names . or .., or is over 4000 bytes (or too long
+ * for a path on a server); SCPS_ENOSPC for a full disk or file
  * size limit; SCPS_EIO for permissions (or a read-only file system). */
 int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
                            scps_client_checkpoint_result *result, scps_error *err);

@@ -532,6 +532,13 @@ static void during_save_run(const char *root) {
   CHECKF(acts_equal(&x, after0), "rows restored after the kill differ from step 0's");
   MUST(probe(c, b, &x, 1, &err));
   CHECKF(acts_equal(&x, after0_next), "step 0's checkpoint holds updates of step 1, pushed during its save");
+  /* A deadline ends the call, not the save: the error must not claim the
+   * step incomplete. The next Checkpoint waits for that save. */
+  scps_client_checkpoint_result res;
+  int rc = scps_client_checkpoint(c, 0, NULL, 5, &res, &err);
+  CHECKF(rc == SCPS_ETIMEDOUT && strstr(err.msg, "may yet be complete") && !strstr(err.msg, "incomplete"),
+         "checkpoint with a 5 ms deadline: %d %s", rc, err.msg);
+  MUST(scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &res, &err));
 out:
   scps_batch_destroy(b);
   scps_client_destroy(c);
