@@ -19,14 +19,10 @@ typedef struct command {
 } command;
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi) {
-    fprintf(stderr, "scps-admin: %s '%s': expected an integer in [%ld, %ld]\n", flag, s, lo, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
+  scps_error e;
+  if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
+  fprintf(stderr, "scps-admin: %s\n", e.msg);
+  return -1;
 }
 
 static double gbps(const scps_checkpoint_stats *st) {

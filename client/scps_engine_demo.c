@@ -2,6 +2,7 @@
  * stacked and sharded over P x S simulated SparseCores, batches preprocessed
  * into COO partitions, looked up and trained towards a planted model. */
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -26,15 +27,19 @@ static const char usage[] =
     "observed per-partition id counts. Limits adapt live to the observed counts\n"
     "(FDO) unless --drop or --fixed-limits is given.\n"
     "\n"
-    "  --workload FILE        workload JSON (default ../shared/workloads/shared-tables.json)\n"
-    "  --processes P          simulated server processes (default 2)\n"
-    "  --sc-per-process S     SparseCores per process (default 2)\n"
+    "  --workload FILE        workload JSON (default ../shared/workloads/shared-tables.json,\n"
+    "                         relative to the current directory: run from the checkout)\n"
+    "  --processes P          simulated server processes, 1 to 64 (default 2)\n"
+    "  --sc-per-process S     SparseCores per process, 1 to 64 (default 2)\n"
     "  --sc-memory BYTES      memory per SparseCore; K, M, G suffixes (default 256M)\n"
-    "  --steps N              training steps (default 200)\n"
+    "  --steps N              training steps, >= 1 (default 200)\n"
     "  --drop                 drop ids over the per-partition limits (no FDO)\n"
     "  --fixed-limits         refuse batches over the limits (no FDO)\n"
     "  --fdo-dir DIR          export the FDO statistics as CSV into DIR at the end\n"
-    "  --help                 this text\n";
+    "  --help                 this text\n"
+    "\n"
+    "Exit status: 0 when the run finished, 1 on an error of the workload or\n"
+    "the engine, 2 for bad flags.\n";
 
 typedef struct cluster {
   scps_layout *layout;
@@ -81,6 +86,13 @@ static void log_change(void *ctx, const scps_fdo_change *c) {
   printf("FDO: %s\n", line);
 }
 
+static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+  scps_error e;
+  if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
+  fprintf(stderr, "scps-engine-demo: %s\n", e.msg);
+  return -1;
+}
+
 int main(int argc, char **argv) {
   const char *path = "../shared/workloads/shared-tables.json";
   scps_topology topo = {2, 2, (int64_t)256 << 20};
@@ -99,18 +111,25 @@ int main(int argc, char **argv) {
                                        {"help", no_argument, 0, 'h'},
                                        {0, 0, 0, 0}};
   int o;
+  long v;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
     case 'w': path = optarg; break;
-    case 'p': topo.num_processes = atoi(optarg); break;
-    case 's': topo.sc_per_process = atoi(optarg); break;
+    case 'p':
+      if (parse_int("--processes", optarg, 1, MAX_PROCESSES, &v)) return 2;
+      topo.num_processes = (int32_t)v;
+      break;
+    case 's':
+      if (parse_int("--sc-per-process", optarg, 1, SCPS_SC_PER_PROCESS_MAX, &v)) return 2;
+      topo.sc_per_process = (int32_t)v;
+      break;
     case 'm':
       if (scps_parse_bytes(optarg, &topo.sc_memory_bytes)) {
         fprintf(stderr, "scps-engine-demo: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
         return 2;
       }
       break;
-    case 'n': steps = atol(optarg); break;
+    case 'n': if (parse_int("--steps", optarg, 1, LONG_MAX, &steps)) return 2; break;
     case 'd': po.policy = SCPS_LIMIT_DROP; adaptive = 0; break;
     case 'x': adaptive = 0; break;
     case 'o': fdo_dir = optarg; break;
@@ -118,8 +137,8 @@ int main(int argc, char **argv) {
     default: fputs(usage, stderr); return 2;
     }
   }
-  if (topo.num_processes < 1 || topo.num_processes > MAX_PROCESSES || steps < 1) {
-    fprintf(stderr, "scps-engine-demo: --processes must be in [1, %d] and --steps >= 1\n", MAX_PROCESSES);
+  if (optind < argc) {
+    fprintf(stderr, "scps-engine-demo: unexpected argument '%s' (options start with --; try --help)\n", argv[optind]);
     return 2;
   }
   scps_error err;

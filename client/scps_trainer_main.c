@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "scps_units.h"
 #include "scps_clock.h"
 #include "scps_ctr.h"
 #include "scps_mlp.h"
@@ -40,12 +41,14 @@ static const char usage[] =
     "  --dense-lr X         Adam learning rate of the MLP (default 0.003)\n"
     "  --logit-std X        strength of the planted signal (default 1.5)\n"
     "  --deadline-ms N      deadline of every lookup and push (default 30000)\n"
+    "  --connect-timeout-ms N  how long to wait for every server to answer\n"
+    "                       GetConfig at start, retrying (default 10000)\n"
     "  --wire-format F      activations and gradients on the wire: float32\n"
     "                       (default) or bfloat16 (half the bytes)\n"
     "  --json FILE          also write the final figures as JSON to FILE\n"
     "  --checkpoint-every-steps N  after the push of global steps N-1, 2N-1, ...\n"
     "                       (also when resumed), save a cluster checkpoint of the\n"
-    "                       embeddings (tables, slots, limits)\n"
+    "                       embeddings (tables, slots, limits); default 0: none\n"
     "  --checkpoint-dir DIR where (absolute; default: the servers' --checkpoint-dir)\n"
     "  --help               this text\n"
     "\n"
@@ -205,15 +208,10 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
 
 /* Whole-string integer in [lo, hi], or a message naming the flag. */
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
-  char *end;
-  errno = 0;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || errno || v < lo || v > hi) {
-    fprintf(stderr, "scps-trainer: %s '%s': expected an integer in [%ld, %ld]\n", flag, s, lo, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
+  scps_error e;
+  if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
+  fprintf(stderr, "scps-trainer: %s\n", e.msg);
+  return -1;
 }
 
 /* Whole-string finite number > 0. */
@@ -231,7 +229,7 @@ static int parse_positive(const char *flag, const char *s, double *out) {
 int main(int argc, char **argv) {
   char *servers_arg = NULL;
   const char *workload = NULL, *json = NULL;
-  long steps = 2000, eval_batches = 20, deadline = 30000, checkpoint_every = 0;
+  long steps = 2000, eval_batches = 20, deadline = 30000, checkpoint_every = 0, connect_timeout = 10000;
   const char *checkpoint_dir = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_memtune_apply();
@@ -247,7 +245,7 @@ int main(int argc, char **argv) {
       {"logit-std", required_argument, 0, 'z'}, {"deadline-ms", required_argument, 0, 'd'},
       {"json", required_argument, 0, 'j'},      {"checkpoint-every-steps", required_argument, 0, 'c'},
       {"checkpoint-dir", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
-      {"wire-format", required_argument, 0, 'W'},
+      {"wire-format", required_argument, 0, 'W'}, {"connect-timeout-ms", required_argument, 0, 'T'},
       {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -267,6 +265,7 @@ int main(int argc, char **argv) {
     case 'l': if (parse_positive("--dense-lr", optarg, &dense_lr)) return 2; break;
     case 'z': if (parse_positive("--logit-std", optarg, &logit_std)) return 2; break;
     case 'd': if (parse_long("--deadline-ms", optarg, 1, 86400000, &deadline)) return 2; break;
+    case 'T': if (parse_long("--connect-timeout-ms", optarg, 1, 86400000, &connect_timeout)) return 2; break;
     case 'j': json = optarg; break;
     case 'W':
       if (scps_float_format_from_name(optarg, &wire)) {
@@ -287,6 +286,10 @@ int main(int argc, char **argv) {
     default: fputs(usage, stderr); return 2;
     }
   }
+  if (optind < argc) {
+    fprintf(stderr, "scps-trainer: unexpected argument '%s' (options start with --; try --help)\n", argv[optind]);
+    return 2;
+  }
   if (!servers_arg || !workload) {
     fprintf(stderr, "scps-trainer: --servers and --workload are required\n%s", usage);
     return 2;
@@ -302,7 +305,8 @@ int main(int argc, char **argv) {
   if (!rc) {
     scps_client_options co = {.servers = servers, .n_servers = n_servers, .tables = w->tables,
                               .n_tables = w->n_tables, .features = w->features, .n_features = w->n_features,
-                              .policy = SCPS_LIMIT_ERROR, .wire_format = wire};
+                              .policy = SCPS_LIMIT_ERROR, .wire_format = wire,
+                              .connect_timeout_ms = connect_timeout};
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) {

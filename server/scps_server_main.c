@@ -166,14 +166,10 @@ static int write_port_file(const char *path, int port) {
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi) {
-    fprintf(stderr, "scps-server: %s '%s': expected an integer in [%ld, %ld]\n", flag, s, lo, hi);
-    return -1;
-  }
-  *out = v;
-  return 0;
+  scps_error e;
+  if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
+  fprintf(stderr, "scps-server: %s\n", e.msg);
+  return -1;
 }
 
 int main(int argc, char **argv) {

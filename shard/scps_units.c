@@ -1,5 +1,6 @@
 #include "scps_units.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -17,5 +18,15 @@ int scps_parse_bytes(const char *s, int64_t *out) {
   }
   if (end == s || *end || !(v >= 1) || v > 9.2e18) return -1;
   *out = (int64_t)v;
+  return 0;
+}
+
+int scps_parse_long(const char *flag, const char *s, long lo, long hi, long *out, scps_error *err) {
+  char *end;
+  errno = 0;
+  long v = strtol(s, &end, 10);
+  if (end == s || *end || errno || v < lo || v > hi)
+    return scps_error_set(err, SCPS_EINVAL, "%s '%s': expected an integer in [%ld, %ld]", flag, s, lo, hi);
+  *out = v;
   return 0;
 }
