@@ -10,7 +10,7 @@ repo=$(pwd)
 
 deploy/install-deps.sh
 cmake -S . -B build >/dev/null
-cmake --build build -j"$(nproc)" --target scps-server scps-trainer
+cmake --build build -j"$(nproc)" --target scps-server scps-trainer scps-loadgen scps-admin
 
 workload=$repo/deploy/workloads/ctr-demo.json
 . deploy/cluster.sh
