@@ -22,7 +22,7 @@ static const char usage[] =
     "--config, --num-processes, --sc-per-process and --sc-memory; clients check.\n"
     "\n"
     "  --config FILE          tables and features, in the workload JSON format\n"
-    "                         (shared/workloads/README.md; its batch_size is every\n"
+    "                         (deploy/workloads/README.md; its batch_size is every\n"
     "                         feature's batch size, the ids section is ignored)\n"
     "  --listen ADDR          host:port to serve on (default 0.0.0.0:50051; port 0\n"
     "                         picks a free port, see --port-file)\n"

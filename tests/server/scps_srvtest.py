@@ -91,7 +91,7 @@ class Env:
         print("   %s done in %.1f s" % (fn.__name__, time.monotonic() - t0), flush=True)
 
     def write_config(self, name, batch_size, tables, features):
-        """A workload file (shared/workloads/README.md) for --config."""
+        """A workload file (deploy/workloads/README.md) for --config."""
         path = os.path.join(self.tmp, name + ".json")
         doc = {"name": name, "batch_size": batch_size,
                "ids": {"distribution": "uniform", "seed": 1},
