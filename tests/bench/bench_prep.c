@@ -22,6 +22,7 @@
 #include "scps_clock.h"
 #include "scps_layout.h"
 #include "scps_prep.h"
+#include "scps_units.h"
 #include "scps_workload.h"
 #include "scps_bench.h"
 
@@ -49,17 +50,17 @@ typedef struct batch {
 
 static void usage(FILE *fp) {
   fputs("usage: scps-bench-prep [--workload FILE] [--threads T[,T...]] [--batches K]\n"
-        "                       [--topology PxS] [--policy error|drop] [--seed N]\n",
+        "                       [--topology PxS] [--policy error|drop] [--seed N]\n"
+        "Times preprocessing (scps_prep_run) of K generated batches per thread\n"
+        "count and prints one JSON line per count. Defaults: workload\n"
+        "$SCPS_SHARED_DIR/workloads/dlrm8.json (../shared/... without it),\n"
+        "threads 1, batches 20, topology 2x4, policy error, seed 1.\n",
         fp);
 }
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
-  char *end;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || v < lo || v > hi)
-    return false;
-  *out = v;
-  return true;
+  scps_error e;
+  return scps_parse_long("", s, lo, hi, out, &e) == 0;
 }
 
 static int parse_args(int argc, char **argv, options *o) {
