@@ -293,8 +293,11 @@ int main(int argc, char **argv) {
             (long long)restored_step, restored, (long long)restored_bytes, restored_seconds,
             restored_seconds > 0 ? (double)restored_bytes / restored_seconds * 1e-9 : 0.0);
   else if (o.checkpoint_dir)
-    fprintf(stderr, "scps-server: no complete checkpoint under %s; starting from the initializers\n",
-            o.checkpoint_dir);
+    fprintf(stderr, "scps-server: no complete checkpoint under %s%s; starting from the initializers\n",
+            o.checkpoint_dir,
+            access(o.checkpoint_dir, F_OK) ? " (no such directory yet: check the path if you meant to resume; "
+                                             "it is created at the first save)"
+                                           : "");
   if (checkpoint_every)
     uv_timer_start(&ap.checkpoint, on_checkpoint_timer, (uint64_t)checkpoint_every * 1000,
                    (uint64_t)checkpoint_every * 1000);

@@ -869,12 +869,34 @@ void scps_checkpoint_close(scps_checkpoint *c) {
   free(c);
 }
 
+/* Whether dir holds step directories: a checkpoint root given where one
+ * step's directory was expected. */
+static bool holds_steps(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return false;
+  bool found = false;
+  struct dirent *de;
+  while (!found && (de = readdir(d))) found = !strncmp(de->d_name, STEP_PREFIX, strlen(STEP_PREFIX));
+  closedir(d);
+  return found;
+}
+
 int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err) {
   *out = NULL;
   if (strlen(dir) >= PATH_CAP - FILE_NAME_CAP - 8)
     return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s' is too long", dir);
+  struct stat sb;
+  if (stat(dir, &sb))
+    return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint directory '%s' does not exist", dir)
+                           : io_error(err, errno, "cannot open checkpoint directory", dir);
+  if (!S_ISDIR(sb.st_mode)) return scps_error_set(err, SCPS_EINVAL, "checkpoint '%s' is not a directory", dir);
   manifest m0 = {0};
   int rc = load_manifest(dir, 0, &m0, err);
+  if (rc == SCPS_ENOENT && holds_steps(dir))
+    scps_error_set(err, SCPS_ENOENT,
+                   "'%s' is a checkpoint root, not a checkpoint: give one of its step-... directories "
+                   "('scps-admin checkpoint list %s' lists them)",
+                   dir, dir);
   if (rc) return rc;
   scps_checkpoint *c = calloc(1, sizeof *c);
   const int32_t P = m0.topology.num_processes, N = P * m0.topology.sc_per_process;

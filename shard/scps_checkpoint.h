@@ -58,7 +58,10 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
  * not read until load, verify or export. */
 typedef struct scps_checkpoint scps_checkpoint;
 
-/* dir is a step directory. Refuses an incomplete or inconsistent checkpoint
+/* dir is a step directory. Refuses a missing directory or one without a
+ * first manifest with SCPS_ENOENT (saying so when dir is a checkpoint root,
+ * holding step directories), a path that is not a directory with
+ * SCPS_EINVAL, an incomplete or inconsistent checkpoint
  * with SCPS_ENOENT / SCPS_EPARSE / SCPS_EMISMATCH naming the file, and a
  * manifest whose checksum fails or a data file of another size than listed
  * with SCPS_ECORRUPT naming it. Every size read from a manifest is bounded

@@ -498,6 +498,15 @@ static void test_latest_and_errors(const specs *s) {
   CHECKF(!strcmp(path, step_dir(root, 10)), "%s", path);
   CHECK(scps_checkpoint_open(step_dir(root, 20), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
   CHECKF(strstr(err->msg, "manifest.p1.json"), "%s", err->msg);
+  /* What --restore and 'scps-admin checkpoint verify' are given by mistake:
+   * a step that is not there, the root itself, a file. */
+  CHECK(scps_checkpoint_open(step_dir(root, 99), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
+  CHECKF(strstr(err->msg, "does not exist"), "%s", err->msg);
+  CHECK(scps_checkpoint_open(root, &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
+  CHECKF(strstr(err->msg, "is a checkpoint root") && strstr(err->msg, "step-"), "%s", err->msg);
+  snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(root, 10));
+  CHECK(scps_checkpoint_open(m, &(scps_checkpoint *){NULL}, err) == SCPS_EINVAL);
+  CHECKF(strstr(err->msg, "not a directory"), "%s", err->msg);
   /* A newer one with every file present but one a byte short was damaged,
    * not cut short: named, not passed over for step 10. */
   save_all(&a, root, 30, NULL);
