@@ -510,7 +510,10 @@ static void rpc_done(rpc *r) {
     const char *why = "";
     if (o->method == M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
       code = SCPS_EUNAVAIL;
-      why = " (no answer within the connect timeout)";
+      why = grpc_channel_check_connectivity_state(c->servers[r->server].ch, 0) == GRPC_CHANNEL_READY
+                ? " (connected, but no answer within the connect timeout)"
+                : " (no connection within the connect timeout: refused or unreachable; is scps-server "
+                  "running at that address?)";
     } else if (o->method == M_LOOKUP && st == GRPC_STATUS_UNAVAILABLE) {
       why = " (retried until the deadline)";
     } else if (o->method == M_LOOKUP && st == GRPC_STATUS_DEADLINE_EXCEEDED && r->attempts > 1) {
@@ -940,6 +943,12 @@ static int connect_servers(scps_client *c, const scps_client_options *o, scps_er
   int rc = 0;
   for (int p = 0; p < c->n && !rc; p++) {
     server *s = &c->servers[p];
+    /* Without a port gRPC would dial 443, where no scps-server listens. */
+    if (!strchr(o->servers[p], ':')) {
+      rc = scps_error_set(err, SCPS_EINVAL, "server %d: address '%s' has no port (expected host:port)", p,
+                          o->servers[p]);
+      break;
+    }
     s->addr = strdup(o->servers[p]);
     if (!s->addr) {
       rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");

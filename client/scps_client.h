@@ -120,8 +120,11 @@ typedef struct scps_client_options {
  * num_processes == n_servers, the servers' stacks equal to the layout built
  * here) and builds the layout, with server 0's limits in force (a restored
  * checkpoint's, which FDO may have raised). Servers still starting are waited for until
- * connect_timeout_ms. Fails with SCPS_EUNAVAIL naming a server that does not
- * answer within the timeout, SCPS_EMISMATCH naming what differs. Starts the
+ * connect_timeout_ms. Fails with SCPS_EINVAL for an address without a port
+ * (host:port; a gRPC target such as unix:PATH has its colon),
+ * SCPS_EUNAVAIL naming a server that does not answer within the timeout
+ * (and whether a connection was made at all), SCPS_EMISMATCH naming what
+ * differs. Starts the
  * client's completion-queue threads (cq_threads). */
 int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err);
 

@@ -158,13 +158,18 @@ static void test_configuration(void) {
   double t0 = scps_it_now_ms();
   rc = scps_client_create(&nb, &c, &err);
   double dt = scps_it_now_ms() - t0;
-  CHECKF(rc == SCPS_EUNAVAIL && contains(err.msg, "server 1 (127.0.0.1:1)"), "%d %s", rc, err.msg);
+  CHECKF(rc == SCPS_EUNAVAIL && contains(err.msg, "server 1 (127.0.0.1:1)") && contains(err.msg, "no connection"),
+         "%d %s", rc, err.msg);
   CHECKF(dt < 500 + 1000, "create took %.0f ms with a 500 ms connect timeout", dt);
   printf("nobody listening: %.0f ms: %s\n", dt, err.msg);
 
   /* Bad options never reach the network. */
   scps_client_options bad = {.servers = cl.addr_list, .n_servers = 0};
   CHECK(scps_client_create(&bad, &c, &err) == SCPS_EINVAL);
+  const char *portless[1] = {"127.0.0.1"};
+  bad = (scps_client_options){.servers = portless, .n_servers = 1};
+  rc = scps_client_create(&bad, &c, &err);
+  CHECKF(rc == SCPS_EINVAL && contains(err.msg, "'127.0.0.1' has no port"), "%d %s", rc, err.msg);
   bad = (scps_client_options){.servers = cl.addr_list, .n_servers = 2, .cq_threads = 17};
   rc = scps_client_create(&bad, &c, &err);
   CHECKF(rc == SCPS_EINVAL && contains(err.msg, "cq_threads 17"), "%d %s", rc, err.msg);
