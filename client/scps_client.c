@@ -1258,6 +1258,14 @@ static int configure(scps_client *c, const scps_client_options *o, scps_error *e
       req = config_request(((const Scps__V1__GetConfigResponse *)first->rpcs[0].reply)->cluster);
       rc = get_configs(c, 1, c->n, req, deadline, &rest, err);
       for (int p = 1; p < c->n && !rc; p++) rc = check_config(c, p, &rest->rpcs[p], err);
+      if (rc == SCPS_EMISMATCH) {
+        char m[sizeof err->msg];
+        snprintf(m, sizeof m, "%s", err->msg);
+        scps_error_set(err, rc,
+                       "%s [the expected declaration is server 0's (%s): start every process with the same "
+                       "--config and topology flags]",
+                       m, addr_of(c, 0));
+      }
     }
   }
   if (!rc) rc = adopt_config(c, o, (const Scps__V1__GetConfigResponse *)first->rpcs[0].reply, err);

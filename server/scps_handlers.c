@@ -243,7 +243,7 @@ static void handle_get_config(scps_call *c) {
     char diff[512];
     int d = scps_specs_diff(&cs.topology, cs.tables, cs.n_tables, cs.features, cs.n_features,
                             &s->opts.topology, s->tables, s->opts.n_tables, s->features, s->opts.n_features,
-                            "client", "server", diff, sizeof diff);
+                            "expected", "this process", diff, sizeof diff);
     scps_cluster_spec_free(&cs);
     if (d) {
       snprintf(msg, sizeof msg, "process %d serves another cluster configuration: %s", s->opts.process_index,
