@@ -1267,7 +1267,17 @@ int scps_checkpoint_export_table(const scps_checkpoint *c, const char *table, in
         t = &c->stacks[s].tables[i];
         break;
       }
-  if (!t) return scps_error_set(err, SCPS_ENOENT, "checkpoint '%s' has no table '%s'", c->dir, table);
+  if (!t) {
+    char names[768];
+    size_t used = 0;
+    names[0] = '\0';
+    for (int s = 0; s < c->n_stacks; s++)
+      for (int i = 0; i < c->stacks[s].n_tables && used < sizeof names; i++)
+        used += (size_t)snprintf(names + used, sizeof names - used, "%s'%s'", used ? ", " : "",
+                                 c->stacks[s].tables[i].name);
+    return scps_error_set(err, SCPS_ENOENT, "checkpoint '%s' has no table '%s' (its tables: %s)", c->dir, table,
+                          names);
+  }
   const ck_stack *st = &c->stacks[stack];
   const scps_table_spec *spec = &c->specs->tables[t->spec];
   if (slot < -1 || slot >= st->num_slots)

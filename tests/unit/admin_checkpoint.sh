@@ -46,11 +46,15 @@ check_exports "$dir" "$tmp/npy" || fail "export"
 "$admin" checkpoint verify "$tmp/conv/step-000000000017" || fail "verify of the converted checkpoint"
 check_exports "$tmp/conv/step-000000000017" "$tmp/npy-conv" || fail "export after convert"
 
-# Errors: an unknown slot, a flipped byte.
+# Errors: an unknown slot or table, a flipped byte.
 if "$admin" checkpoint export "$dir" --table items --slot accumulator --out "$tmp/x.npy" 2>"$tmp/err"; then
   fail "export of a slot sgd does not have"
 fi
 grep -q "no slot 'accumulator'" "$tmp/err" || fail "unknown slot message: $(cat "$tmp/err")"
+if "$admin" checkpoint export "$dir" --table nosuch --out "$tmp/x.npy" 2>"$tmp/err"; then
+  fail "export of a table the checkpoint does not have"
+fi
+grep -q "no table 'nosuch' (its tables: .*'users'" "$tmp/err" || fail "unknown table message: $(cat "$tmp/err")"
 printf '\x55' | dd of="$dir/1.sc2.bin" bs=1 seek=100 conv=notrunc status=none
 if "$admin" checkpoint verify "$dir" 2>"$tmp/err"; then fail "verify passed a flipped byte"; fi
 grep -q "1.sc2.bin" "$tmp/err" || fail "verify message does not name the file: $(cat "$tmp/err")"
