@@ -238,43 +238,14 @@ static int plan_sc_cpus(scps_server *s, scps_error *err) {
   return 0;
 }
 
-int scps_server_create(const scps_server_options *o, scps_server **out, scps_error *err) {
-  *out = NULL;
-  if (o->cq_threads < 1 || o->cq_threads > 64 || o->tc_threads < 1 || o->tc_threads > 64)
-    return scps_error_set(err, SCPS_EINVAL, "--cq-threads %d and --tc-threads %d must be in [1, 64]",
-                          o->cq_threads, o->tc_threads);
-  if (o->topology.sc_per_process > SCPS_MAX_SC_PER_PROCESS)
-    return scps_error_set(err, SCPS_EINVAL, "--sc-per-process %d exceeds %d", o->topology.sc_per_process,
-                          SCPS_MAX_SC_PER_PROCESS);
-  if (o->checkpoint_keep < 1)
-    return scps_error_set(err, SCPS_EINVAL, "--checkpoint-keep %d must be >= 1", o->checkpoint_keep);
-  if (o->max_message_bytes < 4096 || o->max_message_bytes > INT32_MAX)
-    return scps_error_set(err, SCPS_EINVAL, "max message size %lld not in [4096, %d] bytes",
-                          (long long)o->max_message_bytes, INT32_MAX);
-  scps_server *s = calloc(1, sizeof *s);
-  if (!s) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
-  s->opts = *o;
-  s->S = o->topology.sc_per_process;
-  s->tables = malloc(sizeof *s->tables * (size_t)o->n_tables);
-  s->features = malloc(sizeof *s->features * (size_t)(o->n_features ? o->n_features : 1));
-  int rc = s->tables && s->features ? 0 : scps_error_set(err, SCPS_ENOMEM, "out of memory");
-  if (!rc) {
-    memcpy(s->tables, o->tables, sizeof *s->tables * (size_t)o->n_tables);
-    if (o->n_features) memcpy(s->features, o->features, sizeof *s->features * (size_t)o->n_features);
-    s->opts.tables = s->tables;
-    s->opts.features = s->features;
-    rc = scps_layout_create(s->tables, o->n_tables, s->features, o->n_features, &o->topology, NULL, &s->layout,
-                            err);
-  }
-  if (!rc) rc = scps_engine_create(s->layout, o->process_index, &s->engine, err);
-  if (!rc && o->pin_sparsecores) rc = plan_sc_cpus(s, err);
-  if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
-  if (!rc) rc = scps_handlers_init(s, err);
-  if (!rc) rc = scps_saver_init(s, err);
-  if (rc) {
-    scps_server_destroy(s);
-    return rc;
-  }
+/* The gRPC server, its methods and queues, bound to o->listen. Done before
+ * the tables are initialized (seconds to minutes for large ones), so an
+ * address in use fails the start at once. */
+static int grpc_setup(scps_server *s, const scps_server_options *o, scps_error *err) {
+  s->shutdown_tag = (scps_tag){NULL, TAG_SHUTDOWN};
+  s->cqs = calloc((size_t)o->cq_threads, sizeof *s->cqs);
+  s->threads = calloc((size_t)o->cq_threads, sizeof *s->threads);
+  if (!s->cqs || !s->threads) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   grpc_init();
   grpc_arg args[5];
   args[0].type = GRPC_ARG_INTEGER;
@@ -303,8 +274,6 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
     snprintf(path, sizeof path, "/scps.v1.EmbeddingService/%s", scps_method_names[m]);
     s->handles[m] = grpc_server_register_method(s->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
   }
-  s->cqs = calloc((size_t)o->cq_threads, sizeof *s->cqs);
-  s->threads = calloc((size_t)o->cq_threads, sizeof *s->threads);
   for (int i = 0; i < o->cq_threads; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
@@ -312,12 +281,49 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
   s->port = grpc_server_add_http2_port(s->server, o->listen, creds);
   grpc_server_credentials_release(creds);
-  if (s->port == 0) {
-    rc = scps_error_set(err, SCPS_EIO, "cannot listen on '%s' (address in use or malformed?)", o->listen);
+  if (s->port == 0)
+    return scps_error_set(err, SCPS_EIO, "cannot listen on '%s' (address in use or malformed?)", o->listen);
+  return 0;
+}
+
+int scps_server_create(const scps_server_options *o, scps_server **out, scps_error *err) {
+  *out = NULL;
+  if (o->cq_threads < 1 || o->cq_threads > 64 || o->tc_threads < 1 || o->tc_threads > 64)
+    return scps_error_set(err, SCPS_EINVAL, "--cq-threads %d and --tc-threads %d must be in [1, 64]",
+                          o->cq_threads, o->tc_threads);
+  if (o->topology.sc_per_process > SCPS_MAX_SC_PER_PROCESS)
+    return scps_error_set(err, SCPS_EINVAL, "--sc-per-process %d exceeds %d", o->topology.sc_per_process,
+                          SCPS_MAX_SC_PER_PROCESS);
+  if (o->checkpoint_keep < 1)
+    return scps_error_set(err, SCPS_EINVAL, "--checkpoint-keep %d must be >= 1", o->checkpoint_keep);
+  if (o->max_message_bytes < 4096 || o->max_message_bytes > INT32_MAX)
+    return scps_error_set(err, SCPS_EINVAL, "max message size %lld not in [4096, %d] bytes",
+                          (long long)o->max_message_bytes, INT32_MAX);
+  scps_server *s = calloc(1, sizeof *s);
+  if (!s) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  s->opts = *o;
+  s->S = o->topology.sc_per_process;
+  s->tables = malloc(sizeof *s->tables * (size_t)o->n_tables);
+  s->features = malloc(sizeof *s->features * (size_t)(o->n_features ? o->n_features : 1));
+  int rc = s->tables && s->features ? 0 : scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  if (!rc) {
+    memcpy(s->tables, o->tables, sizeof *s->tables * (size_t)o->n_tables);
+    if (o->n_features) memcpy(s->features, o->features, sizeof *s->features * (size_t)o->n_features);
+    s->opts.tables = s->tables;
+    s->opts.features = s->features;
+    rc = scps_layout_create(s->tables, o->n_tables, s->features, o->n_features, &o->topology, NULL, &s->layout,
+                            err);
+  }
+  if (!rc) rc = grpc_setup(s, o, err);
+  if (!rc) rc = scps_engine_create(s->layout, o->process_index, &s->engine, err);
+  if (!rc && o->pin_sparsecores) rc = plan_sc_cpus(s, err);
+  if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
+  if (!rc) rc = scps_handlers_init(s, err);
+  if (!rc) rc = scps_saver_init(s, err);
+  if (rc) {
     scps_server_destroy(s);
     return rc;
   }
-  s->shutdown_tag = (scps_tag){NULL, TAG_SHUTDOWN};
   *out = s;
   return 0;
 }
