@@ -50,6 +50,7 @@ static int op_push(void *ud, int64_t batch, scps_error *err) {
   if (!rc && every > 0 && (step + 1) % every == 0) {
     scps_client_checkpoint_result res;
     rc = scps_client_checkpoint(r->client, step, r->o->checkpoint_dir, CHECKPOINT_DEADLINE_MS, &res, err);
+    if (!rc && r->h->checkpointed) r->h->checkpointed(r->ud, &res);
   }
   return rc;
 }

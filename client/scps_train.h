@@ -18,6 +18,9 @@ typedef struct scps_train_hooks {
    * of feature f), write grads[f] (the loss gradient, same shape). Runs on
    * the caller's thread, in batch order. */
   int (*compute)(void *ud, int64_t batch, float *const *acts, float *const *grads, scps_error *err);
+  /* Optional (NULL: none): told of each checkpoint the run saved
+   * (checkpoint_every_steps), on the thread that pushes. */
+  void (*checkpointed)(void *ud, const scps_client_checkpoint_result *res);
 } scps_train_hooks;
 
 typedef struct scps_train_options {

@@ -48,7 +48,8 @@ static const char usage[] =
     "  --json FILE          also write the final figures as JSON to FILE\n"
     "  --checkpoint-every-steps N  after the push of global steps N-1, 2N-1, ...\n"
     "                       (also when resumed), save a cluster checkpoint of the\n"
-    "                       embeddings (tables, slots, limits); default 0: none\n"
+    "                       embeddings (tables, slots, limits), each reported on\n"
+    "                       stderr; default 0: none\n"
     "  --checkpoint-dir DIR where (absolute; default: the servers' --checkpoint-dir)\n"
     "  --help               this text\n"
     "\n"
@@ -107,6 +108,13 @@ static void progress(trainer *t, int final) {
           (long long)t->done, (long long)t->steps, loss, auc, rate, t->tty && !final ? "" : "\n");
   t->window_loss = 0;
   t->window_n = 0;
+}
+
+/* On a terminal the progress line is being redrawn: start a line of our own. */
+static void hook_checkpointed(void *ud, const scps_client_checkpoint_result *res) {
+  const trainer *t = ud;
+  fprintf(stderr, "%sscps-trainer: checkpoint of step %lld saved: %.1f MB in %d files, %.2f s, %s\n",
+          t->tty ? "\n" : "", (long long)res->step, (double)res->bytes / 1e6, res->files, res->seconds, res->path);
 }
 
 static int hook_compute(void *ud, int64_t batch, float *const *acts, float *const *grads, scps_error *err) {
@@ -344,7 +352,7 @@ int main(int argc, char **argv) {
     if (first > 0) fprintf(stderr, "scps-trainer: the servers hold step %lld; resuming at step %lld\n",
                            (long long)first - 1, (long long)first);
     scps_train_options to = {mode, steps, first, -1.0, deadline, checkpoint_every, checkpoint_dir};
-    scps_train_hooks hooks = {hook_inputs, hook_compute};
+    scps_train_hooks hooks = {.inputs = hook_inputs, .compute = hook_compute, .checkpointed = hook_checkpointed};
     rc = scps_train_run(c, &to, &hooks, &t, &st, &err);
     progress(&t, 1);
   }

@@ -454,7 +454,7 @@ int main(int argc, char **argv) {
     for (int f = 0; sizes && f < nf; f++)
       sizes[f] = sizeof(float) * (size_t)w->batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
     replay r = {ins, distinct, (const float *const *)grads, nf, sizes};
-    scps_train_hooks h = {replay_inputs, replay_compute};
+    scps_train_hooks h = {.inputs = replay_inputs, .compute = replay_compute};
     scps_schedule_stats ss;
     scps_train_options to = {.mode = SCPS_SCHEDULE_PIPELINED, .steps = warmup, .learning_rate = -1.0, .deadline_ms = 60000};
     rc = scps_train_run(c, &to, &h, &r, &ss, &err);

@@ -57,7 +57,7 @@ static void run(scps_client *c, scps_schedule_mode mode, float *start) {
   p.in.ids = p.ids;
   p.in.n_ids = BATCH;
   scps_train_options o = {.mode = mode, .steps = STEPS, .learning_rate = -1.0, .deadline_ms = 10000};
-  scps_train_hooks h = {probe_inputs, probe_compute};
+  scps_train_hooks h = {.inputs = probe_inputs, .compute = probe_compute};
   scps_schedule_stats st;
   scps_error err;
   CHECK_OK(scps_train_run(c, &o, &h, &p, &st, &err), &err);

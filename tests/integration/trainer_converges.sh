@@ -58,7 +58,11 @@ fi
 # wherever the resumed run starts: 30 steps, 3 checkpoints.
 ck="$tmp/ck"
 "$trainer" --servers "$servers" --workload "$workload" --steps 30 --checkpoint-every-steps 10 \
-  --checkpoint-dir "$ck" >/dev/null 2>&1 || { echo "trainer --checkpoint-every-steps 10 failed"; status=1; }
+  --checkpoint-dir "$ck" >/dev/null 2>"$tmp/ck.err" || { echo "trainer --checkpoint-every-steps 10 failed"; status=1; }
+# Each save is reported as it happens.
+if [ "$(grep -c "checkpoint of step [0-9]* saved: .* $ck/step-" "$tmp/ck.err")" != 3 ]; then
+  echo "the trainer did not report its 3 checkpoints:"; cat "$tmp/ck.err"; status=1
+fi
 saved=$(ls "$ck" 2>/dev/null | sed -n 's/^step-0*\([0-9]\)/\1/p' | sort -n)
 off=$(for s in $saved; do [ $(((s + 1) % 10)) = 0 ] || echo "$s"; done)
 if [ "$(echo "$saved" | wc -w)" != 3 ] || [ -n "$off" ]; then
