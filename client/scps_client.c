@@ -18,8 +18,9 @@
 
 #include "scps.pb-c.h"
 #include "scps_bf16.h"
-#include "scps_client_rows.h"
 #include "scps_client_buf.h"
+#include "scps_client_rows.h"
+#include "scps_client_status.h"
 #include "scps_client_wire.h"
 #include "scps_spec_pb.h"
 
@@ -179,28 +180,6 @@ static gpr_timespec ns_to_ts(int64_t ns) {
 }
 
 /* ---------------------------------------------------------------- errors */
-
-static const char *status_name(grpc_status_code s) {
-  static const char *const names[] = {
-      "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
-      "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
-      "FAILED_PRECONDITION", "ABORTED", "OUT_OF_RANGE",      "UNIMPLEMENTED",    "INTERNAL",
-      "UNAVAILABLE", "DATA_LOSS",       "UNAUTHENTICATED"};
-  return (unsigned)s < sizeof names / sizeof *names ? names[s] : "UNKNOWN_STATUS";
-}
-
-static int status_code(grpc_status_code s) {
-  switch (s) {
-  case GRPC_STATUS_OK: return 0;
-  case GRPC_STATUS_INVALID_ARGUMENT: return SCPS_EINVAL;
-  case GRPC_STATUS_FAILED_PRECONDITION: return SCPS_EMISMATCH;
-  case GRPC_STATUS_RESOURCE_EXHAUSTED: return SCPS_ENOSPC;
-  case GRPC_STATUS_UNAVAILABLE: return SCPS_EUNAVAIL;
-  case GRPC_STATUS_DEADLINE_EXCEEDED: return SCPS_ETIMEDOUT;
-  case GRPC_STATUS_INTERNAL: return SCPS_EINTERNAL;
-  default: return SCPS_EIO;
-  }
-}
 
 static const char *addr_of(const scps_client *c, int p) { return c->servers[p].addr; }
 
@@ -506,7 +485,7 @@ static void rpc_done(rpc *r) {
     schedule_retry(r, due);
     return;
   } else {
-    int code = status_code(st);
+    int code = scps_status_code(st);
     const char *why = "";
     if (o->method == M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
       code = SCPS_EUNAVAIL;
@@ -520,7 +499,7 @@ static void rpc_done(rpc *r) {
       why = " (after retries on UNAVAILABLE)";
     }
     r->rc = scps_error_set(&r->err, code, "server %d (%s): %s: %s: %s%s; %d attempt%s in %lld ms", r->server,
-                           addr_of(c, r->server), method_names[o->method], status_name(st), text, why,
+                           addr_of(c, r->server), method_names[o->method], scps_status_name(st), text, why,
                            r->attempts, r->attempts == 1 ? "" : "s",
                            (long long)((now_ns() - o->start_ns) / 1000000));
   }

@@ -1,0 +1,115 @@
+#include "scps_client_rpc.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scps_client_status.h"
+
+/* The answer's bytes, copied out of the byte buffer's slices. */
+static int copy_answer(grpc_byte_buffer *bb, uint8_t **answer, size_t *answer_len, scps_error *err) {
+  *answer = NULL;
+  *answer_len = 0;
+  if (!bb) return 0;
+  grpc_byte_buffer_reader rd;
+  if (!grpc_byte_buffer_reader_init(&rd, bb)) return scps_error_set(err, SCPS_EIO, "cannot read the answer");
+  grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+  grpc_byte_buffer_reader_destroy(&rd);
+  size_t n = GRPC_SLICE_LENGTH(all);
+  int rc = 0;
+  if (n) {
+    *answer = malloc(n);
+    if (*answer) {
+      memcpy(*answer, GRPC_SLICE_START_PTR(all), n);
+      *answer_len = n;
+    } else {
+      rc = scps_error_set(err, SCPS_ENOMEM, "out of memory for a %zu-byte answer", n);
+    }
+  }
+  grpc_slice_unref(all);
+  return rc;
+}
+
+int scps_rpc_call(const char *address, const char *method, const uint8_t *request, size_t request_len,
+                  int64_t deadline_ms, uint8_t **answer, size_t *answer_len, scps_error *err) {
+  *answer = NULL;
+  *answer_len = 0;
+  if (deadline_ms <= 0) return scps_error_set(err, SCPS_EINVAL, "deadline_ms %lld must be > 0", (long long)deadline_ms);
+  char path[128];
+  if (snprintf(path, sizeof path, "/scps.v1.EmbeddingService/%s", method) >= (int)sizeof path)
+    return scps_error_set(err, SCPS_EINVAL, "method name '%s' is too long", method);
+  grpc_init();
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  grpc_channel *ch = grpc_channel_create(address, creds, NULL);
+  grpc_channel_credentials_release(creds);
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(deadline_ms, GPR_TIMESPAN));
+  grpc_slice method_slice = grpc_slice_from_copied_string(path);
+  grpc_call *call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, cq, method_slice, NULL, deadline, NULL);
+  grpc_slice_unref(method_slice);
+
+  grpc_slice req = request_len ? grpc_slice_from_copied_buffer((const char *)request, request_len) : grpc_empty_slice();
+  grpc_byte_buffer *sent = grpc_raw_byte_buffer_create(&req, 1);
+  grpc_slice_unref(req);
+  grpc_byte_buffer *got = NULL;
+  grpc_metadata_array md_initial, md_trailing;
+  grpc_metadata_array_init(&md_initial);
+  grpc_metadata_array_init(&md_trailing);
+  grpc_status_code status = GRPC_STATUS_UNKNOWN;
+  grpc_slice details = grpc_empty_slice();
+  grpc_op ops[6];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  /* A server still starting is waited for, within the deadline. */
+  ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = sent;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &md_initial;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &got;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &md_trailing;
+  ops[5].data.recv_status_on_client.status = &status;
+  ops[5].data.recv_status_on_client.status_details = &details;
+  int rc = 0;
+  if (grpc_call_start_batch(call, ops, 6, call, NULL) != GRPC_CALL_OK) {
+    rc = scps_error_set(err, SCPS_EINTERNAL, "%s: %s: the call could not be started", address, method);
+  } else {
+    grpc_event ev = grpc_completion_queue_pluck(cq, call, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type != GRPC_OP_COMPLETE || !ev.success) {
+      rc = scps_error_set(err, SCPS_EIO, "%s: %s: the call did not complete", address, method);
+    } else if (status != GRPC_STATUS_OK) {
+      char *text = grpc_slice_to_c_string(details);
+      const char *why = status == GRPC_STATUS_DEADLINE_EXCEEDED &&
+                                grpc_channel_check_connectivity_state(ch, 0) != GRPC_CHANNEL_READY
+                            ? " (no connection within the deadline: is scps-server running at that address?)"
+                            : "";
+      rc = scps_error_set(err, scps_status_code(status), "%s: %s: %s: %s%s", address, method,
+                          scps_status_name(status), text, why);
+      gpr_free(text);
+    } else {
+      rc = copy_answer(got, answer, answer_len, err);
+    }
+  }
+  grpc_slice_unref(details);
+  grpc_metadata_array_destroy(&md_initial);
+  grpc_metadata_array_destroy(&md_trailing);
+  if (got) grpc_byte_buffer_destroy(got);
+  grpc_byte_buffer_destroy(sent);
+  grpc_call_unref(call);
+  grpc_completion_queue_shutdown(cq);
+  while (grpc_completion_queue_pluck(cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(cq);
+  grpc_channel_destroy(ch);
+  grpc_shutdown();
+  return rc;
+}

@@ -1,0 +1,21 @@
+/* scps_client_rpc: one unary call to one server, by method name, with the
+ * request and answer as packed bytes: for tools that ask servers one by one
+ * (scps-admin), where a cluster client (scps_client.h) would need them all. */
+#ifndef SCPS_CLIENT_RPC_H
+#define SCPS_CLIENT_RPC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scps_error.h"
+
+/* Calls /scps.v1.EmbeddingService/<method> on address (host:port) with the
+ * packed request, waiting up to deadline_ms (> 0) for the server to be
+ * reachable and to answer. On OK: 0 and *answer (malloc'ed, the caller
+ * frees it; NULL with *answer_len 0 for an empty message). Otherwise the
+ * status's SCPS_E* code (scps_status_code) and a message naming the address,
+ * the method, the status and the server's details. */
+int scps_rpc_call(const char *address, const char *method, const uint8_t *request, size_t request_len,
+                  int64_t deadline_ms, uint8_t **answer, size_t *answer_len, scps_error *err);
+
+#endif
