@@ -1,5 +1,5 @@
-/* scps-admin: operator commands, one table entry each ("checkpoint list",
- * "checkpoint verify", ...): offline checkpoint tools on files today. */
+/* scps-admin: operator commands, one table entry each: the offline
+ * checkpoint tools on files here, those that ask servers in scps_admin_online. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "scps_admin_online.h"
 #include "scps_checkpoint.h"
 #include "scps_units.h"
 
@@ -285,6 +286,12 @@ static int run_export(int argc, char **argv) {
 /* ---- the command table ---- */
 
 static const command commands[] = {
+    {"health", "ask servers whether they are serving", scps_admin_health_usage, scps_admin_health},
+    {"stats", "print servers' memory, FDO, request and checkpoint statistics", scps_admin_stats_usage,
+     scps_admin_stats},
+    {"config", "print what servers serve: topology, stacks, limits, step", scps_admin_config_usage,
+     scps_admin_config},
+    {"checkpoint save", "save a cluster checkpoint through the servers", scps_admin_save_usage, scps_admin_save},
     {"checkpoint list", "list the checkpoints under a directory", list_usage, run_list},
     {"checkpoint verify", "check every file of a checkpoint against its checksum", verify_usage,
      run_verify},

@@ -1,0 +1,298 @@
+#include "scps_admin_online.h"
+
+#include <getopt.h>
+#include <limits.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "scps.pb-c.h"
+#include "scps_client.h"
+#include "scps_client_rpc.h"
+#include "scps_units.h"
+
+#define MAX_SERVERS 1024
+
+const char scps_admin_health_usage[] =
+    "usage: scps-admin health --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N]\n"
+    "Asks each server for its Health: SERVING, or DRAINING when it is shutting\n"
+    "down, with its process index and uptime. Exit status 0 when every server\n"
+    "answers SERVING, 1 otherwise.\n"
+    "\n"
+    "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n";
+
+const char scps_admin_stats_usage[] =
+    "usage: scps-admin stats --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N]\n"
+    "Prints each server's Stats: the memory of each SparseCore, per stack the\n"
+    "ids looked up, rows updated and the largest per-partition id counts seen\n"
+    "against the limits in force (FDO's inputs), per RPC method the calls,\n"
+    "errors, bytes and mean time, the SparseCore and TensorCore stages, and\n"
+    "the checkpoints saved. Exit status 1 if a server did not answer.\n"
+    "\n"
+    "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n";
+
+const char scps_admin_config_usage[] =
+    "usage: scps-admin config --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N]\n"
+    "Prints what each server serves (GetConfig): its place in the cluster, the\n"
+    "SparseCores and their memory, the last step it holds and the checkpoint it\n"
+    "restored, and per stack its width, rows per SparseCore, tables, features\n"
+    "and limits in force. Exit status 1 if a server did not answer.\n"
+    "\n"
+    "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n";
+
+const char scps_admin_save_usage[] =
+    "usage: scps-admin checkpoint save --servers HOST:PORT[,HOST:PORT...] [--step N]\n"
+    "                                  [--dir DIR] [--deadline-ms N]\n"
+    "Saves a cluster checkpoint through every server (the Checkpoint RPC, as a\n"
+    "trainer's scps_client_checkpoint does), with the limits in force that\n"
+    "server 0 reports. Run it while no trainer pushes: a server that has\n"
+    "already applied a later step than --step refuses.\n"
+    "\n"
+    "  --servers LIST     every server of the cluster, in process-index order\n"
+    "  --step N           the step to save (default: the last step the servers\n"
+    "                     hold, from GetConfig)\n"
+    "  --dir DIR          absolute directory (default: each server's\n"
+    "                     --checkpoint-dir)\n"
+    "  --deadline-ms N    how long to wait for the save (default 600000)\n";
+
+typedef struct target {
+  char *list; /* owns the strings of addr */
+  const char *addr[MAX_SERVERS];
+  int n;
+  long deadline_ms;
+  long step; /* checkpoint save: -1 for the servers' */
+  const char *dir;
+} target;
+
+static int bad(const char *usage, const char *fmt, const char *arg) {
+  fprintf(stderr, "scps-admin: ");
+  fprintf(stderr, fmt, arg);
+  fprintf(stderr, "\n%s", usage);
+  return 2;
+}
+
+/* --servers, --deadline-ms, and for a save --step and --dir. */
+static int parse_target(int argc, char **argv, const char *usage, bool save, target *t) {
+  static const struct option opts[] = {{"servers", required_argument, 0, 's'},
+                                       {"deadline-ms", required_argument, 0, 'd'},
+                                       {"step", required_argument, 0, 'n'},
+                                       {"dir", required_argument, 0, 'D'},
+                                       {0, 0, 0, 0}};
+  memset(t, 0, sizeof *t);
+  t->deadline_ms = save ? 600000 : 5000;
+  t->step = -1;
+  const char *servers = NULL;
+  scps_error e;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (ch) {
+    case 's': servers = optarg; break;
+    case 'd':
+      if (scps_parse_long("--deadline-ms", optarg, 1, 86400000, &t->deadline_ms, &e)) return bad(usage, "%s", e.msg);
+      break;
+    case 'n':
+      if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--step");
+      if (scps_parse_long("--step", optarg, 0, LONG_MAX, &t->step, &e))
+        return bad(usage, "%s", e.msg);
+      break;
+    case 'D':
+      if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--dir");
+      t->dir = optarg;
+      break;
+    default: fputs(usage, stderr); return 2;
+    }
+  }
+  if (optind < argc) return bad(usage, "unexpected argument '%s'", argv[optind]);
+  if (!servers) return bad(usage, "%s is required", "--servers");
+  t->list = strdup(servers);
+  if (!t->list) return bad(usage, "%s", "out of memory");
+  for (char *tok = strtok(t->list, ","); tok; tok = strtok(NULL, ",")) {
+    if (t->n == MAX_SERVERS) return bad(usage, "--servers: more than %s servers", "1024");
+    if (!strchr(tok, ':')) return bad(usage, "--servers '%s': expected HOST:PORT", tok);
+    t->addr[t->n++] = tok;
+  }
+  if (!t->n) return bad(usage, "%s", "--servers: no server given");
+  return 0;
+}
+
+/* One RPC to server i: its unpacked answer, or NULL after printing why. */
+static ProtobufCMessage *ask(const target *t, int i, const char *method, const ProtobufCMessageDescriptor *answer) {
+  scps_error err;
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  if (scps_rpc_call(t->addr[i], method, NULL, 0, t->deadline_ms, &bytes, &len, &err)) {
+    printf("server %s\n", err.msg);
+    return NULL;
+  }
+  ProtobufCMessage *m = protobuf_c_message_unpack(answer, NULL, len, bytes);
+  free(bytes);
+  if (!m) printf("server %s: %s: the answer (%zu bytes) is not a valid %s\n", t->addr[i], method, len, answer->name);
+  return m;
+}
+
+static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
+
+/* Runs a command that asks every server the same question: method's answer,
+ * unpacked as desc, handed to show (which returns 1 for an answer that
+ * fails the command, e.g. a server not serving). */
+typedef int (*show_fn)(const char *addr, const ProtobufCMessage *answer);
+
+static int for_each_server(int argc, char **argv, const char *usage, const char *method,
+                           const ProtobufCMessageDescriptor *desc, show_fn show) {
+  target t;
+  int rc = parse_target(argc, argv, usage, false, &t);
+  if (rc) {
+    free(t.list);
+    return rc;
+  }
+  int status = 0;
+  for (int i = 0; i < t.n; i++) {
+    ProtobufCMessage *m = ask(&t, i, method, desc);
+    if (!m) {
+      status = 1;
+      continue;
+    }
+    status |= show(t.addr[i], m);
+    protobuf_c_message_free_unpacked(m, NULL);
+  }
+  free(t.list);
+  return status;
+}
+
+static int show_health(const char *addr, const ProtobufCMessage *m) {
+  const Scps__V1__HealthResponse *h = (const Scps__V1__HealthResponse *)m;
+  const char *s = h->status == SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING    ? "SERVING"
+                  : h->status == SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING ? "DRAINING"
+                                                                                    : "UNKNOWN";
+  printf("server %s: %s, process %d, up %.1f s\n", addr, s, h->process_index, h->uptime_seconds);
+  return h->status != SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING;
+}
+
+int scps_admin_health(int argc, char **argv) {
+  return for_each_server(argc, argv, scps_admin_health_usage, "Health", &scps__v1__health_response__descriptor,
+                         show_health);
+}
+
+static int32_t max_of(const int32_t *v, size_t n) {
+  int32_t m = 0;
+  for (size_t i = 0; i < n; i++)
+    if (v[i] > m) m = v[i];
+  return m;
+}
+
+static int show_stats(const char *addr, const ProtobufCMessage *answer) {
+  const Scps__V1__StatsResponse *s = (const Scps__V1__StatsResponse *)answer;
+  printf("server %s: process %d, up %.1f s\n", addr, s->process_index, s->uptime_seconds);
+  for (size_t k = 0; k < s->n_sparse_cores; k++) {
+    const Scps__V1__SparseCoreStats *sc = s->sparse_cores[k];
+    printf("  SparseCore %d: %.1f of %.1f MiB used (%.0f%%)\n", sc->sparse_core, mib(sc->memory_used_bytes),
+           mib(sc->memory_capacity_bytes),
+           sc->memory_capacity_bytes ? 100.0 * (double)sc->memory_used_bytes / (double)sc->memory_capacity_bytes : 0);
+  }
+  for (size_t k = 0; k < s->n_stacks; k++) {
+    const Scps__V1__StackStats *st = s->stacks[k];
+    printf("  stack %s: %lld ids looked up, %lld rows updated; most ids in a partition %d (limit %d), most "
+           "unique %d (limit %d)\n",
+           st->stack, (long long)st->ids_looked_up, (long long)st->rows_updated,
+           max_of(st->max_ids_per_partition, st->n_max_ids_per_partition), st->max_ids_limit,
+           max_of(st->max_unique_ids_per_partition, st->n_max_unique_ids_per_partition), st->max_unique_ids_limit);
+  }
+  for (size_t k = 0; k < s->n_methods; k++) {
+    const Scps__V1__MethodStats *m = s->methods[k];
+    if (!m->calls) continue;
+    printf("  %s: %lld calls, %lld errors, %.1f MB in, %.1f MB out, %.3f ms mean\n", m->method, (long long)m->calls,
+           (long long)m->errors, (double)m->bytes_received / 1e6, (double)m->bytes_sent / 1e6,
+           1e3 * m->seconds / (double)m->calls);
+  }
+  for (size_t k = 0; k < s->n_stages; k++) {
+    const Scps__V1__StageStats *g = s->stages[k];
+    printf("  stage %s: %lld tasks, busy %.2f s, %lld waiting\n", g->stage, (long long)g->tasks, g->busy_seconds,
+           (long long)g->queue_depth);
+  }
+  const Scps__V1__CheckpointStats *c = s->checkpoints;
+  if (c) {
+    printf("  checkpoints: %lld saved, %lld failed%s", (long long)c->saves, (long long)c->failures,
+           c->saving ? ", one saving now" : "");
+    if (c->last_step >= 0)
+      printf("; last step %lld, %.1f MB in %.2f s, %s", (long long)c->last_step, (double)c->last_bytes / 1e6,
+             c->last_seconds, c->last_path);
+    printf("\n");
+  }
+  if (s->pushes_sums_checked)
+    printf("  pushes whose sums were checked for float32 overflow: %lld\n", (long long)s->pushes_sums_checked);
+  return 0;
+}
+
+int scps_admin_stats(int argc, char **argv) {
+  return for_each_server(argc, argv, scps_admin_stats_usage, "Stats", &scps__v1__stats_response__descriptor,
+                         show_stats);
+}
+
+static void print_list(const char *what, char **names, size_t n) {
+  printf("%s", what);
+  for (size_t i = 0; i < n; i++) printf("%s%s", i ? ", " : " ", names[i]);
+}
+
+static int show_config(const char *addr, const ProtobufCMessage *answer) {
+  const Scps__V1__GetConfigResponse *g = (const Scps__V1__GetConfigResponse *)answer;
+  printf("server %s:\n", addr);
+  const Scps__V1__Topology *tp = g->cluster ? g->cluster->topology : NULL;
+  if (tp)
+    printf("  process %d of %d, %d SparseCores of %.1f MiB each\n", g->process_index, tp->num_processes,
+           tp->sc_per_process, mib(tp->sc_memory_bytes));
+  printf("  version %s; ", g->version);
+  if (g->last_step_present_case == SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP)
+    printf("holds step %lld", (long long)g->last_step);
+  else
+    printf("has applied no step");
+  printf("; %s%s\n", g->restored_from[0] ? "restored " : "started from the initializers",
+         g->restored_from);
+  for (size_t k = 0; k < g->n_stacks; k++) {
+    const Scps__V1__StackInfo *s = g->stacks[k];
+    printf("  stack %s: dim %d, %lld rows per SparseCore, %lld samples, limits %d ids / %d unique per partition;",
+           s->name, s->dim, (long long)s->rows_per_sc, (long long)s->total_sample_count, s->max_ids_per_partition,
+           s->max_unique_ids_per_partition);
+    print_list(" tables", s->tables, s->n_tables);
+    print_list("; features", s->features, s->n_features);
+    printf("\n");
+  }
+  return 0;
+}
+
+int scps_admin_config(int argc, char **argv) {
+  return for_each_server(argc, argv, scps_admin_config_usage, "GetConfig", &scps__v1__get_config_response__descriptor,
+                         show_config);
+}
+
+int scps_admin_save(int argc, char **argv) {
+  target t;
+  int rc = parse_target(argc, argv, scps_admin_save_usage, true, &t);
+  if (rc) {
+    free(t.list);
+    return rc;
+  }
+  scps_client_options o = {.servers = t.addr, .n_servers = t.n, .connect_timeout_ms = 10000};
+  scps_client *c = NULL;
+  scps_error err;
+  rc = scps_client_create(&o, &c, &err);
+  int64_t step = t.step;
+  if (!rc && step < 0) {
+    step = scps_client_step(c);
+    if (step < 0) rc = scps_error_set(&err, SCPS_EINVAL, "the servers hold no step yet: give --step");
+  }
+  scps_client_checkpoint_result res;
+  if (!rc) rc = scps_client_checkpoint(c, step, t.dir, t.deadline_ms, &res, &err);
+  scps_client_destroy(c);
+  free(t.list);
+  if (rc) {
+    fprintf(stderr, "scps-admin: %s\n", err.msg);
+    return 1;
+  }
+  printf("checkpoint of step %lld saved: %lld bytes in %d files, %.2f s, %s\n", (long long)res.step,
+         (long long)res.bytes, res.files, res.seconds, res.path);
+  return 0;
+}
