@@ -249,8 +249,9 @@ static int show_config(const char *addr, const ProtobufCMessage *answer) {
     printf("holds step %lld", (long long)g->last_step);
   else
     printf("has applied no step");
-  printf("; %s%s\n", g->restored_from[0] ? "restored " : "started from the initializers",
-         g->restored_from);
+  printf("; %s%s; checkpoints %s%s\n", g->restored_from[0] ? "restored " : "started from the initializers",
+         g->restored_from, g->checkpoint_dir[0] ? "to " : "only to a directory given (no --checkpoint-dir)",
+         g->checkpoint_dir);
   for (size_t k = 0; k < g->n_stacks; k++) {
     const Scps__V1__StackInfo *s = g->stacks[k];
     printf("  stack %s: dim %d, %lld rows per SparseCore, %lld samples, limits %d ids / %d unique per partition;",

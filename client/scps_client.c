@@ -47,6 +47,7 @@ typedef struct server {
   char *addr;
   grpc_channel *ch;
   void *methods[M_COUNT];
+  bool has_checkpoint_dir; /* GetConfig's checkpoint_dir is set */
 } server;
 
 typedef struct rpc rpc;
@@ -1073,6 +1074,7 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
                      ? m->last_step
                      : -1;
   if (p == 0 || step < c->step) c->step = step;
+  c->servers[p].has_checkpoint_dir = m->checkpoint_dir && m->checkpoint_dir[0];
   return 0;
 }
 
@@ -1341,6 +1343,12 @@ int64_t scps_client_step(const scps_client *c) { return c->step; }
 void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received) {
   *sent = atomic_load_explicit(&c->bytes_sent, memory_order_relaxed);
   *received = atomic_load_explicit(&c->bytes_received, memory_order_relaxed);
+}
+
+int scps_client_n_servers(const scps_client *c) { return c->n; }
+
+bool scps_client_server_has_checkpoint_dir(const scps_client *c, int p) {
+  return p >= 0 && p < c->n && c->servers[p].has_checkpoint_dir;
 }
 
 /* --------------------------------------------------------------- batches */

@@ -143,6 +143,13 @@ const scps_layout *scps_client_layout(const scps_client *c);
  * step + 1. */
 int64_t scps_client_step(const scps_client *c);
 
+/* The number of server processes (scps_client_options.n_servers). */
+int scps_client_n_servers(const scps_client *c);
+
+/* Whether server `server` (0 .. n_servers-1) reported a --checkpoint-dir at
+ * connect: where scps_client_checkpoint without a directory saves there. */
+bool scps_client_server_has_checkpoint_dir(const scps_client *c, int server);
+
 /* Payload bytes (serialized messages, before gRPC framing and compression)
  * of every call this client started, retries included, and of every reply
  * message it received, since create. Cheap: two atomic counters. */

@@ -265,6 +265,7 @@ static void handle_get_config(scps_call *c) {
                                                       : SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT__NOT_SET;
   g->resp.last_step = sv->last_step;
   g->resp.restored_from = sv->restored_from;
+  g->resp.checkpoint_dir = s->opts.checkpoint_dir ? (char *)s->opts.checkpoint_dir : (char *)"";
   size_t len = scps__v1__get_config_response__get_packed_size(&g->resp);
   uint8_t *buf = malloc(len ? len : 1);
   if (buf) scps__v1__get_config_response__pack(&g->resp, buf);

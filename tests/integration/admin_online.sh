@@ -25,7 +25,8 @@ for want in "process 0, up" "process 1, up" "SparseCore 3:" "stack users: " "ids
 done
 
 out=$("$admin" config --servers "${servers##*,}") || fail "config exited $?: $out"
-for want in "process 1 of 2, 2 SparseCores" "holds step 19" "stack users: dim 16" "tables users; features user"; do
+for want in "process 1 of 2, 2 SparseCores" "holds step 19" "checkpoints to $ck" "stack users: dim 16" \
+            "tables users; features user"; do
   grep -q "$want" <<<"$out" || fail "config lacks '$want': $out"
 done
 

@@ -54,6 +54,15 @@ if [ "$rc" != 1 ] || [[ "$err" != *"--json"* ]]; then
   echo "trainer --json /nonexistent/x.json: exit $rc, expected 1 naming --json: $err"
   status=1
 fi
+# Checkpoints without a directory, from servers without --checkpoint-dir:
+# refused before the first step, not at the first save.
+rc=0
+err=$("$trainer" --servers "$servers" --workload "$workload" --steps 30 --checkpoint-every-steps 10 2>&1 >/dev/null) ||
+  rc=$?
+if [ "$rc" != 1 ] || [[ "$err" != *"server 0 has no --checkpoint-dir"* ]] || [[ "$err" == *"step 1/"* ]]; then
+  echo "checkpoints with nowhere to go: exit $rc, $err"
+  status=1
+fi
 # Checkpoints every 10 steps land on the global grid (steps 9, 19, ...),
 # wherever the resumed run starts: 30 steps, 3 checkpoints.
 ck="$tmp/ck"
