@@ -46,6 +46,7 @@ static int restore(scps_server *s, scps_error *err) {
   sv->last_step = sv->restored_step = scps_checkpoint_step(ck);
   sv->restored_bytes = st.bytes;
   sv->restored_seconds = st.seconds;
+  sv->restored_topology = *scps_checkpoint_topology(ck);
   snprintf(sv->restored_from, sizeof sv->restored_from, "%s", dir);
   scps_checkpoint_close(ck);
   return 0;
@@ -91,8 +92,10 @@ void scps_saver_free(scps_server *s) {
   sv->inited = false;
 }
 
-const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *bytes, double *seconds) {
+const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *bytes, double *seconds,
+                                 scps_topology *from) {
   const scps_saver *sv = &s->saver;
+  if (from) *from = sv->restored_topology;
   if (step) *step = sv->restored_step;
   if (bytes) *bytes = sv->restored_bytes;
   if (seconds) *seconds = sv->restored_seconds;

@@ -40,6 +40,7 @@ typedef struct scps_saver {
   char restored_from[PATH_MAX];
   int64_t restored_step, restored_bytes;
   double restored_seconds;
+  scps_topology restored_topology; /* the restored checkpoint's writers' */
 
   /* Counters for Stats. */
   bool saving;

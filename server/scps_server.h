@@ -55,9 +55,10 @@ int scps_server_port(const scps_server *s);
  * when they are not pinned. */
 const int *scps_server_sc_cpus(const scps_server *s);
 
-/* The step directory restored at create, or NULL; its step and what loading
- * it read. */
-const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *bytes, double *seconds);
+/* The step directory restored at create, or NULL; its step, what loading
+ * it read and the topology that wrote it (resharded when it is not ours). */
+const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *bytes, double *seconds,
+                                 scps_topology *from);
 
 /* The checkpoint timer's tick (scps-server --checkpoint-every), from any
  * thread. If steps were applied since the last save, the first tick makes

@@ -287,11 +287,18 @@ int main(int argc, char **argv) {
   }
   int64_t restored_step, restored_bytes;
   double restored_seconds;
-  const char *restored = scps_server_restored(ap.server, &restored_step, &restored_bytes, &restored_seconds);
-  if (restored)
-    fprintf(stderr, "scps-server: restored step %lld from %s: %lld bytes in %.3f s (%.2f GB/s)\n",
+  scps_topology written_by;
+  const char *restored =
+      scps_server_restored(ap.server, &restored_step, &restored_bytes, &restored_seconds, &written_by);
+  if (restored) {
+    fprintf(stderr, "scps-server: restored step %lld from %s: %lld bytes in %.3f s (%.2f GB/s)",
             (long long)restored_step, restored, (long long)restored_bytes, restored_seconds,
             restored_seconds > 0 ? (double)restored_bytes / restored_seconds * 1e-9 : 0.0);
+    if (written_by.num_processes != o.topology.num_processes || written_by.sc_per_process != o.topology.sc_per_process)
+      fprintf(stderr, "; written by %d x %d SparseCores, resharded into %d x %d", written_by.num_processes,
+              written_by.sc_per_process, o.topology.num_processes, o.topology.sc_per_process);
+    fputc('\n', stderr);
+  }
   else if (o.checkpoint_dir)
     fprintf(stderr, "scps-server: no complete checkpoint under %s%s; starting from the initializers\n",
             o.checkpoint_dir,
