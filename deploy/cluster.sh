@@ -12,10 +12,20 @@ SCPS_CLUSTER_DIR=$(mktemp -d)
 SCPS_CLUSTER_SERVERS=""
 scps_cluster_pids=()
 
+# A server that did not exit 0 (it failed mid-run, or ignored SIGTERM's
+# drain) has its log's tail printed before the scratch directory goes.
 scps_cluster_stop() {
-  local p
+  local p i=0 rc
   for p in "${scps_cluster_pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  for p in "${scps_cluster_pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  for p in "${scps_cluster_pids[@]}"; do
+    rc=0
+    wait "$p" 2>/dev/null || rc=$?
+    if [ "$rc" != 0 ] && [ -s "$SCPS_CLUSTER_DIR/server$i.log" ]; then
+      echo "scps-server process $i exited with status $rc; the end of its log:" >&2
+      tail -n 20 "$SCPS_CLUSTER_DIR/server$i.log" >&2
+    fi
+    i=$((i + 1))
+  done
   scps_cluster_pids=()
   rm -rf "$SCPS_CLUSTER_DIR"
 }
