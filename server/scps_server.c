@@ -2,10 +2,14 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <errno.h>
+#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "scps_cpus.h"
 #include "scps_scratch.h"
@@ -238,9 +242,46 @@ static int plan_sc_cpus(scps_server *s, scps_error *err) {
   return 0;
 }
 
-/* The gRPC server, its methods and queues, bound to o->listen. Done before
- * the tables are initialized (seconds to minutes for large ones), so an
- * address in use fails the start at once. */
+/* Fails at once, before the tables are initialized (seconds to minutes for
+ * large ones), when another process already listens on a host:port or
+ * [v6]:port address; gRPC binds it only once they are ready. Anything this
+ * cannot parse or resolve is left to gRPC. */
+static int probe_listen(const char *listen, scps_error *err) {
+  char host[256];
+  const char *port;
+  if (listen[0] == '[') {
+    const char *close_br = strchr(listen, ']');
+    if (!close_br || close_br[1] != ':' || (size_t)(close_br - listen - 1) >= sizeof host) return 0;
+    memcpy(host, listen + 1, (size_t)(close_br - listen - 1));
+    host[close_br - listen - 1] = '\0';
+    port = close_br + 2;
+  } else {
+    const char *colon = strrchr(listen, ':');
+    if (!colon || (size_t)(colon - listen) >= sizeof host || strchr(listen, '/')) return 0;
+    memcpy(host, listen, (size_t)(colon - listen));
+    host[colon - listen] = '\0';
+    port = colon + 1;
+  }
+  if (!strcmp(port, "0") || !strncmp(listen, "unix", 4)) return 0;
+  struct addrinfo hints = {.ai_flags = AI_PASSIVE, .ai_socktype = SOCK_STREAM}, *ai = NULL;
+  if (getaddrinfo(host[0] ? host : NULL, port, &hints, &ai)) return 0;
+  int rc = 0;
+  for (struct addrinfo *a = ai; a && !rc; a = a->ai_next) {
+    int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (bind(fd, a->ai_addr, a->ai_addrlen) && errno == EADDRINUSE)
+      rc = scps_error_set(err, SCPS_EIO, "cannot listen on '%s': address already in use", listen);
+    close(fd);
+  }
+  freeaddrinfo(ai);
+  return rc;
+}
+
+/* The gRPC server, its methods and queues, bound to o->listen: last, once
+ * the tables are ready, so a client never connects to a server that cannot
+ * answer yet (it is refused and retries instead). */
 static int grpc_setup(scps_server *s, const scps_server_options *o, scps_error *err) {
   s->shutdown_tag = (scps_tag){NULL, TAG_SHUTDOWN};
   s->cqs = calloc((size_t)o->cq_threads, sizeof *s->cqs);
@@ -314,12 +355,13 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
     rc = scps_layout_create(s->tables, o->n_tables, s->features, o->n_features, &o->topology, NULL, &s->layout,
                             err);
   }
-  if (!rc) rc = grpc_setup(s, o, err);
+  if (!rc) rc = probe_listen(o->listen, err);
   if (!rc) rc = scps_engine_create(s->layout, o->process_index, &s->engine, err);
   if (!rc && o->pin_sparsecores) rc = plan_sc_cpus(s, err);
   if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
   if (!rc) rc = scps_handlers_init(s, err);
   if (!rc) rc = scps_saver_init(s, err);
+  if (!rc) rc = grpc_setup(s, o, err);
   if (rc) {
     scps_server_destroy(s);
     return rc;
