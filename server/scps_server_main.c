@@ -3,6 +3,7 @@
  * serve. */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -251,6 +252,18 @@ int main(int argc, char **argv) {
   if (checkpoint_every && !o.checkpoint_dir) {
     fprintf(stderr, "scps-server: --checkpoint-every needs --checkpoint-dir\n");
     return 2;
+  }
+  /* Logs and GetConfig name the checkpoint root as a path that means
+   * something away from this process's working directory. */
+  static char checkpoint_root[PATH_MAX];
+  if (o.checkpoint_dir && o.checkpoint_dir[0] != '/') {
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd) ||
+        snprintf(checkpoint_root, sizeof checkpoint_root, "%s/%s", cwd, o.checkpoint_dir) >= (int)sizeof checkpoint_root) {
+      fprintf(stderr, "scps-server: --checkpoint-dir '%s': cannot make it an absolute path\n", o.checkpoint_dir);
+      return 2;
+    }
+    o.checkpoint_dir = checkpoint_root;
   }
   /* A file size limit must fail a checkpoint write with EFBIG (reported as
    * RESOURCE_EXHAUSTED), not kill the server. */
