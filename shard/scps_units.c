@@ -1,6 +1,7 @@
 #include "scps_units.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,8 +25,10 @@ int scps_parse_bytes(const char *s, int64_t *out) {
 int scps_parse_long(const char *flag, const char *s, long lo, long hi, long *out, scps_error *err) {
   char *end;
   errno = 0;
-  long v = strtol(s, &end, 10);
-  if (end == s || *end || errno || v < lo || v > hi)
+  /* strtol would also take leading spaces and a '+'. */
+  const bool digit_first = (s[0] >= '0' && s[0] <= '9') || (s[0] == '-' && s[1] >= '0' && s[1] <= '9');
+  long v = digit_first ? strtol(s, &end, 10) : 0;
+  if (!digit_first || *end || errno || v < lo || v > hi)
     return scps_error_set(err, SCPS_EINVAL, "%s '%s': expected an integer in [%ld, %ld]", flag, s, lo, hi);
   *out = v;
   return 0;

@@ -14,7 +14,8 @@ int scps_parse_bytes(const char *s, int64_t *out);
 
 /* The whole of s as a decimal integer in [lo, hi] into *out: 0, or
  * SCPS_EINVAL with "FLAG 'S': expected an integer in [LO, HI]" (flag names
- * the option or field) for anything else (trailing text, overflow). */
+ * the option or field) for anything else (spaces, '+', trailing text,
+ * overflow). */
 int scps_parse_long(const char *flag, const char *s, long lo, long hi, long *out, scps_error *err);
 
 #endif
