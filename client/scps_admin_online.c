@@ -54,10 +54,12 @@ const char scps_admin_save_usage[] =
     "\n"
     "  --servers LIST     every server of the cluster, in process-index order\n"
     "  --step N           the step to save (default: the last step the servers\n"
-    "                     hold, from GetConfig)\n"
+    "                     hold, from GetConfig); not above it: the state saved\n"
+    "                     is always the one they hold\n"
     "  --dir DIR          absolute directory (default: each server's\n"
     "                     --checkpoint-dir)\n"
-    "  --deadline-ms N    how long to wait for the save (default 600000)\n";
+    "  --deadline-ms N    how long to wait for the save (default 600000); the\n"
+    "                     servers are waited for up to 10 s first\n";
 
 typedef struct target {
   char *list; /* owns the strings of addr */
@@ -101,6 +103,7 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
       break;
     case 'D':
       if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--dir");
+      if (optarg[0] != '/') return bad(usage, "--dir '%s': must be an absolute path", optarg);
       t->dir = optarg;
       break;
     default: fputs(usage, stderr); return 2;
@@ -112,7 +115,7 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
   if (!t->list) return bad(usage, "%s", "out of memory");
   for (char *tok = strtok(t->list, ","); tok; tok = strtok(NULL, ",")) {
     if (t->n == MAX_SERVERS) return bad(usage, "--servers: more than %s servers", "1024");
-    if (!strchr(tok, ':')) return bad(usage, "--servers '%s': expected HOST:PORT", tok);
+    if (scps_address_check(tok, &e)) return bad(usage, "--servers: %s", e.msg);
     t->addr[t->n++] = tok;
   }
   if (!t->n) return bad(usage, "%s", "--servers: no server given");
@@ -281,9 +284,16 @@ int scps_admin_save(int argc, char **argv) {
   scps_error err;
   rc = scps_client_create(&o, &c, &err);
   int64_t step = t.step;
-  if (!rc && step < 0) {
-    step = scps_client_step(c);
-    if (step < 0) rc = scps_error_set(&err, SCPS_EINVAL, "the servers hold no step yet: give --step");
+  if (!rc) {
+    int64_t held = scps_client_step(c);
+    if (step < 0) step = held;
+    if (held < 0)
+      rc = scps_error_set(&err, SCPS_EINVAL, "the servers hold no step yet (nothing applied or restored)");
+    else if (step > held)
+      rc = scps_error_set(&err, SCPS_EINVAL,
+                          "--step %lld: the servers hold step %lld; a checkpoint labelled %lld would hold step "
+                          "%lld's state",
+                          (long long)step, (long long)held, (long long)step, (long long)held);
   }
   scps_client_checkpoint_result res;
   if (!rc) rc = scps_client_checkpoint(c, step, t.dir, t.deadline_ms, &res, &err);

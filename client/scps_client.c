@@ -492,8 +492,8 @@ static void rpc_done(rpc *r) {
       code = SCPS_EUNAVAIL;
       why = grpc_channel_check_connectivity_state(c->servers[r->server].ch, 0) == GRPC_CHANNEL_READY
                 ? " (connected, but no answer within the connect timeout)"
-                : " (no connection within the connect timeout: refused or unreachable; is scps-server "
-                  "running at that address?)";
+                : " (no connection within the connect timeout: nothing listens there, or it is unreachable; "
+                  "an scps-server listens once its tables are initialized)";
     } else if (o->method == M_LOOKUP && st == GRPC_STATUS_UNAVAILABLE) {
       why = " (retried until the deadline)";
     } else if (o->method == M_LOOKUP && st == GRPC_STATUS_DEADLINE_EXCEEDED && r->attempts > 1) {
@@ -862,9 +862,9 @@ static int op_result(op *o, scps_error *err) {
     for (int i = 0; i < o->n_rpcs; i++)
       settled |= o->rpcs[i].rc && o->rpcs[i].rc != SCPS_ETIMEDOUT && o->rpcs[i].rc != SCPS_EUNAVAIL;
     if (!settled)
-      return scps_error_set(err, r->rc, "%s [checkpoint of step %lld: no answer from servers %s, saved by %s; a "
-                            "save a server had begun runs to completion, so the step may yet be complete: the "
-                            "servers' Stats (checkpoints.last_step, .saving) or 'scps-admin checkpoint list' tells]",
+      return scps_error_set(err, r->rc, "%s [checkpoint of step %lld: no answer from servers %s, saved by %s; if "
+                            "they had begun the save it runs to completion there, so the step may yet be complete: "
+                            "their Stats (checkpoints.last_step, .saving) or 'scps-admin checkpoint list' tells]",
                             r->err.msg, (long long)o->step, bad, good);
     return scps_error_set(err, r->rc, "%s [checkpoint of step %lld failed on servers %s, saved by %s: it is "
                           "incomplete and will not be restored]",
@@ -886,6 +886,31 @@ static int op_result(op *o, scps_error *err) {
 }
 
 /* ------------------------------------------------------ create / destroy */
+
+int scps_address_check(const char *addr, scps_error *err) {
+  static const char *const schemes[] = {"unix:", "unix-abstract:", "vsock:", "dns:", "ipv4:", "ipv6:"};
+  for (size_t i = 0; i < sizeof schemes / sizeof *schemes; i++)
+    if (!strncmp(addr, schemes[i], strlen(schemes[i]))) return 0;
+  const char *port;
+  if (addr[0] == '[') {
+    const char *close_br = strchr(addr, ']');
+    if (!close_br || close_br == addr + 1 || close_br[1] != ':')
+      return scps_error_set(err, SCPS_EINVAL, "address '%s': expected [IPv6]:port", addr);
+    port = close_br + 2;
+  } else {
+    const char *colon = strrchr(addr, ':');
+    if (!colon) return scps_error_set(err, SCPS_EINVAL, "address '%s' has no port (expected host:port)", addr);
+    if (colon == addr || memchr(addr, ':', (size_t)(colon - addr)))
+      return scps_error_set(err, SCPS_EINVAL, "address '%s': expected host:port (an IPv6 host goes in brackets: "
+                            "[::1]:50051)", addr);
+    port = colon + 1;
+  }
+  size_t digits = strspn(port, "0123456789");
+  long v = digits && digits <= 5 && !port[digits] ? strtol(port, NULL, 10) : 0;
+  if (v < 1 || v > 65535)
+    return scps_error_set(err, SCPS_EINVAL, "address '%s': port '%s' is not in 1..65535", addr, port);
+  return 0;
+}
 
 static int connect_servers(scps_client *c, const scps_client_options *o, scps_error *err) {
   grpc_arg args[8];
@@ -923,10 +948,9 @@ static int connect_servers(scps_client *c, const scps_client_options *o, scps_er
   int rc = 0;
   for (int p = 0; p < c->n && !rc; p++) {
     server *s = &c->servers[p];
-    /* Without a port gRPC would dial 443, where no scps-server listens. */
-    if (!strchr(o->servers[p], ':')) {
-      rc = scps_error_set(err, SCPS_EINVAL, "server %d: address '%s' has no port (expected host:port)", p,
-                          o->servers[p]);
+    scps_error e;
+    if (scps_address_check(o->servers[p], &e)) {
+      rc = scps_error_set(err, SCPS_EINVAL, "server %d: %s", p, e.msg);
       break;
     }
     s->addr = strdup(o->servers[p]);
@@ -1238,14 +1262,18 @@ static int configure(scps_client *c, const scps_client_options *o, scps_error *e
       grpc_slice_unref(req);
       req = config_request(((const Scps__V1__GetConfigResponse *)first->rpcs[0].reply)->cluster);
       rc = get_configs(c, 1, c->n, req, deadline, &rest, err);
-      for (int p = 1; p < c->n && !rc; p++) rc = check_config(c, p, &rest->rpcs[p], err);
-      if (rc == SCPS_EMISMATCH) {
-        char m[sizeof err->msg];
-        snprintf(m, sizeof m, "%s", err->msg);
-        scps_error_set(err, rc,
-                       "%s [the expected declaration is server 0's (%s): start every process with the same "
-                       "--config and topology flags]",
-                       m, addr_of(c, 0));
+      for (int p = 1; p < c->n && !rc; p++) {
+        rc = check_config(c, p, &rest->rpcs[p], err);
+        /* The server's own refusal (FAILED_PRECONDITION) compared server
+         * 0's declaration, which it did not name. */
+        if (rc == SCPS_EMISMATCH && rest->rpcs[p].rc == SCPS_EMISMATCH) {
+          char m[sizeof err->msg];
+          snprintf(m, sizeof m, "%s", err->msg);
+          scps_error_set(err, rc,
+                         "%s [the expected declaration is server 0's (%s): start every process with the same "
+                         "--config and topology flags]",
+                         m, addr_of(c, 0));
+        }
       }
     }
   }

@@ -128,6 +128,12 @@ typedef struct scps_client_options {
  * client's completion-queue threads (cq_threads). */
 int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err);
 
+/* 0 when addr names a server: host:port or [IPv6]:port with a port in
+ * 1..65535, or a gRPC target with a scheme (unix:PATH, dns:///host:port,
+ * ...), passed as it is; else SCPS_EINVAL saying what is wrong. Tools check
+ * their --servers with it; scps_client_create checks every address. */
+int scps_address_check(const char *addr, scps_error *err);
+
 /* Waits for operations in flight (each ends by its deadline; a push's
  * automatic checkpoint by checkpoint_timeout_ms), then closes the
  * channels. Destroy the client's batches first; never call this from a

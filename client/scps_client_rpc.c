@@ -46,7 +46,11 @@ int scps_rpc_call(const char *address, const char *method, const uint8_t *reques
     return scps_error_set(err, SCPS_EINVAL, "method name '%s' is too long", method);
   grpc_init();
   grpc_channel_credentials *creds = grpc_insecure_credentials_create();
-  grpc_channel *ch = grpc_channel_create(address, creds, NULL);
+  /* Answers grow with the declaration (GetConfig) and the stacks (Stats):
+   * past gRPC's default 4 MiB receive limit for large ones. */
+  grpc_arg arg = {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = -1};
+  grpc_channel_args args = {1, &arg};
+  grpc_channel *ch = grpc_channel_create(address, creds, &args);
   grpc_channel_credentials_release(creds);
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
   gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(deadline_ms, GPR_TIMESPAN));
@@ -90,7 +94,8 @@ int scps_rpc_call(const char *address, const char *method, const uint8_t *reques
       char *text = grpc_slice_to_c_string(details);
       const char *why = status == GRPC_STATUS_DEADLINE_EXCEEDED &&
                                 grpc_channel_check_connectivity_state(ch, 0) != GRPC_CHANNEL_READY
-                            ? " (no connection within the deadline: is scps-server running at that address?)"
+                            ? " (no connection within the deadline: nothing listens there, or it is unreachable; "
+                              "an scps-server listens once its tables are initialized)"
                             : "";
       rc = scps_error_set(err, scps_status_code(status), "%s: %s: %s: %s%s", address, method,
                           scps_status_name(status), text, why);

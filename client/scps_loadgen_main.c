@@ -218,7 +218,8 @@ int main(int argc, char **argv) {
   int n_servers = 0;
   for (char *tok = strtok(servers_arg, ","); tok; tok = strtok(NULL, ",")) {
     if (n_servers == MAX_SERVERS) return bad_flag("--servers: more than %d servers", MAX_SERVERS);
-    if (!strchr(tok, ':')) return bad_flag("--servers '%s': expected HOST:PORT", tok);
+    scps_error e;
+    if (scps_address_check(tok, &e)) return bad_flag("--servers: %s", e.msg);
     servers[n_servers++] = tok;
   }
   if (!n_servers) return bad_flag("--servers: no server given");

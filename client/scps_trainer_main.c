@@ -305,6 +305,15 @@ int main(int argc, char **argv) {
   const char *servers[1024];
   int n_servers = split_servers(servers_arg, servers, 1024);
   scps_error err;
+  for (int i = 0; i < n_servers; i++)
+    if (scps_address_check(servers[i], &err)) {
+      fprintf(stderr, "scps-trainer: --servers: %s\n", err.msg);
+      return 2;
+    }
+  if (!n_servers) {
+    fprintf(stderr, "scps-trainer: --servers: no server given\n");
+    return 2;
+  }
   scps_workload *w = NULL;
   scps_client *c = NULL;
   trainer t;

@@ -36,6 +36,11 @@ grep -q "checkpoint of step 19 saved: .* $ck/step-000000000019" <<<"$out" || fai
 out=$("$admin" stats --servers "$servers")
 [ "$(grep -c 'checkpoints: 1 saved, 0 failed; last step 19' <<<"$out")" = 2 ] || fail "stats after the save: $out"
 
+# A step above the one the servers hold would label their state wrongly.
+rc=0
+out=$("$admin" checkpoint save --servers "$servers" --step 25 2>&1) || rc=$?
+[ "$rc" = 1 ] && grep -q "servers hold step 19" <<<"$out" || fail "save of a step ahead exited $rc: $out"
+
 # A port nobody listens on: exit 1, saying so, the live server still shown.
 rc=0
 out=$("$admin" health --servers "${servers%%,*},127.0.0.1:1" --deadline-ms 500) || rc=$?
@@ -44,7 +49,8 @@ out=$("$admin" health --servers "${servers%%,*},127.0.0.1:1" --deadline-ms 500) 
 
 for bad in "health" "health --servers" "health --servers 127.0.0.1" "stats --servers $servers --step 3" \
            "config --servers $servers extra" "checkpoint save --servers $servers --step -1" \
-           "health --servers $servers --deadline-ms 0"; do
+           "health --servers $servers --deadline-ms 0" "checkpoint save --servers $servers --dir relative" \
+           "health --servers [::1]"; do
   rc=0
   "$admin" $bad >/dev/null 2>&1 || rc=$?
   [ "$rc" = 2 ] || fail "'scps-admin $bad' exited $rc, not 2"

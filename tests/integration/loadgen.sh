@@ -169,7 +169,7 @@ bad "--deadline-ms '0'" "${base[@]}" --mode lookup --deadline-ms 0
 bad "--cq-threads '17'" "${base[@]}" --mode lookup --cq-threads 17
 bad "unknown option '--frobnicate'" "${base[@]}" --mode lookup --frobnicate
 bad "--duration needs a value" "${base[@]}" --mode lookup --duration
-bad "--servers 'localhost'" --workload "$workload" --servers localhost --mode lookup
+bad "address 'localhost' has no port" --workload "$workload" --servers localhost --mode lookup
 # --help documents every flag.
 help=$("$loadgen" --help)
 for f in workload servers mode train-fraction concurrency rate duration requests warmup wire-format answer gradients deadline-ms \

@@ -170,6 +170,15 @@ static void test_configuration(void) {
   bad = (scps_client_options){.servers = portless, .n_servers = 1};
   rc = scps_client_create(&bad, &c, &err);
   CHECKF(rc == SCPS_EINVAL && contains(err.msg, "'127.0.0.1' has no port"), "%d %s", rc, err.msg);
+  /* What the address check lets through and what it refuses. */
+  static const char *const good_addr[] = {"127.0.0.1:50051", "[::1]:1", "host.example:65535", "unix:/tmp/s",
+                                          "dns:///h:5"};
+  static const char *const bad_addr[] = {"[::1]", "127.0.0.1:", "::1:5", "h:0", "h:65536", "h:5x", ":5", "[]:5"};
+  for (size_t i = 0; i < sizeof good_addr / sizeof *good_addr; i++)
+    CHECKF(scps_address_check(good_addr[i], &err) == 0, "'%s' refused: %s", good_addr[i], err.msg);
+  for (size_t i = 0; i < sizeof bad_addr / sizeof *bad_addr; i++)
+    CHECKF(scps_address_check(bad_addr[i], &err) == SCPS_EINVAL && contains(err.msg, bad_addr[i]), "'%s' accepted",
+           bad_addr[i]);
   bad = (scps_client_options){.servers = cl.addr_list, .n_servers = 2, .cq_threads = 17};
   rc = scps_client_create(&bad, &c, &err);
   CHECKF(rc == SCPS_EINVAL && contains(err.msg, "cq_threads 17"), "%d %s", rc, err.msg);

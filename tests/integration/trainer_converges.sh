@@ -33,7 +33,7 @@ done
 # a diverging run ends (exit 1, naming the NaN gradient or the divergence)
 # instead of hanging, and a --json that cannot be written fails too.
 for bad in "--steps 10x" "--steps 1e3" "--dense-lr inf" "--eval-batches 4294967297" "--deadline-ms 5ms" \
-           "--checkpoint-dir relative/dir" "--connect-timeout-ms 0" "stray-argument"; do
+           "--checkpoint-dir relative/dir" "--connect-timeout-ms 0" "stray-argument" "--servers localhost"; do
   flag=${bad%% *}
   rc=0
   err=$("$trainer" --servers "$servers" --workload "$workload" $bad 2>&1 >/dev/null) || rc=$?
