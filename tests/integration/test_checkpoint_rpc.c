@@ -319,11 +319,9 @@ static void shared_root_run(const char *root) {
   scps_error err;
   io x;
   io_init(&x, 2, vocab_of, dim_of);
-  char flag_dir[600];
-  snprintf(flag_dir, sizeof flag_dir, "%s", root);
   MUST(scps_it_init(&cl, config_json, 2, 2));
   cl.extra[0] = "--checkpoint-dir";
-  cl.extra[1] = flag_dir;
+  cl.extra[1] = root;
   cl.extra[2] = "--checkpoint-keep";
   cl.extra[3] = "1";
   MUST(scps_it_start(&cl));
