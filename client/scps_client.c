@@ -476,9 +476,11 @@ static void rpc_done(rpc *r) {
 
   if (st == GRPC_STATUS_OK) {
     r->rc = read_reply(r);
-  } else if (st == GRPC_STATUS_UNAVAILABLE && o->method == M_LOOKUP &&
+  } else if ((st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED) && o->method == M_LOOKUP &&
              now_ns() + r->backoff_ms * 1000000 < o->deadline_ns) {
-    /* Lookups are idempotent: try again after a short backoff. */
+    /* Lookups are idempotent: try again after a short backoff. CANCELLED
+     * comes from a draining server cancelling calls that arrive after its
+     * drain (this client cancels none), so it is retried like UNAVAILABLE. */
     if (r->response) grpc_byte_buffer_destroy(r->response);
     r->response = NULL;
     int64_t due = now_ns() + r->backoff_ms * 1000000;
@@ -486,7 +488,8 @@ static void rpc_done(rpc *r) {
     schedule_retry(r, due);
     return;
   } else {
-    int code = scps_status_code(st);
+    /* A server shutting down: the call may go to the process that replaces it. */
+    int code = st == GRPC_STATUS_CANCELLED ? SCPS_EUNAVAIL : scps_status_code(st);
     const char *why = "";
     if (o->method == M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
       code = SCPS_EUNAVAIL;
@@ -494,8 +497,9 @@ static void rpc_done(rpc *r) {
                 ? " (connected, but no answer within the connect timeout)"
                 : " (no connection within the connect timeout: nothing listens there, or it is unreachable; "
                   "an scps-server listens once its tables are initialized)";
-    } else if (o->method == M_LOOKUP && st == GRPC_STATUS_UNAVAILABLE) {
-      why = " (retried until the deadline)";
+    } else if (o->method == M_LOOKUP && (st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED)) {
+      why = r->attempts > 1 ? " (retried until the deadline)"
+                            : " (not retried: less of the deadline was left than the next backoff)";
     } else if (o->method == M_LOOKUP && st == GRPC_STATUS_DEADLINE_EXCEEDED && r->attempts > 1) {
       why = " (after retries on UNAVAILABLE)";
     }

@@ -183,8 +183,10 @@ int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_b
 /* Looks b up: acts[f] receives feature f's batch_size x embedding_dim floats
  * (row-major, caller-owned): the servers' partials summed in process order,
  * so results are deterministic (and equal an in-process engine's). Servers
- * answering UNAVAILABLE are retried (20 ms backoff doubling to 200 ms) while
- * deadline_ms (from now, > 0) allows; SCPS_ETIMEDOUT or SCPS_EUNAVAIL then.
+ * answering UNAVAILABLE, or CANCELLED (a draining server cancels calls that
+ * arrive after its drain), are retried (20 ms backoff doubling to 200 ms)
+ * while deadline_ms (from now, > 0) allows; SCPS_ETIMEDOUT or SCPS_EUNAVAIL
+ * then.
  * When several servers fail, the message names the lowest and lists all. */
 int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
                        scps_error *err);
