@@ -53,6 +53,11 @@ typedef struct scps_loadgen_second {
 typedef struct scps_loadgen_result {
   double duration_s; /* from the end of the warm-up to the last answer */
   int64_t requests, ok, samples, ids;
+  /* Open loop: measured requests due before the end of --duration that
+   * were never sent, each client still waiting for its previous answer
+   * when the time was up (the run stops at --duration, not when its
+   * backlog is through). */
+  int64_t not_sent;
   int64_t errors[SCPS_LOADGEN_CODES];
   char first_error[SCPS_LOADGEN_CODES][SCPS_ERROR_MSG_MAX]; /* one message of each code seen */
   uint64_t bytes_sent, bytes_received; /* payloads during the measured run */

@@ -58,8 +58,10 @@ static const char usage[] =
     "  --help                 this text\n"
     "\n"
     "Each client preprocesses 4 batches of its own before the load and cycles\n"
-    "through them. The report (stdout) gives requests/s, samples/s and ids/s of\n"
-    "requests answered OK, payload MB/s sent and received (1 MB = 10^6 bytes),\n"
+    "through them. The report (stdout) gives requests/s (answered OK or not),\n"
+    "samples/s and ids/s of requests answered OK, open loop the requests due\n"
+    "before the end that were never sent (their clients still waiting for an\n"
+    "answer: the run ends at --duration), payload MB/s sent and received (1 MB = 10^6 bytes),\n"
     "latency percentiles of OK requests (histogram, within 0.4%), and errors by\n"
     "status (UNAVAILABLE, DEADLINE_EXCEEDED, INVALID_ARGUMENT, ...). Exit status:\n"
     "0 after a run (even with errors), 1 when the run could not start, 2 for bad flags.\n";

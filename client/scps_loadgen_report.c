@@ -49,6 +49,9 @@ void scps_loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
     fprintf(f, "  send lag ms p50 %.3f  p99 %.3f  max %.3f (due to sent, part of the latency)\n",
             ms(scps_hist_quantile(&res->send_lag, 0.5)), ms(scps_hist_quantile(&res->send_lag, 0.99)),
             ms(res->send_lag.max));
+  if (res->not_sent)
+    fprintf(f, "  not sent    %lld requests due before the end, their clients still waiting for answers\n",
+            (long long)res->not_sent);
   for (int k = 1; k < SCPS_LOADGEN_CODES; k++)
     if (res->errors[k])
       fprintf(f, "  error       %s x %lld, e.g. %s\n", scps_loadgen_status_name(-k), (long long)res->errors[k],
@@ -64,14 +67,15 @@ void scps_loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
                        " \"rate_target\": %.6g,\n \"wire_format\": \"%s\",\n \"answer\": \"%s\",\n \"gradients\": \"%s\",\n"
                        " \"servers\": %d,\n"
                        " \"warmup_s\": %.6g,\n \"deadline_ms\": %lld,\n \"duration_s\": %.6f,\n"
-                       " \"requests\": %lld,\n \"ok\": %lld,\n \"errors\": {",
+                       " \"requests\": %lld,\n \"ok\": %lld,\n \"not_sent\": %lld,\n \"errors\": {",
                     scps_loadgen_mode_name(o->mode),
                     o->mode == SCPS_LOADGEN_TRAIN   ? 1.0
                     : o->mode == SCPS_LOADGEN_MIXED ? o->train_fraction
                                                     : 0.0,
                     o->concurrency, o->rate, scps_float_format_name(o->wire_format), scps_answer_mode_name(o->answer),
                     scps_gradient_mode_name(o->gradients), o->n_servers, o->warmup_s,
-                    (long long)o->deadline_ms, res->duration_s, (long long)res->requests, (long long)res->ok);
+                    (long long)o->deadline_ms, res->duration_s, (long long)res->requests, (long long)res->ok,
+                    (long long)res->not_sent);
   const char *sep = "";
   for (int k = 1; k < SCPS_LOADGEN_CODES; k++)
     if (res->errors[k]) {
