@@ -113,12 +113,7 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
   if (!servers) return bad(usage, "%s is required", "--servers");
   t->list = strdup(servers);
   if (!t->list) return bad(usage, "%s", "out of memory");
-  for (char *tok = strtok(t->list, ","); tok; tok = strtok(NULL, ",")) {
-    if (t->n == MAX_SERVERS) return bad(usage, "--servers: more than %s servers", "1024");
-    if (scps_address_check(tok, &e)) return bad(usage, "--servers: %s", e.msg);
-    t->addr[t->n++] = tok;
-  }
-  if (!t->n) return bad(usage, "%s", "--servers: no server given");
+  if (scps_address_list_split(t->list, t->addr, MAX_SERVERS, &t->n, &e)) return bad(usage, "--servers: %s", e.msg);
   return 0;
 }
 

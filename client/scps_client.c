@@ -916,6 +916,18 @@ int scps_address_check(const char *addr, scps_error *err) {
   return 0;
 }
 
+int scps_address_list_split(char *list, const char **out, int max, int *n, scps_error *err) {
+  *n = 0;
+  char *save = NULL;
+  for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+    if (*n == max) return scps_error_set(err, SCPS_EINVAL, "more than %d servers", max);
+    int rc = scps_address_check(tok, err);
+    if (rc) return rc;
+    out[(*n)++] = tok;
+  }
+  return *n ? 0 : scps_error_set(err, SCPS_EINVAL, "no server given");
+}
+
 static int connect_servers(scps_client *c, const scps_client_options *o, scps_error *err) {
   grpc_arg args[8];
   memset(args, 0, sizeof args);

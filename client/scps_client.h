@@ -134,6 +134,11 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
  * their --servers with it; scps_client_create checks every address. */
 int scps_address_check(const char *addr, scps_error *err);
 
+/* Splits a comma-separated list of addresses in place into out[0 .. *n),
+ * each checked by scps_address_check: 0, or SCPS_EINVAL naming a bad
+ * address, more than max of them, or none. */
+int scps_address_list_split(char *list, const char **out, int max, int *n, scps_error *err);
+
 /* Waits for operations in flight (each ends by its deadline; a push's
  * automatic checkpoint by checkpoint_timeout_ms), then closes the
  * channels. Destroy the client's batches first; never call this from a

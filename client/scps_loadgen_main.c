@@ -217,14 +217,10 @@ int main(int argc, char **argv) {
   if (o.requests > 0) o.duration_s = 0.0;
 
   const char *servers[MAX_SERVERS];
-  int n_servers = 0;
-  for (char *tok = strtok(servers_arg, ","); tok; tok = strtok(NULL, ",")) {
-    if (n_servers == MAX_SERVERS) return bad_flag("--servers: more than %d servers", MAX_SERVERS);
-    scps_error e;
-    if (scps_address_check(tok, &e)) return bad_flag("--servers: %s", e.msg);
-    servers[n_servers++] = tok;
-  }
-  if (!n_servers) return bad_flag("--servers: no server given");
+  int n_servers;
+  scps_error e;
+  if (scps_address_list_split(servers_arg, servers, MAX_SERVERS, &n_servers, &e))
+    return bad_flag("--servers: %s", e.msg);
   o.servers = servers;
   o.n_servers = n_servers;
   o.progress = !quiet;

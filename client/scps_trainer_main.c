@@ -157,12 +157,6 @@ static int parse_hidden(const char *s, int32_t *out, int *n) {
   return *s ? -1 : 0;
 }
 
-static int split_servers(char *list, const char **out, int max) {
-  int n = 0;
-  for (char *tok = strtok(list, ","); tok && n < max; tok = strtok(NULL, ",")) out[n++] = tok;
-  return n;
-}
-
 /* Looks up held-out batches (no pushes) and scores them with the trained
  * and the planted model. */
 static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batches, double logit_std,
@@ -303,15 +297,10 @@ int main(int argc, char **argv) {
     return 2;
   }
   const char *servers[1024];
-  int n_servers = split_servers(servers_arg, servers, 1024);
+  int n_servers;
   scps_error err;
-  for (int i = 0; i < n_servers; i++)
-    if (scps_address_check(servers[i], &err)) {
-      fprintf(stderr, "scps-trainer: --servers: %s\n", err.msg);
-      return 2;
-    }
-  if (!n_servers) {
-    fprintf(stderr, "scps-trainer: --servers: no server given\n");
+  if (scps_address_list_split(servers_arg, servers, 1024, &n_servers, &err)) {
+    fprintf(stderr, "scps-trainer: --servers: %s\n", err.msg);
     return 2;
   }
   scps_workload *w = NULL;
