@@ -504,7 +504,8 @@ static int parse_object(parser *ps, int depth, scps_json *v) {
     }
   }
   size_t n = ps->n_mems - base;
-  int rc = check_duplicates(ps, ps->mems + base, n);
+  /* An empty object before any member was parsed leaves mems NULL. */
+  int rc = n ? check_duplicates(ps, ps->mems + base, n) : 0;
   if (rc) return rc;
   v->type = SCPS_JSON_OBJECT;
   v->len = n;
