@@ -1,0 +1,44 @@
+/* libFuzzer target for the Lookup and ApplyGradients decoder
+ * (server/scps_request): decode, then expand samples and gains as the
+ * server's validation does. */
+#include <grpc/byte_buffer.h>
+#include <grpc/grpc.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "scps_request.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+/* Byte 0 chooses the request kind (bit 0) and how many slices the rest is
+ * cut into (bits 1-3), so messages spanning slice boundaries are covered as
+ * gRPC delivers them. */
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  if (size < 1) return 0;
+  const scps_request_kind kind = data[0] & 1 ? SCPS_REQUEST_APPLY : SCPS_REQUEST_LOOKUP;
+  size_t n_slices = 1 + ((data[0] >> 1) & 7);
+  data++;
+  size--;
+  if (n_slices > size) n_slices = size ? size : 1;
+  grpc_slice slices[8];
+  for (size_t i = 0; i < n_slices; i++) {
+    size_t a = size * i / n_slices, b = size * (i + 1) / n_slices;
+    slices[i] = grpc_slice_from_copied_buffer((const char *)data + a, b - a);
+  }
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, n_slices);
+  for (size_t i = 0; i < n_slices; i++) grpc_slice_unref(slices[i]);
+  scps_request r;
+  char msg[256];
+  /* A server of 4 stacks and 4 SparseCores per process. */
+  if (scps_request_decode(bb, kind, 4, 5, &r, msg, sizeof msg) == 0) {
+    for (size_t i = 0; i < r.n_stacks; i++) {
+      scps_req_partitions *p = &r.stacks[i].partitions;
+      size_t entries = p->rows.len / 4;
+      if (scps_request_expand_samples(p, entries, msg, sizeof msg) == 0)
+        (void)scps_request_expand_gains(p, entries, msg, sizeof msg);
+    }
+  }
+  scps_request_free(&r);
+  grpc_byte_buffer_destroy(bb);
+  return 0;
+}
