@@ -182,10 +182,15 @@ def test_mutual_tls(env):
 
 
 def start_fails(env, cfg, extra, status, *wants, listen="127.0.0.1:0"):
+    """Starts a server that must refuse to start: its exit status and stderr
+    are checked; one that serves instead is stopped at once."""
     srv = env.server(cfg, extra=extra, listen=listen)
-    rc, _, err = srv.run_to_exit(60)
-    if rc is None:
+    deadline = time.monotonic() + 60
+    while srv.running() and not os.path.exists(srv.port_file) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if srv.running():
         srv.kill()
+    rc, _, err = srv.run_to_exit(30)
     env.check(rc == status, "%s: exit status %s, expected %d; stderr:\n%s" % (" ".join(extra), rc, status, err))
     for w in wants:
         env.check(w in err, "%s: stderr lacks %r:\n%s" % (" ".join(extra), w, err))
