@@ -140,15 +140,13 @@ static void libscps_roles(const scps_it_cluster *cl, const files *f) {
     scps_client_destroy(c);
   }
 
-  /* Refused at connect, at once: UNAUTHENTICATED is not retried. */
+  /* Refused at connect, and not retried: one attempt. */
   const char *bad_tokens[] = {NULL, "unknown-token-0123456789ab"};
   for (int i = 0; i < 2; i++) {
     scps_client_security s = {.tls_ca_file = f->ca, .token = bad_tokens[i]};
-    double t0 = scps_it_now_ms();
     int rc = connect_with(cl, &s, 10000, &c, &err);
     CHECKF(rc == SCPS_EUNAUTH && strstr(err.msg, "GetConfig: UNAUTHENTICATED") && strstr(err.msg, "1 attempt in"),
            "%s: %d %s", bad_tokens[i] ? "unknown token" : "no token", rc, err.msg);
-    CHECKF(scps_it_now_ms() - t0 < 5000, "a refused token took %.0f ms (retried?)", scps_it_now_ms() - t0);
     CHECK(c == NULL);
   }
 }
@@ -228,7 +226,8 @@ static void programs(const scps_it_cluster *cl, const files *f) {
   CHECKF(rc == 2 && strstr(out, "--token-file '"), "%s: %d %s", cmd, rc, out);
 
   snprintf(cmd, sizeof cmd,
-           "%s --workload %s --servers %s --mode train --requests 4 --warmup 0 --quiet --tls-ca %s --token-file %s",
+           "%s --workload %s --servers %s --mode train --requests 4 --warmup 0 --quiet --deadline-ms 60000 --tls-ca %s "
+           "--token-file %s",
            loadgen, cl->config, servers, f->ca, f->training_tok);
   rc = run(cmd, out, sizeof out);
   CHECKF(rc == 0 && strstr(out, "(4 ok, 0 errors)"), "%s: %d %s", cmd, rc, out);

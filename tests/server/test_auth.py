@@ -25,6 +25,10 @@ TRAINING = "training-0123456789abcdef"
 UNKNOWN = "unknown-0123456789abcdefg"
 TOKENS = "# roles and tokens\n\nadmin %s\ntraining\t%s   \n" % (ADMIN, TRAINING)
 
+# A call that never gets a connection (a failed TLS handshake): gRPC says
+# UNAVAILABLE, or DEADLINE_EXCEEDED when the deadline comes first.
+NO_CONNECTION = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
+
 METHODS = ("GetConfig", "Lookup", "ApplyGradients", "Stats", "Health", "Checkpoint")
 TRAINING_METHODS = ("GetConfig", "Lookup", "ApplyGradients", "Stats", "Health")
 
@@ -119,14 +123,14 @@ def test_roles(env):
     # Plaintext to the TLS port never gets an answer.
     plain = env.grpc.insecure_channel(srv.addr, options=UNLIMITED)
     f = plain.unary_unary(SERVICE + "Health", request_serializer=lambda m: m.SerializeToString())
-    code, _, _ = call_status(f, env.pb.HealthRequest(), metadata=[("authorization", "Bearer " + ADMIN)], timeout=5)
-    env.check(code == "UNAVAILABLE", "plaintext to a TLS port: %s, expected UNAVAILABLE" % code)
+    code, _, _ = call_status(f, env.pb.HealthRequest(), metadata=[("authorization", "Bearer " + ADMIN)], timeout=20)
+    env.check(code in NO_CONNECTION, "plaintext to a TLS port: %s, expected no connection" % code)
     plain.close()
     # A client that does not trust the server's CA does not connect.
     other = env.grpc.secure_channel(srv.addr, env.grpc.ssl_channel_credentials(read(pki["other_ca"])))
     f = other.unary_unary(SERVICE + "Health", request_serializer=lambda m: m.SerializeToString())
-    code, _, _ = call_status(f, env.pb.HealthRequest(), metadata=[("authorization", "Bearer " + ADMIN)], timeout=5)
-    env.check(code == "UNAVAILABLE", "roots of another CA: %s, expected UNAVAILABLE" % code)
+    code, _, _ = call_status(f, env.pb.HealthRequest(), metadata=[("authorization", "Bearer " + ADMIN)], timeout=20)
+    env.check(code in NO_CONNECTION, "roots of another CA: %s, expected no connection" % code)
     other.close()
 
 
@@ -171,13 +175,13 @@ def test_mutual_tls(env):
     cfg = env.write_config("mtls", BATCH, TABLES, FEATURES)
     srv = env.server(cfg, extra=["--tls-cert", pki["server"], "--tls-key", pki["server_key"],
                                  "--tls-client-ca", pki["ca"]]).wait_ready()
-    for who, cert, want in (("no client certificate", None, "UNAVAILABLE"),
-                            ("a certificate of another CA", "stranger", "UNAVAILABLE"),
-                            ("a client certificate", "client", "OK")):
+    for who, cert, want in (("no client certificate", None, NO_CONNECTION),
+                            ("a certificate of another CA", "stranger", NO_CONNECTION),
+                            ("a client certificate", "client", ("OK",))):
         ch = env.grpc.secure_channel(srv.addr, tls(env, pki, client_cert=cert), options=UNLIMITED)
         for m, req in (("Health", env.pb.HealthRequest()), ("GetConfig", env.pb.GetConfigRequest())):
             code, details, _ = raw_call(ch, m, req, [])
-            env.check(code == want, "mutual TLS, %s: %s %s (%s), expected %s" % (who, m, code, details, want))
+            env.check(code in want, "mutual TLS, %s: %s %s (%s), expected %s" % (who, m, code, details, want))
         ch.close()
 
 
