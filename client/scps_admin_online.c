@@ -9,6 +9,7 @@
 
 #include "scps.pb-c.h"
 #include "scps_client.h"
+#include "scps_client_flags.h"
 #include "scps_client_rpc.h"
 #include "scps_units.h"
 
@@ -21,7 +22,7 @@ const char scps_admin_health_usage[] =
     "answers SERVING, 1 otherwise.\n"
     "\n"
     "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
-    "  --deadline-ms N    how long to wait for each server (default 5000)\n";
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n" SCPS_SECURITY_USAGE;
 
 const char scps_admin_stats_usage[] =
     "usage: scps-admin stats --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N]\n"
@@ -32,7 +33,7 @@ const char scps_admin_stats_usage[] =
     "the checkpoints saved. Exit status 1 if a server did not answer.\n"
     "\n"
     "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
-    "  --deadline-ms N    how long to wait for each server (default 5000)\n";
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n" SCPS_SECURITY_USAGE;
 
 const char scps_admin_config_usage[] =
     "usage: scps-admin config --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N]\n"
@@ -42,7 +43,7 @@ const char scps_admin_config_usage[] =
     "and limits in force. Exit status 1 if a server did not answer.\n"
     "\n"
     "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
-    "  --deadline-ms N    how long to wait for each server (default 5000)\n";
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n" SCPS_SECURITY_USAGE;
 
 const char scps_admin_save_usage[] =
     "usage: scps-admin checkpoint save --servers HOST:PORT[,HOST:PORT...] [--step N]\n"
@@ -59,7 +60,7 @@ const char scps_admin_save_usage[] =
     "  --dir DIR          absolute directory (default: each server's\n"
     "                     --checkpoint-dir)\n"
     "  --deadline-ms N    how long to wait for the save (default 600000); the\n"
-    "                     servers are waited for up to 10 s first\n";
+    "                     servers are waited for up to 10 s first\n" SCPS_SECURITY_USAGE;
 
 typedef struct target {
   char *list; /* owns the strings of addr */
@@ -68,7 +69,13 @@ typedef struct target {
   long deadline_ms;
   long step; /* checkpoint save: -1 for the servers' */
   const char *dir;
+  scps_security_flags sec; /* TLS and the token */
 } target;
+
+static void target_free(target *t) {
+  free(t->list);
+  scps_security_flags_free(&t->sec);
+}
 
 static int bad(const char *usage, const char *fmt, const char *arg) {
   fprintf(stderr, "scps-admin: ");
@@ -83,13 +90,14 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
                                        {"deadline-ms", required_argument, 0, 'd'},
                                        {"step", required_argument, 0, 'n'},
                                        {"dir", required_argument, 0, 'D'},
+                                       SCPS_SECURITY_LONG_OPTIONS,
                                        {0, 0, 0, 0}};
   memset(t, 0, sizeof *t);
   t->deadline_ms = save ? 600000 : 5000;
   t->step = -1;
   const char *servers = NULL;
   scps_error e;
-  int ch;
+  int ch, rc;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (ch) {
     case 's': servers = optarg; break;
@@ -106,7 +114,13 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
       if (optarg[0] != '/') return bad(usage, "--dir '%s': must be an absolute path", optarg);
       t->dir = optarg;
       break;
-    default: fputs(usage, stderr); return 2;
+    default:
+      rc = scps_security_flag(&t->sec, "scps-admin", ch, optarg, &e);
+      if (rc < 0) return bad(usage, "%s", e.msg);
+      if (rc == 0) {
+        fputs(usage, stderr);
+        return 2;
+      }
     }
   }
   if (optind < argc) return bad(usage, "unexpected argument '%s'", argv[optind]);
@@ -122,7 +136,7 @@ static ProtobufCMessage *ask(const target *t, int i, const char *method, const P
   scps_error err;
   uint8_t *bytes = NULL;
   size_t len = 0;
-  if (scps_rpc_call(t->addr[i], method, NULL, 0, t->deadline_ms, &bytes, &len, &err)) {
+  if (scps_rpc_call(t->addr[i], &t->sec.security, method, NULL, 0, t->deadline_ms, &bytes, &len, &err)) {
     printf("server %s\n", err.msg);
     return NULL;
   }
@@ -144,7 +158,7 @@ static int for_each_server(int argc, char **argv, const char *usage, const char 
   target t;
   int rc = parse_target(argc, argv, usage, false, &t);
   if (rc) {
-    free(t.list);
+    target_free(&t);
     return rc;
   }
   int status = 0;
@@ -157,7 +171,7 @@ static int for_each_server(int argc, char **argv, const char *usage, const char 
     status |= show(t.addr[i], m);
     protobuf_c_message_free_unpacked(m, NULL);
   }
-  free(t.list);
+  target_free(&t);
   return status;
 }
 
@@ -271,10 +285,11 @@ int scps_admin_save(int argc, char **argv) {
   target t;
   int rc = parse_target(argc, argv, scps_admin_save_usage, true, &t);
   if (rc) {
-    free(t.list);
+    target_free(&t);
     return rc;
   }
-  scps_client_options o = {.servers = t.addr, .n_servers = t.n, .connect_timeout_ms = 10000};
+  scps_client_options o = {.servers = t.addr, .n_servers = t.n, .connect_timeout_ms = 10000,
+                           .security = t.sec.security};
   scps_client *c = NULL;
   scps_error err;
   rc = scps_client_create(&o, &c, &err);
@@ -293,7 +308,7 @@ int scps_admin_save(int argc, char **argv) {
   scps_client_checkpoint_result res;
   if (!rc) rc = scps_client_checkpoint(c, step, t.dir, t.deadline_ms, &res, &err);
   scps_client_destroy(c);
-  free(t.list);
+  target_free(&t);
   if (rc) {
     fprintf(stderr, "scps-admin: %s\n", err.msg);
     return 1;

@@ -19,6 +19,7 @@
 #include "scps.pb-c.h"
 #include "scps_bf16.h"
 #include "scps_client_buf.h"
+#include "scps_client_conn.h"
 #include "scps_client_rows.h"
 #include "scps_client_status.h"
 #include "scps_client_wire.h"
@@ -88,6 +89,7 @@ struct scps_client {
   int auto_rc;
   scps_error auto_err;
   scps_client_checkpoint_result auto_result;
+  scps_conn *conn; /* credentials of the channels, the token of every call */
 };
 
 struct scps_batch {
@@ -140,6 +142,7 @@ struct rpc {
   int rc; /* this server's outcome */
   scps_error err;
   ProtobufCMessage *reply; /* GetConfig and Checkpoint */
+  grpc_metadata auth_md;   /* the token sent with the call */
 };
 
 typedef struct op {
@@ -291,6 +294,7 @@ static int rpc_start(rpc *r) {
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   if (o->wait_for_ready)
     ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+  scps_conn_metadata(c->conn, &ops[0], &r->auth_md);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = r->sent;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -491,12 +495,14 @@ static void rpc_done(rpc *r) {
     /* A server shutting down: the call may go to the process that replaces it. */
     int code = st == GRPC_STATUS_CANCELLED ? SCPS_EUNAVAIL : scps_status_code(st);
     const char *why = "";
+    char unconnected[320];
     if (o->method == M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
       code = SCPS_EUNAVAIL;
+      snprintf(unconnected, sizeof unconnected, " (no connection within the connect timeout: %s; an scps-server "
+               "listens once its tables are initialized)", scps_conn_why_unconnected(c->conn));
       why = grpc_channel_check_connectivity_state(c->servers[r->server].ch, 0) == GRPC_CHANNEL_READY
                 ? " (connected, but no answer within the connect timeout)"
-                : " (no connection within the connect timeout: nothing listens there, or it is unreachable; "
-                  "an scps-server listens once its tables are initialized)";
+                : unconnected;
     } else if (o->method == M_LOOKUP && (st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED)) {
       why = r->attempts > 1 ? " (retried until the deadline)"
                             : " (not retried: less of the deadline was left than the next backoff)";
@@ -960,7 +966,6 @@ static int connect_servers(scps_client *c, const scps_client_options *o, scps_er
   args[7].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
   args[7].value.integer = 1;
   grpc_channel_args ca = {c->own_connections ? 8 : 7, args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   int rc = 0;
   for (int p = 0; p < c->n && !rc; p++) {
     server *s = &c->servers[p];
@@ -974,14 +979,13 @@ static int connect_servers(scps_client *c, const scps_client_options *o, scps_er
       rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
       break;
     }
-    s->ch = grpc_channel_create(s->addr, creds, &ca);
+    s->ch = scps_conn_channel(c->conn, s->addr, &ca);
     if (!s->ch) {
       rc = scps_error_set(err, SCPS_EINVAL, "server %d: cannot create a channel to '%s'", p, s->addr);
       break;
     }
     for (int m = 0; m < M_COUNT; m++) s->methods[m] = grpc_channel_register_call(s->ch, method_paths[m], NULL, NULL);
   }
-  grpc_channel_credentials_release(creds);
   return rc;
 }
 
@@ -1338,6 +1342,7 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
     else
       c->n_threads++;
   }
+  if (!rc) rc = scps_conn_create(&o->security, &c->conn, err);
   if (!rc) rc = connect_servers(c, o, err);
   if (!rc) rc = configure(c, o, err);
   if (rc) {
@@ -1365,6 +1370,7 @@ void scps_client_destroy(scps_client *c) {
     free(c->servers[p].addr);
   }
   if (c->cq) grpc_completion_queue_destroy(c->cq);
+  scps_conn_destroy(c->conn);
   scps_prep_destroy(c->prep);
   for (int st = 0; c->sample_feature && st < c->layout->n_stacks; st++) free(c->sample_feature[st]);
   free(c->sample_feature);

@@ -81,6 +81,30 @@ typedef enum scps_gradient_mode {
 int scps_gradient_mode_from_name(const char *name, scps_gradient_mode *out);
 const char *scps_gradient_mode_name(scps_gradient_mode m);
 
+/* How a client reaches servers that protect their port (scps-server's
+ * --tls-* and --token-file; deploy/SECURITY.md). All zero: plaintext and
+ * no token, which only a server on loopback without a token file accepts. */
+typedef struct scps_client_security {
+  /* TLS to every server; implied by any tls_* field below. */
+  bool tls;
+  /* PEM roots that verify the servers' certificates; NULL with TLS on: the
+   * system's roots (gRPC's default roots file). */
+  const char *tls_ca_file;
+  /* This client's PEM certificate chain and its private key, for servers
+   * that require client certificates (--tls-client-ca): both or neither. */
+  const char *tls_cert_file;
+  const char *tls_key_file;
+  /* The name the servers' certificates must be issued to, when it is not
+   * the host of their address (a certificate for a DNS name, reached by IP
+   * or through a tunnel); NULL: the address's host. */
+  const char *tls_server_name;
+  /* Bearer token sent with every call (metadata "authorization: Bearer
+   * <token>"); NULL: none. Its role on the servers decides what it may
+   * call: training (GetConfig, Lookup, ApplyGradients, Stats, Health) or
+   * admin (everything, Checkpoint too). */
+  const char *token;
+} scps_client_security;
+
 typedef struct scps_client_options {
   const char *const *servers; /* "host:port" of every process, in process-index order */
   int n_servers;
@@ -113,6 +137,7 @@ typedef struct scps_client_options {
    * most 16. One is enough for a client that has one operation out at a
    * time (a load generator's clients), where a second only adds wakeups. */
   int cq_threads;
+  scps_client_security security; /* TLS and the bearer token; zero: neither */
 } scps_client_options;
 
 /* Connects to every server, reads and cross-checks their configurations
@@ -124,7 +149,14 @@ typedef struct scps_client_options {
  * (host:port; a gRPC target such as unix:PATH has its colon),
  * SCPS_EUNAVAIL naming a server that does not answer within the timeout
  * (and whether a connection was made at all), SCPS_EMISMATCH naming what
- * differs. Starts the
+ * differs. Security (scps_client_security): SCPS_EIO for a TLS file that
+ * cannot be read, SCPS_EINVAL for one that is not what it should be (the
+ * message names the field and file); SCPS_EUNAUTH when a server does not
+ * know the token (or none was given), SCPS_EDENIED when the token's role
+ * may not call a method; neither is retried, here or by any call below. A
+ * TLS handshake that fails (wrong roots or server name, no client
+ * certificate) looks like a server that does not answer: SCPS_EUNAVAIL,
+ * and the message says so. Starts the
  * client's completion-queue threads (cq_threads). */
 int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err);
 
@@ -260,7 +292,8 @@ typedef struct scps_client_checkpoint_result {
  * gives the system's, e.g. "Not a directory"); SCPS_EINVAL for a directory
  * that is not absolute, names . or .., or is over 4000 bytes (or too long
  * for a path on a server); SCPS_ENOSPC for a full disk or file
- * size limit; SCPS_EIO for permissions (or a read-only file system). */
+ * size limit; SCPS_EDENIED for permissions (the token's role, or a file's;
+ * or a read-only file system). */
 int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
                            scps_client_checkpoint_result *result, scps_error *err);
 

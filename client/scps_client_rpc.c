@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_client_conn.h"
 #include "scps_client_status.h"
 
 /* The answer's bytes, copied out of the byte buffer's slices. */
@@ -36,8 +37,9 @@ static int copy_answer(grpc_byte_buffer *bb, uint8_t **answer, size_t *answer_le
   return rc;
 }
 
-int scps_rpc_call(const char *address, const char *method, const uint8_t *request, size_t request_len,
-                  int64_t deadline_ms, uint8_t **answer, size_t *answer_len, scps_error *err) {
+int scps_rpc_call(const char *address, const scps_client_security *security, const char *method,
+                  const uint8_t *request, size_t request_len, int64_t deadline_ms, uint8_t **answer,
+                  size_t *answer_len, scps_error *err) {
   *answer = NULL;
   *answer_len = 0;
   if (deadline_ms <= 0) return scps_error_set(err, SCPS_EINVAL, "deadline_ms %lld must be > 0", (long long)deadline_ms);
@@ -45,13 +47,22 @@ int scps_rpc_call(const char *address, const char *method, const uint8_t *reques
   if (snprintf(path, sizeof path, "/scps.v1.EmbeddingService/%s", method) >= (int)sizeof path)
     return scps_error_set(err, SCPS_EINVAL, "method name '%s' is too long", method);
   grpc_init();
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  scps_conn *conn;
+  int rc = scps_conn_create(security, &conn, err);
+  if (rc) {
+    grpc_shutdown();
+    return rc;
+  }
   /* Answers grow with the declaration (GetConfig) and the stacks (Stats):
    * past gRPC's default 4 MiB receive limit for large ones. */
   grpc_arg arg = {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = -1};
   grpc_channel_args args = {1, &arg};
-  grpc_channel *ch = grpc_channel_create(address, creds, &args);
-  grpc_channel_credentials_release(creds);
+  grpc_channel *ch = scps_conn_channel(conn, address, &args);
+  if (!ch) {
+    scps_conn_destroy(conn);
+    grpc_shutdown();
+    return scps_error_set(err, SCPS_EINVAL, "%s: cannot create a channel to it", address);
+  }
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
   gpr_timespec deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC), gpr_time_from_millis(deadline_ms, GPR_TIMESPAN));
   grpc_slice method_slice = grpc_slice_from_copied_string(path);
@@ -72,6 +83,8 @@ int scps_rpc_call(const char *address, const char *method, const uint8_t *reques
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   /* A server still starting is waited for, within the deadline. */
   ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
+  grpc_metadata auth_md;
+  scps_conn_metadata(conn, &ops[0], &auth_md);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = sent;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -83,7 +96,6 @@ int scps_rpc_call(const char *address, const char *method, const uint8_t *reques
   ops[5].data.recv_status_on_client.trailing_metadata = &md_trailing;
   ops[5].data.recv_status_on_client.status = &status;
   ops[5].data.recv_status_on_client.status_details = &details;
-  int rc = 0;
   if (grpc_call_start_batch(call, ops, 6, call, NULL) != GRPC_CALL_OK) {
     rc = scps_error_set(err, SCPS_EINTERNAL, "%s: %s: the call could not be started", address, method);
   } else {
@@ -92,11 +104,10 @@ int scps_rpc_call(const char *address, const char *method, const uint8_t *reques
       rc = scps_error_set(err, SCPS_EIO, "%s: %s: the call did not complete", address, method);
     } else if (status != GRPC_STATUS_OK) {
       char *text = grpc_slice_to_c_string(details);
-      const char *why = status == GRPC_STATUS_DEADLINE_EXCEEDED &&
-                                grpc_channel_check_connectivity_state(ch, 0) != GRPC_CHANNEL_READY
-                            ? " (no connection within the deadline: nothing listens there, or it is unreachable; "
-                              "an scps-server listens once its tables are initialized)"
-                            : "";
+      char why[320] = "";
+      if (status == GRPC_STATUS_DEADLINE_EXCEEDED && grpc_channel_check_connectivity_state(ch, 0) != GRPC_CHANNEL_READY)
+        snprintf(why, sizeof why, " (no connection within the deadline: %s; an scps-server listens once its tables "
+                 "are initialized)", scps_conn_why_unconnected(conn));
       rc = scps_error_set(err, scps_status_code(status), "%s: %s: %s: %s%s", address, method,
                           scps_status_name(status), text, why);
       gpr_free(text);
@@ -115,6 +126,7 @@ int scps_rpc_call(const char *address, const char *method, const uint8_t *reques
   }
   grpc_completion_queue_destroy(cq);
   grpc_channel_destroy(ch);
+  scps_conn_destroy(conn);
   grpc_shutdown();
   return rc;
 }

@@ -20,7 +20,7 @@ static const char *const status_names[SCPS_LOADGEN_CODES] = {
     "OK",          "INVALID_ARGUMENT", "OUT_OF_MEMORY",     "RESOURCE_EXHAUSTED", "NOT_FOUND",
     "ALREADY_EXISTS", "OUT_OF_RANGE",  "LIMIT_EXCEEDED",    "IO_ERROR",           "DATA_LOSS",
     "PARSE_ERROR", "FAILED_PRECONDITION", "UNAVAILABLE",    "DEADLINE_EXCEEDED",  "BAD_STATE",
-    "INTERNAL"};
+    "INTERNAL",    "UNAUTHENTICATED",  "PERMISSION_DENIED"};
 
 const char *scps_loadgen_status_name(int code) {
   return code <= 0 && -code < SCPS_LOADGEN_CODES ? status_names[-code] : "UNKNOWN";
@@ -139,7 +139,8 @@ static int client_init(lg *g, int i, scps_error *err) {
                             .gradients = o->gradients,
                             .ignore_checkpoint_due = true,
                             .own_connections = true,
-                            .cq_threads = o->cq_threads};
+                            .cq_threads = o->cq_threads,
+                            .security = o->security};
   int rc = scps_client_create(&co, &cl->c, err);
   if (rc) return rc;
   /* Like the benchmarks: the workloads keep the default per-partition limits,

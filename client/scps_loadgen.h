@@ -21,7 +21,7 @@ const char *scps_loadgen_mode_name(scps_loadgen_mode m);
 
 /* Errors are counted by libscps code (-code indexes the counts); each code
  * has a status name, gRPC's where one corresponds ("UNAVAILABLE"). */
-#define SCPS_LOADGEN_CODES 16
+#define SCPS_LOADGEN_CODES 18
 const char *scps_loadgen_status_name(int code);
 
 typedef struct scps_loadgen_options {
@@ -42,6 +42,7 @@ typedef struct scps_loadgen_options {
   int64_t connect_timeout_ms; /* of each client's creation */
   int cq_threads;             /* each client's completion-queue threads (scps_client_options) */
   bool progress;              /* a line on stderr every second */
+  scps_client_security security; /* every client's TLS and token (scps_client_options) */
 } scps_loadgen_options;
 
 /* One second of the measured run. */

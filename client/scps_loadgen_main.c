@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_client_flags.h"
 #include "scps_loadgen.h"
 #include "scps_loadgen_report.h"
 #include "scps_memtune.h"
@@ -56,6 +57,7 @@ static const char usage[] =
     "  --plot FILE.png        draw latency p50/p99 and requests/s over time (needs gnuplot)\n"
     "  --quiet                no progress line on stderr (one per second otherwise)\n"
     "  --help                 this text\n"
+    SCPS_SECURITY_USAGE
     "\n"
     "Each client preprocesses 4 batches of its own before the load and cycles\n"
     "through them. The report (stdout) gives requests/s (answered OK or not),\n"
@@ -131,7 +133,9 @@ int main(int argc, char **argv) {
                                        {"plot", required_argument, 0, 'p'},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
+                                       SCPS_SECURITY_LONG_OPTIONS,
                                        {0, 0, 0, 0}};
+  static scps_security_flags sec; /* static: reachable whichever way main returns */
   opterr = 0;
   int c;
   long long n;
@@ -204,7 +208,12 @@ int main(int argc, char **argv) {
     case 'q': quiet = true; break;
     case 'h': fputs(usage, stdout); return 0;
     case ':': return bad_flag("%s needs a value", argv[optind - 1]);
-    default: return bad_flag("unknown option '%s'", argv[optind - 1]);
+    default: {
+      scps_error fe;
+      int handled = scps_security_flag(&sec, "scps-loadgen", c, optarg, &fe);
+      if (handled < 0) return bad_flag("%s", fe.msg);
+      if (!handled) return bad_flag("unknown option '%s'", argv[optind - 1]);
+    }
     }
   }
   if (optind < argc) return bad_flag("unexpected argument '%s'", argv[optind]);
@@ -224,6 +233,7 @@ int main(int argc, char **argv) {
   o.servers = servers;
   o.n_servers = n_servers;
   o.progress = !quiet;
+  o.security = sec.security;
 
   scps_error err;
   scps_error_clear(&err);
@@ -260,5 +270,6 @@ int main(int argc, char **argv) {
   }
   scps_loadgen_result_destroy(res);
   scps_workload_destroy(w);
+  scps_security_flags_free(&sec);
   return status;
 }

@@ -12,6 +12,7 @@
 
 #include "scps_units.h"
 #include "scps_clock.h"
+#include "scps_client_flags.h"
 #include "scps_ctr.h"
 #include "scps_mlp.h"
 #include "scps_memtune.h"
@@ -52,9 +53,10 @@ static const char usage[] =
     "                       stderr; default 0: none\n"
     "  --checkpoint-dir DIR where (absolute; default: the servers' --checkpoint-dir)\n"
     "  --help               this text\n"
+    SCPS_SECURITY_USAGE
     "\n"
     "Exit status: 0 when training finished, 1 on an error from the cluster or\n"
-    "the data, 2 for bad flags.\n";
+    "the data (a token refused included), 2 for bad flags.\n";
 
 #define MAX_HIDDEN 6
 
@@ -248,7 +250,9 @@ int main(int argc, char **argv) {
       {"json", required_argument, 0, 'j'},      {"checkpoint-every-steps", required_argument, 0, 'c'},
       {"checkpoint-dir", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
       {"wire-format", required_argument, 0, 'W'}, {"connect-timeout-ms", required_argument, 0, 'T'},
+      SCPS_SECURITY_LONG_OPTIONS,
       {0, 0, 0, 0}};
+  static scps_security_flags sec; /* static: reachable whichever way main returns */
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
@@ -285,7 +289,16 @@ int main(int argc, char **argv) {
       checkpoint_dir = optarg;
       break;
     case 'h': fputs(usage, stdout); return 0;
-    default: fputs(usage, stderr); return 2;
+    default: {
+      scps_error e;
+      int handled = scps_security_flag(&sec, "scps-trainer", o, optarg, &e);
+      if (handled < 0) fprintf(stderr, "scps-trainer: %s\n", e.msg);
+      if (handled <= 0) {
+        if (!handled) fputs(usage, stderr);
+        scps_security_flags_free(&sec);
+        return 2;
+      }
+    }
     }
   }
   if (optind < argc) {
@@ -312,7 +325,7 @@ int main(int argc, char **argv) {
     scps_client_options co = {.servers = servers, .n_servers = n_servers, .tables = w->tables,
                               .n_tables = w->n_tables, .features = w->features, .n_features = w->n_features,
                               .policy = SCPS_LIMIT_ERROR, .wire_format = wire,
-                              .connect_timeout_ms = connect_timeout};
+                              .connect_timeout_ms = connect_timeout, .security = sec.security};
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) {
@@ -399,5 +412,6 @@ int main(int argc, char **argv) {
   free(t.dims);
   scps_client_destroy(c);
   scps_workload_destroy(w);
+  scps_security_flags_free(&sec);
   return rc ? 1 : 0;
 }

@@ -9,6 +9,7 @@ packages=(
   python3 python3-numpy python3-torch python3-grpcio python3-grpc-tools
   libgomp1 gnuplot-nox
   redis-server redis-tools
+  libssl-dev openssl
   clang libclang-rt-14-dev
 )
 

@@ -1030,7 +1030,9 @@ static void apply_tc(scps_job *job) {
   }
   Scps__V1__ApplyGradientsResponse r = SCPS__V1__APPLY_GRADIENTS_RESPONSE__INIT;
   for (int k = 0; k < c->srv->S; k++) r.rows_updated += c->rows_updated[k];
-  r.checkpoint_due = scps_saver_apply_done(c->srv, c->step.step);
+  /* Asked only of callers that may answer with a Checkpoint; for the
+   * others the server's solo save covers the period. */
+  r.checkpoint_due = scps_saver_apply_done(c->srv, c->step.step) && scps_call_may(c, SCPS_M_CHECKPOINT);
   scps_call_finish_packed(c, &r.base);
 }
 

@@ -23,6 +23,21 @@
 const char *const scps_method_names[SCPS_M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Stats",
                                                      "Health",    "Checkpoint"};
 
+/* The least role that may call each method when the server has a
+ * --token-file (deploy/SECURITY.md). A method missing here is admin-only:
+ * a new method is listed only if trainers need it. */
+static const scps_role method_role[SCPS_M_COUNT] = {
+    [SCPS_M_GET_CONFIG] = SCPS_ROLE_TRAINING, [SCPS_M_LOOKUP] = SCPS_ROLE_TRAINING,
+    [SCPS_M_APPLY_GRADIENTS] = SCPS_ROLE_TRAINING, [SCPS_M_STATS] = SCPS_ROLE_TRAINING,
+    [SCPS_M_HEALTH] = SCPS_ROLE_TRAINING, [SCPS_M_CHECKPOINT] = SCPS_ROLE_ADMIN,
+};
+
+static scps_role least_role(int method) {
+  return method_role[method] != SCPS_ROLE_NONE ? method_role[method] : SCPS_ROLE_ADMIN;
+}
+
+bool scps_call_may(const scps_call *c, int method) { return c->role >= least_role(method); }
+
 static void call_free(scps_call *c) {
   if (c->call) grpc_call_unref(c->call);
   grpc_metadata_array_destroy(&c->md);
@@ -168,6 +183,25 @@ void scps_call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t le
   send_final(c, GRPC_STATUS_OK, "", len);
 }
 
+/* Checks the caller's bearer token (every call, before anything else
+ * answers it) and records its role in c; answers the call and returns false
+ * when it may not go on. Neither answer tells which tokens exist. */
+static bool authorize(scps_call *c) {
+  c->role = scps_auth_role(&c->srv->auth, &c->md);
+  if (c->role == SCPS_ROLE_NONE) {
+    scps_call_finish(c, GRPC_STATUS_UNAUTHENTICATED,
+                     "no valid bearer token: send metadata 'authorization: Bearer TOKEN' with a token of the "
+                     "server's --token-file", NULL, 0);
+    return false;
+  }
+  if (c->method == SCPS_M_UNKNOWN || scps_call_may(c, c->method)) return true;
+  char msg[256];
+  snprintf(msg, sizeof msg, "%s needs the %s role; this caller's token has the %s role", scps_method_names[c->method],
+           scps_role_name(least_role(c->method)), scps_role_name(c->role));
+  scps_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, msg, NULL, 0);
+  return false;
+}
+
 static void on_new_call(scps_call *c, int ok) {
   scps_server *s = c->srv;
   if (!ok) { /* server shutting down: the request was never matched */
@@ -191,6 +225,7 @@ static void on_new_call(scps_call *c, int ok) {
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &c->cancelled;
   if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) call_unref(c);
+  if (!authorize(c)) return;
   if (refuse) {
     char msg[128];
     snprintf(msg, sizeof msg, "process %d is shutting down: finishing the calls in flight, taking no new ones",
@@ -319,7 +354,7 @@ static int grpc_setup(scps_server *s, const scps_server_options *o, scps_error *
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
   }
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  grpc_server_credentials *creds = scps_auth_server_credentials(&s->auth);
   s->port = grpc_server_add_http2_port(s->server, o->listen, creds);
   grpc_server_credentials_release(creds);
   if (s->port == 0)
@@ -356,6 +391,8 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
                             err);
   }
   if (!rc) rc = probe_listen(o->listen, err);
+  if (!rc)
+    rc = scps_auth_load(&s->auth, o->tls_cert_file, o->tls_key_file, o->tls_client_ca_file, o->token_file, err);
   if (!rc) rc = scps_engine_create(s->layout, o->process_index, &s->engine, err);
   if (!rc && o->pin_sparsecores) rc = plan_sc_cpus(s, err);
   if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
@@ -467,5 +504,6 @@ void scps_server_destroy(scps_server *s) {
   scps_layout_destroy(s->layout);
   free(s->tables);
   free(s->features);
+  scps_auth_free(&s->auth);
   free(s);
 }

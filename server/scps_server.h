@@ -37,6 +37,15 @@ typedef struct scps_server_options {
   const char *checkpoint_dir;
   const char *restore_dir;
   int32_t checkpoint_keep;
+  /* Who may connect (scps_auth.h; deploy/SECURITY.md), PEM files, NULL
+   * when not used. tls_cert_file and tls_key_file: TLS on the listening
+   * port; tls_client_ca_file: clients must present a certificate that
+   * chains to it (mutual TLS); token_file: callers must send a bearer
+   * token of it and get its role (without one, every caller is admin). */
+  const char *tls_cert_file;
+  const char *tls_key_file;
+  const char *tls_client_ca_file;
+  const char *token_file;
 } scps_server_options;
 
 typedef struct scps_server scps_server;

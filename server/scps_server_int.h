@@ -9,6 +9,7 @@
 #include <stdbool.h>
 
 #include "scps.pb-c.h"
+#include "scps_auth.h"
 #include "scps_clock.h"
 #include "scps_engine.h"
 #include "scps_pipeline.h"
@@ -90,6 +91,7 @@ struct scps_server {
   scps_tag shutdown_tag;
   void (*on_stopped)(void *);
   void *on_stopped_ud;
+  scps_auth auth; /* TLS files and tokens, read at create */
 };
 
 /* One RPC from request to final send. refs counts the tags still to come
@@ -135,6 +137,7 @@ struct scps_call {
   uint32_t grad_mag[64];
   scps_step step;
   scps_call *next;          /* in the saver's parked or checkpoint queue */
+  scps_role role;           /* the caller's, from its bearer token (scps_auth_role) */
 };
 
 /* A validated stack of a Lookup or ApplyGradients request. */
@@ -191,5 +194,9 @@ grpc_status_code scps_check_view(scps_call *c, const uint8_t *fp, size_t fp_len,
 
 /* Runs the method of a newly arrived call (on its completion-queue thread). */
 void scps_handle_call(scps_call *c);
+
+/* Whether the caller of c may call method (the least role of each method is
+ * a table beside scps_method_names). */
+bool scps_call_may(const scps_call *c, int method);
 
 #endif

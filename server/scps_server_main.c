@@ -11,6 +11,7 @@
 #include <unistd.h>
 #include <uv.h>
 
+#include "scps_auth.h"
 #include "scps_server.h"
 #include "scps_memtune.h"
 #include "scps_units.h"
@@ -25,8 +26,11 @@ static const char usage[] =
     "  --config FILE          tables and features, in the workload JSON format\n"
     "                         (deploy/workloads/README.md; its batch_size is every\n"
     "                         feature's batch size, the ids section is ignored)\n"
-    "  --listen ADDR          host:port to serve on (default 0.0.0.0:50051; port 0\n"
-    "                         picks a free port, see --port-file)\n"
+    "  --listen ADDR          host:port to serve on (default 127.0.0.1:50051: this\n"
+    "                         machine only; port 0 picks a free port, see\n"
+    "                         --port-file). An address other machines can reach\n"
+    "                         needs TLS and tokens or client certificates, or\n"
+    "                         --insecure (see below)\n"
     "  --process-index I      this process's index in [0, P) (default 0)\n"
     "  --num-processes P      processes in the cluster (default 1)\n"
     "  --sc-per-process S     simulated SparseCores in this process (default 2)\n"
@@ -70,14 +74,35 @@ static const char usage[] =
     "                         the one saved and the newest before it (default\n"
     "                         3); newer ones, left behind by a --restore of an\n"
     "                         older step, are renamed superseded-step-...\n"
+    "  --tls-cert FILE        PEM certificate chain of this server: TLS on the port\n"
+    "  --tls-key FILE         its PEM private key (unencrypted; keep it 0600)\n"
+    "  --tls-client-ca FILE   PEM roots: clients must present a certificate that\n"
+    "                         chains to one of them (mutual TLS)\n"
+    "  --token-file FILE      bearer tokens, one 'ROLE TOKEN' line each (ROLE\n"
+    "                         training or admin, TOKEN 16+ printable characters;\n"
+    "                         # comments); every call must carry 'authorization:\n"
+    "                         Bearer TOKEN' of one of them. training may call\n"
+    "                         GetConfig, Lookup, ApplyGradients, Stats, Health;\n"
+    "                         admin may call everything. Without it every caller\n"
+    "                         is admin\n"
+    "  --insecure             serve a non-loopback --listen address without TLS\n"
+    "                         and tokens or client certificates (loud warning)\n"
     "  --help                 this text\n"
+    "\n"
+    "Who may connect: a server listening on an address other than loopback\n"
+    "refuses to start (exit 2) unless it has TLS (--tls-cert, --tls-key) and\n"
+    "a way to tell its callers (--token-file or --tls-client-ca), or\n"
+    "--insecure: without them anyone who reaches the port can read and change\n"
+    "every table and save checkpoints. deploy/SECURITY.md has the details.\n"
     "\n"
     "While a checkpoint is saved, Lookups are served and ApplyGradients wait for\n"
     "the save to finish, then run in arrival order; one save runs at a time.\n"
     "\n"
     "Exit status: 0 after a clean shutdown on SIGTERM or SIGINT; 1 when the\n"
     "configuration is invalid, the tables do not fit, the checkpoint to restore\n"
-    "is missing or corrupt, or the address is in use; 2 for bad flags.\n";
+    "is missing or corrupt, a TLS or token file is unreadable or malformed, or\n"
+    "the address is in use; 2 for bad flags, and for a non-loopback --listen\n"
+    "without TLS and tokens or client certificates (or --insecure).\n";
 
 typedef struct app {
   uv_loop_t *loop;
@@ -166,6 +191,43 @@ static int write_port_file(const char *path, int port) {
   return -1;
 }
 
+/* The flags of who may connect, together, and the loopback rule: an address
+ * other machines can reach gets TLS and a way to tell callers apart
+ * (tokens or client certificates), or --insecure says the network is
+ * trusted. Prints why and returns -1 when the server must not start. */
+static int check_exposure(const scps_server_options *o, bool insecure) {
+  if (!o->tls_cert_file != !o->tls_key_file) {
+    fprintf(stderr, "scps-server: --tls-cert and --tls-key go together (%s given alone)\n",
+            o->tls_cert_file ? "--tls-cert" : "--tls-key");
+    return -1;
+  }
+  if (o->tls_client_ca_file && !o->tls_cert_file) {
+    fprintf(stderr, "scps-server: --tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)\n");
+    return -1;
+  }
+  bool tls = o->tls_cert_file != NULL, callers_known = o->token_file || o->tls_client_ca_file;
+  if ((tls && callers_known) || scps_listen_is_loopback(o->listen)) return 0;
+  if (insecure) {
+    fprintf(stderr,
+            "scps-server: WARNING: --insecure: serving %s %s: anyone who can reach this port can read and "
+            "change every table, push gradients and save checkpoints\n",
+            o->listen, tls ? "with TLS but without tokens or client certificates"
+                           : callers_known ? "with tokens but without TLS (tokens travel in the clear)"
+                                           : "without TLS and without tokens");
+    return 0;
+  }
+  fprintf(stderr,
+          "scps-server: --listen %s is not a loopback address, and %s: anyone who can reach it could read and "
+          "change every table and save checkpoints. Give it --tls-cert and --tls-key with --token-file or "
+          "--tls-client-ca (deploy/SECURITY.md), listen on 127.0.0.1, or pass --insecure on a network you "
+          "trust\n",
+          o->listen, !tls && !callers_known ? "it has neither TLS nor tokens or client certificates"
+                     : !tls                 ? "it has no TLS (--tls-cert, --tls-key): tokens would travel in the clear"
+                                            : "it has TLS but no tokens (--token-file) or client certificates "
+                                              "(--tls-client-ca)");
+  return -1;
+}
+
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
   scps_error e;
   if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
@@ -176,7 +238,7 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, long *ou
 int main(int argc, char **argv) {
   const char *config = NULL, *port_file = NULL;
   scps_server_options o = {0};
-  o.listen = "0.0.0.0:50051";
+  o.listen = "127.0.0.1:50051";
   scps_memtune_apply();
   o.topology = (scps_topology){1, 2, (int64_t)4 << 30};
   o.cq_threads = 2;
@@ -197,7 +259,11 @@ int main(int argc, char **argv) {
       {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
+      {"tls-cert", required_argument, 0, 1001},     {"tls-key", required_argument, 0, 1002},
+      {"tls-client-ca", required_argument, 0, 1003}, {"token-file", required_argument, 0, 1004},
+      {"insecure", no_argument, 0, 1005},
       {0, 0, 0, 0}};
+  bool insecure = false;
   int c;
   long v;
   while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -236,6 +302,11 @@ int main(int argc, char **argv) {
       }
       o.pin_sparsecores = !strcmp(optarg, "on");
       break;
+    case 1001: o.tls_cert_file = optarg; break;
+    case 1002: o.tls_key_file = optarg; break;
+    case 1003: o.tls_client_ca_file = optarg; break;
+    case 1004: o.token_file = optarg; break;
+    case 1005: insecure = true; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -253,6 +324,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "scps-server: --checkpoint-every needs --checkpoint-dir\n");
     return 2;
   }
+  if (check_exposure(&o, insecure)) return 2;
   /* Logs and GetConfig name the checkpoint root as a path that means
    * something away from this process's working directory. */
   static char checkpoint_root[PATH_MAX];

@@ -21,6 +21,8 @@ const char *scps_strerror(int code) {
   case SCPS_ETIMEDOUT: return "deadline exceeded";
   case SCPS_ESTATE: return "invalid state for this operation";
   case SCPS_EINTERNAL: return "internal error";
+  case SCPS_EUNAUTH: return "not authenticated";
+  case SCPS_EDENIED: return "permission denied";
   default: return "unknown error";
   }
 }

@@ -21,7 +21,9 @@ enum {
   SCPS_EUNAVAIL = -12,  /* peer not reachable */
   SCPS_ETIMEDOUT = -13, /* deadline passed */
   SCPS_ESTATE = -14,    /* operation not valid in the current state */
-  SCPS_EINTERNAL = -15  /* invariant violated inside scps: a bug */
+  SCPS_EINTERNAL = -15, /* invariant violated inside scps: a bug */
+  SCPS_EUNAUTH = -16,   /* a server does not know the caller (no bearer token, or an unknown one) */
+  SCPS_EDENIED = -17    /* permission denied: the caller's role, or a file's permissions */
 };
 
 #define SCPS_ERROR_MSG_MAX 512

@@ -245,8 +245,8 @@ static void bad_requests(scps_it_cluster *cl, scps_client *c, scps_batch *b, io 
     snprintf(path, sizeof path, "/sys/scps-checkpoint-test");
   }
   rc = scps_client_checkpoint(c, N_BEFORE - 1, path, DEADLINE_MS, &res, &err);
-  CHECKF(rc == SCPS_EIO && strstr(err.msg, "PERMISSION_DENIED") && strstr(err.msg, path), "unwritable: %d %s", rc,
-         err.msg);
+  CHECKF(rc == SCPS_EDENIED && strstr(err.msg, "PERMISSION_DENIED") && strstr(err.msg, path), "unwritable: %d %s",
+         rc, err.msg);
   /* A step already passed. */
   rc = scps_client_checkpoint(c, N_BEFORE - 2, NULL, DEADLINE_MS, &res, &err);
   CHECKF(rc == SCPS_EMISMATCH && strstr(err.msg, "already applied step"), "late step: %d %s", rc, err.msg);

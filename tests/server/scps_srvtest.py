@@ -127,12 +127,13 @@ class Env:
 
 class Server:
     """One scps-server process on 127.0.0.1 (port 0 and --port-file unless
-    listen is given)."""
+    listen is given). With credentials (grpc.ChannelCredentials, e.g. TLS
+    composed with a token's call credentials) its channels use them."""
 
     count = 0
 
     def __init__(self, env, config, index=0, num_processes=1, sc_per_process=2, extra=(),
-                 listen="127.0.0.1:0", start=True):
+                 listen="127.0.0.1:0", start=True, credentials=None):
         Server.count += 1
         self.env = env
         self.label = "#%d (process %d of %d)" % (Server.count, index, num_processes)
@@ -146,6 +147,7 @@ class Server:
         self.proc = None
         self.port = None
         self.channels = []
+        self.credentials = credentials
         if start:
             self.start()
 
@@ -177,7 +179,10 @@ class Server:
         return "127.0.0.1:%d" % self.port
 
     def channel(self):
-        ch = self.env.grpc.insecure_channel(self.addr, options=UNLIMITED)
+        if self.credentials is not None:
+            ch = self.env.grpc.secure_channel(self.addr, self.credentials, options=UNLIMITED)
+        else:
+            ch = self.env.grpc.insecure_channel(self.addr, options=UNLIMITED)
         self.channels.append(ch)
         return ch
 
@@ -484,3 +489,26 @@ def call_status(fn, *a, **kw):
         return "OK", "", fn(*a, **kw)
     except grpc.RpcError as e:
         return e.code().name, e.details() or "", None
+
+
+def make_pki(env):
+    """Certificates and keys for TLS (tests/make_test_pki.sh), made once per
+    run in the run's temp dir: {"ca": path of ca.pem, "server_key": ...}."""
+    d = os.path.join(env.tmp, "pki")
+    if not os.path.isdir(d):
+        script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "make_test_pki.sh")
+        subprocess.run([script, d], check=True, capture_output=True, timeout=60)
+    out = {}
+    for name in ("ca", "other-ca", "server", "client", "stranger"):
+        out[name.replace("-", "_")] = os.path.join(d, name + ".pem")
+        out[name.replace("-", "_") + "_key"] = os.path.join(d, name + ".key")
+    return out
+
+
+def write_secret(env, name, text, mode=0o600):
+    """A file only its owner reads (a token file), in the run's temp dir."""
+    path = os.path.join(env.tmp, name)
+    with open(path, "w") as f:
+        f.write(text)
+    os.chmod(path, mode)
+    return path
