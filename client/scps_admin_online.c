@@ -29,8 +29,10 @@ const char scps_admin_stats_usage[] =
     "Prints each server's Stats: the memory of each SparseCore, per stack the\n"
     "ids looked up, rows updated and the largest per-partition id counts seen\n"
     "against the limits in force (FDO's inputs), per RPC method the calls,\n"
-    "errors, bytes and mean time, the SparseCore and TensorCore stages, and\n"
-    "the checkpoints saved. Exit status 1 if a server did not answer.\n"
+    "errors, bytes and mean time, the SparseCore and TensorCore stages, the\n"
+    "checkpoints saved, and the memory budget: in use, peak, calls that\n"
+    "waited or were refused for memory, transfers timed out. Exit status 1 if\n"
+    "a server did not answer.\n"
     "\n"
     "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
     "  --deadline-ms N    how long to wait for each server (default 5000)\n" SCPS_SECURITY_USAGE;
@@ -196,6 +198,16 @@ static int32_t max_of(const int32_t *v, size_t n) {
   return m;
 }
 
+/* Stats' memory section (absent from servers older than the budget). */
+static void show_memory(const Scps__V1__MemoryStats *m) {
+  if (!m) return;
+  printf("  memory budget: %.1f of %.1f MiB in use (%.1f MiB idle scratch), peak %.1f MiB; calls waited %lld, "
+         "refused %lld, waiting %lld; timed out: %lld requests, %lld answers; trims %lld\n",
+         mib(m->in_use_bytes), mib(m->budget_bytes), mib(m->scratch_idle_bytes), mib(m->peak_bytes),
+         (long long)m->calls_waited, (long long)m->calls_refused, (long long)m->calls_waiting,
+         (long long)m->requests_timed_out, (long long)m->answers_timed_out, (long long)m->trims);
+}
+
 static int show_stats(const char *addr, const ProtobufCMessage *answer) {
   const Scps__V1__StatsResponse *s = (const Scps__V1__StatsResponse *)answer;
   printf("server %s: process %d, up %.1f s\n", addr, s->process_index, s->uptime_seconds);
@@ -236,6 +248,7 @@ static int show_stats(const char *addr, const ProtobufCMessage *answer) {
   }
   if (s->pushes_sums_checked)
     printf("  pushes whose sums were checked for float32 overflow: %lld\n", (long long)s->pushes_sums_checked);
+  show_memory(s->memory);
   return 0;
 }
 

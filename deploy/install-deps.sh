@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkgconf
   libgrpc-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler libuv1-dev
-  python3 python3-numpy python3-torch python3-grpcio python3-grpc-tools
+  python3 python3-numpy python3-torch python3-grpcio python3-grpc-tools python3-h2
   libgomp1 gnuplot-nox
   redis-server redis-tools
   libssl-dev openssl

@@ -9,6 +9,7 @@
 
 #include "scps_bf16.h"
 #include "scps_fdo.h"
+#include "scps_limits.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 #include "scps_sha256.h"
@@ -186,6 +187,18 @@ static void budget_free(void *ud, void *p) {
   free(p);
 }
 
+/* The most decoding a request of len bytes may allocate. */
+static size_t unpack_limit(size_t len) {
+  return len < (UNPACK_MAX - UNPACK_FLOOR) / UNPACK_PER_BYTE ? UNPACK_FLOOR + UNPACK_PER_BYTE * len : UNPACK_MAX;
+}
+
+size_t scps_request_memory(const scps_call *c, size_t len) {
+  /* scps_request_decode copies every array but the gradients once. */
+  if (c->method == SCPS_M_LOOKUP || c->method == SCPS_M_APPLY_GRADIENTS) return 2 * len;
+  /* scps_call_read_payload's copy, then protobuf-c's structs. */
+  return len + unpack_limit(len);
+}
+
 ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc) {
   uint8_t *data;
   size_t len;
@@ -196,8 +209,7 @@ ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescript
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return NULL;
   }
-  size_t budget = len < (UNPACK_MAX - UNPACK_FLOOR) / UNPACK_PER_BYTE ? UNPACK_FLOOR + UNPACK_PER_BYTE * len
-                                                                       : UNPACK_MAX;
+  size_t budget = unpack_limit(len);
   unpack_budget b = {budget, false};
   ProtobufCAllocator alloc = {budget_alloc, budget_free, &b};
   /* What it allocates is plain malloc memory: freed later with the default
@@ -355,6 +367,9 @@ static void handle_stats(scps_call *c) {
   ck.last_path = last_path;
   r.checkpoints = &ck;
   r.pushes_sums_checked = atomic_load(&s->pushes_sums_checked);
+  Scps__V1__MemoryStats mem = SCPS__V1__MEMORY_STATS__INIT;
+  scps_limits_stats(s, &mem);
+  r.memory = &mem;
   for (int m = 0; m < SCPS_M_COUNT; m++) {
     scps__v1__method_stats__init(&ms[m]);
     ms[m].method = (char *)scps_method_names[m];
@@ -744,6 +759,24 @@ static void lookup_inline(scps_call *c) {
   lookup_tc(&c->job);
 }
 
+/* The scratch a call needs (floats) is reserved in the memory budget
+ * before it is taken (scps_scratch.h): done runs once it is, or once the
+ * call is refused. */
+static void wait_for_scratch(scps_call *c, size_t floats, void (*done)(scps_budget_waiter *, bool, size_t, size_t)) {
+  c->wait.need = (floats ? floats : 1) * sizeof(float);
+  c->wait.deadline_ns = scps_limits_wait_deadline(c);
+  c->wait.done = done;
+  scps_budget_wait(c->srv->budget, &c->wait);
+}
+
+static void refuse_for_memory(scps_call *c, const char *what, size_t in_use, size_t limit) {
+  char msg[512];
+  scps_limits_refusal(c, what, c->wait.need, in_use, limit, msg, sizeof msg);
+  scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
+}
+
+static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit);
+
 static void handle_lookup(scps_call *c) {
   scps_server *s = c->srv;
   if (!read_data_request(c, SCPS_REQUEST_LOOKUP)) return;
@@ -784,7 +817,19 @@ static void handle_lookup(scps_call *c) {
     return;
   }
   c->gather_stride = lookup_gather_scratch(c);
-  c->scratch = scps_scratch_take(s->scratch, scratch + (size_t)s->S * c->gather_stride, &c->scratch_cap);
+  wait_for_scratch(c, scratch + (size_t)s->S * c->gather_stride, lookup_admitted);
+}
+
+/* A Lookup once its answer and scratch are reserved in the memory budget
+ * (on the thread that admitted it), or refused. */
+static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit) {
+  scps_call *c = scps_call_of_wait(w);
+  scps_server *s = c->srv;
+  if (!admitted) {
+    refuse_for_memory(c, "its answer and scratch", in_use, limit);
+    return;
+  }
+  c->scratch = scps_scratch_take(s->scratch, w->need / sizeof(float), &c->scratch_cap);
   if (!c->scratch) {
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory for activations", NULL, 0);
     return;
@@ -1109,11 +1154,12 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
   return GRPC_STATUS_OK;
 }
 
+static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit);
+
 static void handle_apply(scps_call *c) {
-  scps_server *s = c->srv;
   if (!read_data_request(c, SCPS_REQUEST_APPLY)) return;
   const scps_request *req = &c->req;
-  char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
+  char msg[SCPS_ERROR_MSG_MAX + 128];
   grpc_status_code st = scps_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
                                         req->process_index, msg, sizeof msg);
   if (st == GRPC_STATUS_OK && req->step < 0) {
@@ -1137,15 +1183,34 @@ static void handle_apply(scps_call *c) {
    * (2 or 4 bytes per value), so no client can make the server allocate
    * more than twice its message. */
   const size_t width = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : sizeof(float);
-  if (st == GRPC_STATUS_OK) {
-    size_t values = 0;
-    for (size_t i = 0; i < req->n_stacks; i++)
-      values += (req->stacks[i].gradients.len + req->stacks[i].row_gradients.len) / width;
-    c->scratch = scps_scratch_take(s->scratch, values, &c->scratch_cap);
-    if (!c->scratch) {
-      scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
-      return;
-    }
+  if (st != GRPC_STATUS_OK) {
+    scps_call_finish(c, st, msg, NULL, 0);
+    return;
+  }
+  size_t values = 0;
+  for (size_t i = 0; i < req->n_stacks; i++)
+    values += (req->stacks[i].gradients.len + req->stacks[i].row_gradients.len) / width;
+  wait_for_scratch(c, values, apply_admitted);
+}
+
+/* An ApplyGradients once its gradients' scratch is reserved in the memory
+ * budget (on the thread that admitted it), or refused. */
+static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit) {
+  scps_call *c = scps_call_of_wait(w);
+  scps_server *s = c->srv;
+  const scps_request *req = &c->req;
+  char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
+  grpc_status_code st = GRPC_STATUS_OK;
+  const bool has_lr = req->has_learning_rate;
+  const size_t width = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : sizeof(float);
+  if (!admitted) {
+    refuse_for_memory(c, "its gradients' scratch", in_use, limit);
+    return;
+  }
+  c->scratch = scps_scratch_take(s->scratch, w->need / sizeof(float), &c->scratch_cap);
+  if (!c->scratch) {
+    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
+    return;
   }
   size_t grads_at = 0;
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {

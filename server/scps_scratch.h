@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+struct scps_budget;
+
 /* Why: glibc maps a block over 32 MiB (the ceiling of M_MMAP_THRESHOLD,
  * scps_memtune.h) anew on every malloc and unmaps it on free, so a server
  * whose calls need more faulted every page in again per call: 10.7 k page
@@ -26,5 +28,19 @@ float *scps_scratch_take(scps_scratch *s, size_t n, size_t *cap);
 /* Gives back a block taken from s (cap as take set it): kept idle, or the
  * smallest of the idle blocks and it freed when max_idle are kept. */
 void scps_scratch_give(scps_scratch *s, float *mem, size_t cap);
+
+/* Counts the pool's blocks in a memory budget (scps_budget.h), idle ones
+ * included; NULL stops counting (the budget is going). A caller then
+ * reserves n floats' bytes before scps_scratch_take(n): they become the
+ * new block's, or are given back when an idle block is reused or the
+ * allocation fails. */
+void scps_scratch_set_budget(scps_scratch *s, struct scps_budget *budget);
+
+/* Frees idle blocks, largest first, until at least `want` bytes are freed
+ * or none is left; returns the bytes freed (given back to the budget). */
+size_t scps_scratch_drop_idle(scps_scratch *s, size_t want);
+
+/* Bytes of the idle blocks kept. */
+size_t scps_scratch_idle_bytes(scps_scratch *s);
 
 #endif

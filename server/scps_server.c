@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "scps_cpus.h"
+#include "scps_limits.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 
@@ -48,6 +49,7 @@ static void call_free(scps_call *c) {
   scps_request_free(&c->req);
   free(c->stacks);
   if (c->scratch) scps_scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
+  if (c->charged) scps_budget_release(c->srv->budget, c->charged);
   free(c);
 }
 
@@ -62,6 +64,7 @@ static void call_release(scps_call *c) {
   scps_server *s = c->srv;
   bool counted = c->counted;
   call_free(c);
+  if (counted) scps_limits_note_call(s);
   if (counted && atomic_fetch_sub(&s->active, 1) == 1 && atomic_load(&s->draining)) stop_grpc(s);
 }
 
@@ -78,14 +81,17 @@ static void post_request(scps_server *s, int cq, int method) {
   c->t_new = (scps_tag){c, TAG_NEW};
   c->t_close = (scps_tag){c, TAG_CLOSE};
   c->t_send = (scps_tag){c, TAG_SEND};
+  c->t_recv = (scps_tag){c, TAG_RECV};
   grpc_metadata_array_init(&c->md);
   grpc_call_error e;
   if (method == SCPS_M_UNKNOWN) {
     grpc_call_details_init(&c->details);
     e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cqs[cq], s->cqs[cq], &c->t_new);
   } else {
-    e = grpc_server_request_registered_call(s->server, s->handles[method], &c->call, &c->deadline, &c->md,
-                                            &c->payload, s->cqs[cq], s->cqs[cq], &c->t_new);
+    /* The message is received by the call itself (receive_request), so
+     * that it can be given a deadline. */
+    e = grpc_server_request_registered_call(s->server, s->handles[method], &c->call, &c->deadline, &c->md, NULL,
+                                            s->cqs[cq], s->cqs[cq], &c->t_new);
   }
   if (e != GRPC_CALL_OK) {
     c->call = NULL;
@@ -152,10 +158,14 @@ static void send_final(scps_call *c, grpc_status_code status, const char *detail
    * hand-off through gRPC's (uninstrumented) queue visible to ThreadSanitizer.
    * Every read of c must come before it, c->call included. */
   grpc_call *call = c->call;
+  if (c->response) scps_limits_watch(c, SCPS_WATCH_SENDING);
   atomic_fetch_add_explicit(&c->refs, 0, memory_order_release);
   grpc_call_error e = grpc_call_start_batch(call, ops, (size_t)n, &c->t_send, NULL);
   grpc_slice_unref(msg);
-  if (e != GRPC_CALL_OK) call_unref(c); /* the send tag will never come */
+  if (e != GRPC_CALL_OK) {
+    scps_limits_unwatch(c);
+    call_unref(c); /* the send tag will never come */
+  }
 }
 
 void scps_call_finish(scps_call *c, grpc_status_code status, const char *details, const uint8_t *response,
@@ -202,6 +212,60 @@ static bool authorize(scps_call *c) {
   return false;
 }
 
+/* A call admitted to the budget for its request (or refused): runs the
+ * method, on the thread that admitted it. */
+static void request_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit) {
+  scps_call *c = scps_call_of_wait(w);
+  if (admitted) {
+    c->charged = w->need;
+    scps_handle_call(c);
+  } else {
+    char msg[512];
+    scps_limits_refusal(c, "its request message and its decoding", w->need, in_use, limit, msg, sizeof msg);
+    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
+  }
+  call_unref(c); /* the reference held while it waited */
+}
+
+/* The request has arrived (TAG_RECV): its bytes are counted in the budget
+ * (waiting for room if need be) before the method runs. Health and Stats
+ * are counted without waiting, so a server out of memory can be watched. */
+static void on_recv(scps_call *c, int ok) {
+  scps_server *s = c->srv;
+  if (scps_limits_unwatch(c) || !ok) {
+    /* Cancelled, by the transfer deadline or the client: nothing to answer. */
+    call_unref(c); /* the send that is never started */
+    call_unref(c); /* this tag's */
+    return;
+  }
+  c->wait.need = scps_request_memory(c, c->payload ? grpc_byte_buffer_length(c->payload) : 0);
+  c->wait.deadline_ns = scps_limits_wait_deadline(c);
+  c->wait.done = request_admitted;
+  atomic_fetch_add(&c->refs, 1); /* until request_admitted */
+  if ((c->method == SCPS_M_HEALTH || c->method == SCPS_M_STATS) && c->wait.need <= SCPS_FREE_PASS_BYTES) {
+    scps_budget_charge(s->budget, c->wait.need);
+    request_admitted(&c->wait, true, 0, 0);
+  } else {
+    scps_budget_wait(s->budget, &c->wait);
+  }
+  call_unref(c);
+}
+
+/* Receives the request message, due within --transfer-timeout. */
+static void receive_request(scps_call *c) {
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &c->payload;
+  atomic_fetch_add(&c->refs, 1); /* the receive tag's */
+  scps_limits_watch(c, SCPS_WATCH_ARRIVING);
+  if (grpc_call_start_batch(c->call, &op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
+    scps_limits_unwatch(c);
+    call_unref(c);
+    scps_call_finish(c, GRPC_STATUS_INTERNAL, "cannot receive the request message", NULL, 0);
+  }
+}
+
 static void on_new_call(scps_call *c, int ok) {
   scps_server *s = c->srv;
   if (!ok) { /* server shutting down: the request was never matched */
@@ -219,6 +283,7 @@ static void on_new_call(scps_call *c, int ok) {
     atomic_fetch_add(&s->active, 1);
   }
   c->t0_ns = scps_clock_ns();
+  if (c->counted) scps_limits_note_call(s);
   atomic_store(&c->refs, 2);
   grpc_op op;
   memset(&op, 0, sizeof op);
@@ -241,7 +306,7 @@ static void on_new_call(scps_call *c, int ok) {
     scps_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, msg, NULL, 0);
     return;
   }
-  scps_handle_call(c);
+  receive_request(c);
 }
 
 static void *cq_main(void *arg) {
@@ -257,7 +322,11 @@ static void *cq_main(void *arg) {
     switch (t->kind) {
     case TAG_NEW: on_new_call(t->call, ev.success); break;
     case TAG_CLOSE: call_unref(t->call); break;
-    case TAG_SEND: call_unref(t->call); break;
+    case TAG_SEND:
+      scps_limits_unwatch(t->call);
+      call_unref(t->call);
+      break;
+    case TAG_RECV: on_recv(t->call, ev.success); break;
     case TAG_SHUTDOWN:
       if (s->on_stopped) s->on_stopped(s->on_stopped_ud);
       break;
@@ -323,7 +392,7 @@ static int grpc_setup(scps_server *s, const scps_server_options *o, scps_error *
   s->threads = calloc((size_t)o->cq_threads, sizeof *s->threads);
   if (!s->cqs || !s->threads) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   grpc_init();
-  grpc_arg args[5];
+  grpc_arg args[5 + SCPS_LIMITS_ARGS];
   args[0].type = GRPC_ARG_INTEGER;
   args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
   args[0].value.integer = (int)o->max_message_bytes;
@@ -343,12 +412,15 @@ static int grpc_setup(scps_server *s, const scps_server_options *o, scps_error *
   args[4].type = GRPC_ARG_INTEGER;
   args[4].key = GRPC_ARG_HTTP2_MAX_FRAME_SIZE;
   args[4].value.integer = (1 << 24) - 1;
-  grpc_channel_args ca = {5, args};
+  int n_args = 5 + scps_limits_channel_args(s, args + 5);
+  grpc_channel_args ca = {(size_t)n_args, args};
   s->server = grpc_server_create(&ca, NULL);
+  if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own */
+  s->quota = NULL;
   char path[128];
   for (int m = 0; m < SCPS_M_COUNT; m++) {
     snprintf(path, sizeof path, "/scps.v1.EmbeddingService/%s", scps_method_names[m]);
-    s->handles[m] = grpc_server_register_method(s->server, path, NULL, GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    s->handles[m] = grpc_server_register_method(s->server, path, NULL, GRPC_SRM_PAYLOAD_NONE, 0);
   }
   for (int i = 0; i < o->cq_threads; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
@@ -398,6 +470,7 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
   if (!rc) rc = scps_handlers_init(s, err);
   if (!rc) rc = scps_saver_init(s, err);
+  if (!rc) rc = scps_limits_init(s, err);
   if (!rc) rc = grpc_setup(s, o, err);
   if (rc) {
     scps_server_destroy(s);
@@ -408,6 +481,14 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
 }
 
 int scps_server_port(const scps_server *s) { return s->port; }
+
+int64_t scps_server_memory_budget(const scps_server *s, const char **how, int64_t *grpc_quota) {
+  *how = s->budget_how;
+  *grpc_quota = scps_limits_quota(&s->opts);
+  return s->opts.memory_budget;
+}
+
+void scps_call_unref(scps_call *c) { call_unref(c); }
 
 const int *scps_server_sc_cpus(const scps_server *s) { return s->sc_pinned ? s->sc_cpus : NULL; }
 
@@ -457,6 +538,7 @@ void scps_server_cancel_all(scps_server *s) {
   atomic_store(&s->cancelling, 1);
   stop_grpc(s);
   grpc_server_cancel_all_calls(s->server);
+  if (s->budget) scps_budget_refuse_waiting(s->budget);
 }
 
 /* Completes what is left on a queue without a thread: requests the server
@@ -499,6 +581,7 @@ void scps_server_destroy(scps_server *s) {
   free(s->threads);
   scps_saver_free(s);
   scps_pipeline_destroy(s->pipeline);
+  scps_limits_free(s);
   scps_handlers_free(s);
   scps_engine_destroy(s->engine);
   scps_layout_destroy(s->layout);

@@ -46,6 +46,20 @@ typedef struct scps_server_options {
   const char *tls_key_file;
   const char *tls_client_ca_file;
   const char *token_file;
+  /* Memory and connection limits (deploy/SECURITY.md). memory_budget:
+   * bytes the calls in flight may hold (requests, answers, scratch, idle
+   * scratch kept for reuse); 0: a quarter of the memory available once the
+   * tables are initialized. A call without room waits up to memory_wait_ms
+   * (or its deadline) for it, then gets RESOURCE_EXHAUSTED. max_streams:
+   * concurrent calls per connection. idle_timeout_s: a connection without
+   * calls for this long is closed. transfer_timeout_s: a connection's
+   * handshake, a request's message and the taking of an answer must each
+   * finish within this. */
+  int64_t memory_budget;
+  int32_t memory_wait_ms;
+  int32_t max_streams;
+  int32_t idle_timeout_s;
+  int32_t transfer_timeout_s;
 } scps_server_options;
 
 typedef struct scps_server scps_server;
@@ -56,6 +70,11 @@ typedef struct scps_server scps_server;
  * the file, never a half-restored server) and binds the listen address;
  * nothing is served until scps_server_start. */
 int scps_server_create(const scps_server_options *opts, scps_server **out, scps_error *err);
+
+/* The memory budget in force (scps_server_options.memory_budget) and, in
+ * words, how it was chosen; *grpc_quota: the quota of gRPC's own buffers,
+ * on top of it. */
+int64_t scps_server_memory_budget(const scps_server *s, const char **how, int64_t *grpc_quota);
 
 /* The port actually bound (useful with port 0). */
 int scps_server_port(const scps_server *s);

@@ -7,9 +7,11 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "scps.pb-c.h"
 #include "scps_auth.h"
+#include "scps_budget.h"
 #include "scps_clock.h"
 #include "scps_engine.h"
 #include "scps_pipeline.h"
@@ -30,9 +32,11 @@ enum {
 
 extern const char *const scps_method_names[SCPS_M_COUNT];
 
-enum { TAG_NEW, TAG_CLOSE, TAG_SEND, TAG_SHUTDOWN };
+enum { TAG_NEW, TAG_CLOSE, TAG_SEND, TAG_SHUTDOWN, TAG_RECV };
 
 #define SCPS_MAX_SC_PER_PROCESS 64
+
+enum { SCPS_WATCH_ARRIVING = 1, SCPS_WATCH_SENDING = 2 };
 
 typedef struct scps_call scps_call;
 
@@ -92,6 +96,21 @@ struct scps_server {
   void (*on_stopped)(void *);
   void *on_stopped_ud;
   scps_auth auth; /* TLS files and tokens, read at create */
+
+  /* Memory and transfer limits (scps_limits.c). */
+  scps_budget *budget;
+  char budget_how[160];          /* how the budget was chosen, for the log */
+  pthread_mutex_t watch_mu;      /* the lists below */
+  bool watch_mu_init;
+  /* [SCPS_WATCH_ARRIVING]: calls whose request is still arriving;
+   * [SCPS_WATCH_SENDING]: calls whose answer is being sent; oldest first. */
+  struct { scps_call *head, *tail; } watch[3];
+  atomic_llong requests_timed_out, answers_timed_out, trims;
+  atomic_llong last_call_ns;     /* when the last call arrived or ended */
+  atomic_bool trim_due;          /* calls ran since the last trim */
+  int64_t trim_peak;             /* budget peak seen at the last periodic trim (budget thread) */
+  int64_t next_periodic_trim_ns; /* budget thread */
+  grpc_resource_quota *quota;    /* while the server is created */
 };
 
 /* One RPC from request to final send. refs counts the tags still to come
@@ -138,6 +157,15 @@ struct scps_call {
   scps_step step;
   scps_call *next;          /* in the saver's parked or checkpoint queue */
   scps_role role;           /* the caller's, from its bearer token (scps_auth_role) */
+
+  /* Memory and transfer limits (scps_limits.c). */
+  scps_tag t_recv;
+  scps_budget_waiter wait;    /* the call's wait for memory, when it waits */
+  size_t charged;           /* bytes of the budget the call holds itself (its request) */
+  int64_t watch_deadline_ns;/* in s->arriving or s->sending until then */
+  scps_call *watch_prev, *watch_next;
+  int watch_list;           /* 0: none, or SCPS_WATCH_ARRIVING or SCPS_WATCH_SENDING */
+  bool watch_expired;       /* cancelled by the watch */
 };
 
 /* A validated stack of a Lookup or ApplyGradients request. */
@@ -175,6 +203,23 @@ void scps_call_finish_packed(scps_call *c, const ProtobufCMessage *msg);
 /* Finishes a call with OK and a response the caller built (owned by the
  * call from now on); len is its size, for the counters. */
 void scps_call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t len);
+
+/* The call whose wait for memory w is. */
+static inline scps_call *scps_call_of_wait(scps_budget_waiter *w) {
+  return (scps_call *)(void *)((char *)w - offsetof(scps_call, wait));
+}
+
+/* Drops a reference to a call (the last one frees it). */
+void scps_call_unref(scps_call *c);
+
+/* Health and Stats requests up to this size are counted in the memory
+ * budget without waiting for room. */
+#define SCPS_FREE_PASS_BYTES ((size_t)4 << 20)
+
+/* What a call's request holds of the memory budget once it has arrived
+ * (len bytes): the message and, for Lookup and ApplyGradients, its decoded
+ * copy; for the other methods the most their decoding may take. */
+size_t scps_request_memory(const scps_call *c, size_t len);
 
 /* Reads the request into a single buffer; *data is malloc'd. */
 int scps_call_read_payload(scps_call *c, uint8_t **data, size_t *len);

@@ -87,6 +87,26 @@ static const char usage[] =
     "                         is admin\n"
     "  --insecure             serve a non-loopback --listen address without TLS\n"
     "                         and tokens or client certificates (loud warning)\n"
+    "  --memory-budget BYTES  memory the calls in flight may hold: requests (about\n"
+    "                         twice their bytes), answers until sent, scratch,\n"
+    "                         idle scratch kept for reuse; K, M, G suffixes\n"
+    "                         (default: 1/4 of the memory available once the\n"
+    "                         tables are initialized, MemAvailable or the\n"
+    "                         cgroup's limit less its usage if less, at least\n"
+    "                         64M; logged at start). gRPC's own buffers get a\n"
+    "                         quota of half the budget (at least\n"
+    "                         --max-message-mb) on top\n"
+    "  --memory-wait-ms MS    a call without room in the budget waits this long\n"
+    "                         (or until its deadline) for it, then gets\n"
+    "                         RESOURCE_EXHAUSTED; one that needs more than the\n"
+    "                         whole budget is refused at once (default 2000)\n"
+    "  --max-streams N        concurrent calls per connection (default 100)\n"
+    "  --idle-timeout S       close connections without calls for S seconds;\n"
+    "                         clients reconnect when they next call (default 300)\n"
+    "  --transfer-timeout S   cancel a call whose request message has not\n"
+    "                         arrived, or whose answer the client has not taken,\n"
+    "                         S seconds after it began (DEADLINE_EXCEEDED); also\n"
+    "                         the deadline of a connection's handshake (default 60)\n"
     "  --help                 this text\n"
     "\n"
     "Who may connect: a server listening on an address other than loopback\n"
@@ -228,6 +248,18 @@ static int check_exposure(const scps_server_options *o, bool insecure) {
   return -1;
 }
 
+/* The memory budget and the connection limits in force, once at start. */
+static void log_limits(const scps_server *s, const scps_server_options *o) {
+  const char *how;
+  int64_t quota;
+  double budget = (double)scps_server_memory_budget(s, &how, &quota);
+  fprintf(stderr,
+          "scps-server: memory budget %.1f MiB (%s), gRPC buffers up to %.1f MiB more; %d streams per "
+          "connection, idle connections closed after %d s, transfers cancelled after %d s\n",
+          budget / (1 << 20), how, (double)quota / (1 << 20), o->max_streams, o->idle_timeout_s,
+          o->transfer_timeout_s);
+}
+
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
   scps_error e;
   if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
@@ -247,6 +279,10 @@ int main(int argc, char **argv) {
   o.checkpoint_keep = 3;
   o.inline_lookup_entries = 16384;
   o.pin_sparsecores = true;
+  o.memory_wait_ms = 2000;
+  o.max_streams = 100;
+  o.idle_timeout_s = 300;
+  o.transfer_timeout_s = 60;
   double drain = 10;
   long checkpoint_every = 0;
   static const struct option opts[] = {
@@ -262,6 +298,9 @@ int main(int argc, char **argv) {
       {"tls-cert", required_argument, 0, 1001},     {"tls-key", required_argument, 0, 1002},
       {"tls-client-ca", required_argument, 0, 1003}, {"token-file", required_argument, 0, 1004},
       {"insecure", no_argument, 0, 1005},
+      {"memory-budget", required_argument, 0, 'B'}, {"memory-wait-ms", required_argument, 0, 'W'},
+      {"max-streams", required_argument, 0, 'S'},   {"idle-timeout", required_argument, 0, 'T'},
+      {"transfer-timeout", required_argument, 0, 'X'},
       {0, 0, 0, 0}};
   bool insecure = false;
   int c;
@@ -307,6 +346,16 @@ int main(int argc, char **argv) {
     case 1003: o.tls_client_ca_file = optarg; break;
     case 1004: o.token_file = optarg; break;
     case 1005: insecure = true; break;
+    case 'B':
+      if (scps_parse_bytes(optarg, &o.memory_budget) || o.memory_budget < (1 << 20)) {
+        fprintf(stderr, "scps-server: --memory-budget '%s': expected bytes of at least 1M, like 512M or 4G\n", optarg);
+        return 2;
+      }
+      break;
+    case 'W': if (parse_int("--memory-wait-ms", optarg, 0, 3600000, &v)) return 2; o.memory_wait_ms = (int32_t)v; break;
+    case 'S': if (parse_int("--max-streams", optarg, 1, 1000000, &v)) return 2; o.max_streams = (int32_t)v; break;
+    case 'T': if (parse_int("--idle-timeout", optarg, 1, 30L * 86400, &v)) return 2; o.idle_timeout_s = (int32_t)v; break;
+    case 'X': if (parse_int("--transfer-timeout", optarg, 1, 86400, &v)) return 2; o.transfer_timeout_s = (int32_t)v; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -416,6 +465,7 @@ int main(int argc, char **argv) {
     at += snprintf(pinned + at, sizeof pinned - (size_t)at, "%s%d", k ? "," : " on CPUs ", cpus[k]);
   fprintf(stderr, "scps-server: process %d of %d serving on port %d (%d SparseCores%s)\n", o.process_index,
           o.topology.num_processes, scps_server_port(ap.server), o.topology.sc_per_process, pinned);
+  log_limits(ap.server, &o);
   uv_run(ap.loop, UV_RUN_DEFAULT);
   scps_server_destroy(ap.server);
   uv_loop_close(ap.loop);

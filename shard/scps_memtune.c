@@ -21,3 +21,9 @@ void scps_memtune_apply(void) {
   mallopt(M_ARENA_MAX, 1);
 #endif
 }
+
+void scps_memtune_trim(void) {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}

@@ -14,4 +14,9 @@
  * buffers resident. No-op on C libraries other than glibc. */
 void scps_memtune_apply(void);
 
+/* Returns the allocator's free memory to the system (malloc_trim): for a
+ * process that is idle after a spike, never per call. No-op on C
+ * libraries other than glibc. */
+void scps_memtune_trim(void);
+
 #endif

@@ -20,7 +20,8 @@ out=$("$admin" health --servers "$servers") || fail "health exited $?: $out"
 
 out=$("$admin" stats --servers "$servers") || fail "stats exited $?: $out"
 for want in "process 0, up" "process 1, up" "SparseCore 3:" "stack users: " "ids looked up" \
-            "most ids in a partition" "Lookup: 25 calls" "ApplyGradients: 20 calls" "checkpoints: 0 saved"; do
+            "most ids in a partition" "Lookup: 25 calls" "ApplyGradients: 20 calls" "checkpoints: 0 saved" \
+            "memory budget: "; do
   grep -q "$want" <<<"$out" || fail "stats lacks '$want': $out"
 done
 
