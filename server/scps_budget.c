@@ -78,8 +78,8 @@ static void run_list(scps_budget_waiter *w, bool admitted, size_t in_use, size_t
 
 static void *budget_main(void *arg) {
   scps_budget *b = arg;
-  int64_t next_tick = scps_clock_ns() + b->period_ns;
   pthread_mutex_lock(&b->mu);
+  int64_t next_tick = scps_clock_ns() + b->period_ns;
   while (!b->stop) {
     b->kick = false;
     int64_t now = scps_clock_ns();
@@ -89,13 +89,18 @@ static void *budget_main(void *arg) {
     /* The first call still waiting may fit once idle memory is freed. */
     size_t want = b->head && b->reclaim ? deficit_locked(b, b->head->need) : 0;
     size_t limit = b->limit;
+    /* Read under mu: the setters may run while the thread does. */
+    size_t (*reclaim)(void *, size_t) = b->reclaim;
+    void (*tick)(void *, int64_t) = b->tick;
+    void *reclaim_ud = b->reclaim_ud, *tick_ud = b->tick_ud;
+    int64_t period = b->period_ns;
     pthread_mutex_unlock(&b->mu);
-    bool reclaimed = want && b->reclaim(b->reclaim_ud, want) > 0;
+    bool reclaimed = want && reclaim(reclaim_ud, want) > 0;
     run_list(admitted.head, true, in_use, limit);
     run_list(refused.head, false, in_use, limit);
-    if (b->tick && now >= next_tick) {
-      b->tick(b->tick_ud, now);
-      next_tick = now + b->period_ns;
+    if (tick && now >= next_tick) {
+      tick(tick_ud, now);
+      next_tick = now + period;
     }
     pthread_mutex_lock(&b->mu);
     if (reclaimed || b->kick || b->stop) continue;

@@ -293,8 +293,9 @@ void scps_limits_refusal(const scps_call *c, const char *what, size_t need, size
     snprintf(msg, len, "%s: needs %s (%s), more than the server's whole memory budget of %s (--memory-budget); "
              "send smaller batches or raise the budget", m, n, what, l);
   else
-    snprintf(msg, len, "%s: needs %s (%s) of the server's memory budget of %s (--memory-budget), and %s were in "
-             "use by other calls for %.1f s (--memory-wait-ms or the call's deadline); retry later", m, n, what, l, u,
+    snprintf(msg, len, "%s: needs %s (%s) of the server's memory budget of %s (--memory-budget); other calls "
+             "held %s in use throughout a wait of %.1f s (--memory-wait-ms or the call's deadline); retry later", m, n,
+             what, l, u,
              c->wait.since_ns ? (double)(scps_clock_ns() - c->wait.since_ns) * 1e-9 : 0.0);
 }
 

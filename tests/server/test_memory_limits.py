@@ -12,7 +12,8 @@ HTTP/2 client (scps_h2, python3-h2) that does what no stock client does:
 - 2,000 idle connections, closed after --idle-timeout; connections that never
   finish their HTTP/2 handshake, after --transfer-timeout.
 Throughout, a stock grpcio client's lookups succeed, and the server's VmHWM
-stays under its RSS before the attack + 1.5 x the budget + OVERHEAD."""
+stays under its RSS before the attack + 1.5 x the budget + OVERHEAD (not
+checked in sanitizer builds, whose allocator keeps freed memory)."""
 import os
 import socket
 import threading
@@ -44,6 +45,22 @@ def start(env, extra=()):
     return env.server(config(env), extra=["--memory-budget", "%dM" % BUDGET_MB, "--memory-wait-ms", str(WAIT_MS),
                                           "--transfer-timeout", str(TRANSFER_S), "--max-message-mb", str(MAX_MB)]
                       + list(extra)).wait_ready()
+
+
+def sanitized(env):
+    """Whether the server was built with a sanitizer: its allocator keeps
+    freed memory in quarantine and adds redzones, so the process's RSS says
+    nothing about the budget (Stats.memory still does)."""
+    with open(env.args.server, "rb") as f:
+        exe = f.read()
+    return b"__asan_init" in exe or b"__tsan_init" in exe
+
+
+def check_rss(env, ok, what):
+    if sanitized(env):
+        print("   (sanitizer build: not checked) %s" % what, flush=True)
+    else:
+        env.check(ok, what)
 
 
 def status_of(pid):
@@ -161,7 +178,7 @@ def test_lookup_flood(env):
     hwm = status_of(pid)["VmHWM"]
     print("   256 Lookups: %d refused, %d held then cancelled; VmRSS %.0f MiB before, VmHWM %.0f; stock client %d OK"
           % (len(refused), len(held), base, hwm, ok), flush=True)
-    env.check(hwm <= bound, "VmHWM %.0f MiB during the attack, bound %.0f (RSS before %.0f + 1.5 x %d + %d)"
+    check_rss(env, hwm <= bound, "VmHWM %.0f MiB during the attack, bound %.0f (RSS before %.0f + 1.5 x %d + %d)"
               % (hwm, bound, base, BUDGET_MB, OVERHEAD_MB))
     env.check(ok > 0 and not bad, "a stock client's lookups during the attack: %d OK, failed %s" % (ok, bad[:3]))
     for c in conns:
@@ -172,10 +189,13 @@ def test_lookup_flood(env):
               "Stats.memory: %s" % str(mem).replace("\n", ", "))
     env.check(mem.peak_bytes <= (BUDGET_MB + 4) << 20, "peak in use %d bytes" % mem.peak_bytes)
     # After the spike: the server is idle, and its memory goes back.
-    after = wait_rss(pid, base + OVERHEAD_MB, 15)
+    after = wait_rss(pid, base + OVERHEAD_MB, 0 if sanitized(env) else 15)
     print("   VmRSS %.0f MiB after the attack" % after, flush=True)
-    env.check(after <= base + OVERHEAD_MB, "VmRSS %.0f MiB after the attack, %.0f before" % (after, base))
-    env.check(memory_stats(srv, pb).trims >= 1, "memory was trimmed")
+    check_rss(env, after <= base + OVERHEAD_MB, "VmRSS %.0f MiB after the attack, %.0f before" % (after, base))
+    end = time.monotonic() + 15
+    while memory_stats(srv, pb).trims < 1 and time.monotonic() < end:
+        time.sleep(0.2)
+    env.check(memory_stats(srv, pb).trims >= 1, "memory was trimmed once the server was idle")
     got, details, _ = call_status(srv.stub().Lookup, empty_lookup(cl), timeout=30)
     env.check(got == "OK", "a whole Lookup after the attack: %s %s" % (got, details))
 
@@ -244,14 +264,14 @@ def test_unfinished_requests(env):
     hwm = status_of(pid)["VmHWM"]
     print("   60 unfinished requests: %d cancelled at the deadline, %d reset or refused by gRPC; VmRSS %.0f MiB "
           "before, VmHWM %.0f; stock client %d OK" % (len(timed_out), len(reset), base, hwm, ok), flush=True)
-    env.check(hwm <= bound, "VmHWM %.0f MiB during the attack, bound %.0f (RSS before %.0f + 1.5 x %d + %d)"
+    check_rss(env, hwm <= bound, "VmHWM %.0f MiB during the attack, bound %.0f (RSS before %.0f + 1.5 x %d + %d)"
               % (hwm, bound, base, BUDGET_MB, OVERHEAD_MB))
     env.check(ok > 0 and not bad, "a stock client's lookups during the attack: %d OK, failed %s" % (ok, bad[:3]))
     for c in conns:
         c.close()
-    after = wait_rss(pid, base + OVERHEAD_MB, 15)
+    after = wait_rss(pid, base + OVERHEAD_MB, 0 if sanitized(env) else 15)
     print("   VmRSS %.0f MiB after the attack" % after, flush=True)
-    env.check(after <= base + OVERHEAD_MB, "VmRSS %.0f MiB after the attack, %.0f before" % (after, base))
+    check_rss(env, after <= base + OVERHEAD_MB, "VmRSS %.0f MiB after the attack, %.0f before" % (after, base))
     rows = cl.lookup({"f": [[(1, 1.0)]] + [[] for _ in range(BATCH - 1)]}, distinct_rows=True)
     env.check(rows["f"].shape == (BATCH, DIM), "served after the attack")
 
@@ -276,7 +296,7 @@ def wait_sockets(pid, most, seconds):
 
 
 def test_idle_connections(env):
-    idle_s = 5
+    idle_s = 8
     srv = start(env, ["--idle-timeout", str(idle_s)])
     pid = srv.proc.pid
     baseline = server_sockets(pid)  # the listener
@@ -284,7 +304,7 @@ def test_idle_connections(env):
     # a few that never send a byte.
     conns = [scps_h2.Conn("127.0.0.1", srv.port) for _ in range(2000)]
     silent = [socket.create_connection(("127.0.0.1", srv.port)) for _ in range(5)]
-    deadline = time.monotonic() + idle_s / 2
+    deadline = time.monotonic() + idle_s * 3 / 4
     opened = server_sockets(pid)
     while opened < baseline + 2000 and time.monotonic() < deadline:
         time.sleep(0.1)
