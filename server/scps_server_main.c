@@ -55,9 +55,14 @@ static const char usage[] =
     "  --port-file FILE       write the bound port to FILE once serving (exit 1\n"
     "                         if it cannot be written)\n"
     "  --checkpoint-dir ROOT  checkpoints go to ROOT/step-<step>/ (Checkpoint\n"
-    "                         requests without a directory, the timer's saves);\n"
-    "                         without --restore, the newest complete checkpoint\n"
-    "                         under ROOT is restored at start\n"
+    "                         requests without a directory, the timer's saves)\n"
+    "                         or below ROOT: a Checkpoint's directory is relative\n"
+    "                         to it (no '..', no symlink below ROOT followed);\n"
+    "                         without it Checkpoint requests are refused. Without\n"
+    "                         --restore, the newest complete checkpoint of this\n"
+    "                         cluster (same configuration fingerprint) under ROOT\n"
+    "                         is restored at start; retention deletes only this\n"
+    "                         cluster's checkpoints and the files they list\n"
     "  --restore DIR          restore this step directory at start (any topology:\n"
     "                         the tables are resharded); a missing or corrupt\n"
     "                         file stops the start, naming the file\n"
@@ -70,10 +75,23 @@ static const char usage[] =
     "                         the one saved and the newest before it (default\n"
     "                         3); newer ones, left behind by a --restore of an\n"
     "                         older step, are renamed superseded-step-...\n"
+    "  --checkpoint-min-interval S\n"
+    "                         a Checkpoint of another step sooner than S seconds\n"
+    "                         after the last save is refused (RESOURCE_EXHAUSTED,\n"
+    "                         saying when to retry; one for the step just saved\n"
+    "                         gets that save's result), and the timer waits as\n"
+    "                         long; 0: no limit (default 10)\n"
+    "  --checkpoint-snapshot-max BYTES\n"
+    "                         a save first copies the process's tables and slots\n"
+    "                         to memory (ApplyGradients wait only for the copy)\n"
+    "                         when the copy takes at most BYTES; K, M, G\n"
+    "                         suffixes; auto: half the memory available at the\n"
+    "                         save; 0: never (default auto)\n"
     "  --help                 this text\n"
     "\n"
-    "While a checkpoint is saved, Lookups are served and ApplyGradients wait for\n"
-    "the save to finish, then run in arrival order; one save runs at a time.\n"
+    "While a checkpoint is saved, Lookups are served and ApplyGradients wait until\n"
+    "the state is copied (or, without a copy, saved), then run in arrival order;\n"
+    "one save runs at a time.\n"
     "\n"
     "Exit status: 0 after a clean shutdown on SIGTERM or SIGINT; 1 when the\n"
     "configuration is invalid, the tables do not fit, the checkpoint to restore\n"
@@ -183,6 +201,8 @@ int main(int argc, char **argv) {
   o.tc_threads = 1;
   o.max_message_bytes = (int64_t)256 << 20;
   o.checkpoint_keep = 3;
+  o.checkpoint_min_interval = 10;
+  o.checkpoint_snapshot_max = -1;
   o.inline_lookup_entries = 16384;
   o.pin_sparsecores = true;
   double drain = 10;
@@ -197,6 +217,8 @@ int main(int argc, char **argv) {
       {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
+      {"checkpoint-min-interval", required_argument, 0, 'N'},
+      {"checkpoint-snapshot-max", required_argument, 0, 'X'},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -235,6 +257,18 @@ int main(int argc, char **argv) {
         return 2;
       }
       o.pin_sparsecores = !strcmp(optarg, "on");
+      break;
+    case 'N': if (parse_int("--checkpoint-min-interval", optarg, 0, 86400, &v)) return 2; o.checkpoint_min_interval = (double)v; break;
+    case 'X':
+      if (!strcmp(optarg, "auto"))
+        o.checkpoint_snapshot_max = -1;
+      else if (!strcmp(optarg, "0"))
+        o.checkpoint_snapshot_max = 0;
+      else if (scps_parse_bytes(optarg, &o.checkpoint_snapshot_max)) {
+        fprintf(stderr, "scps-server: --checkpoint-snapshot-max '%s': expected auto, 0 or bytes like 512M or 4G\n",
+                optarg);
+        return 2;
+      }
       break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
