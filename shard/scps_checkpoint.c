@@ -1699,9 +1699,6 @@ int scps_checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot
     free(sn);
     return scps_error_set(err, SCPS_ENOMEM, "checkpoint snapshot: cannot map %zu bytes: %s", want, strerror(e2));
   }
-#ifdef MADV_HUGEPAGE
-  (void)madvise(base, sn->mapped, MADV_HUGEPAGE);
-#endif
   sn->base = base;
   int rc = for_each_file(n, snapshot_file, sn, err);
   if (rc) {
