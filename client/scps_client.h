@@ -158,7 +158,8 @@ int64_t scps_client_step(const scps_client *c);
 int scps_client_n_servers(const scps_client *c);
 
 /* Whether server `server` (0 .. n_servers-1) reported a --checkpoint-dir at
- * connect: where scps_client_checkpoint without a directory saves there. */
+ * connect: scps_client_checkpoint saves there or below it, and a server
+ * without one refuses every checkpoint. */
 bool scps_client_server_has_checkpoint_dir(const scps_client *c, int server);
 
 /* Payload bytes (serialized messages, before gRPC framing and compression)

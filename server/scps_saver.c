@@ -31,6 +31,7 @@ typedef enum { CK_QUEUE, CK_ANSWER, CK_REFUSE } ck_verdict;
 static ck_verdict admit(scps_server *s, const Scps__V1__CheckpointRequest *req, grpc_status_code *st, char *msg,
                         size_t len, Scps__V1__CheckpointResponse *resp, char *path, size_t cap);
 static bool interval_passed(const scps_server *s);
+static bool limits_in_force(const scps_server *s, const Scps__V1__CheckpointRequest *req);
 static grpc_status_code open_target(scps_server *s, const char *rel, int *fd, char *msg, size_t len);
 static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step);
 static void noted_free(scps_saver *sv);
@@ -272,7 +273,15 @@ static void run_save(scps_server *s, save_job *j) {
   if (req && s->opts.checkpoint_min_interval > 0 && sv->last_attempt_ok && step == sv->last_attempt_step &&
       sv->last_save_end * 1e9 >= (double)j->call->t0_ns && !strcmp(j->root, sv->last_root)) {
     /* Admitted as a duplicate of the save of the same step and place that
-     * was queued or running when it arrived: that save's result. */
+     * was queued or running when it arrived: that save's result, unless it
+     * asks for other limits, which would need a save of their own. */
+    if (!limits_in_force(s, req)) {
+      j->status = GRPC_STATUS_RESOURCE_EXHAUSTED;
+      snprintf(j->msg, sizeof j->msg, "step %lld: process %d has just saved this step with other limits, and saves "
+               "at most once per --checkpoint-min-interval (%g s): retry in %g s", (long long)step,
+               s->opts.process_index, s->opts.checkpoint_min_interval, s->opts.checkpoint_min_interval);
+      return;
+    }
     snprintf(j->path, sizeof j->path, "%s", sv->last_path);
     j->resp.path = j->path;
     j->resp.bytes = sv->last_bytes;
@@ -567,6 +576,18 @@ static bool interval_passed(const scps_server *s) {
          scps_clock_s() - sv->last_save_end >= s->opts.checkpoint_min_interval;
 }
 
+/* Whether every limit the request lists is the one in force (the last
+ * save's, when it succeeded). */
+static bool limits_in_force(const scps_server *s, const Scps__V1__CheckpointRequest *req) {
+  for (size_t i = 0; i < req->n_limits; i++) {
+    const scps_checkpoint_limits *in_force = &s->saver.limits[scps_layout_find_stack(s->layout, req->limits[i]->stack)];
+    if (in_force->max_ids_per_partition != req->limits[i]->max_ids_per_partition ||
+        in_force->max_unique_ids_per_partition != req->limits[i]->max_unique_ids_per_partition)
+      return false;
+  }
+  return true;
+}
+
 static bool same_request(const scps_call *c, int64_t step, const char *rel) {
   const Scps__V1__CheckpointRequest *q = (const Scps__V1__CheckpointRequest *)c->request;
   return q->step == step && !strcmp(q->directory, rel);
@@ -606,7 +627,8 @@ static ck_verdict admit(scps_server *s, const Scps__V1__CheckpointRequest *req, 
   }
   if (interval_passed(s)) return CK_QUEUE;
   double since = scps_clock_s() - sv->last_save_end;
-  if (sv->last_attempt_ok && req->step == sv->last_attempt_step && !sv->dirty && !strcmp(root, sv->last_root)) {
+  if (sv->last_attempt_ok && req->step == sv->last_attempt_step && !sv->dirty && !strcmp(root, sv->last_root) &&
+      limits_in_force(s, req)) {
     /* The save just made, asked again (a retry, a second client): its result. */
     snprintf(path, cap, "%s", sv->last_path);
     resp->path = path;

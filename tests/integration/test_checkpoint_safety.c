@@ -6,8 +6,9 @@
  * our root, however new, are neither restored nor pruned, and files no
  * manifest lists survive pruning; the issue's attack (three saves at step
  * 10^11 into another cluster's root) changes nothing there; limits of 1
- * are refused; a client calling Checkpoint in a loop does not starve
- * pushes. */
+ * are refused; saves come at most once per --checkpoint-min-interval,
+ * the one just made answered again; a client calling Checkpoint in a loop
+ * does not starve pushes. */
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -442,6 +443,54 @@ out:
   scps_it_stop(&cl);
 }
 
+/* --checkpoint-min-interval (its default, 10 s): the save just made, asked
+ * again, is answered with its result and not saved again; the same step
+ * with other limits, or the next step, is refused saying when to retry. */
+static void rate_run(void) {
+  scps_it_cluster cl;
+  scps_client *c = NULL;
+  scps_batch *b = NULL;
+  scps_error err;
+  io x;
+  io_init(&x, 500, 8);
+  char root[300];
+  snprintf(root, sizeof root, "%s/rate-root", scratch);
+  MUST(scps_it_init(&cl, config_json, 1, 2));
+  cl.extra[0] = "--checkpoint-dir";
+  cl.extra[1] = root;
+  MUST(scps_it_start(&cl));
+  MUST(connect_client(&cl, &c, &err));
+  MUST(scps_batch_create(c, &b, &err));
+  MUST(train_step(c, b, &x, 0, &err));
+  scps_client_checkpoint_result first, again;
+  MUST(scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &first, &err));
+  MUST(scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &again, &err));
+  CHECKF(!strcmp(first.path, again.path) && first.bytes == again.bytes, "the repeated save: %s, %lld bytes",
+         again.path, (long long)again.bytes);
+  int32_t ids = 0, uniq = 0;
+  scps_prep_get_limits(scps_client_prep(c), 0, &ids, &uniq);
+  MUST(scps_prep_set_limits(scps_client_prep(c), 0, ids + 8, uniq, &err));
+  int rc = scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &again, &err);
+  CHECKF(rc == SCPS_ENOSPC && strstr(err.msg, "RESOURCE_EXHAUSTED") && strstr(err.msg, "--checkpoint-min-interval"),
+         "the same step with other limits: %d %s", rc, err.msg);
+  MUST(scps_prep_set_limits(scps_client_prep(c), 0, ids, uniq, &err));
+  rc = scps_client_checkpoint(c, 0, "elsewhere", DEADLINE_MS, &again, &err);
+  CHECKF(rc == SCPS_ENOSPC && strstr(err.msg, "retry in"), "the same step elsewhere: %d %s", rc, err.msg);
+  MUST(train_step(c, b, &x, 1, &err));
+  rc = scps_client_checkpoint(c, 1, NULL, DEADLINE_MS, &again, &err);
+  CHECKF(rc == SCPS_ENOSPC && strstr(err.msg, "retry in"), "the next step: %d %s", rc, err.msg);
+  char log[8192];
+  scps_it_read_log(&cl, 0, log, sizeof log);
+  const char *first_save = strstr(log, "checkpointed step");
+  CHECKF(first_save && !strstr(first_save + 1, "checkpointed step"), "more than one save: %s", log);
+  CHECKF(!exists(step_dir(root, 1)), "%s was written", step_dir(root, 1));
+out:
+  scps_batch_destroy(b);
+  scps_client_destroy(c);
+  scps_it_stop(&cl);
+  io_free(&x);
+}
+
 /* ---- a Checkpoint loop against a steady push load ---- */
 
 typedef struct load {
@@ -565,6 +614,7 @@ int main(void) {
   foreign_run();
   attack_run();
   limits_run();
+  rate_run();
   loop_run();
   scps_it_remove_tree(scratch);
   return scps_test_finish("test_checkpoint_safety");
