@@ -637,9 +637,9 @@ static ck_verdict admit(scps_server *s, const Scps__V1__CheckpointRequest *req, 
     resp->seconds = sv->last_seconds;
     return CK_ANSWER;
   }
-  snprintf(msg, len, "step %lld: process %d saved %s %.1f s ago and saves at most once per --checkpoint-min-interval "
+  snprintf(msg, len, "step %lld: process %d %s %.1f s ago and saves at most once per --checkpoint-min-interval "
            "(%g s): retry in %.1f s", (long long)req->step, s->opts.process_index,
-           sv->last_attempt_ok ? "" : "(or failed to save) ", since, interval, interval - since);
+           sv->last_attempt_ok ? "saved" : "tried to save", since, interval, interval - since);
   return CK_REFUSE;
 }
 

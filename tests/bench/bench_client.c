@@ -14,6 +14,7 @@
 
 #include "scps_client.h"
 #include "scps_clock.h"
+#include "scps_fdo.h"
 #include "scps_memtune.h"
 #include "scps_train.h"
 #include "scps_workload.h"
@@ -41,8 +42,9 @@ static const char usage[] =
     "timed back to back until it returns: the medians of the R saves and\n"
     "writes, and lookup p50/max idle and during the save; then K pushes\n"
     "timed idle and pushes back to back during one more save (of the step\n"
-    "they reached): push p50/max idle and during that save. The servers need\n"
-    "--checkpoint-min-interval 0 (the saves come back to back).\n"
+    "they reached, sent 20 ms before them): push p50/max idle and during that\n"
+    "save. Checkpoints carry the highest limits the servers allow. The\n"
+    "servers need --checkpoint-min-interval 0 (the saves come back to back).\n"
     "--depth D (lookup, train) keeps D batches in flight from D threads, each\n"
     "with its own batch and buffers, so one batch's preprocessing and merge\n"
     "overlap another's server work; samples_per_s is then K batches over the\n"
@@ -264,10 +266,28 @@ static void *save_thread(void *p) {
  * 2-3x); rounds of a save and a plain write of as many bytes to plain (when
  * given); then lookups back to back during one more save. The last plain
  * file stays for the caller's reads. */
+/* A Checkpoint carries the client's limits, which the servers take only up
+ * to what FDO may raise them to (scps.proto StackLimits): the highest
+ * allowed, instead of limits no batch reaches. */
+static int highest_allowed_limits(scps_client *c, scps_error *err) {
+  const scps_layout *l = scps_client_layout(c);
+  scps_fdo *f = NULL;
+  int rc = scps_fdo_create(l, NULL, &f, err);
+  for (int s = 0; !rc && s < l->n_stacks; s++) {
+    int32_t cap = scps_fdo_limit_cap(f, s);
+    int32_t ids = cap > l->stacks[s].max_ids_per_partition ? cap : l->stacks[s].max_ids_per_partition;
+    int32_t uniq = cap > l->stacks[s].max_unique_ids_per_partition ? cap : l->stacks[s].max_unique_ids_per_partition;
+    rc = scps_prep_set_limits(scps_client_prep(c), s, ids, uniq, err);
+  }
+  scps_fdo_destroy(f);
+  return rc;
+}
+
 static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, float *const *acts,
                             float *const *grads, long batches, int rounds, const char *plain, const char *name,
                             scps_error *err) {
-  int rc = scps_client_prepare(c, st[0].in, b, err);
+  int rc = highest_allowed_limits(c, err);
+  if (!rc) rc = scps_client_prepare(c, st[0].in, b, err);
   if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
   if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, 0, -1, 60000, err);
   uint64_t sent, received;
@@ -329,6 +349,9 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   double idle_push_p50 = t_push[batches / 2], idle_push_max = t_push[batches - 1];
   saving pv = {.c = c, .step = batches};
   if (pthread_create(&th, NULL, save_thread, &pv)) return scps_error_set(err, SCPS_ENOMEM, "cannot start a thread");
+  /* The Checkpoint must be in before the first push of a later step, or
+   * the server would refuse it as overtaken. */
+  nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
   long np = 0;
   while (!atomic_load(&pv.done) && np < MAX_BATCHES && !rc) {
     rc = scps_client_prepare(c, st[np % 4].in, b, err);

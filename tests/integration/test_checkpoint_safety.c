@@ -499,7 +499,7 @@ typedef struct load {
   atomic_llong acked;       /* pushes acknowledged */
   atomic_llong step;        /* the last step acknowledged */
   atomic_llong loop_calls, loop_refused, loop_saved;
-  int rc;
+  atomic_int rc;            /* the pusher's; err once it is not 0 */
   scps_error err;
 } load;
 
@@ -574,7 +574,7 @@ static void loop_run(void) {
   atomic_init(&ld.step, -1);
   pthread_t th;
   CHECK(pthread_create(&th, NULL, pusher, &ld) == 0);
-  while (atomic_load(&ld.acked) < 20 && !ld.rc) sleep_ms(10);
+  while (atomic_load(&ld.acked) < 20 && !atomic_load(&ld.rc)) sleep_ms(10);
   /* Idle, with the loop, idle again: the loop's window against the mean of
    * the two around it, which must keep a quarter of it (the one save the
    * loop gets writes 190 MB meanwhile, on the same cores). Before the fix
@@ -585,7 +585,7 @@ static void loop_run(void) {
   long long after = window(&ld, WINDOW_S, false);
   atomic_store(&ld.stop, true);
   pthread_join(th, NULL);
-  CHECKF(ld.rc == 0, "pushes failed: %s", ld.err.msg);
+  CHECKF(atomic_load(&ld.rc) == 0, "pushes failed: %s", ld.err.msg);
   long long calls = atomic_load(&ld.loop_calls), refused = atomic_load(&ld.loop_refused);
   printf("test_checkpoint_safety: pushes in %d s: %lld without the loop, %lld with it (%lld Checkpoint calls, %lld "
          "saved, %lld refused as too soon), %lld without\n", WINDOW_S, before, during, calls,
