@@ -117,6 +117,7 @@ void scps_saver_free(scps_server *s) {
   free(sv->limits);
   free(sv->bounds);
   noted_free(sv);
+  scps_checkpoint_snapshot_free(sv->snapshot);
   pthread_cond_destroy(&sv->cv);
   pthread_mutex_destroy(&sv->mu);
   sv->inited = false;
@@ -344,7 +345,9 @@ static void run_save(scps_server *s, save_job *j) {
                (long long)step, e.msg);
     }
   }
-  scps_checkpoint_snapshot_free(snap);
+  /* Kept for the next save: refilling pages the system has not reclaimed
+   * costs no page fault. */
+  scps_checkpoint_snapshot_idle(snap);
   if (j->status == GRPC_STATUS_OK) {
     char how[64];
     if (snap)
@@ -679,9 +682,12 @@ static int64_t mem_available(void) {
   return kb < 0 ? -1 : (int64_t)kb * 1024;
 }
 
-/* Copies the process's rows and slots (ApplyGradients are held while it
- * runs), or says in the log why the save holds them to its end instead. */
+/* Copies the process's rows and slots into the save thread's snapshot
+ * (ApplyGradients are held while it runs), or says in the log why the save
+ * holds them to its end instead. Memory the snapshot keeps between saves
+ * counts as available: the system reclaims it when it needs it. */
 static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step) {
+  scps_saver *sv = &s->saver;
   if (s->opts.checkpoint_snapshot_max == 0) return NULL; /* the operator's choice: not worth a line per save */
   const int64_t bytes = scps_checkpoint_snapshot_bytes(s->engine);
   int64_t limit = s->opts.checkpoint_snapshot_max;
@@ -691,13 +697,15 @@ static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step) {
     limit = avail < 0 ? 0 : avail / 2;
     what = "half the memory available";
   }
-  scps_checkpoint_snapshot *snap = NULL;
   scps_error e;
-  if (bytes > limit)
+  if (bytes > limit) {
     fprintf(stderr, "scps-server: checkpoint of step %lld: a snapshot would take %lld bytes, more than %s (%lld); "
             "ApplyGradients wait for the whole save\n", (long long)step, (long long)bytes, what, (long long)limit);
-  else if (scps_checkpoint_snapshot_take(s->engine, &snap, &e))
+    scps_checkpoint_snapshot_free(sv->snapshot);
+    sv->snapshot = NULL;
+  } else if (scps_checkpoint_snapshot_take(s->engine, &sv->snapshot, &e)) {
     fprintf(stderr, "scps-server: checkpoint of step %lld: %s; ApplyGradients wait for the whole save\n",
             (long long)step, e.msg);
-  return snap;
+  }
+  return sv->snapshot;
 }

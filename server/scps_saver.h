@@ -61,6 +61,7 @@ typedef struct scps_saver {
   char saving_root[PATH_MAX];
   char **noted;                     /* step directories already logged as left alone */
   int n_noted, cap_noted;
+  struct scps_checkpoint_snapshot *snapshot; /* the save thread's copy, idle between saves */
 } scps_saver;
 
 /* Sets up the saver, restores the checkpoint the options name (or the

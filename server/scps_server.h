@@ -47,7 +47,8 @@ typedef struct scps_server_options {
    * ApplyGradients run again while the copy is written, when the copy takes
    * at most this many bytes; -1: at most half the memory available
    * (/proc/meminfo MemAvailable) at that moment; 0: never, ApplyGradients
-   * wait for the whole save. */
+   * wait for the whole save. The copy's memory is kept between saves as
+   * memory the system may reclaim (MADV_FREE). */
   int64_t checkpoint_snapshot_max;
 } scps_server_options;
 

@@ -1658,24 +1658,8 @@ int64_t scps_checkpoint_snapshot_bytes(const scps_engine *e) {
   return bytes;
 }
 
-/* Copies file i's regions (rows, then each slot) as save_file writes them. */
-static int snapshot_file(void *arg, int i, scps_error *err) {
-  scps_checkpoint_snapshot *sn = arg;
-  scps_engine *e = (scps_engine *)sn->e;
-  const scps_layout *l = scps_engine_layout(e);
-  const int32_t S = l->topology.sc_per_process;
-  const int stack = i / S;
-  const int32_t ls = i % S;
-  const size_t region = (size_t)region_bytes_of(&l->stacks[stack]);
-  char *dst = sn->base + sn->offset[i];
-  memcpy(dst, scps_engine_shard(e, stack, ls), region);
-  for (int k = 0; k < scps_optimizer_num_slots(l->stacks[stack].optimizer.type); k++)
-    memcpy(dst + region * (size_t)(k + 1), scps_engine_slot(e, stack, ls, k), region);
-  return 0;
-}
-
-int scps_checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot **out, scps_error *err) {
-  *out = NULL;
+/* A new snapshot's mapping, for the files of the engine's process. */
+static int snapshot_map(const scps_engine *e, scps_checkpoint_snapshot **out, scps_error *err) {
   const scps_layout *l = scps_engine_layout(e);
   const int32_t S = l->topology.sc_per_process;
   scps_checkpoint_snapshot *sn = calloc(1, sizeof *sn);
@@ -1700,13 +1684,51 @@ int scps_checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot
     return scps_error_set(err, SCPS_ENOMEM, "checkpoint snapshot: cannot map %zu bytes: %s", want, strerror(e2));
   }
   sn->base = base;
-  int rc = for_each_file(n, snapshot_file, sn, err);
-  if (rc) {
-    scps_checkpoint_snapshot_free(sn);
-    return rc;
-  }
   *out = sn;
   return 0;
+}
+
+/* Copies file i's regions (rows, then each slot) as save_file writes them. */
+static int snapshot_file(void *arg, int i, scps_error *err) {
+  scps_checkpoint_snapshot *sn = arg;
+  scps_engine *e = (scps_engine *)sn->e;
+  const scps_layout *l = scps_engine_layout(e);
+  const int32_t S = l->topology.sc_per_process;
+  const int stack = i / S;
+  const int32_t ls = i % S;
+  const size_t region = (size_t)region_bytes_of(&l->stacks[stack]);
+  char *dst = sn->base + sn->offset[i];
+  memcpy(dst, scps_engine_shard(e, stack, ls), region);
+  for (int k = 0; k < scps_optimizer_num_slots(l->stacks[stack].optimizer.type); k++)
+    memcpy(dst + region * (size_t)(k + 1), scps_engine_slot(e, stack, ls, k), region);
+  return 0;
+}
+
+int scps_checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot **s, scps_error *err) {
+  scps_checkpoint_snapshot *sn = *s;
+  if (sn && sn->e != e) {
+    scps_checkpoint_snapshot_free(sn);
+    *s = sn = NULL;
+  }
+  if (!sn) {
+    int rc = snapshot_map(e, &sn, err);
+    if (rc) return rc;
+    *s = sn;
+  }
+  int rc = for_each_file(sn->n_files, snapshot_file, sn, err);
+  if (rc) {
+    scps_checkpoint_snapshot_free(sn);
+    *s = NULL;
+  }
+  return rc;
+}
+
+void scps_checkpoint_snapshot_idle(scps_checkpoint_snapshot *s) {
+#ifdef MADV_FREE
+  if (s && s->base) (void)madvise(s->base, s->mapped, MADV_FREE);
+#else
+  if (s && s->base) (void)madvise(s->base, s->mapped, MADV_DONTNEED);
+#endif
 }
 
 void scps_checkpoint_snapshot_free(scps_checkpoint_snapshot *s) {

@@ -683,7 +683,24 @@ static void test_snapshot(const specs *s) {
   CHECK_OK(scps_checkpoint_save_at(fd, copied, a.e[0], 1, NULL, &so, &st, err), err);
   CHECK(st.bytes == scps_checkpoint_snapshot_bytes(a.e[0]));
   close(fd);
+  /* Idle, then refilled in place from the engine as it is now. */
+  scps_checkpoint_snapshot_idle(snap);
+  scps_checkpoint_snapshot *same = snap;
+  CHECK_OK(scps_checkpoint_snapshot_take(a.e[0], &snap, err), err);
+  CHECK(snap == same);
+  const char *refilled = sub("snap_refilled"), *now = sub("snap_now");
+  save_all(&a, now, 1, NULL);
+  mkdir(refilled, 0755);
+  fd = open_dir(refilled);
+  so.snapshot = snap;
+  CHECK_OK(scps_checkpoint_save_at(fd, refilled, a.e[0], 1, NULL, &so, NULL, err), err);
+  close(fd);
   scps_checkpoint_snapshot_free(snap);
+  snap = NULL;
+  char ra[600], rb[600];
+  snprintf(ra, sizeof ra, "%s/0.sc1.bin", step_dir(now, 1));
+  snprintf(rb, sizeof rb, "%s/0.sc1.bin", step_dir(refilled, 1));
+  CHECKF(same_file(ra, rb), "the refilled snapshot's %s differs from the engine's %s", rb, ra);
   const scps_layout *l = a.layout;
   char pa[600], pb[600];
   for (int st_i = 0; st_i < l->n_stacks; st_i++)
@@ -702,6 +719,12 @@ static void test_snapshot(const specs *s) {
     fd = open_dir(copied);
     so.snapshot = snap;
     CHECK(scps_checkpoint_save_at(fd, copied, a.e[0], 2, NULL, &so, NULL, err) == SCPS_EINVAL);
+    close(fd);
+    /* Taking from another engine replaces it. */
+    CHECK_OK(scps_checkpoint_snapshot_take(a.e[0], &snap, err), err);
+    so.snapshot = snap;
+    fd = open_dir(copied);
+    CHECK_OK(scps_checkpoint_save_at(fd, copied, a.e[0], 3, NULL, &so, NULL, err), err);
     close(fd);
     scps_checkpoint_snapshot_free(snap);
     cluster_destroy(&b);
