@@ -11,6 +11,7 @@
 #include "scps_client.h"
 #include "scps_client_flags.h"
 #include "scps_client_rpc.h"
+#include "scps_confine.h"
 #include "scps_units.h"
 
 #define MAX_SERVERS 1024
@@ -59,8 +60,9 @@ const char scps_admin_save_usage[] =
     "  --step N           the step to save (default: the last step the servers\n"
     "                     hold, from GetConfig); not above it: the state saved\n"
     "                     is always the one they hold\n"
-    "  --dir DIR          absolute directory (default: each server's\n"
-    "                     --checkpoint-dir)\n"
+    "  --dir DIR          directory relative to each server's --checkpoint-dir\n"
+    "                     (default: that directory itself); servers save\n"
+    "                     nowhere else\n"
     "  --deadline-ms N    how long to wait for the save (default 600000); the\n"
     "                     servers are waited for up to 10 s first\n" SCPS_SECURITY_USAGE;
 
@@ -113,7 +115,7 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
       break;
     case 'D':
       if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--dir");
-      if (optarg[0] != '/') return bad(usage, "--dir '%s': must be an absolute path", optarg);
+      if (scps_confine_check("--dir", optarg, 4000, &e)) return bad(usage, "%s", e.msg);
       t->dir = optarg;
       break;
     default:

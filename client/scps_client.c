@@ -23,6 +23,7 @@
 #include "scps_client_rows.h"
 #include "scps_client_status.h"
 #include "scps_client_wire.h"
+#include "scps_confine.h"
 #include "scps_spec_pb.h"
 
 /* Completion-queue threads: scps_client_options.cq_threads' default and limit. */
@@ -2049,6 +2050,9 @@ static int checkpoint_start(scps_client *c, int64_t step, const char *directory,
   if (directory && strlen(directory) > MAX_DIRECTORY)
     return scps_error_set(err, SCPS_EINVAL, "scps_client_checkpoint: directory of %zu bytes, longer than %d",
                           strlen(directory), MAX_DIRECTORY);
+  /* Servers save only below their --checkpoint-dir. */
+  if (directory && scps_confine_check("scps_client_checkpoint: directory", directory, MAX_DIRECTORY, err))
+    return err ? err->code : SCPS_EINVAL;
   const scps_layout *l = c->layout;
   int ns = l->n_stacks;
   Scps__V1__StackLimits *lim = calloc((size_t)(ns ? ns : 1), sizeof *lim);

@@ -190,7 +190,8 @@ int64_t scps_client_step(const scps_client *c);
 int scps_client_n_servers(const scps_client *c);
 
 /* Whether server `server` (0 .. n_servers-1) reported a --checkpoint-dir at
- * connect: where scps_client_checkpoint without a directory saves there. */
+ * connect: scps_client_checkpoint saves there or below it, and a server
+ * without one refuses every checkpoint. */
 bool scps_client_server_has_checkpoint_dir(const scps_client *c, int server);
 
 /* Payload bytes (serialized messages, before gRPC framing and compression)
@@ -279,21 +280,27 @@ typedef struct scps_client_checkpoint_result {
 } scps_client_checkpoint_result;
 
 /* Asks every server in parallel to save step `step` (>= 0, every push of it
- * acknowledged and none later sent) under directory (absolute; NULL: each
- * server's --checkpoint-dir), with the prep's limits in force, and waits up
+ * acknowledged and none later sent) under directory, relative to each
+ * server's --checkpoint-dir (NULL or "": that directory itself; servers
+ * without one refuse), with the prep's limits in force, and waits up
  * to deadline_ms. Servers go on answering lookups meanwhile; pushes wait
  * for the save. Errors name the servers that failed and those that saved
  * (such a checkpoint is incomplete and is never restored). SCPS_ETIMEDOUT
  * and SCPS_EUNAVAIL alone settle nothing: a save a server had begun runs
  * to completion, so the step may yet be complete (the message says so; the
  * servers' Stats tell). SCPS_EMISMATCH
- * when a server has already applied a later step, or cannot create or write
- * the directory for another reason than permissions or space (the message
- * gives the system's, e.g. "Not a directory"); SCPS_EINVAL for a directory
- * that is not absolute, names . or .., or is over 4000 bytes (or too long
- * for a path on a server); SCPS_ENOSPC for a full disk or file
- * size limit; SCPS_EDENIED for permissions (the token's role, or a file's;
- * or a read-only file system). */
+ * when a server has already applied a later step, has no --checkpoint-dir,
+ * or cannot create or write the directory for another reason than
+ * permissions or space (the message gives the system's, e.g. "Not a
+ * directory"; a symlink below the server's --checkpoint-dir is never
+ * followed); SCPS_EINVAL for a directory that is absolute, names . or ..,
+ * has an empty component ("a//b", a trailing '/') or a control character,
+ * or is over 4000 bytes (or too long for a path on a server), and for
+ * limits outside what the servers allow (GetConfig's limits in force are
+ * always allowed); SCPS_ENOSPC for a full disk or file size limit, and
+ * for a save of another step sooner than a server's
+ * --checkpoint-min-interval after its last; SCPS_EDENIED for permissions
+ * (the token's role, or a file's; or a read-only file system). */
 int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
                            scps_client_checkpoint_result *result, scps_error *err);
 

@@ -80,11 +80,11 @@ int scps_train_run(scps_client *c, const scps_train_options *o, const scps_train
   r.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : 30000;
   int nf = r.layout->n_features, rc = 0;
   /* Found now, not at the first checkpoint after hours of training. */
-  for (int p = 0; o->checkpoint_every_steps > 0 && !o->checkpoint_dir && p < scps_client_n_servers(c) && !rc; p++)
+  for (int p = 0; o->checkpoint_every_steps > 0 && p < scps_client_n_servers(c) && !rc; p++)
     if (!scps_client_server_has_checkpoint_dir(c, p))
       rc = scps_error_set(err, SCPS_EINVAL,
-                          "checkpoints every %lld steps without a directory, but server %d has no --checkpoint-dir: "
-                          "give one (scps-trainer --checkpoint-dir) or start the servers with one",
+                          "checkpoints every %lld steps, but server %d has no --checkpoint-dir: servers save "
+                          "checkpoints only below theirs; start the servers with one",
                           (long long)o->checkpoint_every_steps, p);
   for (int k = 0; k < SCPS_SCHEDULE_SLOTS && !rc; k++) {
     slot *s = &r.slots[k];

@@ -32,9 +32,11 @@ typedef struct scps_train_options {
   /* > 0: after the push of each global step s with s + 1 a multiple of
    * checkpoint_every_steps is acknowledged (a grid that holds across
    * resumes), save the cluster checkpoint of s (scps_client_checkpoint) under
-   * checkpoint_dir (NULL: the servers' --checkpoint-dir; the run is refused
-   * at once, SCPS_EINVAL, if a server has none) before the next push; a
-   * failed checkpoint stops the run. */
+   * checkpoint_dir, relative to the servers' --checkpoint-dir (NULL: that
+   * directory itself; the run is refused at once, SCPS_EINVAL, if a server
+   * has none) before the next push; a failed checkpoint stops the run (so
+   * does one the servers refuse as sooner than their
+   * --checkpoint-min-interval after the last). */
   int64_t checkpoint_every_steps;
   const char *checkpoint_dir;
 } scps_train_options;

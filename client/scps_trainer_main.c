@@ -13,6 +13,7 @@
 #include "scps_units.h"
 #include "scps_clock.h"
 #include "scps_client_flags.h"
+#include "scps_confine.h"
 #include "scps_ctr.h"
 #include "scps_mlp.h"
 #include "scps_memtune.h"
@@ -51,7 +52,11 @@ static const char usage[] =
     "                       (also when resumed), save a cluster checkpoint of the\n"
     "                       embeddings (tables, slots, limits), each reported on\n"
     "                       stderr; default 0: none\n"
-    "  --checkpoint-dir DIR where (absolute; default: the servers' --checkpoint-dir)\n"
+    "  --checkpoint-dir DIR where, relative to the servers' --checkpoint-dir\n"
+    "                       (default: that directory itself; servers without\n"
+    "                       one refuse); saves sooner than the servers'\n"
+    "                       --checkpoint-min-interval after the last are refused\n"
+    "                       and stop the run\n"
     "  --help               this text\n"
     SCPS_SECURITY_USAGE
     "\n"
@@ -218,6 +223,14 @@ static int parse_long(const char *flag, const char *s, long lo, long hi, long *o
   return -1;
 }
 
+/* A --checkpoint-dir the servers may take: relative to theirs. */
+static int check_checkpoint_dir(const char *s) {
+  scps_error e;
+  if (!scps_confine_check("--checkpoint-dir", s, 4000, &e)) return 0;
+  fprintf(stderr, "scps-trainer: %s\n", e.msg);
+  return -1;
+}
+
 /* Whole-string finite number > 0. */
 static int parse_positive(const char *flag, const char *s, double *out) {
   char *end;
@@ -282,10 +295,7 @@ int main(int argc, char **argv) {
     case 'c': if (parse_long("--checkpoint-every-steps", optarg, 0, LONG_MAX, &checkpoint_every)) return 2; break;
     case 'C':
       /* Checked now, not at the first checkpoint after hundreds of steps. */
-      if (optarg[0] != '/') {
-        fprintf(stderr, "scps-trainer: --checkpoint-dir '%s': must be an absolute path\n", optarg);
-        return 2;
-      }
+      if (check_checkpoint_dir(optarg)) return 2;
       checkpoint_dir = optarg;
       break;
     case 'h': fputs(usage, stdout); return 0;

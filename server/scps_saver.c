@@ -9,10 +9,32 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "scps_confine.h"
+#include "scps_fdo.h"
 #include "scps_server_int.h"
 
 /* Room left in a path for "/step-<12 digits>/<data file name>". */
 #define PATH_RESERVE 128
+
+/* The last section of this file: where saves go, how often, the limits they
+ * may carry, and the snapshot that keeps a save from holding pushes. */
+typedef struct scps_limit_bounds {
+  int32_t lo_ids, hi_ids, lo_unique, hi_unique;
+} scps_limit_bounds;
+static int bounds_init(scps_server *s, scps_error *err);
+static void bound_restored_limits(scps_server *s);
+static void owner_of(scps_server *s, scps_checkpoint_owner *own);
+static grpc_status_code check_request(scps_server *s, const Scps__V1__CheckpointRequest *req, char *msg, size_t len);
+static void request_root(const scps_server *s, const char *rel, char *out, size_t cap);
+/* A Checkpoint's fate decided under mu before it closes the gate. */
+typedef enum { CK_QUEUE, CK_ANSWER, CK_REFUSE } ck_verdict;
+static ck_verdict admit(scps_server *s, const Scps__V1__CheckpointRequest *req, grpc_status_code *st, char *msg,
+                        size_t len, Scps__V1__CheckpointResponse *resp, char *path, size_t cap);
+static bool interval_passed(const scps_server *s);
+static bool limits_in_force(const scps_server *s, const Scps__V1__CheckpointRequest *req);
+static grpc_status_code open_target(scps_server *s, const char *rel, int *fd, char *msg, size_t len);
+static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step);
+static void noted_free(scps_saver *sv);
 
 static int restore(scps_server *s, scps_error *err) {
   scps_saver *sv = &s->saver;
@@ -20,7 +42,11 @@ static int restore(scps_server *s, scps_error *err) {
   char found[PATH_MAX];
   scps_error e;
   if (!dir && s->opts.checkpoint_dir) {
-    int rc = scps_checkpoint_find_latest(s->opts.checkpoint_dir, found, sizeof found, &e);
+    /* Only this cluster's: a checkpoint of another configuration under the
+     * root is never restored without --restore naming it. */
+    scps_checkpoint_owner own;
+    owner_of(s, &own);
+    int rc = scps_checkpoint_find_latest_own(s->opts.checkpoint_dir, &own, found, sizeof found, &e);
     if (rc == SCPS_ENOENT) return 0;
     if (rc) return scps_error_set(err, rc, "--checkpoint-dir '%s': %s", s->opts.checkpoint_dir, e.msg);
     dir = found;
@@ -43,6 +69,7 @@ static int restore(scps_server *s, scps_error *err) {
       sv->limits[st_i].max_unique_ids_per_partition = b;
     }
   }
+  bound_restored_limits(s);
   sv->last_step = sv->restored_step = scps_checkpoint_step(ck);
   sv->restored_bytes = st.bytes;
   sv->restored_seconds = st.seconds;
@@ -68,7 +95,8 @@ int scps_saver_init(scps_server *s, scps_error *err) {
     sv->limits[st].max_ids_per_partition = l->stacks[st].max_ids_per_partition;
     sv->limits[st].max_unique_ids_per_partition = l->stacks[st].max_unique_ids_per_partition;
   }
-  int rc = restore(s, err);
+  int rc = bounds_init(s, err);
+  if (!rc) rc = restore(s, err);
   if (rc) return rc;
   if (pthread_create(&sv->thread, NULL, saver_main, s)) return scps_error_set(err, SCPS_ENOMEM, "cannot start the checkpoint thread");
   sv->started = true;
@@ -87,6 +115,9 @@ void scps_saver_free(scps_server *s) {
   pthread_mutex_unlock(&sv->mu);
   if (sv->started) pthread_join(sv->thread, NULL);
   free(sv->limits);
+  free(sv->bounds);
+  noted_free(sv);
+  scps_checkpoint_snapshot_free(sv->snapshot);
   pthread_cond_destroy(&sv->cv);
   pthread_mutex_destroy(&sv->mu);
   sv->inited = false;
@@ -159,37 +190,6 @@ static void open_gate(scps_server *s) {
 
 /* ------------------------------------------------------------- requests */
 
-/* An absolute path without "." or ".." components, control characters or
- * empty components, short enough for the files below it. */
-static int check_directory(const char *dir, char *msg, size_t len) {
-  size_t n = strlen(dir);
-  if (dir[0] != '/') {
-    snprintf(msg, len, "directory '%.200s': must be an absolute path", dir);
-    return -1;
-  }
-  if (n + PATH_RESERVE >= PATH_MAX) {
-    snprintf(msg, len, "directory '%.200s...': %zu bytes, longer than %d", dir, n, PATH_MAX - PATH_RESERVE - 1);
-    return -1;
-  }
-  for (size_t i = 0; i < n; i++)
-    if ((unsigned char)dir[i] < 0x20 || dir[i] == 0x7f) {
-      snprintf(msg, len, "directory '%.200s': control character 0x%02x at byte %zu", dir, (unsigned char)dir[i], i);
-      return -1;
-    }
-  for (const char *p = dir; *p;) {
-    while (*p == '/') p++;
-    const char *q = p;
-    while (*q && *q != '/') q++;
-    size_t k = (size_t)(q - p);
-    if ((k == 1 && p[0] == '.') || (k == 2 && p[0] == '.' && p[1] == '.')) {
-      snprintf(msg, len, "directory '%.200s': '.' and '..' components are not accepted", dir);
-      return -1;
-    }
-    p = q;
-  }
-  return 0;
-}
-
 void scps_saver_handle(scps_call *c) {
   scps_server *s = c->srv;
   scps_saver *sv = &s->saver;
@@ -203,41 +203,23 @@ void scps_saver_handle(scps_call *c) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (st == GRPC_STATUS_OK && req->directory[0] && check_directory(req->directory, msg, sizeof msg))
-    st = GRPC_STATUS_INVALID_ARGUMENT;
-  if (st == GRPC_STATUS_OK && !req->directory[0] && !s->opts.checkpoint_dir) {
-    snprintf(msg, sizeof msg, "directory: empty, and process %d has no --checkpoint-dir to use instead",
-             s->opts.process_index);
-    st = GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_limits; i++) {
-    const Scps__V1__StackLimits *lim = req->limits[i];
-    int stack = scps_layout_find_stack(s->layout, lim->stack);
-    if (stack < 0) {
-      snprintf(msg, sizeof msg, "limits[%zu].stack: unknown stack '%.200s' (GetConfig lists the stacks)", i,
-               lim->stack);
-      st = GRPC_STATUS_INVALID_ARGUMENT;
-    } else if (lim->max_ids_per_partition <= 0 || lim->max_unique_ids_per_partition <= 0) {
-      snprintf(msg, sizeof msg, "limits[%zu] (stack '%s'): max_ids_per_partition %d and "
-               "max_unique_ids_per_partition %d must be > 0", i, lim->stack, lim->max_ids_per_partition,
-               lim->max_unique_ids_per_partition);
-      st = GRPC_STATUS_INVALID_ARGUMENT;
-    }
-    for (size_t k = 0; st == GRPC_STATUS_OK && k < i; k++)
-      if (!strcmp(req->limits[k]->stack, lim->stack)) {
-        snprintf(msg, sizeof msg, "limits[%zu].stack: stack '%s' listed twice", i, lim->stack);
-        st = GRPC_STATUS_INVALID_ARGUMENT;
-      }
-  }
+  if (st == GRPC_STATUS_OK) st = check_request(s, req, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);
     return;
   }
+  Scps__V1__CheckpointResponse resp = SCPS__V1__CHECKPOINT_RESPONSE__INIT;
+  char path[PATH_MAX];
   pthread_mutex_lock(&sv->mu);
-  append(&sv->queue, &sv->queue_tail, c);
-  sv->gate_closed = true;
-  pthread_cond_broadcast(&sv->cv);
+  ck_verdict v = admit(s, req, &st, msg, sizeof msg, &resp, path, sizeof path);
+  if (v == CK_QUEUE) {
+    append(&sv->queue, &sv->queue_tail, c);
+    sv->gate_closed = true;
+    pthread_cond_broadcast(&sv->cv);
+  }
   pthread_mutex_unlock(&sv->mu);
+  if (v == CK_ANSWER) scps_call_finish_packed(c, &resp.base);
+  if (v == CK_REFUSE) scps_call_finish(c, st, msg, NULL, 0);
 }
 
 void scps_saver_tick(scps_server *s) {
@@ -247,12 +229,12 @@ void scps_saver_tick(scps_server *s) {
     /* A period went by with checkpoint_due set and no Checkpoint came (a
      * client that ignores the flag, or no trainer at all): save alone. */
     sv->due = false;
-    if (sv->dirty && sv->last_step >= 0 && s->opts.checkpoint_dir) {
+    if (sv->dirty && sv->last_step >= 0 && s->opts.checkpoint_dir && interval_passed(s)) {
       sv->solo_pending = true;
       sv->gate_closed = true;
       pthread_cond_broadcast(&sv->cv);
     }
-  } else if (sv->dirty) {
+  } else if (sv->dirty && interval_passed(s)) {
     sv->due = true;
   }
   pthread_mutex_unlock(&sv->mu);
@@ -268,59 +250,46 @@ static grpc_status_code errno_status(int e) {
   }
 }
 
-/* Creates root and its missing parents, then checks it is a writable
- * directory, so the common failures get their own status before any file is
- * written. */
-static grpc_status_code prepare_root(const char *root, char *msg, size_t len) {
-  char path[PATH_MAX];
-  snprintf(path, sizeof path, "%s", root);
-  for (char *p = path + 1;; p++) {
-    if (*p != '/' && *p) continue;
-    char saved = *p;
-    *p = '\0';
-    if (mkdir(path, 0755) && errno != EEXIST) {
-      int e = errno;
-      snprintf(msg, len, "cannot create checkpoint directory '%.400s': %s", path, strerror(e));
-      return errno_status(e);
-    }
-    *p = saved;
-    if (!saved) break;
-  }
-  struct stat sb;
-  if (stat(root, &sb)) {
-    int e = errno;
-    snprintf(msg, len, "checkpoint directory '%.400s': %s", root, strerror(e));
-    return errno_status(e);
-  }
-  if (!S_ISDIR(sb.st_mode)) {
-    snprintf(msg, len, "checkpoint directory '%.400s': %s", root, strerror(ENOTDIR));
-    return GRPC_STATUS_FAILED_PRECONDITION;
-  }
-  if (access(root, W_OK | X_OK)) {
-    int e = errno;
-    snprintf(msg, len, "checkpoint directory '%.400s' is not writable: %s", root, strerror(e));
-    return errno_status(e);
-  }
-  return GRPC_STATUS_OK;
-}
-
 typedef struct save_job {
   scps_call *call;         /* NULL: the timer's solo save */
   grpc_status_code status;
   char msg[SCPS_ERROR_MSG_MAX + 256];
   Scps__V1__CheckpointResponse resp;
   char path[PATH_MAX];
+  char root[PATH_MAX];     /* --checkpoint-dir and the request's directory below it */
 } save_job;
 
-/* One save, entered and left with mu held and no ApplyGradients running. */
+/* One save, entered with mu held and no ApplyGradients running, left with
+ * mu held. They may run again once the state is copied (snapshot_or_log),
+ * or after the whole save when it could not be. */
 static void run_save(scps_server *s, save_job *j) {
   scps_saver *sv = &s->saver;
   const scps_layout *l = s->layout;
   const Scps__V1__CheckpointRequest *req = j->call ? (const Scps__V1__CheckpointRequest *)j->call->request : NULL;
   int64_t step = req ? req->step : sv->last_step;
-  const char *root = req && req->directory[0] ? req->directory : s->opts.checkpoint_dir;
+  const char *rel = req ? req->directory : "";
+  request_root(s, rel, j->root, sizeof j->root);
   j->status = GRPC_STATUS_OK;
   if (!req && (!sv->dirty || step < 0)) return; /* nothing applied since the last save */
+  if (req && s->opts.checkpoint_min_interval > 0 && sv->last_attempt_ok && step == sv->last_attempt_step &&
+      sv->last_save_end * 1e9 >= (double)j->call->t0_ns && !strcmp(j->root, sv->last_root)) {
+    /* Admitted as a duplicate of the save of the same step and place that
+     * was queued or running when it arrived: that save's result, unless it
+     * asks for other limits, which would need a save of their own. */
+    if (!limits_in_force(s, req)) {
+      j->status = GRPC_STATUS_RESOURCE_EXHAUSTED;
+      snprintf(j->msg, sizeof j->msg, "step %lld: process %d has just saved this step with other limits, and saves "
+               "at most once per --checkpoint-min-interval (%g s): retry in %g s", (long long)step,
+               s->opts.process_index, s->opts.checkpoint_min_interval, s->opts.checkpoint_min_interval);
+      return;
+    }
+    snprintf(j->path, sizeof j->path, "%s", sv->last_path);
+    j->resp.path = j->path;
+    j->resp.bytes = sv->last_bytes;
+    j->resp.files = sv->last_files;
+    j->resp.seconds = sv->last_seconds;
+    return;
+  }
   if (sv->last_step > step) {
     j->status = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(j->msg, sizeof j->msg,
@@ -345,43 +314,73 @@ static void run_save(scps_server *s, save_job *j) {
   bool was_dirty = sv->dirty;
   sv->dirty = false;
   sv->saving = true;
+  sv->saving_step = step;
+  snprintf(sv->saving_root, sizeof sv->saving_root, "%s", j->root);
   pthread_mutex_unlock(&sv->mu);
 
+  double t0 = scps_clock_s(), held = 0;
   scps_checkpoint_stats cs = {0};
   scps_error e;
-  snprintf(j->path, sizeof j->path, "%s/step-%012lld", root, (long long)step);
-  j->status = prepare_root(root, j->msg, sizeof j->msg);
-  int rc = 0;
+  scps_checkpoint_owner own;
+  owner_of(s, &own);
+  snprintf(j->path, sizeof j->path, "%.*s/step-%012lld", (int)sizeof j->path - 32, j->root, (long long)step);
+  int fd = -1;
+  j->status = open_target(s, rel, &fd, j->msg, sizeof j->msg);
+  scps_checkpoint_snapshot *snap = j->status == GRPC_STATUS_OK ? snapshot_or_log(s, step) : NULL;
+  if (snap) {
+    /* The copy is the checkpoint: pushes may go on while it is written. */
+    pthread_mutex_lock(&sv->mu);
+    if (!sv->queue && !sv->solo_pending) open_gate(s);
+    pthread_mutex_unlock(&sv->mu);
+    held = scps_clock_s() - t0;
+  }
   if (j->status == GRPC_STATUS_OK) {
-    rc = scps_checkpoint_save(s->engine, root, step, limits, &cs, &e);
+    scps_checkpoint_save_opts so = {.snapshot = snap, .owner = &own};
+    int rc = scps_checkpoint_save_at(fd, j->root, s->engine, step, limits, &so, &cs, &e);
     if (rc) {
-      j->status = rc == SCPS_ENOSPC ? GRPC_STATUS_RESOURCE_EXHAUSTED
-                  : rc == SCPS_EIO  ? GRPC_STATUS_FAILED_PRECONDITION
-                                    : GRPC_STATUS_INTERNAL;
+      j->status = rc == SCPS_ENOSPC                        ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                  : rc == SCPS_EIO || rc == SCPS_EMISMATCH ? GRPC_STATUS_FAILED_PRECONDITION
+                                                           : GRPC_STATUS_INTERNAL;
       snprintf(j->msg, sizeof j->msg, "process %d, checkpoint of step %lld: %s", s->opts.process_index,
                (long long)step, e.msg);
     }
   }
+  /* Kept for the next save: refilling pages the system has not reclaimed
+   * costs no page fault. */
+  scps_checkpoint_snapshot_idle(snap);
   if (j->status == GRPC_STATUS_OK) {
-    fprintf(stderr, "scps-server: %s step %lld to %s: %lld bytes in %d files, %.3f s (%.2f GB/s)\n",
+    char how[64];
+    if (snap)
+      snprintf(how, sizeof how, "the %.3f s snapshot", held);
+    else
+      snprintf(how, sizeof how, "the whole save");
+    fprintf(stderr, "scps-server: %s step %lld to %s: %lld bytes in %d files, %.3f s (%.2f GB/s); "
+            "ApplyGradients held for %s\n",
             req ? "checkpointed" : "no Checkpoint request within a --checkpoint-every period; saved alone",
             (long long)step, j->path, (long long)cs.bytes, cs.files, cs.seconds,
-            cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0);
-    if (scps_checkpoint_retain(root, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1, &e))
-      fprintf(stderr, "scps-server: keeping the last %d checkpoints under %s: %s\n", s->opts.checkpoint_keep, root,
-              e.msg);
+            cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0, how);
+    if (scps_checkpoint_retain(fd, j->root, &own, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1,
+                               &e))
+      fprintf(stderr, "scps-server: keeping the last %d checkpoints under %s: %s\n", s->opts.checkpoint_keep,
+              j->root, e.msg);
   } else {
     fprintf(stderr, "scps-server: checkpoint of step %lld failed: %s\n", (long long)step, j->msg);
   }
+  if (fd >= 0) close(fd);
 
   pthread_mutex_lock(&sv->mu);
   sv->saving = false;
+  sv->last_save_end = scps_clock_s();
+  sv->last_attempt_step = step;
+  sv->last_attempt_ok = j->status == GRPC_STATUS_OK;
+  snprintf(sv->last_root, sizeof sv->last_root, "%s", j->root);
   if (j->status == GRPC_STATUS_OK) {
     memcpy(sv->limits, limits, sizeof *limits * (size_t)l->n_stacks);
     sv->saves++;
     sv->bytes_total += cs.bytes;
     sv->last_saved_step = step;
     sv->last_bytes = cs.bytes;
+    sv->last_files = cs.files;
     sv->last_seconds = cs.seconds;
     snprintf(sv->last_path, sizeof sv->last_path, "%s", j->path);
     sv->due = false;
@@ -391,7 +390,7 @@ static void run_save(scps_server *s, save_job *j) {
     j->resp.seconds = cs.seconds;
   } else {
     sv->failures++;
-    sv->dirty = was_dirty;
+    sv->dirty = sv->dirty || was_dirty;
   }
   free(limits);
 }
@@ -426,4 +425,287 @@ static void *saver_main(void *arg) {
   }
   pthread_mutex_unlock(&sv->mu);
   return NULL;
+}
+
+/* ---------------------------------------- places, rates, limits, snapshot
+ * Issue 26: a Checkpoint may write only below --checkpoint-dir (a relative
+ * directory, walked without following a symlink), saves come at most once
+ * per --checkpoint-min-interval, the limits a request puts in force are
+ * bounded, retention and restore touch only this cluster's checkpoints, and
+ * ApplyGradients wait only while the state is copied, not while it is
+ * written. */
+
+/* A limit in force may not go below the declaration's (every batch the
+ * declaration admits must still be admitted) nor above what FDO may raise
+ * it to: the SparseCore memory left after rows and slots, shared by the
+ * stacks, as COO entries of every destination (scps_fdo_limit_cap). */
+static int bounds_init(scps_server *s, scps_error *err) {
+  scps_saver *sv = &s->saver;
+  const scps_layout *l = s->layout;
+  sv->bounds = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *sv->bounds);
+  if (!sv->bounds) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  scps_fdo *f = NULL;
+  int rc = scps_fdo_create(l, NULL, &f, err);
+  if (rc) return rc;
+  for (int st = 0; st < l->n_stacks; st++) {
+    scps_limit_bounds *b = &sv->bounds[st];
+    int32_t cap = scps_fdo_limit_cap(f, st);
+    b->lo_ids = l->stacks[st].max_ids_per_partition;
+    b->lo_unique = l->stacks[st].max_unique_ids_per_partition;
+    b->hi_ids = cap > b->lo_ids ? cap : b->lo_ids;
+    b->hi_unique = cap > b->lo_unique ? cap : b->lo_unique;
+  }
+  scps_fdo_destroy(f);
+  return 0;
+}
+
+static int32_t clamp_limit(int32_t v, int32_t lo, int32_t hi) { return v < lo ? lo : v > hi ? hi : v; }
+
+/* Limits a checkpoint brought that the bounds refuse (saved before they
+ * were enforced) are brought within them, and the log says so. */
+static void bound_restored_limits(scps_server *s) {
+  scps_saver *sv = &s->saver;
+  for (int st = 0; st < s->layout->n_stacks; st++) {
+    scps_checkpoint_limits *lim = &sv->limits[st];
+    const scps_limit_bounds *b = &sv->bounds[st];
+    int32_t ids = clamp_limit(lim->max_ids_per_partition, b->lo_ids, b->hi_ids);
+    int32_t uniq = clamp_limit(lim->max_unique_ids_per_partition, b->lo_unique, b->hi_unique);
+    if (ids == lim->max_ids_per_partition && uniq == lim->max_unique_ids_per_partition) continue;
+    fprintf(stderr, "scps-server: stack '%s': restored limits (%d, %d) outside [%d, %d] and [%d, %d]; in force: "
+            "(%d, %d)\n", lim->stack, lim->max_ids_per_partition, lim->max_unique_ids_per_partition, b->lo_ids,
+            b->hi_ids, b->lo_unique, b->hi_unique, ids, uniq);
+    lim->max_ids_per_partition = ids;
+    lim->max_unique_ids_per_partition = uniq;
+  }
+}
+
+/* Each step directory left alone is logged once per process lifetime. */
+static void note_left_alone(void *ctx, const char *step_dir, const char *why) {
+  scps_saver *sv = ctx;
+  for (int i = 0; i < sv->n_noted; i++)
+    if (!strcmp(sv->noted[i], step_dir)) return;
+  fprintf(stderr, "scps-server: left %s alone: %s\n", step_dir, why);
+  if (sv->n_noted == sv->cap_noted) {
+    int cap = sv->cap_noted ? 2 * sv->cap_noted : 16;
+    char **nv = realloc(sv->noted, (size_t)cap * sizeof *nv);
+    if (!nv) return;
+    sv->noted = nv;
+    sv->cap_noted = cap;
+  }
+  if ((sv->noted[sv->n_noted] = strdup(step_dir))) sv->n_noted++;
+}
+
+static void noted_free(scps_saver *sv) {
+  for (int i = 0; i < sv->n_noted; i++) free(sv->noted[i]);
+  free(sv->noted);
+  sv->noted = NULL;
+  sv->n_noted = sv->cap_noted = 0;
+}
+
+/* This process as the owner of checkpoints: its index, its cluster's
+ * fingerprint and declaration. Notes come from the restore at start and the
+ * save thread only, one at a time. */
+static void owner_of(scps_server *s, scps_checkpoint_owner *own) {
+  memset(own, 0, sizeof *own);
+  own->process_index = s->opts.process_index;
+  memcpy(own->fingerprint, s->fingerprint, sizeof own->fingerprint);
+  own->has_fingerprint = true;
+  own->layout = s->layout;
+  own->note = note_left_alone;
+  own->note_ctx = &s->saver;
+}
+
+/* The request's directory (below the root), and its limits, checked before
+ * anything is queued. */
+static grpc_status_code check_request(scps_server *s, const Scps__V1__CheckpointRequest *req, char *msg, size_t len) {
+  scps_saver *sv = &s->saver;
+  const char *root = s->opts.checkpoint_dir;
+  scps_error e;
+  if (!root) {
+    snprintf(msg, len, "process %d has no --checkpoint-dir: checkpoints are saved only below it (start the server "
+             "with --checkpoint-dir ROOT)", s->opts.process_index);
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  if (req->directory[0] == '/') {
+    snprintf(msg, len, "directory '%.200s': must be relative to the server's --checkpoint-dir '%.200s' (empty: that "
+             "directory itself)", req->directory, root);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  size_t room = PATH_MAX - PATH_RESERVE - 1, used = strlen(root) + 1;
+  if (scps_confine_check("directory", req->directory, used < room ? room - used : 0, &e)) {
+    snprintf(msg, len, "%.300s (below --checkpoint-dir '%.200s')", e.msg, root);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  for (size_t i = 0; i < req->n_limits; i++) {
+    const Scps__V1__StackLimits *lim = req->limits[i];
+    int stack = scps_layout_find_stack(s->layout, lim->stack);
+    if (stack < 0) {
+      snprintf(msg, len, "limits[%zu].stack: unknown stack '%.200s' (GetConfig lists the stacks)", i, lim->stack);
+      return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+    const scps_limit_bounds *b = &sv->bounds[stack];
+    const char *field = NULL;
+    int32_t v = 0, lo = 0, hi = 0;
+    if (lim->max_ids_per_partition < b->lo_ids || lim->max_ids_per_partition > b->hi_ids)
+      field = "max_ids_per_partition", v = lim->max_ids_per_partition, lo = b->lo_ids, hi = b->hi_ids;
+    else if (lim->max_unique_ids_per_partition < b->lo_unique || lim->max_unique_ids_per_partition > b->hi_unique)
+      field = "max_unique_ids_per_partition", v = lim->max_unique_ids_per_partition, lo = b->lo_unique,
+      hi = b->hi_unique;
+    if (field) {
+      snprintf(msg, len, "limits[%zu] (stack '%s'): %s %d outside [%d, %d]: a limit in force may not go below the "
+               "declaration's nor above what FDO may raise it to in the SparseCore memory left", i, lim->stack, field, v,
+               lo, hi);
+      return GRPC_STATUS_INVALID_ARGUMENT;
+    }
+    for (size_t k = 0; k < i; k++)
+      if (!strcmp(req->limits[k]->stack, lim->stack)) {
+        snprintf(msg, len, "limits[%zu].stack: stack '%s' listed twice", i, lim->stack);
+        return GRPC_STATUS_INVALID_ARGUMENT;
+      }
+  }
+  return GRPC_STATUS_OK;
+}
+
+/* --checkpoint-dir, and below it the request's directory: how logs, results
+ * and the rate limit name the place. */
+static void request_root(const scps_server *s, const char *rel, char *out, size_t cap) {
+  const char *root = s->opts.checkpoint_dir ? s->opts.checkpoint_dir : "";
+  snprintf(out, cap, "%s%s%s", root, rel[0] ? "/" : "", rel);
+}
+
+static bool interval_passed(const scps_server *s) {
+  const scps_saver *sv = &s->saver;
+  return s->opts.checkpoint_min_interval <= 0 || sv->last_save_end <= 0 ||
+         scps_clock_s() - sv->last_save_end >= s->opts.checkpoint_min_interval;
+}
+
+/* Whether every limit the request lists is the one in force (the last
+ * save's, when it succeeded). */
+static bool limits_in_force(const scps_server *s, const Scps__V1__CheckpointRequest *req) {
+  for (size_t i = 0; i < req->n_limits; i++) {
+    const scps_checkpoint_limits *in_force = &s->saver.limits[scps_layout_find_stack(s->layout, req->limits[i]->stack)];
+    if (in_force->max_ids_per_partition != req->limits[i]->max_ids_per_partition ||
+        in_force->max_unique_ids_per_partition != req->limits[i]->max_unique_ids_per_partition)
+      return false;
+  }
+  return true;
+}
+
+static bool same_request(const scps_call *c, int64_t step, const char *rel) {
+  const Scps__V1__CheckpointRequest *q = (const Scps__V1__CheckpointRequest *)c->request;
+  return q->step == step && !strcmp(q->directory, rel);
+}
+
+/* With mu held: whether the Checkpoint is queued (closing the gate),
+ * answered at once (*resp, the save it repeats), or refused (*st, msg).
+ * None but a queued one closes the gate, so a client calling Checkpoint in
+ * a loop holds no push. */
+static ck_verdict admit(scps_server *s, const Scps__V1__CheckpointRequest *req, grpc_status_code *st, char *msg,
+                        size_t len, Scps__V1__CheckpointResponse *resp, char *path, size_t cap) {
+  scps_saver *sv = &s->saver;
+  const double interval = s->opts.checkpoint_min_interval;
+  if (sv->last_step > req->step) {
+    /* As the save would answer, without closing the gate first. */
+    *st = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(msg, len,
+             "step %lld: process %d has already applied step %lld, so its state is no longer that of step %lld",
+             (long long)req->step, s->opts.process_index, (long long)sv->last_step, (long long)req->step);
+    return CK_REFUSE;
+  }
+  if (interval <= 0) return CK_QUEUE;
+  char root[PATH_MAX];
+  request_root(s, req->directory, root, sizeof root);
+  /* The same step and place as a save queued or running: it waits for that
+   * save and gets its result (run_save). */
+  if (sv->saving && sv->saving_step == req->step && !strcmp(sv->saving_root, root)) return CK_QUEUE;
+  for (const scps_call *q = sv->queue; q; q = q->next)
+    if (same_request(q, req->step, req->directory)) return CK_QUEUE;
+  *st = GRPC_STATUS_RESOURCE_EXHAUSTED;
+  if (sv->saving || sv->queue) {
+    snprintf(msg, len, "step %lld: process %d is saving step %lld; it saves at most once per "
+             "--checkpoint-min-interval (%g s): retry in %g s or more", (long long)req->step, s->opts.process_index,
+             (long long)(sv->saving ? sv->saving_step : ((Scps__V1__CheckpointRequest *)sv->queue->request)->step),
+             interval, interval);
+    return CK_REFUSE;
+  }
+  if (interval_passed(s)) return CK_QUEUE;
+  double since = scps_clock_s() - sv->last_save_end;
+  if (sv->last_attempt_ok && req->step == sv->last_attempt_step && !sv->dirty && !strcmp(root, sv->last_root) &&
+      limits_in_force(s, req)) {
+    /* The save just made, asked again (a retry, a second client): its result. */
+    snprintf(path, cap, "%s", sv->last_path);
+    resp->path = path;
+    resp->bytes = sv->last_bytes;
+    resp->files = sv->last_files;
+    resp->seconds = sv->last_seconds;
+    return CK_ANSWER;
+  }
+  snprintf(msg, len, "step %lld: process %d %s %.1f s ago and saves at most once per --checkpoint-min-interval "
+           "(%g s): retry in %.1f s", (long long)req->step, s->opts.process_index,
+           sv->last_attempt_ok ? "saved" : "tried to save", since, interval, interval - since);
+  return CK_REFUSE;
+}
+
+static grpc_status_code errno_status(int e);
+
+/* Opens the save's directory below the root, creating what is missing. */
+static grpc_status_code open_target(scps_server *s, const char *rel, int *fd, char *msg, size_t len) {
+  scps_error e;
+  int os_errno = 0;
+  int rc = scps_confine_open(s->opts.checkpoint_dir, rel, true, fd, &os_errno, &e);
+  if (rc) {
+    snprintf(msg, len, "checkpoint directory: %s", e.msg);
+    return rc == SCPS_EINVAL ? GRPC_STATUS_INVALID_ARGUMENT : errno_status(os_errno);
+  }
+  /* The common failure gets its own status before any file is written. */
+  if (faccessat(*fd, ".", W_OK | X_OK, 0)) {
+    int err = errno;
+    char where[PATH_MAX];
+    request_root(s, rel, where, sizeof where);
+    snprintf(msg, len, "checkpoint directory '%.400s' is not writable: %s", where, strerror(err));
+    close(*fd);
+    *fd = -1;
+    return errno_status(err);
+  }
+  return GRPC_STATUS_OK;
+}
+
+/* MemAvailable of /proc/meminfo in bytes, or -1. */
+static int64_t mem_available(void) {
+  FILE *f = fopen("/proc/meminfo", "r");
+  if (!f) return -1;
+  char line[256];
+  long long kb = -1;
+  while (fgets(line, sizeof line, f))
+    if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+  fclose(f);
+  return kb < 0 ? -1 : (int64_t)kb * 1024;
+}
+
+/* Copies the process's rows and slots into the save thread's snapshot
+ * (ApplyGradients are held while it runs), or says in the log why the save
+ * holds them to its end instead. Memory the snapshot keeps between saves
+ * counts as available: the system reclaims it when it needs it. */
+static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step) {
+  scps_saver *sv = &s->saver;
+  if (s->opts.checkpoint_snapshot_max == 0) return NULL; /* the operator's choice: not worth a line per save */
+  const int64_t bytes = scps_checkpoint_snapshot_bytes(s->engine);
+  int64_t limit = s->opts.checkpoint_snapshot_max;
+  const char *what = "--checkpoint-snapshot-max";
+  if (limit < 0) {
+    int64_t avail = mem_available();
+    limit = avail < 0 ? 0 : avail / 2;
+    what = "half the memory available";
+  }
+  scps_error e;
+  if (bytes > limit) {
+    fprintf(stderr, "scps-server: checkpoint of step %lld: a snapshot would take %lld bytes, more than %s (%lld); "
+            "ApplyGradients wait for the whole save\n", (long long)step, (long long)bytes, what, (long long)limit);
+    scps_checkpoint_snapshot_free(sv->snapshot);
+    sv->snapshot = NULL;
+  } else if (scps_checkpoint_snapshot_take(s->engine, &sv->snapshot, &e)) {
+    fprintf(stderr, "scps-server: checkpoint of step %lld: %s; ApplyGradients wait for the whole save\n",
+            (long long)step, e.msg);
+  }
+  return sv->snapshot;
 }

@@ -48,6 +48,20 @@ typedef struct scps_saver {
   int64_t last_saved_step, last_bytes;
   double last_seconds;
   char last_path[PATH_MAX];
+
+  /* Where saves may go, how often, and the limits they may carry (issue
+   * 26; see scps_saver.c's last section). */
+  struct scps_limit_bounds *bounds; /* [n_stacks]: the range each limit in force may take */
+  double last_save_end;             /* scps_clock_s() when the last save attempt ended; 0: none */
+  int64_t last_attempt_step;
+  bool last_attempt_ok;
+  int32_t last_files;
+  char last_root[PATH_MAX];         /* the directory the last attempt saved below */
+  int64_t saving_step;              /* while saving: the step and directory being saved */
+  char saving_root[PATH_MAX];
+  char **noted;                     /* step directories already logged as left alone */
+  int n_noted, cap_noted;
+  struct scps_checkpoint_snapshot *snapshot; /* the save thread's copy, idle between saves */
 } scps_saver;
 
 /* Sets up the saver, restores the checkpoint the options name (or the

@@ -29,8 +29,10 @@ typedef struct scps_server_options {
   /* Pin SparseCore worker k of process p to CPU (p * S + k) mod n of the n
    * CPUs the process may use (scps_cpus_assign); ignored when n < 2. */
   bool pin_sparsecores;
-  /* Checkpoints. checkpoint_dir: root of Checkpoint requests without a
-   * directory and of the timer's saves (NULL: none). restore_dir: a step
+  /* Checkpoints. checkpoint_dir: the root every checkpoint is saved below:
+   * Checkpoint requests name a directory relative to it (empty: the root
+   * itself), and the timer's saves go to it (NULL: none, and Checkpoint
+   * requests are refused). restore_dir: a step
    * directory restored at create; NULL: the newest complete checkpoint under
    * checkpoint_dir, if any. checkpoint_keep: complete checkpoints kept per
    * root after each save (>= 1). */
@@ -60,6 +62,17 @@ typedef struct scps_server_options {
   int32_t max_streams;
   int32_t idle_timeout_s;
   int32_t transfer_timeout_s;
+  /* Seconds after a save (its end) before a Checkpoint of another step, or
+   * a timer save, is taken; sooner ones are refused RESOURCE_EXHAUSTED.
+   * 0: no limit. */
+  double checkpoint_min_interval;
+  /* A save copies this process's rows and slots to memory first and lets
+   * ApplyGradients run again while the copy is written, when the copy takes
+   * at most this many bytes; -1: at most half the memory available
+   * (/proc/meminfo MemAvailable) at that moment; 0: never, ApplyGradients
+   * wait for the whole save. The copy's memory is kept between saves as
+   * memory the system may reclaim (MADV_FREE). */
+  int64_t checkpoint_snapshot_max;
 } scps_server_options;
 
 typedef struct scps_server scps_server;

@@ -59,9 +59,14 @@ static const char usage[] =
     "  --port-file FILE       write the bound port to FILE once serving (exit 1\n"
     "                         if it cannot be written)\n"
     "  --checkpoint-dir ROOT  checkpoints go to ROOT/step-<step>/ (Checkpoint\n"
-    "                         requests without a directory, the timer's saves);\n"
-    "                         without --restore, the newest complete checkpoint\n"
-    "                         under ROOT is restored at start\n"
+    "                         requests without a directory, the timer's saves)\n"
+    "                         or below ROOT: a Checkpoint's directory is relative\n"
+    "                         to it (no '..', no symlink below ROOT followed);\n"
+    "                         without it Checkpoint requests are refused. Without\n"
+    "                         --restore, the newest complete checkpoint of this\n"
+    "                         cluster (same configuration fingerprint) under ROOT\n"
+    "                         is restored at start; retention deletes only this\n"
+    "                         cluster's checkpoints and the files they list\n"
     "  --restore DIR          restore this step directory at start (any topology:\n"
     "                         the tables are resharded); a missing or corrupt\n"
     "                         file stops the start, naming the file\n"
@@ -107,6 +112,20 @@ static const char usage[] =
     "                         arrived, or whose answer the client has not taken,\n"
     "                         S seconds after it began (DEADLINE_EXCEEDED); also\n"
     "                         the deadline of a connection's handshake (default 60)\n"
+    "  --checkpoint-min-interval S\n"
+    "                         a Checkpoint of another step sooner than S seconds\n"
+    "                         after the last save is refused (RESOURCE_EXHAUSTED,\n"
+    "                         saying when to retry; one for the step just saved\n"
+    "                         gets that save's result), and the timer waits as\n"
+    "                         long; 0: no limit (default 10)\n"
+    "  --checkpoint-snapshot-max BYTES\n"
+    "                         a save first copies the process's tables and slots\n"
+    "                         to memory (ApplyGradients wait only for the copy)\n"
+    "                         when the copy takes at most BYTES; K, M, G\n"
+    "                         suffixes; auto: half the memory available at the\n"
+    "                         save; 0: never (default auto). The copy's memory\n"
+    "                         is kept for the next save, and the system may\n"
+    "                         reclaim it meanwhile\n"
     "  --help                 this text\n"
     "\n"
     "Who may connect: a server listening on an address other than loopback\n"
@@ -115,8 +134,9 @@ static const char usage[] =
     "--insecure: without them anyone who reaches the port can read and change\n"
     "every table and save checkpoints. deploy/SECURITY.md has the details.\n"
     "\n"
-    "While a checkpoint is saved, Lookups are served and ApplyGradients wait for\n"
-    "the save to finish, then run in arrival order; one save runs at a time.\n"
+    "While a checkpoint is saved, Lookups are served and ApplyGradients wait until\n"
+    "the state is copied (or, without a copy, saved), then run in arrival order;\n"
+    "one save runs at a time.\n"
     "\n"
     "Exit status: 0 after a clean shutdown on SIGTERM or SIGINT; 1 when the\n"
     "configuration is invalid, the tables do not fit, the checkpoint to restore\n"
@@ -277,6 +297,8 @@ int main(int argc, char **argv) {
   o.tc_threads = 1;
   o.max_message_bytes = (int64_t)256 << 20;
   o.checkpoint_keep = 3;
+  o.checkpoint_min_interval = 10;
+  o.checkpoint_snapshot_max = -1;
   o.inline_lookup_entries = 16384;
   o.pin_sparsecores = true;
   o.memory_wait_ms = 2000;
@@ -301,6 +323,8 @@ int main(int argc, char **argv) {
       {"memory-budget", required_argument, 0, 'B'}, {"memory-wait-ms", required_argument, 0, 'W'},
       {"max-streams", required_argument, 0, 'S'},   {"idle-timeout", required_argument, 0, 'T'},
       {"transfer-timeout", required_argument, 0, 'X'},
+      {"checkpoint-min-interval", required_argument, 0, 2001},
+      {"checkpoint-snapshot-max", required_argument, 0, 2002},
       {0, 0, 0, 0}};
   bool insecure = false;
   int c;
@@ -356,6 +380,18 @@ int main(int argc, char **argv) {
     case 'S': if (parse_int("--max-streams", optarg, 1, 1000000, &v)) return 2; o.max_streams = (int32_t)v; break;
     case 'T': if (parse_int("--idle-timeout", optarg, 1, 30L * 86400, &v)) return 2; o.idle_timeout_s = (int32_t)v; break;
     case 'X': if (parse_int("--transfer-timeout", optarg, 1, 86400, &v)) return 2; o.transfer_timeout_s = (int32_t)v; break;
+    case 2001: if (parse_int("--checkpoint-min-interval", optarg, 0, 86400, &v)) return 2; o.checkpoint_min_interval = (double)v; break;
+    case 2002:
+      if (!strcmp(optarg, "auto"))
+        o.checkpoint_snapshot_max = -1;
+      else if (!strcmp(optarg, "0"))
+        o.checkpoint_snapshot_max = 0;
+      else if (scps_parse_bytes(optarg, &o.checkpoint_snapshot_max)) {
+        fprintf(stderr, "scps-server: --checkpoint-snapshot-max '%s': expected auto, 0 or bytes like 512M or 4G\n",
+                optarg);
+        return 2;
+      }
+      break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }

@@ -14,10 +14,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "scps_clock.h"
+#include "scps_confine.h"
 #include "scps_hash64.h"
 #include "scps_json.h"
 #include "scps_jsonw.h"
@@ -39,6 +41,8 @@
 #define FILE_NAME_CAP 64
 #define STEP_PREFIX "step-"
 #define MANIFEST_PREFIX "manifest.p"
+/* The manifest member naming the cluster that wrote it (64 hex digits). */
+#define FINGERPRINT_KEY "config_fingerprint"
 
 /* ---- the checkpoint's own description of where rows live ---- */
 
@@ -71,6 +75,8 @@ typedef struct ck_file {
 struct scps_checkpoint {
   char dir[PATH_CAP];
   int64_t step;
+  bool has_fingerprint;
+  uint8_t fingerprint[SCPS_CHECKPOINT_FINGERPRINT_BYTES];
   scps_topology topology;
   int32_t num_sc;
   scps_workload *specs;
@@ -106,13 +112,8 @@ static int io_error(scps_error *err, int e, const char *what, const char *path) 
 
 /* ---- file system helpers ---- */
 
-static int fsync_dir(const char *dir, scps_error *err) {
-  int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return io_error(err, errno, "cannot open directory", dir);
-  int rc = 0;
-  if (fsync(fd)) rc = io_error(err, errno, "cannot fsync directory", dir);
-  close(fd);
-  return rc;
+static int fsync_fd(int fd, const char *dir, scps_error *err) {
+  return fsync(fd) ? io_error(err, errno, "cannot fsync directory", dir) : 0;
 }
 
 /* mkdir -p: every missing component of path. */
@@ -181,27 +182,6 @@ static int open_read(const char *path, int64_t want_bytes, int *fd_out, scps_err
 static int checksum_error(scps_error *err, const char *path, uint64_t got, uint64_t want) {
   return scps_error_set(err, SCPS_ECORRUPT, "'%s': checksum %016" PRIx64 ", manifest says %016" PRIx64,
                         path, got, want);
-}
-
-/* Removes every entry of a flat directory, then the directory. Processes
- * sharing a checkpoint root prune the same steps, so whatever a peer has
- * removed first counts as removed. */
-static int remove_dir(const char *dir, scps_error *err) {
-  DIR *d = opendir(dir);
-  if (!d) return errno == ENOENT ? 0 : io_error(err, errno, "cannot open directory", dir);
-  int rc = 0;
-  struct dirent *de;
-  while ((de = readdir(d)) && !rc) {
-    if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-    if (unlinkat(dirfd(d), de->d_name, 0) && errno != ENOENT) {
-      char p[PATH_CAP + 256];
-      snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
-      rc = io_error(err, errno, "cannot remove", p);
-    }
-  }
-  closedir(d);
-  if (!rc && rmdir(dir) && errno != ENOENT) rc = io_error(err, errno, "cannot remove directory", dir);
-  return rc;
 }
 
 /* ---- one file per core ---- */
@@ -312,6 +292,11 @@ typedef struct out_file {
   char tmp[PATH_CAP + 8];
   int fd;
   off_t written;
+  /* The names the *at calls use, relative to dirfd: path and tmp when dirfd
+   * is AT_FDCWD, the bare file names when it is a directory descriptor. */
+  int dirfd;
+  const char *at_path, *at_tmp;
+  char name[FILE_NAME_CAP], name_tmp[FILE_NAME_CAP + 8];
 } out_file;
 
 /* Writes len bytes in IO_CHUNK pieces, hashing each just before write()
@@ -342,14 +327,28 @@ static int write_all(out_file *o, const void *data, size_t len, scps_hash64_ctx 
   return 0;
 }
 
-static int out_open(out_file *o, const char *dir, const char *name, scps_error *err) {
+/* Creates dir/name.tmp; dirfd is dir opened, or AT_FDCWD. Whatever had
+ * the temporary's name is removed first and the file created with O_EXCL |
+ * O_NOFOLLOW: a symlink or hard link planted there is never written
+ * through. */
+static int out_open_at(out_file *o, int dirfd, const char *dir, const char *name, scps_error *err) {
   int rc = path_join(o->path, sizeof o->path, dir, name, err);
   if (rc) return rc;
   snprintf(o->tmp, sizeof o->tmp, "%s.tmp", o->path);
+  snprintf(o->name, sizeof o->name, "%s", name);
+  snprintf(o->name_tmp, sizeof o->name_tmp, "%s.tmp", name);
+  o->dirfd = dirfd;
+  o->at_path = dirfd == AT_FDCWD ? o->path : o->name;
+  o->at_tmp = dirfd == AT_FDCWD ? o->tmp : o->name_tmp;
   o->written = 0;
-  o->fd = open(o->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (unlinkat(dirfd, o->at_tmp, 0) && errno != ENOENT) return io_error(err, errno, "cannot remove", o->tmp);
+  o->fd = openat(dirfd, o->at_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (o->fd < 0) return io_error(err, errno, "cannot create", o->tmp);
   return 0;
+}
+
+static int out_open(out_file *o, const char *dir, const char *name, scps_error *err) {
+  return out_open_at(o, AT_FDCWD, dir, name, err);
 }
 
 /* Makes the temporary file durable and closes it; it keeps its .tmp name. */
@@ -358,15 +357,15 @@ static int out_sync(out_file *o, scps_error *err) {
   if (fsync(o->fd)) rc = io_error(err, errno, "cannot fsync", o->tmp);
   if (close(o->fd) && !rc) rc = io_error(err, errno, "cannot close", o->tmp);
   o->fd = -1;
-  if (rc) unlink(o->tmp);
+  if (rc) unlinkat(o->dirfd, o->at_tmp, 0);
   return rc;
 }
 
 static int out_commit(out_file *o, scps_error *err) {
   int rc = out_sync(o, err);
-  if (!rc && rename(o->tmp, o->path)) {
+  if (!rc && renameat(o->dirfd, o->at_tmp, o->dirfd, o->at_path)) {
     rc = io_error(err, errno, "cannot rename to", o->path);
-    unlink(o->tmp);
+    unlinkat(o->dirfd, o->at_tmp, 0);
   }
   return rc;
 }
@@ -374,19 +373,24 @@ static int out_commit(out_file *o, scps_error *err) {
 static void out_abort(out_file *o) {
   if (o->fd >= 0) close(o->fd);
   o->fd = -1;
-  unlink(o->tmp);
+  if (o->at_tmp) unlinkat(o->dirfd, o->at_tmp, 0);
 }
 
 static void write_manifest(scps_jsonw *w, const scps_layout *l, int32_t process, int64_t step,
                            const scps_checkpoint_limits *limits, const ck_file *files,
-                           int n_files) {
+                           int n_files, const scps_checkpoint_owner *own) {
   const scps_topology *t = &l->topology;
+  scps_jsonw_printf(w, "{\"format\": %d, \"step\": %lld, \"process_index\": %d,\n",
+                    SCPS_CHECKPOINT_FORMAT, (long long)step, process);
+  if (own && own->has_fingerprint) {
+    scps_jsonw_printf(w, " \"" FINGERPRINT_KEY "\": \"");
+    for (int i = 0; i < SCPS_CHECKPOINT_FINGERPRINT_BYTES; i++) scps_jsonw_printf(w, "%02x", own->fingerprint[i]);
+    scps_jsonw_printf(w, "\",\n");
+  }
   scps_jsonw_printf(w,
-                    "{\"format\": %d, \"step\": %lld, \"process_index\": %d,\n"
                     " \"topology\": {\"num_processes\": %d, \"sc_per_process\": %d, "
                     "\"sc_memory_bytes\": %lld},\n \"stacks\": [",
-                    SCPS_CHECKPOINT_FORMAT, (long long)step, process, t->num_processes,
-                    t->sc_per_process, (long long)t->sc_memory_bytes);
+                    t->num_processes, t->sc_per_process, (long long)t->sc_memory_bytes);
   for (int s = 0; s < l->n_stacks; s++) {
     const scps_stack_layout *st = &l->stacks[s];
     scps_jsonw_printf(w, "%s\n  {\"name\": ", s ? "," : "");
@@ -437,9 +441,19 @@ static int64_t region_bytes_of(const scps_stack_layout *st) {
   return st->rows_per_sc * st->dim * (int64_t)sizeof(float);
 }
 
+struct scps_checkpoint_snapshot {
+  const scps_engine *e;
+  char *base;      /* one anonymous mapping of `mapped` bytes */
+  size_t mapped;
+  int n_files;
+  size_t *offset;  /* [n_files + 1]: file i's bytes at base + offset[i], in save order */
+};
+
 typedef struct save_ctx {
   scps_engine *e;
   const char *dir;
+  int dirfd;                             /* dir, opened */
+  const scps_checkpoint_snapshot *snap;  /* NULL: write from the engine */
   ck_file *files;
 } save_ctx;
 
@@ -454,13 +468,17 @@ static int save_file(void *arg, int i, scps_error *err) {
   const size_t region = (size_t)region_bytes_of(st);
   const int slots = scps_optimizer_num_slots(st->optimizer.type);
   out_file o = {.fd = -1};
-  int rc = out_open(&o, x->dir, f->name, err);
+  int rc = out_open_at(&o, x->dirfd, x->dir, f->name, err);
   if (rc) return rc;
   scps_hash64_ctx h;
   scps_hash64_init(&h, 0);
-  rc = write_all(&o, scps_engine_shard(x->e, f->stack, ls), region, &h, err);
-  for (int k = 0; k < slots && !rc; k++)
-    rc = write_all(&o, scps_engine_slot(x->e, f->stack, ls, k), region, &h, err);
+  if (x->snap) {
+    rc = write_all(&o, x->snap->base + x->snap->offset[i], x->snap->offset[i + 1] - x->snap->offset[i], &h, err);
+  } else {
+    rc = write_all(&o, scps_engine_shard(x->e, f->stack, ls), region, &h, err);
+    for (int k = 0; k < slots && !rc; k++)
+      rc = write_all(&o, scps_engine_slot(x->e, f->stack, ls, k), region, &h, err);
+  }
   if (!rc) rc = out_sync(&o, err);
   if (rc) {
     out_abort(&o);
@@ -474,19 +492,42 @@ static int save_file(void *arg, int i, scps_error *err) {
 int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
                          const scps_checkpoint_limits *limits, scps_checkpoint_stats *stats,
                          scps_error *err) {
+  if (step < 0) return scps_error_set(err, SCPS_EINVAL, "checkpoint step %lld is negative", (long long)step);
+  int rc = check_limits(scps_engine_layout(e), limits, err);
+  if (!rc) rc = make_dirs(root, err);
+  if (rc) return rc;
+  int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return io_error(err, errno, "cannot open directory", root);
+  rc = scps_checkpoint_save_at(fd, root, e, step, limits, NULL, stats, err);
+  close(fd);
+  return rc;
+}
+
+/* SCPS_EMISMATCH when the step directory dfd holds a manifest that verifies
+ * as another cluster's (see "ownership" below). */
+static int refuse_foreign(int dfd, const char *dir, const scps_checkpoint_owner *own, scps_error *err);
+
+int scps_checkpoint_save_at(int root_fd, const char *root, const scps_engine *e, int64_t step,
+                            const scps_checkpoint_limits *limits, const scps_checkpoint_save_opts *opts,
+                            scps_checkpoint_stats *stats, scps_error *err) {
   double t0 = scps_clock_s();
   const scps_layout *l = scps_engine_layout(e);
   const int32_t S = l->topology.sc_per_process, p = scps_engine_process_index(e);
   /* The engine's accessors hand out writable pointers; save only reads them. */
   scps_engine *me = (scps_engine *)e;
+  const scps_checkpoint_snapshot *snap = opts ? opts->snapshot : NULL;
+  const scps_checkpoint_owner *own = opts ? opts->owner : NULL;
   if (step < 0) return scps_error_set(err, SCPS_EINVAL, "checkpoint step %lld is negative", (long long)step);
+  if (snap && snap->e != e) return scps_error_set(err, SCPS_EINVAL, "checkpoint: the snapshot is of another engine");
   int rc = check_limits(l, limits, err);
   if (rc) return rc;
-  char dir[PATH_CAP], manifest_name[FILE_NAME_CAP];
+  char dir[PATH_CAP], manifest_name[FILE_NAME_CAP], step_name[FILE_NAME_CAP];
   step_dir_name(root, step, dir, sizeof dir);
   if (strlen(dir) >= sizeof dir - FILE_NAME_CAP - 8)
     return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s' is too long", root);
   snprintf(manifest_name, sizeof manifest_name, MANIFEST_PREFIX "%d.json", p);
+  snprintf(step_name, sizeof step_name, STEP_PREFIX "%012lld", (long long)step);
+  int dfd = -1, os_errno;
 
   scps_jsonw w;
   scps_jsonw_init(&w);
@@ -504,14 +545,15 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
   specs = w.buf;
   w.buf = NULL;
   scps_jsonw_free(&w);
-  if ((rc = make_dirs(dir, err))) goto out;
+  if ((rc = scps_confine_subdir(root_fd, root, step_name, true, &dfd, &os_errno, err))) goto out;
+  if (own && (rc = refuse_foreign(dfd, dir, own, err))) goto out;
   for (int s = 0, i = 0; s < l->n_stacks; s++)
     for (int32_t ls = 0; ls < S; ls++, i++) {
       files[i].stack = s;
       files[i].sc = p * S + ls;
       data_file_name(s, files[i].sc, files[i].name);
     }
-  save_ctx x = {.e = me, .dir = dir, .files = files};
+  save_ctx x = {.e = me, .dir = dir, .dirfd = dfd, .snap = snap, .files = files};
   attempted = true;
   /* Every data file is written in full under a temporary name before
    * anything of an earlier save of this step is touched: a save that fails
@@ -523,8 +565,8 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
      * be replaced: it goes first, durably. */
     char old[PATH_CAP];
     if ((rc = path_join(old, sizeof old, dir, manifest_name, err))) goto out;
-    if (unlink(old) == 0) {
-      if ((rc = fsync_dir(dir, err))) goto out;
+    if (unlinkat(dfd, manifest_name, 0) == 0) {
+      if ((rc = fsync_fd(dfd, dir, err))) goto out;
     } else if (errno != ENOENT) {
       rc = io_error(err, errno, "cannot remove", old);
       goto out;
@@ -532,40 +574,40 @@ int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
   }
   replacing = true;
   for (int i = 0; i < n_files; i++) {
-    char path[PATH_CAP], tmp[PATH_CAP + 8];
+    char path[PATH_CAP], tmp[FILE_NAME_CAP + 8];
     if ((rc = path_join(path, sizeof path, dir, files[i].name, err))) goto out;
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    if (rename(tmp, path)) {
+    snprintf(tmp, sizeof tmp, "%s.tmp", files[i].name);
+    if (renameat(dfd, tmp, dfd, files[i].name)) {
       rc = io_error(err, errno, "cannot rename to", path);
       goto out;
     }
   }
-  if ((rc = fsync_dir(dir, err))) goto out;
-  write_manifest(&w, l, p, step, limits, files, n_files);
+  if ((rc = fsync_fd(dfd, dir, err))) goto out;
+  write_manifest(&w, l, p, step, limits, files, n_files, own);
   scps_jsonw_printf(&w, "%s,\n " CHECKSUM_KEY "0000000000000000\"}\n", specs);
   if ((rc = scps_jsonw_finish(&w, "checkpoint manifest", err))) goto out;
   seal_manifest(w.buf, w.len);
-  if ((rc = out_open(&o, dir, manifest_name, err))) goto out;
+  if ((rc = out_open_at(&o, dfd, dir, manifest_name, err))) goto out;
   if ((rc = write_all(&o, w.buf, w.len, NULL, err))) goto out;
   if ((rc = out_commit(&o, err))) goto out;
-  rc = fsync_dir(dir, err);
+  rc = fsync_fd(dfd, dir, err);
 out:
   if (rc) {
     out_abort(&o);
     /* Before the swap only the temporary files are this save's; after it,
      * data files without their manifest are useless: give the space back. */
     for (int i = 0; attempted && i < n_files; i++) {
-      char path[PATH_CAP + 8];
-      if (path_join(path, PATH_CAP, dir, files[i].name, NULL)) continue;
-      if (replacing) unlink(path);
-      strcat(path, ".tmp");
-      unlink(path);
+      char tmp[FILE_NAME_CAP + 8];
+      snprintf(tmp, sizeof tmp, "%s.tmp", files[i].name);
+      if (replacing) unlinkat(dfd, files[i].name, 0);
+      unlinkat(dfd, tmp, 0);
     }
   } else if (stats) {
     stats->bytes = bytes;
     stats->files = n_files;
     stats->seconds = scps_clock_s() - t0;
   }
+  if (dfd >= 0) close(dfd);
   free(specs);
   free(files);
   scps_jsonw_free(&w);
@@ -574,8 +616,10 @@ out:
 
 /* ---- open: reading and cross-checking manifests ---- */
 
-static int read_text(const char *path, char **out, size_t *len, scps_error *err) {
-  int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* name in dirfd (path names it in messages); through no symlink unless
+ * dirfd is AT_FDCWD, where name is path. */
+static int read_text_at(int dirfd, const char *name, const char *path, char **out, size_t *len, scps_error *err) {
+  int fd = openat(dirfd, name, O_RDONLY | O_CLOEXEC | (dirfd == AT_FDCWD ? 0 : O_NOFOLLOW));
   if (fd < 0)
     return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "'%s' is missing", path)
                            : io_error(err, errno, "cannot open", path);
@@ -649,6 +693,8 @@ static const scps_json *m_array(const mreader *m, const scps_json *obj, const ch
 /* One parsed manifest, before it is merged into the checkpoint. */
 typedef struct manifest {
   int64_t format, step, process;
+  bool has_fingerprint;
+  uint8_t fingerprint[SCPS_CHECKPOINT_FINGERPRINT_BYTES];
   scps_topology topology;
   scps_workload *specs;
   int n_stacks;
@@ -656,6 +702,22 @@ typedef struct manifest {
   int n_files;
   ck_file *files;
 } manifest;
+
+/* Optional: manifests written before it existed, or without an owner, lack it. */
+static int m_fingerprint(const mreader *m, const scps_json *obj, manifest *mf) {
+  const scps_json *v = scps_json_get(obj, FINGERPRINT_KEY);
+  if (!v) return 0;
+  size_t n = 0;
+  const char *hex = scps_json_string(v, &n);
+  if (!hex || n != 2 * SCPS_CHECKPOINT_FINGERPRINT_BYTES || strspn(hex, "0123456789abcdef") != n)
+    return bad(m, "'" FINGERPRINT_KEY "' must be %d lowercase hex digits", 2 * SCPS_CHECKPOINT_FINGERPRINT_BYTES);
+  for (int i = 0; i < SCPS_CHECKPOINT_FINGERPRINT_BYTES; i++) {
+    char byte[3] = {hex[2 * i], hex[2 * i + 1], '\0'};
+    mf->fingerprint[i] = (uint8_t)strtoul(byte, NULL, 16);
+  }
+  mf->has_fingerprint = true;
+  return 0;
+}
 
 static void manifest_free(manifest *mf) {
   scps_workload_destroy(mf->specs);
@@ -723,6 +785,7 @@ static int parse_manifest(const char *path, const scps_json *root, manifest *mf,
     return scps_error_set(err, SCPS_EPARSE, "'%s': format %lld, this build reads format %d", path,
                           (long long)mf->format, SCPS_CHECKPOINT_FORMAT);
   if ((rc = m_int(&m, root, "step", 0, SCPS_JSON_INT_MAX, &mf->step))) return rc;
+  if ((rc = m_fingerprint(&m, root, mf))) return rc;
   const scps_json *jt = scps_json_get(root, "topology");
   if (scps_json_typeof(jt) != SCPS_JSON_OBJECT) return bad(&m, "'topology' must be an object");
   if ((rc = m_int(&m, jt, "num_processes", 1, 1024, &v))) return rc;
@@ -797,14 +860,16 @@ static int parse_manifest(const char *path, const scps_json *root, manifest *mf,
   return 0;
 }
 
-static int load_manifest(const char *dir, int32_t process, manifest *mf, scps_error *err) {
+/* Manifest `process` of the step directory dir, or of dirfd (dir opened)
+ * when that is not AT_FDCWD. */
+static int load_manifest_at(int dirfd, const char *dir, int32_t process, manifest *mf, scps_error *err) {
   char path[PATH_CAP], name[FILE_NAME_CAP];
   snprintf(name, sizeof name, MANIFEST_PREFIX "%d.json", process);
   int rc = path_join(path, sizeof path, dir, name, err);
   if (rc) return rc;
   char *text = NULL;
   size_t len = 0;
-  if ((rc = read_text(path, &text, &len, err))) {
+  if ((rc = read_text_at(dirfd, dirfd == AT_FDCWD ? path : name, path, &text, &len, err))) {
     if (rc == SCPS_ENOENT)
       scps_error_set(err, SCPS_ENOENT, "checkpoint '%s' is incomplete: '%s' is missing", dir, path);
     return rc;
@@ -823,6 +888,10 @@ static int load_manifest(const char *dir, int32_t process, manifest *mf, scps_er
   if (!rc && mf->process != process)
     rc = scps_error_set(err, SCPS_EPARSE, "'%s' says it is process %lld's", path, (long long)mf->process);
   return rc;
+}
+
+static int load_manifest(const char *dir, int32_t process, manifest *mf, scps_error *err) {
+  return load_manifest_at(AT_FDCWD, dir, process, mf, err);
 }
 
 static int stacks_equal(const manifest *a, const manifest *b) {
@@ -849,6 +918,10 @@ static int cross_check(const char *dir, const manifest *m0, const manifest *mp, 
   if (mp->step != m0->step)
     return scps_error_set(err, SCPS_EMISMATCH, "'%s': manifest.p%d.json is of step %lld, manifest.p0.json of %lld",
                           dir, p, (long long)mp->step, (long long)m0->step);
+  if (mp->has_fingerprint != m0->has_fingerprint ||
+      memcmp(mp->fingerprint, m0->fingerprint, sizeof mp->fingerprint))
+    return scps_error_set(err, SCPS_EMISMATCH, "'%s': manifest.p%d.json and manifest.p0.json name different "
+                          "clusters (" FINGERPRINT_KEY ")", dir, p);
   const scps_workload *a = m0->specs, *b = mp->specs;
   if (scps_specs_diff(&m0->topology, a->tables, a->n_tables, a->features, a->n_features,
                       &mp->topology, b->tables, b->n_tables, b->features, b->n_features,
@@ -939,6 +1012,8 @@ int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err
     return rc;
   }
   c->step = m0.step;
+  c->has_fingerprint = m0.has_fingerprint;
+  memcpy(c->fingerprint, m0.fingerprint, sizeof c->fingerprint);
   c->topology = m0.topology;
   c->num_sc = N;
   c->specs = m0.specs;
@@ -1366,6 +1441,16 @@ static int cmp_step_desc(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* Whether a directory entry's name is a step directory's, and its step. */
+static bool parse_step_name(const char *name, int64_t *step) {
+  if (strncmp(name, STEP_PREFIX, strlen(STEP_PREFIX))) return false;
+  name += strlen(STEP_PREFIX);
+  size_t digits = strspn(name, "0123456789");
+  if (digits < 12 || digits > 18 || name[digits]) return false;
+  *step = strtoll(name, NULL, 10);
+  return true;
+}
+
 /* The step directories under root, newest first, each with what opening it
  * gave: 0 when complete (all manifests present, every listed file of its
  * listed size), SCPS_ENOENT when a file is missing, another code when
@@ -1381,11 +1466,8 @@ static int list_steps(const char *root, step_entry **out, int *n_out, scps_error
   int n = 0, cap = 0, rc = 0;
   struct dirent *de;
   while ((de = readdir(d))) {
-    const char *s = de->d_name;
-    if (strncmp(s, STEP_PREFIX, strlen(STEP_PREFIX))) continue;
-    s += strlen(STEP_PREFIX);
-    size_t digits = strspn(s, "0123456789");
-    if (digits < 12 || digits > 18 || s[digits]) continue;
+    int64_t step;
+    if (!parse_step_name(de->d_name, &step)) continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 16;
       step_entry *nv = realloc(v, (size_t)cap * sizeof *v);
@@ -1395,7 +1477,7 @@ static int list_steps(const char *root, step_entry **out, int *n_out, scps_error
       }
       v = nv;
     }
-    v[n++] = (step_entry){.step = strtoll(s, NULL, 10)};
+    v[n++] = (step_entry){.step = step};
   }
   closedir(d);
   if (rc) {
@@ -1455,39 +1537,419 @@ int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_e
   return rc;
 }
 
-int scps_checkpoint_retain(const char *root, int keep, int64_t saved, int in_progress, scps_error *err) {
-  if (keep < 1) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention %d must be >= 1", keep);
+/* ---- ownership ---- */
+
+static void hex_prefix(const uint8_t *fp, char out[13]) {
+  for (int i = 0; i < 6; i++) snprintf(out + 2 * i, 3, "%02x", fp[i]);
+}
+
+/* Whether a checkpoint of this fingerprint (if any), topology and specs is
+ * the owner's; why says what differs when not. */
+static bool owned_by(bool has_fp, const uint8_t *fp, const scps_topology *t, const scps_workload *w,
+                     const scps_checkpoint_owner *own, char *why, size_t len) {
+  if (has_fp && own->has_fingerprint) {
+    if (!memcmp(fp, own->fingerprint, SCPS_CHECKPOINT_FINGERPRINT_BYTES)) return true;
+    char theirs[13], ours[13];
+    hex_prefix(fp, theirs);
+    hex_prefix(own->fingerprint, ours);
+    snprintf(why, len, "another cluster's (" FINGERPRINT_KEY " %s..., this cluster's %s...)", theirs, ours);
+    return false;
+  }
+  const scps_layout *l = own->layout;
+  if (!l) {
+    snprintf(why, len, "its manifest carries no " FINGERPRINT_KEY " to verify it by");
+    return false;
+  }
+  char msg[400];
+  if (scps_specs_diff(t, w->tables, w->n_tables, w->features, w->n_features, &l->topology, l->table_specs,
+                      l->n_tables, l->feature_specs, l->n_features, "checkpoint", "this cluster", msg, sizeof msg)) {
+    snprintf(why, len, "another cluster's (%sdeclaration differs: %s)", has_fp ? "" : "no " FINGERPRINT_KEY "; its ",
+             msg);
+    return false;
+  }
+  return true;
+}
+
+bool scps_checkpoint_is_owned(const scps_checkpoint *c, const scps_checkpoint_owner *own, char *why, size_t len) {
+  char local[8];
+  if (!why) {
+    why = local;
+    len = sizeof local;
+  }
+  return owned_by(c->has_fingerprint, c->fingerprint, &c->topology, c->specs, own, why, len);
+}
+
+static void note(const scps_checkpoint_owner *own, const char *dir, const char *why) {
+  if (own->note) own->note(own->note_ctx, dir, why);
+}
+
+/* A stream of the entries of the open directory dfd (dir names it), from
+ * the first; NULL and *rc on failure. */
+static DIR *entries_of(int dfd, const char *dir, int *rc, scps_error *err) {
+  int fd = dup(dfd);
+  DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+  if (!d) {
+    *rc = io_error(err, errno, "cannot read directory", dir);
+    if (fd >= 0) close(fd);
+    return NULL;
+  }
+  rewinddir(d);
+  return d;
+}
+
+/* The process indices of the manifests in the directory dfd, at most cap. */
+static int manifest_indices(int dfd, const char *dir, int32_t *out, int cap, int *n, scps_error *err) {
+  *n = 0;
+  int rc = 0;
+  DIR *d = entries_of(dfd, dir, &rc, err);
+  if (!d) return rc;
+  struct dirent *de;
+  const size_t plen = strlen(MANIFEST_PREFIX);
+  while ((de = readdir(d)) && *n < cap) {
+    const char *x = de->d_name;
+    if (strncmp(x, MANIFEST_PREFIX, plen)) continue;
+    size_t digits = strspn(x + plen, "0123456789");
+    if (digits < 1 || digits > 4 || strcmp(x + plen + digits, ".json")) continue;
+    out[(*n)++] = (int32_t)atoi(x + plen);
+  }
+  closedir(d);
+  return 0;
+}
+
+/* Whether one of the manifests in the step directory dfd verifies and is
+ * not the owner's (*which, why); unverifiable ones prove nothing. */
+static bool holds_foreign(int dfd, const char *dir, const scps_checkpoint_owner *own, int32_t *which, char *why,
+                          size_t len) {
+  int32_t idx[1024];
+  int n = 0;
+  if (manifest_indices(dfd, dir, idx, 1024, &n, NULL)) return false;
+  bool foreign = false;
+  for (int i = 0; i < n && !foreign; i++) {
+    manifest mf = {0};
+    if (load_manifest_at(dfd, dir, idx[i], &mf, NULL) == 0 &&
+        !owned_by(mf.has_fingerprint, mf.fingerprint, &mf.topology, mf.specs, own, why, len)) {
+      foreign = true;
+      *which = idx[i];
+    }
+    manifest_free(&mf);
+  }
+  return foreign;
+}
+
+static int refuse_foreign(int dfd, const char *dir, const scps_checkpoint_owner *own, scps_error *err) {
+  char why[700];
+  int32_t p;
+  if (!holds_foreign(dfd, dir, own, &p, why, sizeof why)) return 0;
+  return scps_error_set(err, SCPS_EMISMATCH, "'%s' holds a checkpoint that is not this cluster's (manifest.p%d.json: %s); "
+                        "it is not overwritten", dir, p, why);
+}
+
+/* ---- snapshots ---- */
+
+static size_t snapshot_file_bytes(const scps_layout *l, int stack) {
+  const scps_stack_layout *st = &l->stacks[stack];
+  return (size_t)region_bytes_of(st) * (size_t)(1 + scps_optimizer_num_slots(st->optimizer.type));
+}
+
+int64_t scps_checkpoint_snapshot_bytes(const scps_engine *e) {
+  const scps_layout *l = scps_engine_layout(e);
+  int64_t bytes = 0;
+  for (int s = 0; s < l->n_stacks; s++) bytes += (int64_t)snapshot_file_bytes(l, s) * l->topology.sc_per_process;
+  return bytes;
+}
+
+/* A new snapshot's mapping, for the files of the engine's process. */
+static int snapshot_map(const scps_engine *e, scps_checkpoint_snapshot **out, scps_error *err) {
+  const scps_layout *l = scps_engine_layout(e);
+  const int32_t S = l->topology.sc_per_process;
+  scps_checkpoint_snapshot *sn = calloc(1, sizeof *sn);
+  const int n = l->n_stacks * S;
+  if (sn) sn->offset = calloc((size_t)n + 1, sizeof *sn->offset);
+  if (!sn || !sn->offset) {
+    free(sn);
+    return scps_error_set(err, SCPS_ENOMEM, "checkpoint snapshot: out of memory");
+  }
+  sn->e = e;
+  sn->n_files = n;
+  for (int i = 0; i < n; i++) sn->offset[i + 1] = sn->offset[i] + snapshot_file_bytes(l, i / S);
+  sn->mapped = sn->offset[n] ? sn->offset[n] : 1;
+  /* Its own mapping, so freeing it gives the memory back to the system
+   * whatever malloc's thresholds are. */
+  void *base = mmap(NULL, sn->mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    int e2 = errno;
+    size_t want = sn->mapped;
+    free(sn->offset);
+    free(sn);
+    return scps_error_set(err, SCPS_ENOMEM, "checkpoint snapshot: cannot map %zu bytes: %s", want, strerror(e2));
+  }
+  sn->base = base;
+  *out = sn;
+  return 0;
+}
+
+/* Copies file i's regions (rows, then each slot) as save_file writes them. */
+static int snapshot_file(void *arg, int i, scps_error *err) {
+  scps_checkpoint_snapshot *sn = arg;
+  scps_engine *e = (scps_engine *)sn->e;
+  const scps_layout *l = scps_engine_layout(e);
+  const int32_t S = l->topology.sc_per_process;
+  const int stack = i / S;
+  const int32_t ls = i % S;
+  const size_t region = (size_t)region_bytes_of(&l->stacks[stack]);
+  char *dst = sn->base + sn->offset[i];
+  memcpy(dst, scps_engine_shard(e, stack, ls), region);
+  for (int k = 0; k < scps_optimizer_num_slots(l->stacks[stack].optimizer.type); k++)
+    memcpy(dst + region * (size_t)(k + 1), scps_engine_slot(e, stack, ls, k), region);
+  return 0;
+}
+
+int scps_checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot **s, scps_error *err) {
+  scps_checkpoint_snapshot *sn = *s;
+  if (sn && sn->e != e) {
+    scps_checkpoint_snapshot_free(sn);
+    *s = sn = NULL;
+  }
+  if (!sn) {
+    int rc = snapshot_map(e, &sn, err);
+    if (rc) return rc;
+    *s = sn;
+  }
+  int rc = for_each_file(sn->n_files, snapshot_file, sn, err);
+  if (rc) {
+    scps_checkpoint_snapshot_free(sn);
+    *s = NULL;
+  }
+  return rc;
+}
+
+void scps_checkpoint_snapshot_idle(scps_checkpoint_snapshot *s) {
+#ifdef MADV_FREE
+  if (s && s->base) (void)madvise(s->base, s->mapped, MADV_FREE);
+#else
+  if (s && s->base) (void)madvise(s->base, s->mapped, MADV_DONTNEED);
+#endif
+}
+
+void scps_checkpoint_snapshot_free(scps_checkpoint_snapshot *s) {
+  if (!s) return;
+  if (s->base) munmap(s->base, s->mapped);
+  free(s->offset);
+  free(s);
+}
+
+/* ---- the owner's checkpoints ---- */
+
+int scps_checkpoint_find_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+                                    scps_error *err) {
   step_entry *v;
   int n, rc = list_steps(root, &v, &n, err);
   if (rc) return rc;
+  rc = scps_error_set(err, SCPS_ENOENT, "no complete checkpoint of this cluster under '%s'", root);
+  for (int i = 0; i < n; i++) {
+    /* Cut short (a file missing): skipped, as scps_checkpoint_find_latest does. */
+    if (v[i].open_rc == SCPS_ENOENT) continue;
+    char dir[PATH_CAP], why[700];
+    step_dir_name(root, v[i].step, dir, sizeof dir);
+    scps_checkpoint *c = NULL;
+    scps_error e;
+    int orc = scps_checkpoint_open(dir, &c, &e);
+    if (orc == 0) {
+      bool mine = scps_checkpoint_is_owned(c, own, why, sizeof why);
+      scps_checkpoint_close(c);
+      if (!mine) {
+        note(own, dir, why);
+        continue;
+      }
+      if (strlen(dir) >= cap) {
+        rc = scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
+      } else {
+        memcpy(path, dir, strlen(dir) + 1);
+        rc = 0;
+      }
+      break;
+    }
+    if (orc == SCPS_ENOENT) continue;
+    int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int32_t p;
+    bool foreign = dfd >= 0 && holds_foreign(dfd, dir, own, &p, why, sizeof why);
+    if (dfd >= 0) close(dfd);
+    if (foreign) {
+      note(own, dir, why);
+      continue;
+    }
+    /* Not provably another cluster's: damage to ours must not be hidden by
+     * restoring an older one. */
+    rc = scps_error_set(err, orc,
+                        "the newest checkpoint '%s' is damaged: %s (move it aside to restore an older one, or "
+                        "name one with --restore)",
+                        dir, e.msg);
+    break;
+  }
+  free(v);
+  return rc;
+}
+
+/* A step directory of the owner's below a root. */
+typedef struct own_step {
+  int64_t step;
+  bool complete; /* every process's manifest and file present (scps_checkpoint_open) */
+  char name[FILE_NAME_CAP];
+} own_step;
+
+static int cmp_own_desc(const void *a, const void *b) {
+  int64_t x = ((const own_step *)a)->step, y = ((const own_step *)b)->step;
+  return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* Whether step directory `name` below root_fd is a directory (not a link)
+ * whose manifest of the owner's process verifies and is the owner's. */
+static bool own_manifest(int root_fd, const char *root, const char *name, const scps_checkpoint_owner *own, char *why,
+                         size_t len) {
+  int sfd, os_errno;
+  scps_error e;
+  if (scps_confine_subdir(root_fd, root, name, false, &sfd, &os_errno, &e)) {
+    snprintf(why, len, "%s", e.msg);
+    return false;
+  }
+  char dir[PATH_CAP];
+  snprintf(dir, sizeof dir, "%s/%s", root, name);
+  manifest mf = {0};
+  int rc = load_manifest_at(sfd, dir, own->process_index, &mf, &e);
+  bool mine = false;
+  if (rc == SCPS_ENOENT)
+    snprintf(why, len, "no manifest.p%d.json (a save cut short, or not this cluster's)", own->process_index);
+  else if (rc)
+    snprintf(why, len, "%s", e.msg);
+  else
+    mine = owned_by(mf.has_fingerprint, mf.fingerprint, &mf.topology, mf.specs, own, why, len);
+  manifest_free(&mf);
+  close(sfd);
+  return mine;
+}
+
+/* The owner's step directories below root_fd, newest first; every other
+ * step directory is noted. */
+static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_owner *own, own_step **out, int *n_out,
+                          scps_error *err) {
+  *out = NULL;
+  *n_out = 0;
+  int rc = 0;
+  DIR *d = entries_of(root_fd, root, &rc, err);
+  if (!d) return rc;
+  own_step *v = NULL;
+  int n = 0, cap = 0;
+  struct dirent *de;
+  while ((de = readdir(d)) && !rc) {
+    int64_t step;
+    if (!parse_step_name(de->d_name, &step)) continue;
+    char dir[PATH_CAP], why[700];
+    snprintf(dir, sizeof dir, "%s/%s", root, de->d_name);
+    if (!own_manifest(root_fd, root, de->d_name, own, why, sizeof why)) {
+      note(own, dir, why);
+      continue;
+    }
+    if (n == cap) {
+      cap = cap ? cap * 2 : 16;
+      own_step *nv = realloc(v, (size_t)cap * sizeof *v);
+      if (!nv) {
+        rc = scps_error_set(err, SCPS_ENOMEM, "'%s': out of memory listing checkpoints", root);
+        break;
+      }
+      v = nv;
+    }
+    scps_checkpoint *c = NULL;
+    v[n].step = step;
+    v[n].complete = scps_checkpoint_open(dir, &c, NULL) == 0;
+    snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)sizeof v[n].name - 1, de->d_name);
+    scps_checkpoint_close(c);
+    n++;
+  }
+  closedir(d);
+  if (rc) {
+    free(v);
+    return rc;
+  }
+  if (n) qsort(v, (size_t)n, sizeof *v, cmp_own_desc);
+  *out = v;
+  *n_out = n;
+  return 0;
+}
+
+/* Removes the owner's checkpoint `name` below root_fd: for each manifest in
+ * it that verifies as the owner's, the files it lists, then the manifest;
+ * then the directory, if nothing else is left in it. Processes sharing a
+ * root prune the same steps: what a peer removed first counts as removed. */
+static int remove_own(int root_fd, const char *root, const char *name, const scps_checkpoint_owner *own,
+                      scps_error *err) {
+  char dir[PATH_CAP], why[700];
+  snprintf(dir, sizeof dir, "%s/%s", root, name);
+  int sfd, os_errno;
+  int rc = scps_confine_subdir(root_fd, root, name, false, &sfd, &os_errno, err);
+  if (rc) return os_errno == ENOENT ? 0 : rc;
+  int32_t idx[1024];
+  int n = 0;
+  rc = manifest_indices(sfd, dir, idx, 1024, &n, err);
+  for (int i = 0; i < n && !rc; i++) {
+    manifest mf = {0};
+    if (load_manifest_at(sfd, dir, idx[i], &mf, NULL) == 0 &&
+        owned_by(mf.has_fingerprint, mf.fingerprint, &mf.topology, mf.specs, own, why, sizeof why)) {
+      char mname[FILE_NAME_CAP];
+      snprintf(mname, sizeof mname, MANIFEST_PREFIX "%d.json", idx[i]);
+      for (int f = 0; f <= mf.n_files && !rc; f++) {
+        const char *victim = f < mf.n_files ? mf.files[f].name : mname;
+        if (unlinkat(sfd, victim, 0) && errno != ENOENT) {
+          char p[PATH_CAP + FILE_NAME_CAP];
+          snprintf(p, sizeof p, "%s/%s", dir, victim);
+          rc = io_error(err, errno, "cannot remove", p);
+        }
+      }
+    }
+    manifest_free(&mf);
+  }
+  close(sfd);
+  if (!rc && unlinkat(root_fd, name, AT_REMOVEDIR) && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
+    rc = io_error(err, errno, "cannot remove directory", dir);
+  return rc;
+}
+
+int scps_checkpoint_retain(int root_fd, const char *root, const scps_checkpoint_owner *own, int keep, int64_t saved,
+                           int in_progress, scps_error *err) {
+  if (keep < 1) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention %d must be >= 1", keep);
+  if (!own) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention: no owner to verify checkpoints by");
+  own_step *v;
+  int n, rc = list_own_steps(root_fd, root, own, &v, &n, err);
+  if (rc) return rc;
   int complete_seen = 0, pending_seen = 0;
   for (int i = 0; i < n && !rc; i++) {
-    char dir[PATH_CAP];
-    step_dir_name(root, v[i].step, dir, sizeof dir);
-    if (v[i].open_rc == 0 && v[i].step > saved) {
+    if (v[i].complete && v[i].step > saved) {
       /* Newer than the step just saved: the state it holds was left behind
        * (a restore of an older step), and as the newest it would be
        * restored next. Set aside, not deleted. */
-      char aside[PATH_CAP + 16];
-      snprintf(aside, sizeof aside, "%s/superseded-" STEP_PREFIX "%012lld", root, (long long)v[i].step);
+      char aside[FILE_NAME_CAP + 16];
+      snprintf(aside, sizeof aside, "superseded-%s", v[i].name);
       /* Another process of the cluster may have set it aside first. */
-      if (rename(dir, aside) && errno != ENOENT) rc = io_error(err, errno, "cannot set aside", dir);
+      if (renameat(root_fd, v[i].name, root_fd, aside) && errno != ENOENT) {
+        char dir[PATH_CAP];
+        snprintf(dir, sizeof dir, "%s/%s", root, v[i].name);
+        rc = io_error(err, errno, "cannot set aside", dir);
+      }
       continue;
     }
     bool drop;
     if (v[i].step == saved) {
       drop = false;
-      complete_seen += v[i].open_rc == 0;
-    } else if (v[i].open_rc == 0) {
+      complete_seen += v[i].complete;
+    } else if (v[i].complete) {
       drop = ++complete_seen > keep;
     } else {
       /* Incomplete ones newer than every complete one may be saves in
        * progress, one per process at most. */
       drop = complete_seen > 0 || ++pending_seen > in_progress;
     }
-    if (drop) rc = remove_dir(dir, err);
+    if (drop) rc = remove_own(root_fd, root, v[i].name, own, err);
   }
-  if (!rc && n) rc = fsync_dir(root, err);
+  if (!rc && n) rc = fsync_fd(root_fd, root, err);
   free(v);
   return rc;
 }

@@ -7,7 +7,9 @@
  * "<stack index>.sc<global sc>.bin" = the shard's rows then each slot
  * ([rows_per_sc x dim] little-endian float32 each, padding included), and
  * last its manifest "manifest.p<p>.json": format version, step, topology,
- * the specs in the workload-file format, the stacks (name, tables, limits in
+ * the configuration fingerprint of the cluster that wrote it (when the
+ * writer gave one: scps_checkpoint_save_at), the specs in the workload-file
+ * format, the stacks (name, tables, limits in
  * force) and every file with its size and XXH64 checksum, and last a
  * "checksum" member: the XXH64 of the manifest's own text with that
  * member's digits as zeros (so a damaged manifest is caught too). Each file is
@@ -18,6 +20,7 @@
 #ifndef SCPS_CHECKPOINT_H
 #define SCPS_CHECKPOINT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "scps_engine.h"
@@ -110,13 +113,106 @@ int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char
  * the call with its code, naming it, rather than being passed over. */
 int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_error *err);
 
-/* After the save of step `saved` under root: keeps that one and the newest
+typedef struct scps_checkpoint_owner scps_checkpoint_owner; /* below */
+
+/* After the save of step `saved` below root_fd (an open directory; root
+ * names it in messages), among the step directories there that are the
+ * owner's (its own manifest, manifest.p<process_index>.json, verifies and
+ * is the owner's: scps_checkpoint_owner): keeps that one and the newest
  * complete checkpoints older than it up to `keep` in all, deletes older
  * ones, and incomplete ones older than the newest kept complete one or
  * beyond the newest `in_progress` (saves other processes may still be
- * writing). Complete checkpoints newer than `saved` come from a state left
+ * writing). Deleting removes the files the owner's manifest lists, then
+ * that manifest, then the directory once empty (the other processes remove
+ * theirs). Complete checkpoints newer than `saved` come from a state left
  * behind by a restore of an older step: they are renamed
- * superseded-step-<N> (no longer restored as the newest; the files stay). */
-int scps_checkpoint_retain(const char *root, int keep, int64_t saved, int in_progress, scps_error *err);
+ * superseded-step-<N> (no longer restored as the newest; the files stay).
+ * Any other step directory (another cluster's, unverifiable, a symlink) is
+ * neither counted nor touched, only noted (own->note). Nothing is followed
+ * through a symlink. */
+int scps_checkpoint_retain(int root_fd, const char *root, const scps_checkpoint_owner *own, int keep, int64_t saved,
+                           int in_progress, scps_error *err);
+
+/* ---- ownership, snapshots, saving below a root that is already open ----
+ * A server writes and prunes checkpoints below its --checkpoint-dir only:
+ * the step directory and every file are created and removed relative to
+ * directory descriptors, never through a symlink, and retention touches
+ * only checkpoints whose manifest it can verify as its own cluster's. */
+
+#define SCPS_CHECKPOINT_FINGERPRINT_BYTES 32
+
+/* Who is asking: whose checkpoints retention may prune and a start may
+ * restore without being told which. */
+struct scps_checkpoint_owner {
+  int32_t process_index; /* whose manifest (manifest.p<i>.json) decides */
+  /* The cluster's configuration fingerprint (GetConfig's
+   * config_fingerprint), written into every manifest this owner saves. */
+  uint8_t fingerprint[SCPS_CHECKPOINT_FINGERPRINT_BYTES];
+  bool has_fingerprint;
+  /* This cluster's declaration, compared with manifests that carry no
+   * fingerprint (written before manifests had one, or by `scps-admin
+   * checkpoint convert`): such a one is this owner's when its topology and
+   * specs equal these exactly. NULL: those are never this owner's. */
+  const scps_layout *layout;
+  /* Told of every step directory left alone because it could not be
+   * verified as this owner's (why names the reason); may be NULL. */
+  void (*note)(void *ctx, const char *step_dir, const char *why);
+  void *note_ctx;
+};
+
+/* Whether the opened checkpoint is the owner's: its manifests carry the
+ * owner's fingerprint, or none and the owner's exact declaration. When not,
+ * why (if given) says what differs. */
+bool scps_checkpoint_is_owned(const scps_checkpoint *c, const scps_checkpoint_owner *own, char *why, size_t len);
+
+/* A copy of this process's rows and optimizer slots in memory, taken while
+ * nothing writes them, so that writing it to disk needs no such guarantee.
+ * The copy is anonymous memory of its own, returned to the system when
+ * freed, and reclaimable by it whenever the copy is idle. */
+typedef struct scps_checkpoint_snapshot scps_checkpoint_snapshot;
+
+/* Bytes a snapshot of the engine's process takes (what a save writes). */
+int64_t scps_checkpoint_snapshot_bytes(const scps_engine *e);
+/* Copies the engine's rows and slots: into *s when it is a snapshot of the
+ * same engine (its memory reused: faulting fresh pages in costs more than
+ * the copy), else into a new one (*s replaced, the old one freed).
+ * SCPS_ENOMEM when the memory cannot be mapped (*s is then NULL). The
+ * engine must outlive the snapshot; its rows and slots must not be written
+ * during this call. */
+int scps_checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot **s, scps_error *err);
+/* The copy is written and not needed until the next take: the system may
+ * reclaim its pages at any time without writing them anywhere (MADV_FREE);
+ * those it has not reclaimed by then cost the next take no page fault. */
+void scps_checkpoint_snapshot_idle(scps_checkpoint_snapshot *s);
+void scps_checkpoint_snapshot_free(scps_checkpoint_snapshot *s);
+
+typedef struct scps_checkpoint_save_opts {
+  /* Write this snapshot (of the same engine) instead of the engine's
+   * memory; NULL: the engine's, which nothing may write meanwhile. */
+  const scps_checkpoint_snapshot *snapshot;
+  /* Writes the owner's fingerprint into the manifest and refuses
+   * (SCPS_EMISMATCH, naming it) to write into a step directory holding a
+   * manifest that is verifiably another cluster's. NULL: neither. */
+  const scps_checkpoint_owner *owner;
+} scps_checkpoint_save_opts;
+
+/* scps_checkpoint_save below root_fd, an open directory (root names it in
+ * messages): the step directory is created with mkdirat and opened with
+ * O_NOFOLLOW, every file is created with O_EXCL | O_NOFOLLOW after removing
+ * whatever had its temporary name, and renamed within that directory, so a
+ * symlink planted where a step directory or file will be is never followed
+ * (a symlinked step directory fails with SCPS_EIO naming it). opts may be
+ * NULL. */
+int scps_checkpoint_save_at(int root_fd, const char *root, const scps_engine *e, int64_t step,
+                            const scps_checkpoint_limits *limits, const scps_checkpoint_save_opts *opts,
+                            scps_checkpoint_stats *stats, scps_error *err);
+
+/* scps_checkpoint_find_latest among the owner's checkpoints only: a step
+ * directory that opens but is not the owner's (scps_checkpoint_is_owned) is
+ * passed over and noted, however new; one that does not open (damaged) fails
+ * the call as there, unless one of its manifests verifies as another
+ * cluster's, when it too is passed over and noted. */
+int scps_checkpoint_find_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+                                    scps_error *err);
 
 #endif

@@ -12,6 +12,7 @@
  * with 4 MiB read() calls. Loads and plain reads both read files written
  * just before (page cache as the machine keeps it, nothing dropped). Figures
  * are medians over the K runs; one JSON line on stdout. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +57,14 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
     t_load[i] = scps_clock_s() - t0;
     scps_checkpoint_close(c);
     scps_engine_destroy(fresh);
-    if (!rc) rc = scps_checkpoint_retain(dir, 1, i, 1, err);
+    if (!rc) {
+      /* Saved without a fingerprint: this declaration's checkpoints are ours. */
+      scps_checkpoint_owner own = {.process_index = 0, .layout = l};
+      int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      rc = fd < 0 ? scps_error_set(err, SCPS_EIO, "cannot open '%s'", dir)
+                  : scps_checkpoint_retain(fd, dir, &own, 1, i, 1, err);
+      if (fd >= 0) close(fd);
+    }
     t0 = scps_clock_s();
     uint64_t sum = 0;
     for (int s = 0; s < l->n_stacks; s++)

@@ -14,6 +14,7 @@
 
 #include "scps_client.h"
 #include "scps_clock.h"
+#include "scps_fdo.h"
 #include "scps_memtune.h"
 #include "scps_train.h"
 #include "scps_workload.h"
@@ -39,7 +40,11 @@ static const char usage[] =
     "(16 MiB write() calls; the last file is kept), the save first in even\n"
     "rounds and second in odd ones, then one more with lookups\n"
     "timed back to back until it returns: the medians of the R saves and\n"
-    "writes, and lookup p50/max idle and during the save.\n"
+    "writes, and lookup p50/max idle and during the save; then K pushes\n"
+    "timed idle and pushes back to back during one more save (of the step\n"
+    "they reached, sent 20 ms before them): push p50/max idle and during that\n"
+    "save. Checkpoints carry the highest limits the servers allow. The\n"
+    "servers need --checkpoint-min-interval 0 (the saves come back to back).\n"
     "--depth D (lookup, train) keeps D batches in flight from D threads, each\n"
     "with its own batch and buffers, so one batch's preprocessing and merge\n"
     "overlap another's server work; samples_per_s is then K batches over the\n"
@@ -239,6 +244,7 @@ static int time_depth(scps_client *c, const stored *st, int distinct, int nf, si
 
 typedef struct saving {
   scps_client *c;
+  int64_t step;
   atomic_bool done;
   int rc;
   scps_error err;
@@ -247,7 +253,7 @@ typedef struct saving {
 
 static void *save_thread(void *p) {
   saving *sv = p;
-  sv->rc = scps_client_checkpoint(sv->c, 0, NULL, 3600000, &sv->res, &sv->err);
+  sv->rc = scps_client_checkpoint(sv->c, sv->step, NULL, 3600000, &sv->res, &sv->err);
   atomic_store(&sv->done, true);
   return NULL;
 }
@@ -260,10 +266,28 @@ static void *save_thread(void *p) {
  * 2-3x); rounds of a save and a plain write of as many bytes to plain (when
  * given); then lookups back to back during one more save. The last plain
  * file stays for the caller's reads. */
+/* A Checkpoint carries the client's limits, which the servers take only up
+ * to what FDO may raise them to (scps.proto StackLimits): the highest
+ * allowed, instead of limits no batch reaches. */
+static int highest_allowed_limits(scps_client *c, scps_error *err) {
+  const scps_layout *l = scps_client_layout(c);
+  scps_fdo *f = NULL;
+  int rc = scps_fdo_create(l, NULL, &f, err);
+  for (int s = 0; !rc && s < l->n_stacks; s++) {
+    int32_t cap = scps_fdo_limit_cap(f, s);
+    int32_t ids = cap > l->stacks[s].max_ids_per_partition ? cap : l->stacks[s].max_ids_per_partition;
+    int32_t uniq = cap > l->stacks[s].max_unique_ids_per_partition ? cap : l->stacks[s].max_unique_ids_per_partition;
+    rc = scps_prep_set_limits(scps_client_prep(c), s, ids, uniq, err);
+  }
+  scps_fdo_destroy(f);
+  return rc;
+}
+
 static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, float *const *acts,
                             float *const *grads, long batches, int rounds, const char *plain, const char *name,
                             scps_error *err) {
-  int rc = scps_client_prepare(c, st[0].in, b, err);
+  int rc = highest_allowed_limits(c, err);
+  if (!rc) rc = scps_client_prepare(c, st[0].in, b, err);
   if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
   if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, 0, -1, 60000, err);
   uint64_t sent, received;
@@ -312,6 +336,33 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   if (rc) return rc;
   if (sv.rc) return scps_error_set(err, sv.rc, "%s", sv.err.msg);
   scps_bench_sort(t_look, (size_t)n);
+  /* Pushes idle (steps 1..K), then back to back during a save of step K:
+   * what a trainer waits for while a checkpoint is taken. */
+  for (long i = 0; i < batches && !rc; i++) {
+    rc = scps_client_prepare(c, st[i % 4].in, b, err);
+    double t0 = scps_clock_s();
+    if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, 1 + i, -1, 60000, err);
+    t_push[i] = scps_clock_s() - t0;
+  }
+  if (rc) return rc;
+  scps_bench_sort(t_push, (size_t)batches);
+  double idle_push_p50 = t_push[batches / 2], idle_push_max = t_push[batches - 1];
+  saving pv = {.c = c, .step = batches};
+  if (pthread_create(&th, NULL, save_thread, &pv)) return scps_error_set(err, SCPS_ENOMEM, "cannot start a thread");
+  /* The Checkpoint must be in before the first push of a later step, or
+   * the server would refuse it as overtaken. */
+  nanosleep(&(struct timespec){0, 20 * 1000000L}, NULL);
+  long np = 0;
+  while (!atomic_load(&pv.done) && np < MAX_BATCHES && !rc) {
+    rc = scps_client_prepare(c, st[np % 4].in, b, err);
+    double t0 = scps_clock_s();
+    if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, batches + 1 + np, -1, 60000, err);
+    t_push[np++] = scps_clock_s() - t0;
+  }
+  pthread_join(th, NULL);
+  if (rc) return rc;
+  if (pv.rc) return scps_error_set(err, pv.rc, "%s", pv.err.msg);
+  scps_bench_sort(t_push, (size_t)np);
   const double gb = (double)quiet.res.bytes * 1e-9, save = scps_bench_median(t_save, (size_t)rounds);
   printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"checkpoint\", \"path\": \"%s\", "
          "\"bytes\": %lld, \"files\": %d, \"rounds\": %d, \"save_seconds\": %.4f, \"save_gb_per_s\": %.3f, ",
@@ -327,10 +378,13 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   printf("], \"first_save_seconds\": %.4f, \"first_save_gb_per_s\": %.3f, "
          "\"loaded_save_seconds\": %.4f, \"loaded_save_gb_per_s\": %.3f, "
          "\"idle_lookup_ms_p50\": %.3f, \"idle_lookup_ms_max\": %.3f, \"save_lookups\": %ld, "
-         "\"save_lookup_ms_p50\": %.3f, \"save_lookup_ms_max\": %.3f}\n",
+         "\"save_lookup_ms_p50\": %.3f, \"save_lookup_ms_max\": %.3f, \"idle_push_ms_p50\": %.3f, "
+         "\"idle_push_ms_max\": %.3f, \"push_save_seconds\": %.4f, \"save_pushes\": %ld, \"save_push_ms_p50\": %.3f, "
+         "\"save_push_ms_max\": %.3f}\n",
          first.res.seconds, (double)first.res.bytes / first.res.seconds * 1e-9, sv.res.seconds,
          (double)sv.res.bytes / sv.res.seconds * 1e-9, idle_p50 * 1e3, idle_max * 1e3, n,
-         n ? t_look[n / 2] * 1e3 : 0.0, n ? t_look[n - 1] * 1e3 : 0.0);
+         n ? t_look[n / 2] * 1e3 : 0.0, n ? t_look[n - 1] * 1e3 : 0.0, idle_push_p50 * 1e3, idle_push_max * 1e3,
+         pv.res.seconds, np, np ? t_push[np / 2] * 1e3 : 0.0, np ? t_push[np - 1] * 1e3 : 0.0);
   return 0;
 }
 

@@ -2,6 +2,7 @@
 # Checkpoint save and restore throughput of one scps-server process, next to
 # a plain sequential write + fsync and read of the same bytes in the same run:
 #   tests/bench/checkpoint.sh [--workload FILE] [--lookups K] [--rounds R] [--dir DIR]
+#                             [--snapshot-max BYTES]
 # Builds (Release, -march=native) in build-bench/, starts one process (2
 # SparseCores) with --checkpoint-dir DIR/ck (default build-bench/ckpt-bench),
 # pushes one step, times K lookups idle and a first Checkpoint RPC (printed
@@ -11,9 +12,12 @@
 # rounds and second in odd ones (the second of a pair meets the disk still
 # flushing the first and the page cache it gave back), then one more Checkpoint
 # with lookups back to back (lookup latency during a save, and that save's
-# GB/s). Then R rounds of a plain read of that file (16 MiB read() calls into
-# one buffer) and a restart of the process timing its restore at start, in
-# the same alternating order. Figures are medians over the rounds; ratios, and
+# GB/s), K pushes idle and one more Checkpoint with pushes back to back (push
+# latency during a save; --snapshot-max 0 makes the server hold them for the
+# whole save, as before it copied its state first). Then R rounds of a plain
+# read of that file (16 MiB read() calls into one buffer) and a restart of
+# the process timing its restore at start, in the same alternating order.
+# Figures are medians over the rounds; ratios, and
 # build-bench/bench-checkpoint.json. Page cache: the restore and the plain
 # read both read files written just before and never evicted, so neither
 # touches the disk. Last, scps-bench-checkpoint saves and loads the same
@@ -28,13 +32,15 @@ lookups=20
 rounds=4
 . "$repo/tests/bench/lib.sh"
 dir=$build/ckpt-bench
+snapshot_max=auto
 while [ $# -gt 0 ]; do
   case "$1" in
     --workload) workload=${2:?--workload needs a file}; shift 2 ;;
     --lookups) lookups=${2:?--lookups needs a number}; shift 2 ;;
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --dir) dir=${2:?--dir needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --snapshot-max) snapshot_max=${2:?--snapshot-max needs bytes, 0 or auto}; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "checkpoint.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -46,7 +52,8 @@ rm -rf "$dir"
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 . "$repo/deploy/cluster.sh"
-SCPS_CLUSTER_FLAGS=(--checkpoint-dir "$dir/ck" --checkpoint-keep 1)
+SCPS_CLUSTER_FLAGS=(--checkpoint-dir "$dir/ck" --checkpoint-keep 1 --checkpoint-min-interval 0
+                    --checkpoint-snapshot-max "$snapshot_max")
 scps_cluster_start "$build/server/scps-server" "$workload" 1 2 8G
 echo "checkpoint.sh: $(basename "$workload"), 1 server process x 2 SparseCores, checkpoints in $dir" >&2
 "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$workload" --mode checkpoint \
@@ -121,6 +128,9 @@ print(f"{'restore at start (page cache)':34s} {rows['restore_gb_per_s']:8.2f} {r
 print(f"lookup ms idle: p50 {save['idle_lookup_ms_p50']:.2f} max {save['idle_lookup_ms_max']:.2f}; "
       f"during the save ({save['save_lookups']} lookups): p50 {save['save_lookup_ms_p50']:.2f} "
       f"max {save['save_lookup_ms_max']:.2f}")
+print(f"push ms idle: p50 {save['idle_push_ms_p50']:.2f} max {save['idle_push_ms_max']:.2f}; "
+      f"during a {save['push_save_seconds']:.2f} s save ({save['save_pushes']} pushes): "
+      f"p50 {save['save_push_ms_p50']:.2f} max {save['save_push_ms_max']:.2f}")
 ip = json.load(open(f"{results}/inproc.json"))
 print(f"in-process, {ip['runs']} runs, each followed by the plain write / read (medians):")
 print(f"{'  save':34s} {ip['save_gb_per_s']:8.2f} {ip['save_ratio']:7.2f}   (plain write + fsync {ip['plain_write_fsync_gb_per_s']:.2f})")

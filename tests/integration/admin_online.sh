@@ -37,6 +37,15 @@ grep -q "checkpoint of step 19 saved: .* $ck/step-000000000019" <<<"$out" || fai
 out=$("$admin" stats --servers "$servers")
 [ "$(grep -c 'checkpoints: 1 saved, 0 failed; last step 19' <<<"$out")" = 2 ] || fail "stats after the save: $out"
 
+# Within --checkpoint-min-interval (10 s by default) the save just made is
+# answered again, and a save elsewhere is refused, saying when to retry.
+out=$("$admin" checkpoint save --servers "$servers") || fail "a repeated save exited $?: $out"
+grep -q "checkpoint of step 19 saved: .* $ck/step-000000000019" <<<"$out" || fail "repeated save: $out"
+rc=0
+out=$("$admin" checkpoint save --servers "$servers" --dir elsewhere 2>&1) || rc=$?
+[ "$rc" = 1 ] && grep -q "RESOURCE_EXHAUSTED.*--checkpoint-min-interval" <<<"$out" && [ ! -e "$ck/elsewhere/step-000000000019" ] ||
+  fail "a second save within the interval exited $rc: $out"
+
 # A step above the one the servers hold would label their state wrongly.
 rc=0
 out=$("$admin" checkpoint save --servers "$servers" --step 25 2>&1) || rc=$?
@@ -50,7 +59,7 @@ out=$("$admin" health --servers "${servers%%,*},127.0.0.1:1" --deadline-ms 500) 
 
 for bad in "health" "health --servers" "health --servers 127.0.0.1" "stats --servers $servers --step 3" \
            "config --servers $servers extra" "checkpoint save --servers $servers --step -1" \
-           "health --servers $servers --deadline-ms 0" "checkpoint save --servers $servers --dir relative" \
+           "health --servers $servers --deadline-ms 0" "checkpoint save --servers $servers --dir /absolute" \
            "health --servers [::1]"; do
   rc=0
   "$admin" $bad >/dev/null 2>&1 || rc=$?

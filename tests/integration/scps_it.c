@@ -79,11 +79,11 @@ int scps_it_start_one(scps_it_cluster *cl, int i, int port, int wait) {
   snprintf(idx, sizeof idx, "%d", i);
   snprintf(np, sizeof np, "%d", cl->num_processes);
   snprintf(sc, sizeof sc, "%d", cl->sc_per_process);
-  char *argv[32] = {(char *)bin, "--config", cl->config, "--listen", listen, "--port-file", pf,
+  char *argv[40] = {(char *)bin, "--config", cl->config, "--listen", listen, "--port-file", pf,
                     "--process-index", idx, "--num-processes", np, "--sc-per-process", sc,
                     "--sc-memory", (char *)cl->sc_memory, "--drain-seconds", "2", NULL};
   int argc = 17;
-  for (int k = 0; k < 8 && cl->extra[k]; k++) argv[argc++] = (char *)cl->extra[k];
+  for (int k = 0; k < (int)(sizeof cl->extra / sizeof cl->extra[0]) && cl->extra[k]; k++) argv[argc++] = (char *)cl->extra[k];
   argv[argc] = NULL;
   struct rlimit fsize = {(rlim_t)cl->fsize_limit, (rlim_t)cl->fsize_limit};
   /* Under ThreadSanitizer these tests check libscps; a server's own reports

@@ -14,7 +14,7 @@ typedef struct scps_it_cluster {
   char config[300]; /* workload JSON every process serves */
   int num_processes, sc_per_process;
   const char *sc_memory; /* --sc-memory of every process; scps_it_init sets "32M" */
-  const char *extra[8];  /* more flags for every process, NULL-terminated (--restore DIR, ...) */
+  const char *extra[16]; /* more flags for every process, NULL-terminated (--restore DIR, ...) */
   long fsize_limit;      /* > 0: every process's RLIMIT_FSIZE in bytes (ulimit -f) */
   pid_t pids[SCPS_IT_MAX_PROCS]; /* 0: not running */
   int ports[SCPS_IT_MAX_PROCS];

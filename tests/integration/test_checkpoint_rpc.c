@@ -217,36 +217,35 @@ out:
   io_free(&x);
 }
 
-/* Bad Checkpoint requests: a clear error each, the server keeps serving. */
+/* Bad Checkpoint requests: a clear error each, the server keeps serving.
+ * Directories are relative to the servers' --checkpoint-dir (root). */
 static void bad_requests(scps_it_cluster *cl, scps_client *c, scps_batch *b, io *x, const char *root) {
   scps_client_checkpoint_result res;
   scps_error err;
   char path[512];
-  int rc = scps_client_checkpoint(c, N_BEFORE - 1, "relative/dir", DEADLINE_MS, &res, &err);
-  CHECKF(rc == SCPS_EINVAL && strstr(err.msg, "absolute"), "relative: %d %s", rc, err.msg);
-  rc = scps_client_checkpoint(c, N_BEFORE - 1, "/tmp/../etc", DEADLINE_MS, &res, &err);
+  (void)cl;
+  int rc = scps_client_checkpoint(c, N_BEFORE - 1, "/tmp/absolute", DEADLINE_MS, &res, &err);
+  CHECKF(rc == SCPS_EINVAL && strstr(err.msg, "relative"), "absolute: %d %s", rc, err.msg);
+  rc = scps_client_checkpoint(c, N_BEFORE - 1, "a/../../etc", DEADLINE_MS, &res, &err);
   CHECKF(rc == SCPS_EINVAL && strstr(err.msg, ".."), "dot-dot: %d %s", rc, err.msg);
-  rc = scps_client_checkpoint(c, N_BEFORE - 1, "/tmp/a\nb", DEADLINE_MS, &res, &err);
+  rc = scps_client_checkpoint(c, N_BEFORE - 1, "a\nb", DEADLINE_MS, &res, &err);
   CHECKF(rc == SCPS_EINVAL && strstr(err.msg, "control character"), "control: %d %s", rc, err.msg);
   /* A regular file where a directory should be. */
-  snprintf(path, sizeof path, "%s/plainfile", cl->dir);
+  snprintf(path, sizeof path, "%s/plainfile", root);
   FILE *f = fopen(path, "w");
   if (f) fclose(f);
-  snprintf(path, sizeof path, "%s/plainfile/ckpt", cl->dir);
-  rc = scps_client_checkpoint(c, N_BEFORE - 1, path, DEADLINE_MS, &res, &err);
+  rc = scps_client_checkpoint(c, N_BEFORE - 1, "plainfile/ckpt", DEADLINE_MS, &res, &err);
   CHECKF(rc == SCPS_EMISMATCH && strstr(err.msg, "plainfile") && strstr(err.msg, "Not a directory"),
          "not a directory: %d %s", rc, err.msg);
-  /* Unwritable: a read-only directory for an ordinary user; root writes
-   * anywhere but in /sys. */
+  /* Unwritable: a read-only directory, for an ordinary user (root writes
+   * there anyway, and cannot be sent outside the root to /sys any more). */
   if (geteuid() != 0) {
-    snprintf(path, sizeof path, "%s/readonly", cl->dir);
+    snprintf(path, sizeof path, "%s/readonly", root);
     mkdir(path, 0555);
-  } else {
-    snprintf(path, sizeof path, "/sys/scps-checkpoint-test");
+    rc = scps_client_checkpoint(c, N_BEFORE - 1, "readonly", DEADLINE_MS, &res, &err);
+    CHECKF(rc == SCPS_EDENIED && strstr(err.msg, "PERMISSION_DENIED") && strstr(err.msg, path), "unwritable: %d %s", rc,
+           err.msg);
   }
-  rc = scps_client_checkpoint(c, N_BEFORE - 1, path, DEADLINE_MS, &res, &err);
-  CHECKF(rc == SCPS_EDENIED && strstr(err.msg, "PERMISSION_DENIED") && strstr(err.msg, path), "unwritable: %d %s",
-         rc, err.msg);
   /* A step already passed. */
   rc = scps_client_checkpoint(c, N_BEFORE - 2, NULL, DEADLINE_MS, &res, &err);
   CHECKF(rc == SCPS_EMISMATCH && strstr(err.msg, "already applied step"), "late step: %d %s", rc, err.msg);
@@ -272,6 +271,8 @@ static void resume_run(const char *root, const reference *ref) {
   MUST(scps_it_init(&cl, config_json, 2, 2));
   cl.extra[0] = "--checkpoint-dir";
   cl.extra[1] = flag_dir;
+  cl.extra[2] = "--checkpoint-min-interval"; /* the bad requests follow the save at once */
+  cl.extra[3] = "0";
   MUST(scps_it_start(&cl));
   MUST(connect_client(&cl, false, &c, &err));
   MUST(scps_batch_create(c, &b, &err));
@@ -324,6 +325,8 @@ static void shared_root_run(const char *root) {
   cl.extra[1] = root;
   cl.extra[2] = "--checkpoint-keep";
   cl.extra[3] = "1";
+  cl.extra[4] = "--checkpoint-min-interval";
+  cl.extra[5] = "0";
   MUST(scps_it_start(&cl));
   MUST(connect_client(&cl, false, &c, &err));
   MUST(scps_batch_create(c, &b, &err));
@@ -366,6 +369,8 @@ static void reshard_run(const char *root1, const char *root2, const reference *r
   MUST(scps_it_init(&cl, config_json, 3, 1));
   cl.extra[0] = "--restore";
   cl.extra[1] = restore1;
+  cl.extra[2] = "--checkpoint-dir";
+  cl.extra[3] = root2;
   MUST(scps_it_start(&cl));
   MUST(connect_client(&cl, false, &c, &err));
   MUST(scps_batch_create(c, &b, &err));
@@ -375,7 +380,7 @@ static void reshard_run(const char *root1, const char *root2, const reference *r
   scps_it_read_log(&cl, 2, log, sizeof log);
   CHECKF(strstr(log, "written by 2 x 2 SparseCores, resharded into 3 x 1"), "server 2's restore log: %s", log);
   scps_client_checkpoint_result res;
-  MUST(scps_client_checkpoint(c, N_BEFORE - 1, root2, DEADLINE_MS, &res, &err));
+  MUST(scps_client_checkpoint(c, N_BEFORE - 1, NULL, DEADLINE_MS, &res, &err));
   scps_batch_destroy(b);
   b = NULL;
   scps_client_destroy(c);
@@ -492,6 +497,8 @@ static void during_save_run(const char *root) {
   cl.sc_memory = "256M";
   cl.extra[0] = "--checkpoint-dir";
   cl.extra[1] = flag_dir;
+  cl.extra[2] = "--checkpoint-min-interval";
+  cl.extra[3] = "0";
   MUST(scps_it_start(&cl));
   MUST(connect_client(&cl, false, &c, &err));
   MUST(scps_batch_create(c, &b, &err));
@@ -513,6 +520,11 @@ static void during_save_run(const char *root) {
   MUST(train_step(c, b, &x, 1, &err));
   pthread_join(th, NULL);
   CHECKF(a.rc == 0, "checkpoint of step 0: %s", a.err.msg);
+  /* The push above waited only for the copy, not for the write. */
+  char log[8192];
+  scps_it_read_log(&cl, 0, log, sizeof log);
+  CHECKF(strstr(log, "ApplyGradients held for the ") && strstr(log, " s snapshot"),
+         "the save of step 0 took no snapshot: %s", log);
   saver_arg a2 = {.c = c, .step = 1};
   snprintf(step_dir, sizeof step_dir, "%s/step-%012d", root, 1);
   pthread_create(&th, NULL, checkpoint_thread, &a2);

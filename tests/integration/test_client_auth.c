@@ -282,7 +282,7 @@ int main(void) {
   }
   snprintf(ck, sizeof ck, "%s/ck", cl.dir);
   const char *extra[] = {"--tls-cert", f.server, "--tls-key", f.server_key, "--token-file", f.tokens,
-                         "--checkpoint-dir", ck};
+                         "--checkpoint-dir", ck, "--checkpoint-min-interval", "0"};
   memcpy(cl.extra, extra, sizeof extra);
   if (scps_it_start(&cl)) {
     CHECK(!"cluster did not start");

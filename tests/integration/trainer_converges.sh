@@ -33,7 +33,7 @@ done
 # a diverging run ends (exit 1, naming the NaN gradient or the divergence)
 # instead of hanging, and a --json that cannot be written fails too.
 for bad in "--steps 10x" "--steps 1e3" "--dense-lr inf" "--eval-batches 4294967297" "--deadline-ms 5ms" \
-           "--checkpoint-dir relative/dir" "--connect-timeout-ms 0" "stray-argument" "--servers localhost"; do
+           "--checkpoint-dir /absolute/dir" "--checkpoint-dir a/../b" "--connect-timeout-ms 0" "stray-argument" "--servers localhost"; do
   flag=${bad%% *}
   rc=0
   err=$("$trainer" --servers "$servers" --workload "$workload" $bad 2>&1 >/dev/null) || rc=$?
@@ -64,10 +64,18 @@ if [ "$rc" != 1 ] || [[ "$err" != *"server 0 has no --checkpoint-dir"* ]] || [[ 
   status=1
 fi
 # Checkpoints every 10 steps land on the global grid (steps 9, 19, ...),
-# wherever the resumed run starts: 30 steps, 3 checkpoints.
-ck="$tmp/ck"
+# wherever the resumed run starts: 30 steps, 3 checkpoints, below the
+# servers' --checkpoint-dir (a new cluster that has one, and saves as often
+# as asked).
+scps_cluster_stop
+SCPS_CLUSTER_DIR=$(mktemp -d)
+tmp=$SCPS_CLUSTER_DIR
+SCPS_CLUSTER_FLAGS=(--checkpoint-dir "$tmp/root" --checkpoint-min-interval 0)
+scps_cluster_start "$server" "$workload" 2 2 64M
+servers=$SCPS_CLUSTER_SERVERS
+ck="$tmp/root/run"
 "$trainer" --servers "$servers" --workload "$workload" --steps 30 --checkpoint-every-steps 10 \
-  --checkpoint-dir "$ck" >/dev/null 2>"$tmp/ck.err" || { echo "trainer --checkpoint-every-steps 10 failed"; status=1; }
+  --checkpoint-dir run >/dev/null 2>"$tmp/ck.err" || { echo "trainer --checkpoint-every-steps 10 failed"; status=1; }
 # Each save is reported as it happens.
 if [ "$(grep -c "checkpoint of step [0-9]* saved: .* $ck/step-" "$tmp/ck.err")" != 3 ]; then
   echo "the trainer did not report its 3 checkpoints:"; cat "$tmp/ck.err"; status=1

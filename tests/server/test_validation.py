@@ -709,8 +709,14 @@ def test_ftrl_rate(env):
 
 def test_failed_checkpoint(env):
     """A Checkpoint that cannot be written leaves the limits in force as
-    they were; one that is written puts its limits in force."""
-    srv = env.server(env.write_config("failed_checkpoint", BATCH, TABLES, FEATURES)).wait_ready()
+    they were; one that is written puts its limits in force. Directories
+    are relative to --checkpoint-dir; limits are bounded."""
+    root = os.path.join(env.tmp, "failed_checkpoint_root")
+    os.makedirs(root)
+    with open(os.path.join(root, "plainfile"), "w"):
+        pass
+    srv = env.server(env.write_config("failed_checkpoint", BATCH, TABLES, FEATURES),
+                     extra=("--checkpoint-dir", root, "--checkpoint-min-interval", "0")).wait_ready()
     v = Validation(env, srv)
     pb = v.pb
 
@@ -722,15 +728,28 @@ def test_failed_checkpoint(env):
     before = limits_of_a()
     env.check(before != (999, 998), "stack a's limits start elsewhere: %s" % (before,))
     lim = [pb.StackLimits(stack="a", max_ids_per_partition=999, max_unique_ids_per_partition=998)]
-    req = pb.CheckpointRequest(config_fingerprint=v.cl.fingerprint, step=0, directory="/dev/null/x", limits=lim)
+    req = pb.CheckpointRequest(config_fingerprint=v.cl.fingerprint, step=0, directory="plainfile/x", limits=lim)
     got, details, _ = call_status(v.stub.Checkpoint, req, timeout=60)
-    env.check(got == "FAILED_PRECONDITION" and "/dev/null" in details, "Checkpoint to /dev/null/x: %s %r"
+    env.check(got == "FAILED_PRECONDITION" and "plainfile" in details, "Checkpoint to plainfile/x: %s %r"
               % (got, details))
     env.check(limits_of_a() == before, "after the failed Checkpoint stack a's limits are still %s: %s"
               % (before, limits_of_a()))
-    req.directory = os.path.join(env.tmp, "failed_checkpoint_ok")
+    for directory, says in [(os.path.join(env.tmp, "elsewhere"), "--checkpoint-dir"), ("../up", ".."),
+                            ("a//b", "empty")]:
+        req.directory = directory
+        got, details, _ = call_status(v.stub.Checkpoint, req, timeout=60)
+        env.check(got == "INVALID_ARGUMENT" and says in details, "Checkpoint to %r: %s %r" % (directory, got, details))
+    env.check(not os.path.exists(os.path.join(env.tmp, "elsewhere")), "an absolute directory was written")
+    req.directory = "failed_checkpoint_ok"
+    req.limits[0].max_ids_per_partition = 1
+    got, details, _ = call_status(v.stub.Checkpoint, req, timeout=60)
+    env.check(got == "INVALID_ARGUMENT" and "stack 'a'" in details and "max_ids_per_partition 1 outside" in details,
+              "Checkpoint with a limit of 1: %s %r" % (got, details))
+    req.limits[0].max_ids_per_partition = 999
     got, details, _ = call_status(v.stub.Checkpoint, req, timeout=60)
     env.check(got == "OK", "Checkpoint to a directory: %s %r" % (got, details))
+    env.check(os.path.isdir(os.path.join(root, "failed_checkpoint_ok", "step-000000000000")),
+              "the checkpoint is not below --checkpoint-dir")
     env.check(limits_of_a() == (999, 998), "after a saved Checkpoint stack a's limits are (999, 998): %s"
               % (limits_of_a(),))
 

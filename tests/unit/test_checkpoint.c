@@ -8,6 +8,7 @@
 #define _XOPEN_SOURCE 700
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -557,25 +558,49 @@ static void test_latest_and_errors(const specs *s) {
   cluster_destroy(&a);
 }
 
+/* Retention as process 0 of the cluster: saved without a fingerprint, so
+ * the declaration decides what is its own. */
+static int retain_as_p0(const cluster *c, const char *root, int keep, int64_t saved, int in_progress,
+                        scps_error *err) {
+  scps_checkpoint_owner own = {.process_index = 0, .layout = c->layout};
+  int fd = open(root, O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return scps_error_set(err, SCPS_EIO, "cannot open '%s'", root);
+  int rc = scps_checkpoint_retain(fd, root, &own, keep, saved, in_progress, err);
+  close(fd);
+  return rc;
+}
+
+static bool has_manifest(const char *root, int64_t step, int p) {
+  char m[600];
+  struct stat st;
+  snprintf(m, sizeof m, "%s/manifest.p%d.json", step_dir(root, step), p);
+  return stat(m, &st) == 0;
+}
+
+static void drop_manifest(const char *root, int64_t step, int p) {
+  char m[600];
+  snprintf(m, sizeof m, "%s/manifest.p%d.json", step_dir(root, step), p);
+  CHECKF(unlink(m) == 0, "unlink %s", m);
+}
+
 static void test_retain(const specs *s) {
   cluster a;
-  if (cluster_create(&a, s, 1, 2)) return;
+  if (cluster_create(&a, s, 2, 1)) return;
   scps_error err_, *err = &err_;
   const char *root = sub("retain");
   for (int step = 1; step <= 6; step++) save_all(&a, root, step, NULL);
-  char m[600];
-  /* 3 and 6 incomplete: 3 is older than the newest complete one and goes;
-   * 6 may be a save in progress and stays. */
-  snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(root, 3));
-  unlink(m);
-  snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(root, 6));
-  unlink(m);
-  CHECK(scps_checkpoint_retain(root, 0, 6, 1, err) == SCPS_EINVAL);
-  CHECK_OK(scps_checkpoint_retain(root, 2, 6, 1, err), err);
+  /* 3 and 6 incomplete (process 1 cut short): 3 is older than the newest
+   * complete one and goes (process 1's files, which no manifest lists,
+   * stay); 6 may be a save in progress and stays. */
+  drop_manifest(root, 3, 1);
+  drop_manifest(root, 6, 1);
+  CHECK(retain_as_p0(&a, root, 0, 6, 1, err) == SCPS_EINVAL);
+  CHECK_OK(retain_as_p0(&a, root, 2, 6, 1, err), err);
   struct stat st;
   for (int step = 1; step <= 6; step++) {
     bool want = step == 4 || step == 5 || step == 6;
-    CHECKF((stat(step_dir(root, step), &st) == 0) == want, "step %d %s", step, want ? "missing" : "kept");
+    CHECKF(has_manifest(root, step, 0) == want, "step %d %s", step, want ? "missing" : "kept");
+    if (step < 3) CHECKF(stat(step_dir(root, step), &st) != 0, "step %d's directory is still there", step);
   }
   char path[512];
   CHECK_OK(scps_checkpoint_find_latest(root, path, sizeof path, err), err);
@@ -585,14 +610,11 @@ static void test_retain(const specs *s) {
    * saved (5), the newest `in_progress` (4) stay, older ones (3) go. */
   const char *proot = sub("retain_pending");
   for (int step = 1; step <= 5; step++) save_all(&a, proot, step, NULL);
-  for (int step = 3; step <= 5; step++) {
-    snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(proot, step));
-    unlink(m);
-  }
-  CHECK_OK(scps_checkpoint_retain(proot, 1, 5, 1, err), err);
+  for (int step = 3; step <= 5; step++) drop_manifest(proot, step, 1);
+  CHECK_OK(retain_as_p0(&a, proot, 1, 5, 1, err), err);
   for (int step = 1; step <= 5; step++) {
     bool want = step == 2 || step == 4 || step == 5;
-    CHECKF((stat(step_dir(proot, step), &st) == 0) == want, "pending: step %d %s", step, want ? "missing" : "kept");
+    CHECKF(has_manifest(proot, step, 0) == want, "pending: step %d %s", step, want ? "missing" : "kept");
   }
 
   /* After a restore of step 2 of 1..4, the save of step 3 is kept and the
@@ -600,7 +622,7 @@ static void test_retain(const specs *s) {
    * aside: 4 is no longer the newest. */
   const char *rroot = sub("retain_rollback");
   for (int step = 1; step <= 4; step++) save_all(&a, rroot, step, NULL);
-  CHECK_OK(scps_checkpoint_retain(rroot, 1, 3, 1, err), err);
+  CHECK_OK(retain_as_p0(&a, rroot, 1, 3, 1, err), err);
   CHECKF(stat(step_dir(rroot, 3), &st) == 0, "the step just saved was removed");
   CHECKF(stat(step_dir(rroot, 4), &st) != 0, "the newer step was left where it would be restored");
   char aside[600];
@@ -609,6 +631,231 @@ static void test_retain(const specs *s) {
   CHECK_OK(scps_checkpoint_find_latest(rroot, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(rroot, 3)), "%s", path);
   CHECKF(stat(step_dir(rroot, 2), &st) != 0, "keep 1: step 2 should go");
+  cluster_destroy(&a);
+}
+
+
+static int open_dir(const char *path) { return open(path, O_RDONLY | O_DIRECTORY); }
+
+/* Saves every process of c at step under root as the owner with fingerprint
+ * byte fp (0: none), through scps_checkpoint_save_at. */
+static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t fp, scps_error *err) {
+  mkdir(root, 0755);
+  int fd = open_dir(root), rc = 0;
+  if (fd < 0) return scps_error_set(err, SCPS_EIO, "cannot open '%s'", root);
+  for (int p = 0; p < c->P && !rc; p++) {
+    scps_checkpoint_owner own = {.process_index = p, .has_fingerprint = fp != 0, .layout = c->layout};
+    memset(own.fingerprint, fp, sizeof own.fingerprint);
+    scps_checkpoint_save_opts so = {.owner = &own};
+    rc = scps_checkpoint_save_at(fd, root, c->e[p], step, NULL, &so, NULL, err);
+  }
+  close(fd);
+  return rc;
+}
+
+static bool same_file(const char *a, const char *b) {
+  size_t la = 0, lb = 0;
+  char *x = read_file(a, &la), *y = read_file(b, &lb);
+  bool same = x && y && la == lb && !memcmp(x, y, la);
+  free(x);
+  free(y);
+  return same;
+}
+
+/* A save from a snapshot writes the state at the snapshot, byte for byte
+ * what a save from the engine then would, whatever the engine holds since. */
+static void test_snapshot(const specs *s) {
+  cluster a;
+  if (cluster_create(&a, s, 1, 2)) return;
+  scps_error err_, *err = &err_;
+  scramble(&a, 7);
+  const char *plain = sub("snap_plain");
+  char copied[300];
+  snprintf(copied, sizeof copied, "%s", sub("snap_copied"));
+  save_all(&a, plain, 1, NULL);
+  scps_checkpoint_snapshot *snap = NULL;
+  CHECK_OK(scps_checkpoint_snapshot_take(a.e[0], &snap, err), err);
+  scramble(&a, 8);
+  mkdir(copied, 0755);
+  int fd = open_dir(copied);
+  scps_checkpoint_save_opts so = {.snapshot = snap};
+  scps_checkpoint_stats st = {0};
+  CHECK_OK(scps_checkpoint_save_at(fd, copied, a.e[0], 1, NULL, &so, &st, err), err);
+  CHECK(st.bytes == scps_checkpoint_snapshot_bytes(a.e[0]));
+  close(fd);
+  /* Idle, then refilled in place from the engine as it is now. */
+  scps_checkpoint_snapshot_idle(snap);
+  scps_checkpoint_snapshot *same = snap;
+  CHECK_OK(scps_checkpoint_snapshot_take(a.e[0], &snap, err), err);
+  CHECK(snap == same);
+  const char *refilled = sub("snap_refilled"), *now = sub("snap_now");
+  save_all(&a, now, 1, NULL);
+  mkdir(refilled, 0755);
+  fd = open_dir(refilled);
+  so.snapshot = snap;
+  CHECK_OK(scps_checkpoint_save_at(fd, refilled, a.e[0], 1, NULL, &so, NULL, err), err);
+  close(fd);
+  scps_checkpoint_snapshot_free(snap);
+  snap = NULL;
+  char ra[600], rb[600];
+  snprintf(ra, sizeof ra, "%s/0.sc1.bin", step_dir(now, 1));
+  snprintf(rb, sizeof rb, "%s/0.sc1.bin", step_dir(refilled, 1));
+  CHECKF(same_file(ra, rb), "the refilled snapshot's %s differs from the engine's %s", rb, ra);
+  const scps_layout *l = a.layout;
+  char pa[600], pb[600];
+  for (int st_i = 0; st_i < l->n_stacks; st_i++)
+    for (int sc = 0; sc < 2; sc++) {
+      snprintf(pa, sizeof pa, "%s/%d.sc%d.bin", step_dir(plain, 1), st_i, sc);
+      snprintf(pb, sizeof pb, "%s/%d.sc%d.bin", step_dir(copied, 1), st_i, sc);
+      CHECKF(same_file(pa, pb), "%s and %s differ", pa, pb);
+    }
+  snprintf(pa, sizeof pa, "%s/manifest.p0.json", step_dir(plain, 1));
+  snprintf(pb, sizeof pb, "%s/manifest.p0.json", step_dir(copied, 1));
+  CHECKF(same_file(pa, pb), "%s and %s differ", pa, pb);
+  /* Another engine's snapshot is refused. */
+  cluster b;
+  if (cluster_create(&b, s, 1, 2) == 0) {
+    CHECK_OK(scps_checkpoint_snapshot_take(b.e[0], &snap, err), err);
+    fd = open_dir(copied);
+    so.snapshot = snap;
+    CHECK(scps_checkpoint_save_at(fd, copied, a.e[0], 2, NULL, &so, NULL, err) == SCPS_EINVAL);
+    close(fd);
+    /* Taking from another engine replaces it. */
+    CHECK_OK(scps_checkpoint_snapshot_take(a.e[0], &snap, err), err);
+    so.snapshot = snap;
+    fd = open_dir(copied);
+    CHECK_OK(scps_checkpoint_save_at(fd, copied, a.e[0], 3, NULL, &so, NULL, err), err);
+    close(fd);
+    scps_checkpoint_snapshot_free(snap);
+    cluster_destroy(&b);
+  }
+  cluster_destroy(&a);
+}
+
+/* Symlinks planted where a save's step directory or files go: the first
+ * fails the save naming it, the others are replaced, never written
+ * through. */
+static void test_save_no_follow(const specs *s) {
+  cluster a;
+  if (cluster_create(&a, s, 1, 1)) return;
+  scps_error err_, *err = &err_;
+  char root[300], outside[300], victim[400], path[700];
+  snprintf(root, sizeof root, "%s", sub("nofollow"));
+  snprintf(outside, sizeof outside, "%s", sub("nofollow_outside"));
+  mkdir(root, 0755);
+  mkdir(outside, 0755);
+  snprintf(victim, sizeof victim, "%s/victim", outside);
+  write_file(victim, "keep", 4);
+  CHECK(symlink(outside, step_dir(root, 1)) == 0);
+  int rc = save_owned(&a, root, 1, 0, err);
+  CHECKF(rc == SCPS_EIO && strstr(err->msg, "symbolic link") && strstr(err->msg, "step-000000000001"), "rc %d: %s",
+         rc, err->msg);
+  CHECK(mkdir(step_dir(root, 2), 0755) == 0);
+  const char *names[] = {"0.sc0.bin", "0.sc0.bin.tmp", "manifest.p0.json", "manifest.p0.json.tmp"};
+  for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+    snprintf(path, sizeof path, "%s/%s", step_dir(root, 2), names[i]);
+    CHECK(symlink(victim, path) == 0);
+  }
+  CHECK_OK(save_owned(&a, root, 2, 0, err), err);
+  size_t len = 0;
+  char *v = read_file(victim, &len);
+  CHECKF(v && len == 4 && !memcmp(v, "keep", 4), "the save wrote through a planted symlink");
+  free(v);
+  DIR *d = opendir(outside);
+  int n = 0;
+  struct dirent *de;
+  while (d && (de = readdir(d)))
+    if (de->d_name[0] != '.') n++;
+  if (d) closedir(d);
+  CHECKF(n == 1, "%d entries outside the root, expected the victim alone", n);
+  char found[512];
+  CHECK_OK(scps_checkpoint_find_latest(root, found, sizeof found, err), err);
+  CHECK_OK(load_all(&a, found, err), err);
+  cluster_destroy(&a);
+}
+
+typedef struct notes {
+  int n;
+  char last[600];
+} notes;
+
+static void note_fn(void *ctx, const char *dir, const char *why) {
+  notes *x = ctx;
+  x->n++;
+  snprintf(x->last, sizeof x->last, "%s: %s", dir, why);
+}
+
+/* Another cluster's checkpoints (another fingerprint, or none and another
+ * declaration) in our root, far ahead: not restored, not counted, not
+ * touched; a file nobody listed in one of ours survives its pruning; a
+ * symlinked step directory is not followed; a save of a step whose
+ * directory holds another cluster's checkpoint is refused. */
+static void test_ownership(const specs *s) {
+  cluster a, other;
+  if (cluster_create(&a, s, 2, 1)) return;
+  specs s2 = *s;
+  s2.t[0].vocabulary_size += 8;
+  if (cluster_create(&other, &s2, 1, 1)) {
+    cluster_destroy(&a);
+    return;
+  }
+  scps_error err_, *err = &err_;
+  char root[300], outside[300], path[700];
+  snprintf(root, sizeof root, "%s", sub("owned"));
+  snprintf(outside, sizeof outside, "%s", sub("owned_outside"));
+  notes seen = {0};
+  scps_checkpoint_owner own = {.process_index = 0, .has_fingerprint = true, .layout = a.layout,
+                               .note = note_fn, .note_ctx = &seen};
+  memset(own.fingerprint, 0xaa, sizeof own.fingerprint);
+  for (int step = 1; step <= 3; step++) CHECK_OK(save_owned(&a, root, step, 0xaa, err), err);
+  /* Same declaration, another fingerprint: another cluster all the same. */
+  CHECK_OK(save_owned(&a, root, 999999999999LL, 0xbb, err), err);
+  /* No fingerprint, another declaration. */
+  CHECK_OK(save_owned(&other, root, 999999999998LL, 0, err), err);
+  /* No fingerprint, our declaration (written before manifests had one). */
+  CHECK_OK(save_owned(&a, root, 4, 0, err), err);
+  /* Our own checkpoint, copied outside and linked in as a step directory. */
+  CHECK_OK(save_owned(&a, outside, 5, 0xaa, err), err);
+  char linked[700];
+  snprintf(linked, sizeof linked, "%s", step_dir(outside, 5));
+  CHECK(symlink(linked, step_dir(root, 5)) == 0);
+  snprintf(path, sizeof path, "%s/notes.txt", step_dir(root, 1));
+  write_file(path, "mine", 4);
+
+  char found[512];
+  CHECK_OK(scps_checkpoint_find_latest(root, found, sizeof found, err), err);
+  CHECKF(!strcmp(found, step_dir(root, 999999999999LL)), "%s", found);
+  CHECK_OK(scps_checkpoint_find_latest_own(root, &own, found, sizeof found, err), err);
+  /* Restoring reads through the link the operator's root holds (only
+   * writing and pruning never follow one). */
+  CHECKF(!strcmp(found, step_dir(root, 5)), "%s", found);
+  CHECKF(seen.n >= 2 && strstr(seen.last, "another cluster"), "%d notes, last: %s", seen.n, seen.last);
+
+  int fd = open_dir(root);
+  seen.n = 0;
+  CHECK_OK(scps_checkpoint_retain(fd, root, &own, 2, 4, 1, err), err);
+  close(fd);
+  struct stat st;
+  CHECK(stat(step_dir(root, 999999999999LL), &st) == 0 && stat(step_dir(root, 999999999998LL), &st) == 0);
+  CHECK(has_manifest(root, 999999999999LL, 0) && has_manifest(root, 999999999999LL, 1));
+  CHECK(has_manifest(root, 4, 0) && has_manifest(root, 3, 0));
+  CHECK(!has_manifest(root, 2, 0) && stat(step_dir(root, 2), &st) != 0);
+  CHECK(!has_manifest(root, 1, 0) && !has_manifest(root, 1, 1));
+  snprintf(path, sizeof path, "%s/notes.txt", step_dir(root, 1));
+  CHECKF(stat(path, &st) == 0, "pruning removed %s, which no manifest lists", path);
+  CHECK(has_manifest(outside, 5, 0) && has_manifest(outside, 5, 1));
+  CHECKF(seen.n == 3, "%d step directories noted, expected the 2 foreign ones and the link; last %s", seen.n,
+         seen.last);
+
+  /* A save into a step directory that holds another cluster's checkpoint. */
+  int rc = save_owned(&a, root, 999999999999LL, 0xaa, err);
+  CHECKF(rc == SCPS_EMISMATCH && strstr(err->msg, "not this cluster's"), "rc %d: %s", rc, err->msg);
+  CHECK(has_manifest(root, 999999999999LL, 0));
+  scps_checkpoint *ck = NULL;
+  CHECK_OK(scps_checkpoint_open(step_dir(root, 999999999999LL), &ck, err), err);
+  CHECK(ck && !scps_checkpoint_is_owned(ck, &own, NULL, 0));
+  scps_checkpoint_close(ck);
+  cluster_destroy(&other);
   cluster_destroy(&a);
 }
 
@@ -625,6 +872,9 @@ int main(void) {
   test_corruption(&s);
   test_latest_and_errors(&s);
   test_retain(&s);
+  test_snapshot(&s);
+  test_save_no_follow(&s);
+  test_ownership(&s);
   rm_tree(base_dir);
   return scps_test_finish("test_checkpoint");
 }
