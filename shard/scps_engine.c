@@ -11,10 +11,19 @@
 #include "scps_init.h"
 #include "scps_pool.h"
 
+/* Local rows [lo, hi) of one SparseCore's shard of a stack that belong to
+ * table `table` but hold no id of it: padding, never addressed. */
+typedef struct pad_run {
+  uint32_t lo, hi;
+  int table;
+} pad_run;
+
 /* One stack's rows and slots on one SparseCore, inside that SparseCore's arena. */
 typedef struct shard {
   float *rows;
   float *slots[SCPS_MAX_SLOTS];
+  pad_run *pads; /* ascending, at most one per table of the stack */
+  int n_pads;
 } shard;
 
 struct scps_engine {
@@ -34,6 +43,8 @@ void scps_engine_destroy(scps_engine *e) {
   if (e->hbm)
     for (int32_t s = 0; s < e->sc_per_process; s++) scps_hbm_free(&e->hbm[s]);
   free(e->hbm);
+  if (e->shards)
+    for (size_t i = 0; i < (size_t)e->sc_per_process * (size_t)e->layout->n_stacks; i++) free(e->shards[i].pads);
   free(e->shards);
   free(e);
 }
@@ -126,6 +137,30 @@ static void init_all(scps_engine *e) {
   }
 }
 
+/* Every shard's padding runs: a table's rows on a SparseCore past the
+ * last that holds an id (scps_layout_rows_held). */
+static int find_padding(scps_engine *e, scps_error *err) {
+  const scps_layout *l = e->layout;
+  for (int stack = 0; stack < l->n_stacks; stack++) {
+    const scps_stack_layout *st = &l->stacks[stack];
+    for (int32_t ls = 0; ls < e->sc_per_process; ls++) {
+      shard *sh = shard_of(e, stack, ls);
+      sh->pads = calloc((size_t)st->n_tables, sizeof *sh->pads);
+      if (!sh->pads) return scps_error_set(err, SCPS_ENOMEM, "engine: out of memory");
+      for (int i = 0; i < st->n_tables; i++) {
+        const int t = st->tables[i];
+        const scps_table_layout *tl = &l->tables[t];
+        const int64_t held = scps_layout_rows_held(l, t, e->process_index * e->sc_per_process + ls);
+        const int64_t rows = tl->padded_vocab / l->num_sc;
+        if (held < rows)
+          sh->pads[sh->n_pads++] = (pad_run){(uint32_t)(tl->row_offset_in_shard + held),
+                                             (uint32_t)(tl->row_offset_in_shard + rows), t};
+      }
+    }
+  }
+  return 0;
+}
+
 int scps_engine_create(const scps_layout *l, int32_t process_index, scps_engine **out,
                        scps_error *err) {
   *out = NULL;
@@ -162,6 +197,7 @@ int scps_engine_create(const scps_layout *l, int32_t process_index, scps_engine 
       }
     }
   }
+  if (!rc) rc = find_padding(e, err);
   if (rc) {
     scps_engine_destroy(e);
     return rc;
@@ -219,12 +255,43 @@ static int check_place(const scps_engine *e, int stack, int32_t local_sc, scps_e
   return 0;
 }
 
+/* Rows (ascending, as a valid partition's or by-row list's are) that fall
+ * in a padding run: a binary search per run, so a valid request costs
+ * nothing measurable. `what` names the list's elements in the message. */
+static int check_padding(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
+                         const char *what, scps_error *err) {
+  const shard *sh = shard_of(e, stack, local_sc);
+  const scps_layout *l = e->layout;
+  for (int r = 0; r < sh->n_pads; r++) {
+    const pad_run *p = &sh->pads[r];
+    size_t a = 0, b = n;
+    while (a < b) {
+      size_t m = a + (b - a) / 2;
+      if (rows[m] < p->lo) a = m + 1;
+      else b = m;
+    }
+    if (a == n || rows[a] >= p->hi) continue;
+    const int32_t sc = e->process_index * e->sc_per_process + local_sc;
+    const scps_table_layout *tl = &l->tables[p->table];
+    int64_t residue = ((int64_t)sc - tl->shard_rotation) % l->num_sc;
+    if (residue < 0) residue += l->num_sc;
+    const int64_t id = ((int64_t)rows[a] - tl->row_offset_in_shard) * l->num_sc + residue;
+    return scps_error_set(err, SCPS_ERANGE,
+                          "stack '%s' SparseCore %d %s %zu: local row %u is padding: it would hold id %lld of "
+                          "table '%s', whose vocabulary_size is %lld (padding rows are never addressed)",
+                          l->stacks[stack].name, sc, what, a, rows[a], (long long)id, l->table_specs[p->table].name,
+                          (long long)l->table_specs[p->table].vocabulary_size);
+  }
+  return 0;
+}
+
 int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                           scps_error *err) {
   int rc = check_place(e, stack, local_sc, err);
   if (rc) return rc;
   const scps_stack_layout *st = &e->layout->stacks[stack];
-  if (coo_valid(coo, (uint64_t)st->rows_per_sc, (uint64_t)st->total_sample_count)) return 0;
+  if (coo_valid(coo, (uint64_t)st->rows_per_sc, (uint64_t)st->total_sample_count))
+    return check_padding(e, stack, local_sc, coo->rows, coo->n, "entry", err);
   int32_t sc = e->process_index * e->sc_per_process + local_sc;
   for (size_t i = 0; i < coo->n; i++) {
     if (coo->rows[i] >= st->rows_per_sc)
@@ -490,7 +557,7 @@ int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, co
   unsigned bad = 0;
   for (size_t i = 0; i < n; i++) bad |= (unsigned)(rows[i] >= limit);
   for (size_t i = 1; i < n; i++) bad |= (unsigned)(rows[i] <= rows[i - 1]);
-  if (!bad) return 0;
+  if (!bad) return check_padding(e, stack, local_sc, rows, n, "row entry", err);
   int32_t sc = e->process_index * e->sc_per_process + local_sc;
   for (size_t i = 0; i < n; i++) {
     if (rows[i] >= limit)

@@ -27,7 +27,9 @@ int32_t scps_engine_process_index(const scps_engine *e);
 
 /* Checks a partition for stack on the process-local SparseCore local_sc: rows
  * and samples in range, finite gains, sorted by (row, sample) without
- * repeats. Returns SCPS_ERANGE/SCPS_EINVAL naming position and value. */
+ * repeats, and no padding row (one that holds no id of its table). Returns
+ * SCPS_ERANGE/SCPS_EINVAL naming position and value (for a padding row, the
+ * table and id it would hold). */
 int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                           scps_error *err);
 
@@ -99,8 +101,8 @@ void scps_engine_update_bf16(scps_engine *e, int stack, int32_t local_sc, const 
 
 /* Checks a by-row list (scps.proto StackGradients.row_gradients) for stack
  * on the process-local SparseCore local_sc: every row below rows_per_sc and
- * the rows strictly ascending. Returns SCPS_ERANGE/SCPS_EINVAL naming the
- * position and the value. */
+ * no padding row, and the rows strictly ascending. Returns
+ * SCPS_ERANGE/SCPS_EINVAL naming the position and the value. */
 int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
                            scps_error *err);
 

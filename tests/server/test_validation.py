@@ -735,6 +735,57 @@ def test_failed_checkpoint(env):
               % (limits_of_a(),))
 
 
+def test_padding_rows(env):
+    """Padding rows hold no id and are never addressed: id 40 of a 37-row
+    table on 1 x 4 maps to SparseCore 0, local row 10, one of that table's
+    padding rows there (its ids on SparseCore 0 are 0, 4, ..., 36: rows 0 to
+    9). Lookup and ApplyGradients, by sample and by row, refuse it naming
+    stack, SparseCore, row, table and vocabulary, and change nothing; the
+    table sits first in an explicit stack, so its padding lies between two
+    tables' rows, not at the end of the shard. Its last id, 36, is served."""
+    tables = [{"name": "p", "vocabulary_size": 37, "embedding_dim": 8, "combiner": "sum", "stack": "s",
+               "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5}},
+              {"name": "q", "vocabulary_size": 64, "embedding_dim": 8, "combiner": "sum", "stack": "s",
+               "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5}}]
+    features = [{"name": "fp", "table": "p", "valency": 1}, {"name": "fq", "table": "q", "valency": 1}]
+    srv = env.server(env.write_config("padding", 4, tables, features), sc_per_process=4).wait_ready()
+    cl = Cluster(env, [srv])
+    pb, stub = env.pb, cl.stubs[0]
+    env.check(cl.place("p", 40) == (0, 10) and cl.place("p", 36) == (0, 9),
+              "id 40 of p is SparseCore 0 row 10, id 36 row 9: %s %s" % (cl.place("p", 40), cl.place("p", 36)))
+    good = {"fp": [[(36, 1.0)], [(1, 1.0)], [(2, 1.0)], [(3, 1.0)]], "fq": [[(i, 1.0)] for i in range(4)]}
+    bad = {"fp": [[(40, 1.0)], [(1, 1.0)], [(2, 1.0)], [(3, 1.0)]], "fq": good["fq"]}
+    before = stub.Lookup(cl.lookup_request(cl.entries(good), 0), timeout=30).SerializeToString()
+    needles = ["stacks[0]", "stack 's'", "SparseCore 0", "local row 10", "padding", "id 40", "table 'p'",
+               "vocabulary_size is 37"]
+    rng = np.random.default_rng(7)
+    grads = f32(rng.standard_normal((8, 8)).astype(np.float32))
+    entries = cl.entries(bad)
+    lookup = cl.lookup_request(entries, 0)
+    apply = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=0)
+    apply.stacks.append(pb.StackGradients(partitions=cl.partitions(entries, 0, 0), gradients=grads))
+    rows_apply = pb.ApplyGradientsRequest()
+    rows_apply.CopyFrom(apply)
+    by_row(rows_apply.stacks[0])
+    distinct = cl.lookup_request(entries, 0, distinct_rows=True)
+    for what, method, req in (("Lookup", "Lookup", lookup), ("Lookup distinct rows", "Lookup", distinct),
+                              ("ApplyGradients by sample", "ApplyGradients", apply),
+                              ("ApplyGradients by row", "ApplyGradients", rows_apply)):
+        got, details, _ = call_status(getattr(stub, method), req, timeout=30)
+        ok = env.check(got == "INVALID_ARGUMENT", "%s of id 40: %s %r, expected INVALID_ARGUMENT" % (what, got, details))
+        for n in needles:
+            ok &= env.check(n in details, "%s of id 40: message %r names %r" % (what, details, n))
+        after = stub.Lookup(cl.lookup_request(cl.entries(good), 0), timeout=30).SerializeToString()
+        ok &= env.check(after == before, "%s of id 40: tables unchanged" % what)
+        if ok:
+            print("   ok %-35s %s: %s" % (what, got, details), flush=True)
+    st = stub.Stats(pb.StatsRequest(), timeout=30)
+    env.check(all(s.rows_updated == 0 for s in st.stacks), "no row updated by the refused pushes")
+    # The valid neighbour (id 36, row 9) is looked up and updated.
+    upd = cl.apply(good, {"fp": np.ones((4, 8), np.float32)}, step=1)
+    env.check(upd == [8], "the push of ids 36, 1, 2, 3 (and q's 0-3) updates 8 rows: %s" % upd)
+
+
 if __name__ == "__main__":
     main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
-                             test_ftrl_rate, test_failed_checkpoint])
+                             test_ftrl_rate, test_failed_checkpoint, test_padding_rows])

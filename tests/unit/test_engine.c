@@ -160,6 +160,35 @@ static void test_check_coo(void) {
   cluster_destroy(&c);
 }
 
+/* Padding rows (a table's rows on a SparseCore past its last id there) are
+ * refused by both checks, naming the table, the id they would hold and the
+ * vocabulary; the last row that holds an id passes. On 1 x 2 'unif' (159
+ * ids, 160 padded) holds ids 0, 2, ..., 158 on SparseCore 0 (rows 0-79)
+ * and 1, 3, ..., 157 on SparseCore 1 (rows 0-78): row 79 of SparseCore 1
+ * would be id 159. */
+static void test_padding_rows(void) {
+  cluster c;
+  scps_error err;
+  CHECK_OK(cluster_create(&c, 1, 2, 1 << 22, &err), &err);
+  const int t = 2, s = c.layout->tables[t].stack;
+  CHECK(c.layout->table_specs[t].vocabulary_size == 159 && c.layout->tables[t].row_offset_in_shard == 0);
+  CHECK(scps_layout_rows_held(c.layout, t, 0) == 80 && scps_layout_rows_held(c.layout, t, 1) == 79);
+  uint32_t rows[2] = {3, 79}, samples[2] = {0, 1};
+  scps_coo coo = {2, rows, samples, NULL};
+  CHECK_OK(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err), &err);
+  CHECK_OK(scps_engine_check_rows(c.engines[0], s, 0, rows, 2, &err), &err);
+  CHECK(scps_engine_check_coo(c.engines[0], s, 1, &coo, &err) == SCPS_ERANGE);
+  CHECKF(strstr(err.msg, "SparseCore 1 entry 1:") && strstr(err.msg, "local row 79 is padding") &&
+             strstr(err.msg, "id 159 of table 'unif'") && strstr(err.msg, "vocabulary_size is 159"),
+         "%s", err.msg);
+  CHECK(scps_engine_check_rows(c.engines[0], s, 1, rows, 2, &err) == SCPS_ERANGE);
+  CHECKF(strstr(err.msg, "row entry 1:") && strstr(err.msg, "local row 79 is padding"), "%s", err.msg);
+  rows[1] = 78;
+  CHECK_OK(scps_engine_check_coo(c.engines[0], s, 1, &coo, &err), &err);
+  CHECK_OK(scps_engine_check_rows(c.engines[0], s, 1, rows, 2, &err), &err);
+  cluster_destroy(&c);
+}
+
 /* A long partition, so that each defect also lands inside the vectorised
  * first pass rather than only in its scalar tail: every kind, at the first,
  * second, a middle and the last entry, is found and named by its index. */
@@ -171,7 +200,9 @@ static void test_check_coo_long(void) {
   const scps_stack_layout *st = &c.layout->stacks[s];
   size_t per_row = st->total_sample_count < 4 ? (size_t)st->total_sample_count : 4;
   size_t n = 1000;
-  if ((size_t)st->rows_per_sc * per_row < n) n = (size_t)st->rows_per_sc * per_row;
+  /* Rows that hold an id: the table's last rows on the SparseCore are padding. */
+  const size_t held = (size_t)scps_layout_rows_held(c.layout, 2, 0);
+  if (held * per_row < n) n = held * per_row;
   CHECKF(n >= 100, "test layout too small: %zu entries", n);
   uint32_t *rows = malloc(n * sizeof *rows), *samples = malloc(n * sizeof *samples);
   float *gains = malloc(n * sizeof *gains);
@@ -290,7 +321,7 @@ static void test_lookup_slices(int batch) {
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < e; i++) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
-      rows[k][i] = (uint32_t)(i * (uint32_t)st->rows_per_sc / e);
+      rows[k][i] = (uint32_t)(i * (uint32_t)scps_layout_rows_held(c.layout, 2, k) / e);
       samples[k][i] = (uint32_t)((x >> 33) % total);
       gains[k][i] = i % 7 == 3 ? -0.0f : (float)((x >> 20) % 1000) * 1e-3f - 0.5f;
     }
@@ -509,6 +540,7 @@ int main(void) {
   test_capacity();
   test_check_coo();
   test_check_coo_long();
+  test_padding_rows();
   test_untouched_rows();
   test_lookup_slices(16);
   test_lookup_slices(70000);
