@@ -9,9 +9,9 @@
 
 #include "scps_bf16.h"
 #include "scps_fdo.h"
+#include "scps_fingerprint.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
-#include "scps_sha256.h"
 #include "scps_spec_pb.h"
 
 #define SCPS_VERSION "0.1.0"
@@ -62,12 +62,11 @@ int scps_handlers_init(scps_server *s, scps_error *err) {
   int rc = scps_cluster_pb_create(&s->opts.topology, s->tables, s->opts.n_tables, s->features,
                                   s->opts.n_features, &g->cluster, err);
   if (rc) return rc;
-  size_t n = scps__v1__cluster_spec__get_packed_size(&g->cluster->msg);
-  uint8_t *packed = malloc(n ? n : 1);
-  if (!packed) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
-  scps__v1__cluster_spec__pack(&g->cluster->msg, packed);
-  scps_sha256(packed, n, s->fingerprint);
-  free(packed);
+  /* Of the canonical declaration: processes started from files that differ
+   * only in what they do not read serve one cluster. */
+  rc = scps_fingerprint(&s->opts.topology, s->tables, s->opts.n_tables, s->features, s->opts.n_features,
+                        s->fingerprint, err);
+  if (rc) return rc;
 
   Scps__V1__GetConfigResponse *resp = &g->resp;
   scps__v1__get_config_response__init(resp);

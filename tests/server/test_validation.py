@@ -499,6 +499,30 @@ def test_invalid_requests(env):
     v.expect("GetConfig other learning_rate", "GetConfig",
              expected_with(lambda c: setattr(c.tables[tb].optimizer, "learning_rate", 0.25)),
              "FAILED_PRECONDITION", ["'b'", "learning_rate"])
+    # Fields compared for what they mean: output_dim 0 is the table's
+    # embedding_dim, and what the table's optimizer (sgd), initializer
+    # (uniform) and clipping (off) do not read is not compared.
+    for what, fn in (
+            ("output_dim 0", lambda c: setattr(c.features[fb], "output_dim", 0)),
+            ("explicit output_dims", lambda c: [setattr(f, "output_dim", next(
+                t.embedding_dim for t in c.tables if t.name == f.table)) for f in c.features]),
+            ("sgd with adam's and ftrl's fields", lambda c: [
+                setattr(c.tables[tb].optimizer, k, x) for k, x in (("beta1", 0.25), ("epsilon", 3.0),
+                                                                   ("initial_accumulator", 7.0), ("l1", 2.0),
+                                                                   ("multiply_linear_by_learning_rate", True))]),
+            ("uniform with stddev and value", lambda c: [setattr(c.tables[tb].initializer, k, 9.0)
+                                                         for k in ("stddev", "value")]),
+            ("clip bounds without clip", lambda c: [setattr(c.tables[tb], k, x) for k, x in (("clip_min", 3.0),
+                                                                                          ("clip_max", -1.0))])):
+        got, details, resp = call_status(v.stub.GetConfig, expected_with(fn), timeout=30)
+        if env.check(got == "OK" and resp.config_fingerprint == fp,
+                     "GetConfig expected with %s: %s %r, expected OK with the same fingerprint" % (what, got, details)):
+            print("   ok GetConfig expected with %-30s OK" % what, flush=True)
+    v.expect("GetConfig other clip", "GetConfig", expected_with(lambda c: setattr(c.tables[tb], "clip", True)),
+             "FAILED_PRECONDITION", ["'b'", "clip"])
+    v.expect("GetConfig other uniform scale", "GetConfig",
+             expected_with(lambda c: setattr(c.tables[tb].initializer, "scale", 0.25)), "FAILED_PRECONDITION",
+             ["'b'", "initializer.scale", "0.25", "0.5"])
     v.expect("GetConfig invalid expected", "GetConfig",
              expected_with(lambda c: setattr(c.tables[tb], "combiner", pb.COMBINER_UNSPECIFIED)),
              "INVALID_ARGUMENT", ["expected", "combiner"])
