@@ -488,8 +488,10 @@ static void rpc_done(rpc *r) {
     schedule_retry(r, due);
     return;
   } else {
-    /* A server shutting down: the call may go to the process that replaces it. */
-    int code = st == GRPC_STATUS_CANCELLED ? SCPS_EUNAVAIL : scps_status_code(st);
+    /* CANCELLED keeps its own code (a server draining for shutdown; the
+     * call may go to the process that replaces it): callers and scps-loadgen
+     * tell it from UNAVAILABLE. */
+    int code = scps_status_code(st);
     const char *why = "";
     if (o->method == M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
       code = SCPS_EUNAVAIL;
@@ -864,7 +866,8 @@ static int op_result(op *o, scps_error *err) {
      * settles that the step is incomplete. */
     bool settled = false;
     for (int i = 0; i < o->n_rpcs; i++)
-      settled |= o->rpcs[i].rc && o->rpcs[i].rc != SCPS_ETIMEDOUT && o->rpcs[i].rc != SCPS_EUNAVAIL;
+      settled |= o->rpcs[i].rc && o->rpcs[i].rc != SCPS_ETIMEDOUT && o->rpcs[i].rc != SCPS_EUNAVAIL &&
+                 o->rpcs[i].rc != SCPS_ECANCELLED;
     if (!settled)
       return scps_error_set(err, r->rc, "%s [checkpoint of step %lld: no answer from servers %s, saved by %s; if "
                             "they had begun the save it runs to completion there, so the step may yet be complete: "

@@ -190,8 +190,8 @@ int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_b
  * so results are deterministic (and equal an in-process engine's). Servers
  * answering UNAVAILABLE, or CANCELLED (a draining server cancels calls that
  * arrive after its drain), are retried (20 ms backoff doubling to 200 ms)
- * while deadline_ms (from now, > 0) allows; SCPS_ETIMEDOUT or SCPS_EUNAVAIL
- * then.
+ * while deadline_ms (from now, > 0) allows; SCPS_ETIMEDOUT, SCPS_EUNAVAIL or
+ * SCPS_ECANCELLED then.
  * When several servers fail, the message names the lowest and lists all. */
 int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
                        scps_error *err);
@@ -251,8 +251,8 @@ typedef struct scps_client_checkpoint_result {
  * server's --checkpoint-dir), with the prep's limits in force, and waits up
  * to deadline_ms. Servers go on answering lookups meanwhile; pushes wait
  * for the save. Errors name the servers that failed and those that saved
- * (such a checkpoint is incomplete and is never restored). SCPS_ETIMEDOUT
- * and SCPS_EUNAVAIL alone settle nothing: a save a server had begun runs
+ * (such a checkpoint is incomplete and is never restored). SCPS_ETIMEDOUT,
+ * SCPS_EUNAVAIL and SCPS_ECANCELLED alone settle nothing: a save a server had begun runs
  * to completion, so the step may yet be complete (the message says so; the
  * servers' Stats tell). SCPS_EMISMATCH
  * when a server has already applied a later step, or cannot create or write

@@ -20,6 +20,7 @@ int scps_status_code(grpc_status_code s) {
   case GRPC_STATUS_UNAVAILABLE: return SCPS_EUNAVAIL;
   case GRPC_STATUS_DEADLINE_EXCEEDED: return SCPS_ETIMEDOUT;
   case GRPC_STATUS_INTERNAL: return SCPS_EINTERNAL;
+  case GRPC_STATUS_CANCELLED: return SCPS_ECANCELLED;
   default: return SCPS_EIO;
   }
 }

@@ -20,7 +20,7 @@ static const char *const status_names[SCPS_LOADGEN_CODES] = {
     "OK",          "INVALID_ARGUMENT", "OUT_OF_MEMORY",     "RESOURCE_EXHAUSTED", "NOT_FOUND",
     "ALREADY_EXISTS", "OUT_OF_RANGE",  "LIMIT_EXCEEDED",    "IO_ERROR",           "DATA_LOSS",
     "PARSE_ERROR", "FAILED_PRECONDITION", "UNAVAILABLE",    "DEADLINE_EXCEEDED",  "BAD_STATE",
-    "INTERNAL"};
+    "INTERNAL",    "CANCELLED"};
 
 const char *scps_loadgen_status_name(int code) {
   return code <= 0 && -code < SCPS_LOADGEN_CODES ? status_names[-code] : "UNKNOWN";

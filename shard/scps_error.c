@@ -21,6 +21,7 @@ const char *scps_strerror(int code) {
   case SCPS_ETIMEDOUT: return "deadline exceeded";
   case SCPS_ESTATE: return "invalid state for this operation";
   case SCPS_EINTERNAL: return "internal error";
+  case SCPS_ECANCELLED: return "cancelled by the peer";
   default: return "unknown error";
   }
 }

@@ -21,7 +21,8 @@ enum {
   SCPS_EUNAVAIL = -12,  /* peer not reachable */
   SCPS_ETIMEDOUT = -13, /* deadline passed */
   SCPS_ESTATE = -14,    /* operation not valid in the current state */
-  SCPS_EINTERNAL = -15  /* invariant violated inside scps: a bug */
+  SCPS_EINTERNAL = -15, /* invariant violated inside scps: a bug */
+  SCPS_ECANCELLED = -16 /* the peer cancelled the call (a server draining for shutdown) */
 };
 
 #define SCPS_ERROR_MSG_MAX 512
