@@ -10,6 +10,7 @@
 #include "scps_bf16.h"
 #include "scps_fdo.h"
 #include "scps_fingerprint.h"
+#include "scps_limits.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 #include "scps_spec_pb.h"
@@ -77,6 +78,8 @@ int scps_handlers_init(scps_server *s, scps_error *err) {
   resp->max_message_bytes = s->opts.max_message_bytes;
   resp->version = SCPS_VERSION;
   resp->wire_revision = SCPS_WIRE_REVISION;
+  resp->limit_policy = s->opts.limit_policy == SCPS_LIMIT_DROP ? SCPS__V1__LIMIT_POLICY__LIMIT_POLICY_DROP
+                                                               : SCPS__V1__LIMIT_POLICY__LIMIT_POLICY_REFUSE;
   resp->n_stacks = (size_t)l->n_stacks;
   g->n_stacks = l->n_stacks;
   g->infos = calloc((size_t)l->n_stacks, sizeof *g->infos);
@@ -778,6 +781,7 @@ static void handle_lookup(scps_call *c) {
     }
     scratch += lookup_scratch(c, cs);
   }
+  if (st == GRPC_STATUS_OK) st = scps_limits_apply(c, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);
     return;
@@ -1180,6 +1184,7 @@ static void handle_apply(scps_call *c) {
       grads_at += (sg->gradients.len + sg->row_gradients.len) / width;
     }
   }
+  if (st == GRPC_STATUS_OK) st = scps_limits_apply(c, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);
     return;

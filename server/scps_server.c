@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "scps_cpus.h"
+#include "scps_limits.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 
@@ -32,6 +33,7 @@ static void call_free(scps_call *c) {
   if (c->request) protobuf_c_message_free_unpacked(c->request, NULL);
   scps_request_free(&c->req);
   free(c->stacks);
+  free(c->limit_mem);
   if (c->scratch) scps_scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
   free(c);
 }
@@ -361,6 +363,7 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
   if (!rc) rc = scps_handlers_init(s, err);
   if (!rc) rc = scps_saver_init(s, err);
+  if (!rc && o->partition_limits[0] > 0) scps_limits_override(s);
   if (!rc) rc = grpc_setup(s, o, err);
   if (rc) {
     scps_server_destroy(s);

@@ -135,6 +135,9 @@ struct scps_call {
   uint32_t grad_mag[64];
   scps_step step;
   scps_call *next;          /* in the saver's parked or checkpoint queue */
+  /* Lookup and ApplyGradients: partitions dropped to the limits in force
+   * (scps_limits_apply), which the stacks' coo views then point into. */
+  void *limit_mem;
 };
 
 /* A validated stack of a Lookup or ApplyGradients request. */
@@ -159,6 +162,8 @@ typedef struct call_stack {
    * float32 bits; times their count and the largest |gradient| it bounds
    * every row sum of coo[k]. */
   uint32_t gain_mag[64];
+  /* The stack's limits in force when the request was validated. */
+  int32_t max_ids, max_unique;
 } call_stack;
 
 /* Finishes a call: status, optional message text, optional packed response

@@ -70,6 +70,19 @@ static const char usage[] =
     "                         the one saved and the newest before it (default\n"
     "                         3); newer ones, left behind by a --restore of an\n"
     "                         older step, are renamed superseded-step-...\n"
+    "  --limit-policy refuse|drop\n"
+    "                         a Lookup or ApplyGradients whose partition (source\n"
+    "                         SparseCore -> destination SparseCore) holds more ids\n"
+    "                         or distinct ids than the limits in force (GetConfig\n"
+    "                         reports them): refuse it (INVALID_ARGUMENT naming\n"
+    "                         stack, partition, count and limit), or drop the ids\n"
+    "                         beyond the limits as libscps's preprocessing drops\n"
+    "                         them (default refuse)\n"
+    "  --partition-limits IDS,UNIQUE\n"
+    "                         every stack's limits in force from the start, instead\n"
+    "                         of the declaration's or a restored checkpoint's (for\n"
+    "                         loads whose batches the declared limits do not fit;\n"
+    "                         libscps adopts them at connect)\n"
     "  --help                 this text\n"
     "\n"
     "While a checkpoint is saved, Lookups are served and ApplyGradients wait for\n"
@@ -173,6 +186,24 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, long *ou
   return -1;
 }
 
+/* --partition-limits IDS,UNIQUE: two limits in [1, 2^31 - 1]. */
+static int parse_partition_limits(const char *s, int32_t out[2]) {
+  const char *comma = strchr(s, ',');
+  char ids[32];
+  long v;
+  if (!comma || (size_t)(comma - s) >= sizeof ids) {
+    fprintf(stderr, "scps-server: --partition-limits '%s': expected IDS,UNIQUE (e.g. 4096,1024)\n", s);
+    return -1;
+  }
+  memcpy(ids, s, (size_t)(comma - s));
+  ids[comma - s] = '\0';
+  if (parse_int("--partition-limits IDS", ids, 1, INT32_MAX, &v)) return -1;
+  out[0] = (int32_t)v;
+  if (parse_int("--partition-limits UNIQUE", comma + 1, 1, INT32_MAX, &v)) return -1;
+  out[1] = (int32_t)v;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *config = NULL, *port_file = NULL;
   scps_server_options o = {0};
@@ -197,6 +228,7 @@ int main(int argc, char **argv) {
       {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
+      {"limit-policy", required_argument, 0, 'L'},  {"partition-limits", required_argument, 0, 'B'},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -236,6 +268,14 @@ int main(int argc, char **argv) {
       }
       o.pin_sparsecores = !strcmp(optarg, "on");
       break;
+    case 'L':
+      if (strcmp(optarg, "refuse") && strcmp(optarg, "drop")) {
+        fprintf(stderr, "scps-server: --limit-policy '%s': expected refuse or drop\n", optarg);
+        return 2;
+      }
+      o.limit_policy = strcmp(optarg, "drop") ? SCPS_LIMIT_ERROR : SCPS_LIMIT_DROP;
+      break;
+    case 'B': if (parse_partition_limits(optarg, o.partition_limits)) return 2; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }

@@ -678,7 +678,8 @@ def test_large_messages(env):
     batch, dim, vocab = 8192, 256, 1000
     cfg = env.write_config("large", batch, [
         {"name": "big", "vocabulary_size": vocab, "embedding_dim": dim, "combiner": "sum",
-         "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5}}],
+         "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5},
+         "max_ids_per_partition": 2 * batch, "max_unique_ids_per_partition": vocab}],
         [{"name": "fbig", "table": "big", "valency": 2}])
     srv = env.server(cfg).wait_ready()
     cl = Cluster(env, [srv])
@@ -810,6 +811,102 @@ def test_padding_rows(env):
     env.check(upd == [8], "the push of ids 36, 1, 2, 3 (and q's 0-3) updates 8 rows: %s" % upd)
 
 
+def drop_to_limits(cl, entries, max_ids, max_unique):
+    """The proto's drop rule (StackPartitions), written from its text: per
+    partition, in entry order, counting per source SparseCore, an entry of a
+    row its source has not kept yet goes once max_unique rows are kept, any
+    entry once max_ids are."""
+    out = {}
+    for st, scs in entries.items():
+        for sc, part in scs.items():
+            kept, kept_rows, last = {}, {}, {}
+            keep = []
+            for row, sample, gain in part:
+                src = cl.source_sc(st, sample)
+                new_row = last.get(src) != row
+                if new_row and kept_rows.get(src, 0) >= max_unique:
+                    continue
+                if kept.get(src, 0) >= max_ids:
+                    continue
+                kept[src] = kept.get(src, 0) + 1
+                if new_row:
+                    kept_rows[src] = kept_rows.get(src, 0) + 1
+                    last[src] = row
+                keep.append((row, sample, gain))
+            out.setdefault(st, {})[sc] = keep
+    return out
+
+
+def test_partition_limits(env):
+    """The server enforces the limits in force (--limit-policy) on a table
+    limited to 4 ids and 2 distinct ids per partition, on 1 x 2 (samples 0-3
+    come from SparseCore 0, 4-7 from 1): by default a sample of 6 ids whose
+    3 rows on SparseCore 0 pass the unique limit, and 4 samples of the same
+    2 rows there (8 ids), are refused (INVALID_ARGUMENT naming stack,
+    partition, count and limit; nothing applied); with drop, a request over
+    both is answered and applied as the same request with the proto's drop
+    rule applied by the client (written here from the proto's text), bit
+    for bit."""
+    tables = [{"name": "l", "vocabulary_size": 64, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5},
+               "max_ids_per_partition": 4, "max_unique_ids_per_partition": 2}]
+    features = [{"name": "fl", "table": "l", "valency": [0, 8]}]
+    cfg = env.write_config("limits", 8, tables, features)
+    refuse_srv = env.server(cfg).wait_ready()
+    drop_srvs = [env.server(cfg, extra=["--limit-policy", "drop"]).wait_ready() for _ in range(2)]
+    pb = env.pb
+    ref, drops = Cluster(env, [refuse_srv]), [Cluster(env, [s]) for s in drop_srvs]
+    env.check(ref.configs[0].limit_policy == pb.LIMIT_POLICY_REFUSE, "GetConfig limit_policy of the default: %s"
+              % ref.configs[0].limit_policy)
+    env.check(drops[0].configs[0].limit_policy == pb.LIMIT_POLICY_DROP, "GetConfig limit_policy with drop: %s"
+              % drops[0].configs[0].limit_policy)
+    six = [(10, 1.0), (11, 1.0), (11, 2.0), (12, 1.0), (13, 1.0), (14, 0.5)]
+    unique_over = {"fl": [six, [], [], [], [], [], [], [(20, 1.0)]]}
+    ids_over = {"fl": [[(10, 1.0), (12, 1.0)]] * 4 + [[]] * 4}
+    both = {"fl": [six] + [[(10, 1.0), (12, 1.0)]] * 3 + [[], [], [], [(20, 1.0)]]}
+    grads = f32(np.random.default_rng(11).standard_normal((8, 8)).astype(np.float32))
+    good = {"fl": [[(i, 1.0)] for i in (10, 11, 12, 13, 14, 20, 1, 3)]}  # 2 rows per source and SparseCore
+    before = ref.stubs[0].Lookup(ref.lookup_request(ref.entries(good), 0), timeout=30).SerializeToString()
+
+    def push(cl, ent):
+        req = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=0)
+        req.stacks.append(pb.StackGradients(partitions=cl.partitions(ent, 0, 0), gradients=grads))
+        return req
+    for what, batch, needles in (
+            ("6 ids of a sample", unique_over, ["3 unique ids", "above max_unique_ids_per_partition 2"]),
+            ("4 samples of 2 rows", ids_over, ["8 ids", "above max_ids_per_partition 4"])):
+        entries = ref.entries(batch)
+        for method, req in (("Lookup", ref.lookup_request(entries, 0)), ("ApplyGradients", push(ref, entries))):
+            got, details, _ = call_status(getattr(ref.stubs[0], method), req, timeout=30)
+            ok = env.check(got == "INVALID_ARGUMENT", "%s %s: %s %r" % (method, what, got, details))
+            for n in ["stacks[0]", "stack 'l'", "partition src 0 -> dst 0", "in force"] + needles:
+                ok &= env.check(n in details, "%s %s: message %r names %r" % (method, what, details, n))
+            after = ref.stubs[0].Lookup(ref.lookup_request(ref.entries(good), 0), timeout=30).SerializeToString()
+            ok &= env.check(after == before, "%s %s: tables unchanged" % (method, what))
+            if ok:
+                print("   ok %-38s %s: %s" % (method + " " + what, got, details), flush=True)
+
+    # Drop: the server's answer and update equal the client-dropped request's.
+    entries = ref.entries(both)
+    kept = drop_to_limits(ref, entries, 4, 2)
+    n_full = sum(len(p) for sc in entries.values() for p in sc.values())
+    n_kept = sum(len(p) for sc in kept.values() for p in sc.values())
+    rows_kept = sum(len({r for r, _, _ in p}) for sc in kept.values() for p in sc.values())
+    env.check(n_kept == 7 and n_full == 12, "the rule keeps 7 of the 12 entries: %d of %d" % (n_kept, n_full))
+    full = drops[0].stubs[0].Lookup(drops[0].lookup_request(entries, 0), timeout=30).SerializeToString()
+    want = drops[0].stubs[0].Lookup(drops[0].lookup_request(kept, 0), timeout=30).SerializeToString()
+    env.check(full == want, "drop: the Lookup answers as the client-dropped request")
+    got_a = drops[0].stubs[0].ApplyGradients(push(drops[0], entries), timeout=30).rows_updated
+    got_b = drops[1].stubs[0].ApplyGradients(push(drops[1], kept), timeout=30).rows_updated
+    look = drops[0].lookup_request(ref.entries(good), 0)
+    after_a = drops[0].stubs[0].Lookup(look, timeout=30).SerializeToString()
+    after_b = drops[1].stubs[0].Lookup(look, timeout=30).SerializeToString()
+    if env.check(got_a == got_b == rows_kept and after_a == after_b and after_a != before,
+                 "drop: the push updates the kept rows as the client-dropped push does (%d, %d rows, %d kept)"
+                 % (got_a, got_b, rows_kept)):
+        print("   ok drop: %d entries answered and applied as the client-dropped %d" % (n_full, n_kept), flush=True)
+
 if __name__ == "__main__":
     main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
-                             test_ftrl_rate, test_failed_checkpoint, test_padding_rows])
+                             test_ftrl_rate, test_failed_checkpoint, test_padding_rows,
+                             test_partition_limits])
