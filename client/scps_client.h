@@ -269,4 +269,19 @@ int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, 
  * been none, or that checkpoint's error. */
 int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *result, scps_error *err);
 
+/* The rows and optimizer slots of ids of table `table` (its TableSpec name)
+ * as the servers hold them now (scps.proto ReadRows): each id read from the
+ * server that holds it, the servers asked in parallel, in pieces whose
+ * answers stay under their message limit, all within deadline_ms. rows
+ * receives n_ids x embedding_dim floats; slots (NULL: not wanted) n_ids x
+ * num_slots x embedding_dim, id i's slot k at (i * num_slots + k) *
+ * embedding_dim, slots in scps_optimizer_slot_name's order. Ids may repeat
+ * and must be in [0, vocabulary_size) (SCPS_EINVAL naming the first that
+ * is not); SCPS_ENOENT for an unknown table; servers' errors as for the
+ * other calls (never retried). Where servers check roles, only admin
+ * callers may read rows. Pushes in flight meanwhile may be seen on some
+ * servers and not yet on others, never half of a row. */
+int scps_client_read_rows(scps_client *c, const char *table, const int64_t *ids, size_t n_ids, float *rows,
+                          float *slots, int64_t deadline_ms, scps_error *err);
+
 #endif

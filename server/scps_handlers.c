@@ -11,6 +11,7 @@
 #include "scps_fdo.h"
 #include "scps_fingerprint.h"
 #include "scps_limits.h"
+#include "scps_read_rows.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 #include "scps_spec_pb.h"
@@ -1208,6 +1209,7 @@ void scps_handle_call(scps_call *c) {
   case SCPS_M_STATS: handle_stats(c); break;
   case SCPS_M_HEALTH: handle_health(c); break;
   case SCPS_M_CHECKPOINT: scps_saver_handle(c); break;
+  case SCPS_M_READ_ROWS: scps_handle_read_rows(c); break;
   default: scps_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL, 0); break;
   }
 }

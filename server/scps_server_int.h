@@ -23,6 +23,7 @@ enum {
   SCPS_M_STATS,
   SCPS_M_HEALTH,
   SCPS_M_CHECKPOINT,
+  SCPS_M_READ_ROWS,
   SCPS_M_COUNT,
   SCPS_M_UNKNOWN = SCPS_M_COUNT /* generic request: answered UNIMPLEMENTED */
 };

@@ -906,7 +906,124 @@ def test_partition_limits(env):
                  % (got_a, got_b, rows_kept)):
         print("   ok drop: %d entries answered and applied as the client-dropped %d" % (n_full, n_kept), flush=True)
 
+def test_read_rows(env):
+    """ReadRows on a 2 x 2 cluster, with a stock client: the same range sent
+    to both processes reads every id once (each answers those it holds,
+    ascending), rows equal what Lookup returns for them bit for bit, slots
+    are named as OptimizerType names them and hold their initial values,
+    then the values of one push computed here in float64 from the
+    declaration; explicit ids in any order and repeated; every invalid
+    request refused with the status the proto lists, naming the field."""
+    tables = [{"name": "g", "vocabulary_size": 61, "embedding_dim": 12, "combiner": "sum",
+               "optimizer": {"type": "adagrad", "learning_rate": 0.25, "initial_accumulator": 0.5},
+               "initializer": {"type": "uniform", "scale": 0.5}},
+              {"name": "m", "vocabulary_size": 40, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "adam", "learning_rate": 0.125}, "initializer": {"type": "normal", "stddev": 0.25}},
+              {"name": "s", "vocabulary_size": 30, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "constant", "value": 0.75}}]
+    features = [{"name": "f" + t["name"], "table": t["name"], "valency": 1} for t in tables]
+    cfg = env.write_config("read_rows", 8, tables, features)
+    srvs = [env.server(cfg, index=p, num_processes=2, extra=["--max-message-mb", "1"]).wait_ready() for p in range(2)]
+    cl = Cluster(env, srvs)
+    pb = env.pb
+
+    def read(p, table, **kw):
+        return cl.stubs[p].ReadRows(pb.ReadRowsRequest(config_fingerprint=cl.fingerprint, process_index=p,
+                                                       table=table, **kw), timeout=30)
+
+    def values(b, dim):
+        return np.frombuffer(b, "<f4").reshape(-1, dim)
+    slot_names = {"g": ["accumulator"], "m": ["momentum", "velocity"], "s": []}
+    state = {}
+    for t in tables:
+        name, vocab, dim = t["name"], t["vocabulary_size"], t["embedding_dim"]
+        got = {}
+        for p in range(2):
+            r = read(p, name, first_id=0, count=vocab)
+            ids = list(r.ids)
+            env.check(ids == sorted(ids) and all(cl.place(name, i)[0] // cl.S == p for i in ids),
+                      "table %s, process %d: the range's ids it holds, ascending" % (name, p))
+            env.check(r.embedding_dim == dim and [x.name for x in r.slots] == slot_names[name],
+                      "table %s: embedding_dim %d, slots %s" % (name, r.embedding_dim, [x.name for x in r.slots]))
+            rows = values(r.rows, dim)
+            for k, i in enumerate(ids):
+                got[i] = (rows[k], [values(x.values, dim)[k] for x in r.slots])
+        env.check(sorted(got) == list(range(vocab)), "table %s: the range read every id once" % name)
+        looked = cl.read_rows(name, list(range(vocab))).astype(np.float32)
+        env.check(all(np.array_equal(got[i][0], looked[i]) for i in range(vocab)),
+                  "table %s: rows equal Lookup's bit for bit" % name)
+        init = {"g": [0.5], "m": [0.0, 0.0], "s": []}[name]
+        env.check(all(np.all(got[i][1][k] == np.float32(v)) for i in range(vocab) for k, v in enumerate(init)),
+                  "table %s: slots start at %s" % (name, init))
+        state[name] = got
+    print("   ok ReadRows of every id: rows equal Lookup's, slots named and initial", flush=True)
+
+    # One push on table g (adagrad): the new rows and accumulators against
+    # float64 from the declaration (a = a0 + g^2, w -= lr g / sqrt(a)).
+    batch = {"fg": [[(i, 1.0)] for i in (3, 4, 60, 7, 8, 9, 10, 11)]}
+    grad = np.random.default_rng(13).standard_normal((8, 12)).astype(np.float32)
+    cl.apply(batch, {"fg": grad}, step=0)
+    ids = [60, 3, 3, 11]
+    for p in range(2):
+        mine = [i for i in ids if cl.place("g", i)[0] // cl.S == p]
+        r = read(p, "g", ids=mine)
+        env.check(list(r.ids) == mine, "explicit ids answered in request order, repeats kept: %s" % list(r.ids))
+        rows, acc = values(r.rows, 12), values(r.slots[0].values, 12)
+        for k, i in enumerate(mine):
+            gi = grad[[3, 4, 60, 7, 8, 9, 10, 11].index(i)].astype(np.float64)
+            a = 0.5 + gi * gi
+            w = state["g"][i][0].astype(np.float64) - 0.25 * gi / np.sqrt(a)
+            env.check(np.allclose(acc[k], a, rtol=1e-6, atol=0) and np.allclose(rows[k], w, rtol=1e-5, atol=1e-7),
+                      "id %d after the push: accumulator and row against float64 (max errors %g, %g)"
+                      % (i, np.abs(acc[k] - a).max(), np.abs(rows[k] - w).max()))
+    print("   ok ReadRows after a push: rows and accumulators as float64 computes them", flush=True)
+
+    other = next(i for i in range(61) if cl.place("g", i)[0] // cl.S == 1)
+    for what, req, code, needles in (
+            ("unknown table", dict(table="zz", ids=[0]), "INVALID_ARGUMENT", ["table", "'zz'"]),
+            ("id = vocabulary_size", dict(table="g", ids=[61]), "INVALID_ARGUMENT", ["ids[0] = 61", "[0, 61)", "'g'"]),
+            ("id -1", dict(table="g", ids=[-1]), "INVALID_ARGUMENT", ["ids[0] = -1"]),
+            ("id of process 1", dict(table="g", ids=[other]), "INVALID_ARGUMENT",
+             ["ids[0] = %d" % other, "lives on process 1", "SparseCore %d" % cl.place("g", other)[0]]),
+            ("ids and a range", dict(table="g", ids=[0], first_id=0, count=3), "INVALID_ARGUMENT", ["both given"]),
+            ("range past the vocabulary", dict(table="g", first_id=50, count=12), "INVALID_ARGUMENT",
+             ["first_id 50, count 12", "[0, 61)"]),
+            ("negative count", dict(table="g", first_id=0, count=-1), "INVALID_ARGUMENT", ["count -1"]),
+            ("wrong fingerprint", dict(table="g", ids=[0], config_fingerprint=b"x" * 32), "FAILED_PRECONDITION",
+             ["config_fingerprint"])):
+        fields = dict(config_fingerprint=cl.fingerprint, process_index=0)
+        fields.update(req)
+        got, details, _ = call_status(cl.stubs[0].ReadRows, pb.ReadRowsRequest(**fields), timeout=30)
+        ok = env.check(got == code, "ReadRows %s: %s %r, expected %s" % (what, got, details, code))
+        for n in needles:
+            ok &= env.check(n in details, "ReadRows %s: message %r names %r" % (what, details, n))
+        if ok:
+            print("   ok ReadRows %-28s %s: %s" % (what, got, details), flush=True)
+    st = cl.stubs[0].Stats(pb.StatsRequest(), timeout=30)
+    m = next((x for x in st.methods if x.method == "ReadRows"), None)
+    env.check(m is not None and m.calls >= 12 and m.errors == 8, "Stats counts ReadRows: %s" % m)
+
+
+def test_read_rows_limit(env):
+    """A ReadRows answer past --max-message-mb is refused with
+    RESOURCE_EXHAUSTED naming its bytes and the limit, one under it served;
+    libscps reads in pieces under it (scps-admin rows, admin_online)."""
+    tables = [{"name": "w", "vocabulary_size": 4000, "embedding_dim": 256, "combiner": "sum",
+               "optimizer": {"type": "adam", "learning_rate": 0.125}, "initializer": {"type": "zeros"}}]
+    cfg = env.write_config("read_rows_limit", 8, tables, [{"name": "fw", "table": "w", "valency": 1}])
+    srv = env.server(cfg, sc_per_process=1, extra=["--max-message-mb", "1"]).wait_ready()
+    cl = Cluster(env, [srv])
+    pb = env.pb
+    req = pb.ReadRowsRequest(config_fingerprint=cl.fingerprint, process_index=0, table="w", first_id=0, count=400)
+    got, details, _ = call_status(cl.stubs[0].ReadRows, req, timeout=30)
+    env.check(got == "RESOURCE_EXHAUSTED" and "400 ids x (1 + 2 slots) x embedding_dim 256" in details
+              and str(1 << 20) in details, "ReadRows of 400 x 3 KiB: %s %r" % (got, details))
+    req.count = 300
+    got, details, resp = call_status(cl.stubs[0].ReadRows, req, timeout=30)
+    env.check(got == "OK" and len(resp.ids) == 300, "ReadRows of 300 x 3 KiB: %s %r" % (got, details))
+
+
 if __name__ == "__main__":
     main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
                              test_ftrl_rate, test_failed_checkpoint, test_padding_rows,
-                             test_partition_limits])
+                             test_partition_limits, test_read_rows, test_read_rows_limit])
