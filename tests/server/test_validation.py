@@ -3,6 +3,7 @@ message naming the field and the offending value, and changes nothing: a
 Lookup afterwards returns exactly the bytes it returned before. Also garbage
 and truncated protobufs, a request over --max-message-mb, unknown methods,
 and requests and responses over gRPC's default 4 MiB that must work."""
+import math
 import os
 import struct
 
@@ -1023,7 +1024,89 @@ def test_read_rows_limit(env):
     env.check(got == "OK" and len(resp.ids) == 300, "ReadRows of 300 x 3 KiB: %s %r" % (got, details))
 
 
+M64 = (1 << 64) - 1
+
+
+def spec_mix(x):
+    """mix() of the proto's InitializerSpec comment."""
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M64
+    return x ^ (x >> 31)
+
+
+def spec_value(kind, param, seed, i, c):
+    """Element (i, c) of a table as the proto's InitializerSpec comment
+    specifies it, from that text alone (Python's math is C's libm), with
+    the draw truncated_normal ended on."""
+    def U(k):
+        b = spec_mix(spec_mix(spec_mix((seed + 0x9e3779b97f4a7c15) & M64) ^ ((i * 0xd1b54a32d192ed03) & M64))
+                     ^ ((c << 32) | k))
+        return ((b >> 11) + 0.5) / 2.0 ** 53
+
+    def Z(d):
+        return math.sqrt(-2 * math.log(U(2 * d))) * math.cos(6.283185307179586 * U(2 * d + 1))
+    if kind == "zeros":
+        return np.float32(0.0), 0
+    if kind == "constant":
+        return np.float32(param), 0
+    if kind == "uniform":
+        return np.float32(param * (2 * U(0) - 1)), 0
+    if kind == "normal":
+        return np.float32(param * Z(0)), 0
+    d = 0
+    while abs(Z(d)) > 2:
+        d += 1
+    return np.float32(param * Z(d)), d
+
+
+def test_initializer_spec(env):
+    """Rows of every initializer read with ReadRows from a 2 x 2 cluster
+    equal, bit for bit, the values the proto's InitializerSpec comment
+    specifies, computed here from that text alone (spec_value), for seeded
+    and unseeded tables (the seed then the FNV-1a hash of the name), with
+    some truncated_normal draws redrawn."""
+    kinds = [("zeros", None, 0), ("constant", 0.1, 0), ("uniform", 0.5, 12345), ("normal", 0.25, 7),
+             ("truncated_normal", 2.0, 0), ("uniform", 3.0, 0)]
+    tables = []
+    for k, (kind, param, seed) in enumerate(kinds):
+        init = {"type": kind}
+        if param is not None:
+            init[{"constant": "value", "uniform": "scale"}.get(kind, "stddev")] = param
+        if seed:
+            init["seed"] = seed
+        tables.append({"name": "init_%d_%s" % (k, kind), "vocabulary_size": 5000 + 7 * k, "embedding_dim": 13,
+                       "combiner": "sum", "optimizer": {"type": "sgd", "learning_rate": 0.1}, "initializer": init})
+    features = [{"name": "f%d" % k, "table": t["name"], "valency": 1} for k, t in enumerate(tables)]
+    cfg = env.write_config("initializers", 8, tables, features)
+    srvs = [env.server(cfg, index=p, num_processes=2).wait_ready() for p in range(2)]
+    cl = Cluster(env, srvs)
+    pb = env.pb
+    redrawn = 0
+    for t, (kind, param, seed) in zip(tables, kinds):
+        name, vocab = t["name"], t["vocabulary_size"]
+        if not seed:
+            seed = 0xcbf29ce484222325
+            for byte in name.encode():
+                seed = ((seed ^ byte) * 0x100000001b3) & M64
+        ids = [0, 1, 2, 3, 999, vocab - 2, vocab - 1] + [17 * j + 5 for j in range(20)]
+        bad = 0
+        for p in range(2):
+            mine = [i for i in ids if cl.place(name, i)[0] // cl.S == p]
+            r = cl.stubs[p].ReadRows(pb.ReadRowsRequest(config_fingerprint=cl.fingerprint, process_index=p,
+                                                        table=name, ids=mine), timeout=30)
+            rows = np.frombuffer(r.rows, "<f4").reshape(-1, 13)
+            for k, i in enumerate(mine):
+                for c in range(13):
+                    want, d = spec_value(kind, param, seed, i, c)
+                    redrawn += d > 0
+                    bad += rows[k, c].tobytes() != want.tobytes()
+        if env.check(bad == 0, "%s: %d of %d values differ from the proto's specification" % (name, bad, 13 * len(ids))):
+            print("   ok %-24s %d ids x 13 columns as the proto specifies" % (name, len(ids)), flush=True)
+    env.check(redrawn > 0, "some truncated_normal values were redrawn (%d)" % redrawn)
+
+
 if __name__ == "__main__":
     main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
                              test_ftrl_rate, test_failed_checkpoint, test_padding_rows,
-                             test_partition_limits, test_read_rows, test_read_rows_limit])
+                             test_partition_limits, test_read_rows, test_read_rows_limit,
+                             test_initializer_spec])
