@@ -75,6 +75,7 @@ struct scps_server {
   int n_sc_locks;
   atomic_llong inline_lookups, inline_ns; /* the "inline" stage of Stats */
   atomic_llong pushes_sums_checked;       /* Stats: pushes whose row sums were checked one by one */
+  atomic_llong pushes_updates_checked;    /* Stats: pushes whose updates were computed first to check them */
   scps_method_stats methods[SCPS_M_COUNT + 1];
 
   grpc_server *server;
@@ -139,6 +140,13 @@ struct scps_call {
   /* Lookup and ApplyGradients: partitions dropped to the limits in force
    * (scps_limits_apply), which the stacks' coo views then point into. */
   void *limit_mem;
+  /* ApplyGradients: the largest |gradient| of the stacks by row worker k
+   * read, as float32 bits (grad_mag holds those by sample). */
+  uint32_t row_mag[64];
+  /* ApplyGradients: the first row whose update would not be finite, found
+   * by worker 0 (stack index into stacks, local SparseCore); -1: none. */
+  int fault_stack, fault_sc;
+  scps_update_fault fault;
 };
 
 /* A validated stack of a Lookup or ApplyGradients request. */
@@ -165,6 +173,10 @@ typedef struct call_stack {
   uint32_t gain_mag[64];
   /* The stack's limits in force when the request was validated. */
   int32_t max_ids, max_unique;
+  /* ApplyGradients: what is known of the values of each local SparseCore's
+   * shard before this update (scps_engine_value_bounds), taken by its
+   * worker before the gang synchronises. */
+  scps_value_bounds bounds[64][1 + SCPS_MAX_SLOTS];
 } call_stack;
 
 /* Finishes a call: status, optional message text, optional packed response

@@ -24,7 +24,36 @@ typedef struct shard {
   float *slots[SCPS_MAX_SLOTS];
   pad_run *pads; /* ascending, at most one per table of the stack */
   int n_pads;
+  /* What is known of the values of the rows (0) and of each slot (1 + k),
+   * for proving updates finite (scps_engine_value_bounds): the largest
+   * magnitude's bits and the smallest value's bits as a signed integer
+   * (negative: some value is below 0, or is -0), kept by every update and
+   * exact after initialization; bounds_valid false after
+   * scps_engine_values_written until the next scan of the shard. */
+  uint32_t mag_bits[1 + SCPS_MAX_SLOTS];
+  int32_t low_bits[1 + SCPS_MAX_SLOTS];
+  bool bounds_valid;
 } shard;
+
+/* Folds n values into a record of shard.mag_bits and low_bits: the
+ * bits of a finite float's magnitude order as its values do, and as signed
+ * integers its bits order non-negative values (negative ones fall below
+ * 0). Branch-free, so it vectorises. */
+static inline __attribute__((always_inline)) void fold_values(const float *v, size_t n, uint32_t *mag,
+                                                              int32_t *low) {
+  uint32_t m = *mag;
+  int32_t lo = *low;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &v[i], sizeof u);
+    const uint32_t a = u & 0x7fffffffu;
+    const int32_t s = (int32_t)u;
+    m = a > m ? a : m;
+    lo = s < lo ? s : lo;
+  }
+  *mag = m;
+  *low = lo;
+}
 
 struct scps_engine {
   const scps_layout *layout;
@@ -83,6 +112,8 @@ static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
       if (id >= spec->vocabulary_size) break;
       scps_init_row(&spec->initializer, seed, id, spec->embedding_dim,
                     sh->rows + (tl->row_offset_in_shard + q) * st->dim);
+      fold_values(sh->rows + (tl->row_offset_in_shard + q) * st->dim, (size_t)spec->embedding_dim,
+                  &sh->mag_bits[0], &sh->low_bits[0]);
     }
   }
   size_t n = (size_t)st->rows_per_sc * (size_t)st->dim;
@@ -90,7 +121,14 @@ static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
     float v = (float)scps_optimizer_slot_init(&st->optimizer, k);
     if (v != 0.0f)
       for (size_t i = 0; i < n; i++) sh->slots[k][i] = v;
+    sh->mag_bits[1 + k] = sh->low_bits[1 + k] = 0;
+    fold_values(&v, 1, &sh->mag_bits[1 + k], &sh->low_bits[1 + k]);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    sh->low_bits[1 + k] = (int32_t)u; /* every value is v */
   }
+  /* Rows start at 0 (those init writes are folded in above). */
+  sh->bounds_valid = true;
 }
 
 /* Initialization writes every row and slot of the process's share, gigabytes
@@ -436,6 +474,9 @@ typedef struct updater {
   size_t dim;
   const scps_table_spec *first;
   scps_opt_step ost;
+  /* The values written so far, as shard.mag_bits and low_bits. */
+  uint32_t mag[1 + SCPS_MAX_SLOTS];
+  int32_t low[1 + SCPS_MAX_SLOTS];
 } updater;
 
 static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps_step *step, updater *u) {
@@ -444,20 +485,41 @@ static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps
   u->dim = (size_t)st->dim;
   u->first = &e->layout->table_specs[st->tables[0]];
   scps_optimizer_prepare(&st->optimizer, step, &u->ost);
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) {
+    u->mag[k] = 0;
+    u->low[k] = INT32_MAX;
+  }
+}
+
+/* The updater's record of what it wrote, into its shard's. */
+static void updater_finish(const updater *u) {
+  shard *sh = u->sh;
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) {
+    sh->mag_bits[k] = u->mag[k] > sh->mag_bits[k] ? u->mag[k] : sh->mag_bits[k];
+    sh->low_bits[k] = u->low[k] < sh->low_bits[k] ? u->low[k] : sh->low_bits[k];
+  }
+}
+
+/* The stack's clipping of a row. */
+static inline void clip_row(const updater *u, float *w) {
+  if (u->first->clip) {
+    const float lo = u->first->clip_min, hi = u->first->clip_max;
+    for (size_t c = 0; c < u->dim; c++) w[c] = w[c] < lo ? lo : (w[c] > hi ? hi : w[c]);
+  }
 }
 
 /* The optimizer's step on one row with its summed gradient g, then the
- * stack's clipping. */
-static inline void update_row(const updater *u, uint32_t row, const float *g) {
+ * stack's clipping; what it wrote goes into the updater's record. */
+static inline void update_row(updater *u, uint32_t row, const float *g) {
   const size_t dim = u->dim;
   float *w = u->sh->rows + (size_t)row * dim;
   float *s0 = u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL;
   float *s1 = u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL;
   scps_optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
-  if (u->first->clip) {
-    const float lo = u->first->clip_min, hi = u->first->clip_max;
-    for (size_t c = 0; c < dim; c++) w[c] = w[c] < lo ? lo : (w[c] > hi ? hi : w[c]);
-  }
+  clip_row(u, w);
+  fold_values(w, dim, &u->mag[0], &u->low[0]);
+  if (s0) fold_values(s0, dim, &u->mag[1], &u->low[1]);
+  if (s1) fold_values(s1, dim, &u->mag[2], &u->low[2]);
 }
 
 /* always_inline: GCC finds that a function which only prefetches has no
@@ -509,6 +571,7 @@ static inline __attribute__((always_inline)) void update_by_sample(scps_engine *
     const uint32_t row = sum_row(coo, &i, grads, bf16, u.dim, u.sh, g);
     update_row(&u, row, g);
   }
+  updater_finish(&u);
 }
 
 /* scps_engine_sums_finite's loop, float32 or (bf16) bfloat16. */
@@ -580,6 +643,7 @@ void scps_engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const 
     if (i + PREFETCH_AHEAD < n) prefetch_state(u.sh, rows[i + PREFETCH_AHEAD], u.dim);
     update_row(&u, rows[i], grads + i * u.dim);
   }
+  updater_finish(&u);
 }
 
 int scps_engine_read_row(const scps_engine *e, int table, int64_t id, float *row, float *slots,
@@ -606,4 +670,89 @@ int scps_engine_read_row(const scps_engine *e, int table, int64_t id, float *row
       memcpy(slots + (size_t)k * (size_t)spec->embedding_dim, sh->slots[k] + off,
              sizeof(float) * (size_t)spec->embedding_dim);
   return 0;
+}
+
+void scps_engine_values_written(scps_engine *e) {
+  for (size_t i = 0; i < (size_t)e->sc_per_process * (size_t)e->layout->n_stacks; i++) e->shards[i].bounds_valid = false;
+}
+
+void scps_engine_value_bounds(scps_engine *e, int stack, int32_t local_sc, scps_value_bounds *out) {
+  shard *sh = shard_of(e, stack, local_sc);
+  const scps_stack_layout *st = &e->layout->stacks[stack];
+  const int slots = scps_optimizer_num_slots(st->optimizer.type);
+  if (!sh->bounds_valid) {
+    const size_t n = (size_t)st->rows_per_sc * (size_t)st->dim;
+    for (int k = 0; k <= slots; k++) {
+      sh->mag_bits[k] = 0;
+      sh->low_bits[k] = INT32_MAX;
+      fold_values(k ? sh->slots[k - 1] : sh->rows, n, &sh->mag_bits[k], &sh->low_bits[k]);
+    }
+    sh->bounds_valid = true;
+  }
+  for (int k = 0; k <= slots; k++) {
+    float mag, low;
+    const uint32_t low_bits = (uint32_t)sh->low_bits[k];
+    memcpy(&mag, &sh->mag_bits[k], sizeof mag);
+    memcpy(&low, &low_bits, sizeof low);
+    out[k].mag = sh->mag_bits[k] >= 0x7f800000u ? INFINITY : (double)mag;
+    out[k].lo = sh->low_bits[k] >= 0 && sh->low_bits[k] < 0x7f800000 ? (double)low : -1.0;
+  }
+}
+
+/* Whether the n values are finite; if not, the first that is not goes to
+ * *at. */
+static bool all_finite(const float *v, size_t n, size_t *at) {
+  uint32_t bad = 0;
+  for (size_t c = 0; c < n; c++) {
+    uint32_t u;
+    memcpy(&u, &v[c], sizeof u);
+    bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!bad) return true;
+  for (*at = 0; isfinite(v[*at]); ++*at) {
+  }
+  return false;
+}
+
+/* One row's update with gradient g computed on copies of its values, as
+ * update_row computes it: whether every value before and after is finite;
+ * if not, the first that is not goes to *f. */
+static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scps_update_fault *f) {
+  const size_t dim = u->dim;
+  float v[1 + SCPS_MAX_SLOTS][SCPS_DIM_MAX] __attribute__((aligned(64)));
+  const float *src[1 + SCPS_MAX_SLOTS] = {u->sh->rows, u->sh->slots[0], u->sh->slots[1]};
+  int arrays = 0;
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS && src[k]; k++, arrays++) memcpy(v[k], src[k] + (size_t)row * dim, dim * sizeof(float));
+  size_t at;
+  for (int k = 0; k < arrays; k++)
+    if (!all_finite(v[k], dim, &at)) {
+      *f = (scps_update_fault){row, k, (int32_t)at, v[k][at], v[k][at], true};
+      return false;
+    }
+  scps_optimizer_apply(&u->ost, (int32_t)dim, v[0], arrays > 1 ? v[1] : NULL, arrays > 2 ? v[2] : NULL, g);
+  clip_row(u, v[0]);
+  for (int k = 0; k < arrays; k++)
+    if (!all_finite(v[k], dim, &at)) {
+      *f = (scps_update_fault){row, k, (int32_t)at, src[k][(size_t)row * dim + at], v[k][at], false};
+      return false;
+    }
+  return true;
+}
+
+bool scps_engine_update_finite(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, const void *grads,
+                               bool bf16, bool by_row, const scps_step *step, scps_update_fault *fault) {
+  updater u;
+  updater_init(e, stack, local_sc, step, &u);
+  if (by_row) {
+    for (size_t i = 0; i < coo->n; i++)
+      if (!row_stays_finite(&u, coo->rows[i], (const float *)grads + i * u.dim, fault)) return false;
+    return true;
+  }
+  float g[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  size_t i = 0;
+  while (i < coo->n) {
+    const uint32_t row = sum_row(coo, &i, grads, bf16, u.dim, NULL, g);
+    if (!row_stays_finite(&u, row, g, fault)) return false;
+  }
+  return true;
 }

@@ -1105,8 +1105,89 @@ def test_initializer_spec(env):
     env.check(redrawn > 0, "some truncated_normal values were redrawn (%d)" % redrawn)
 
 
+def test_nonfinite_updates(env):
+    """An ApplyGradients that would make a row or slot non-finite changes
+    nothing and is refused (INVALID_ARGUMENT naming stack, row, table, id
+    and the value): the issue's three pushes with learning_rate 3.4e38 on an
+    Adagrad table, by sample and by row, where the first leaves finite
+    values (checked against float64) and the next would reach -Inf; on SGD
+    the first already would. Ordinary pushes are proven finite without the
+    check (Stats pushes_updates_checked stays 0); after the huge one, a
+    normal push is checked and applied."""
+    tables = [{"name": "h", "vocabulary_size": 64, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "adagrad", "learning_rate": 0.1, "initial_accumulator": 0.1},
+               "initializer": {"type": "uniform", "scale": 0.5}},
+              {"name": "s", "vocabulary_size": 64, "embedding_dim": 16, "combiner": "sum",
+               "optimizer": {"type": "sgd", "learning_rate": 0.1}, "initializer": {"type": "uniform", "scale": 0.5}}]
+    features = [{"name": "fh", "table": "h", "valency": 1}, {"name": "fs", "table": "s", "valency": 1}]
+    cfg = env.write_config("nonfinite", 4, tables, features)
+    srv = env.server(cfg).wait_ready()
+    cl = Cluster(env, [srv])
+    pb = env.pb
+    ids = [1, 2, 5, 6]
+
+    def rows(table, dim):
+        r = cl.stubs[0].ReadRows(pb.ReadRowsRequest(config_fingerprint=cl.fingerprint, process_index=0, table=table,
+                                                    ids=ids), timeout=30)
+        return (np.frombuffer(r.rows, "<f4").reshape(-1, dim).copy(),
+                [np.frombuffer(x.values, "<f4").reshape(-1, dim).copy() for x in r.slots])
+
+    def checked():
+        return cl.stubs[0].Stats(pb.StatsRequest(), timeout=30).pushes_updates_checked
+
+    def push_h(lr, grad, step, by_row_form=False):
+        entries = cl.entries({"fh": [[(i, 1.0)] for i in ids]})
+        req = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=step,
+                                       learning_rate=lr)
+        req.stacks.append(pb.StackGradients(partitions=cl.partitions(entries, 0, 0),
+                                            gradients=f32(np.full((4, 8), grad, np.float32))))
+        if by_row_form:
+            by_row(req.stacks[0])
+        return call_status(cl.stubs[0].ApplyGradients, req, timeout=30)
+
+    got, details, _ = push_h(0.01, 0.5, 0)
+    env.check(got == "OK" and checked() == 0, "an ordinary push: %s %r, proven finite (%d checked)"
+              % (got, details, checked()))
+    w0, (a0,) = rows("h", 8)
+    got, details, _ = push_h(3.4e38, 1.0, 1)
+    w1, (a1,) = rows("h", 8)
+    want_a = a0.astype(np.float64) + 1.0
+    want_w = w0.astype(np.float64) - 3.4e38 / np.sqrt(want_a)
+    env.check(got == "OK" and np.all(np.isfinite(w1)) and np.allclose(a1, want_a, rtol=1e-6)
+              and np.allclose(w1, want_w, rtol=1e-6), "push 1 of learning_rate 3.4e38: %s %r; rows %s" %
+              (got, details, w1[0]))
+    env.check(checked() == 1, "push 1 was checked before it was applied (%d)" % checked())
+    for n, form in ((2, False), (3, False), (3, True)):
+        got, details, _ = push_h(3.4e38, 1.0, n, form)
+        what = "push %d of learning_rate 3.4e38%s" % (n, " by row" if form else "")
+        ok = env.check(got == "INVALID_ARGUMENT", "%s: %s %r" % (what, got, details))
+        for needle in ("stacks[0]", "stack 'h'", "table 'h' id ", "not finite", "row column", "becomes -inf",
+                       "nothing was applied"):
+            ok &= env.check(needle in details, "%s: message %r names %r" % (what, details, needle))
+        w2, (a2,) = rows("h", 8)
+        ok &= env.check(np.array_equal(w2, w1) and np.array_equal(a2, a1), "%s: rows and accumulators unchanged" % what)
+        if ok:
+            print("   ok %-38s %s: %s" % (what, got, details), flush=True)
+    got, details, _ = push_h(0.01, 0.5, 4)
+    w3, (a3,) = rows("h", 8)
+    env.check(got == "OK" and np.all(np.isfinite(w3)) and np.allclose(a3, a1.astype(np.float64) + 0.25, rtol=1e-6),
+              "a normal push after the huge one is applied (accumulators + 0.25): %s %r" % (got, details))
+    env.check(checked() == 5, "it was checked, the huge rows being beyond the proof (%d checked)" % checked())
+
+    # SGD: w - 3.4e38 * 2 overflows at once.
+    s0, _ = rows("s", 16)
+    entries = cl.entries({"fs": [[(i, 1.0)] for i in ids]})
+    req = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=5, learning_rate=3.4e38)
+    req.stacks.append(pb.StackGradients(partitions=cl.partitions(entries, 0, 1),
+                                        gradients=f32(np.full((4, 16), 2.0, np.float32))))
+    got, details, _ = call_status(cl.stubs[0].ApplyGradients, req, timeout=30)
+    env.check(got == "INVALID_ARGUMENT" and "stack 's'" in details and "becomes -inf" in details,
+              "sgd push of 3.4e38 x 2: %s %r" % (got, details))
+    env.check(np.array_equal(rows("s", 16)[0], s0), "sgd rows unchanged by the refused push")
+
+
 if __name__ == "__main__":
     main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
                              test_ftrl_rate, test_failed_checkpoint, test_padding_rows,
                              test_partition_limits, test_read_rows, test_read_rows_limit,
-                             test_initializer_spec])
+                             test_initializer_spec, test_nonfinite_updates])

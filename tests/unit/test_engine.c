@@ -189,6 +189,75 @@ static void test_padding_rows(void) {
   cluster_destroy(&c);
 }
 
+/* What the engine knows of a shard's values (scps_engine_value_bounds) is
+ * exact after initialization and kept by updates; after a write through
+ * scps_engine_shard and scps_engine_values_written a scan finds a value
+ * that is not finite. scps_engine_update_finite finds an update that would
+ * leave one (in the row, or in a slot), without writing, and a row that
+ * already holds one. */
+static void test_value_bounds(void) {
+  cluster c;
+  scps_error err;
+  CHECK_OK(cluster_create(&c, 1, 2, 1 << 22, &err), &err);
+  scps_engine *e = c.engines[0];
+  const int s = c.layout->tables[1].stack; /* 'const': adagrad, every value 0.25 */
+  const size_t dim = (size_t)c.layout->stacks[s].dim;
+  scps_value_bounds b[3];
+  scps_engine_value_bounds(e, s, 0, b);
+  CHECKF(b[0].mag == 0.25 && b[1].mag == (double)0.1f && b[1].lo == (double)0.1f, "after init: %g, %g (>= %g)",
+         b[0].mag, b[1].mag, b[1].lo);
+  uint32_t rows[2] = {2, 5};
+  float g[2 * 64];
+  for (size_t i = 0; i < 2 * dim; i++) g[i] = 0.5f + (float)i;
+  scps_step step = {1, -1};
+  scps_coo by_row = {2, rows, NULL, NULL};
+  scps_update_fault f;
+  CHECK(scps_engine_update_finite(e, s, 0, &by_row, g, false, true, &step, &f));
+  scps_engine_update_rows(e, s, 0, rows, 2, g, &step);
+  scps_engine_value_bounds(e, s, 0, b);
+  const float *acc = scps_engine_slot(e, s, 0, 0);
+  float most = 0;
+  for (size_t i = 0; i < (size_t)c.layout->stacks[s].rows_per_sc * dim; i++) most = acc[i] > most ? acc[i] : most;
+  CHECKF(b[1].mag == (double)most && b[1].lo == (double)0.1f, "kept by the update: %g against %g", b[1].mag,
+         (double)most);
+  /* A learning rate of 3.4e38: the first push stays finite, a second would
+   * reach -Inf in row 2, column 0. */
+  step.learning_rate = 3.4e38;
+  for (size_t i = 0; i < 2 * dim; i++) g[i] = 1.0f;
+  CHECK(scps_engine_update_finite(e, s, 0, &by_row, g, false, true, &step, &f));
+  scps_engine_update_rows(e, s, 0, rows, 2, g, &step);
+  const float *w = scps_engine_shard(e, s, 0);
+  const float before = w[2 * dim];
+  CHECK(!scps_engine_update_finite(e, s, 0, &by_row, g, false, true, &step, &f));
+  CHECKF(f.row == 2 && f.array == 0 && f.column == 0 && !f.already && f.before == before && f.after == -INFINITY,
+         "fault row %u array %d column %d %g -> %g", f.row, f.array, f.column, (double)f.before, (double)f.after);
+  CHECK(w[2 * dim] == before); /* nothing written */
+  /* A value written that is not finite: found by the next scan, and a push
+   * touching its row is refused as already not finite. */
+  scps_engine_shard(e, s, 0)[5 * dim + 3] = NAN;
+  scps_engine_values_written(e);
+  scps_engine_value_bounds(e, s, 0, b);
+  CHECK(!(b[0].mag <= 1e30));
+  step.learning_rate = -1;
+  CHECK(!scps_engine_update_finite(e, s, 0, &by_row, g, false, true, &step, &f));
+  CHECKF(f.row == 5 && f.array == 0 && f.column == 3 && f.already && isnan(f.before), "fault row %u column %d",
+         f.row, f.column);
+  /* A slot: Adam's velocity of a gradient of 1e20 by sample overflows. */
+  const int sa = c.layout->tables[2].stack; /* 'unif': adam, read by f0 */
+  const size_t da = (size_t)c.layout->stacks[sa].dim, ns = (size_t)c.layout->stacks[sa].total_sample_count;
+  float *ga = calloc(ns * da, sizeof *ga);
+  uint32_t r1[1] = {4}, s1[1] = {3};
+  scps_coo one = {1, r1, s1, NULL};
+  ga[3 * da + 1] = 1e20f;
+  CHECK(!scps_engine_update_finite(e, sa, 0, &one, ga, false, false, &step, &f));
+  CHECKF(f.row == 4 && f.array == 2 && f.column == 1 && !f.already && f.after == INFINITY, "adam fault %u %d %d %g",
+         f.row, f.array, f.column, (double)f.after);
+  ga[3 * da + 1] = 1.0f;
+  CHECK(scps_engine_update_finite(e, sa, 0, &one, ga, false, false, &step, &f));
+  free(ga);
+  cluster_destroy(&c);
+}
+
 /* A long partition, so that each defect also lands inside the vectorised
  * first pass rather than only in its scalar tail: every kind, at the first,
  * second, a middle and the last entry, is found and named by its index. */
@@ -541,6 +610,7 @@ int main(void) {
   test_check_coo();
   test_check_coo_long();
   test_padding_rows();
+  test_value_bounds();
   test_untouched_rows();
   test_lookup_slices(16);
   test_lookup_slices(70000);
