@@ -26,14 +26,27 @@ typedef struct shard {
   int n_pads;
   /* What is known of the values of the rows (0) and of each slot (1 + k),
    * for proving updates finite (scps_engine_value_bounds): the largest
-   * magnitude's bits and the smallest value's bits as a signed integer
-   * (negative: some value is below 0, or is -0), kept by every update and
-   * exact after initialization; bounds_valid false after
+   * magnitude's bits, folded from every value an update writes, and a lower
+   * bound's bits as a signed integer (negative: none known), which an
+   * update moves as scps_optimizer_slot_floor says; both exact after
+   * initialization and after a scan; bounds_valid false after
    * scps_engine_values_written until the next scan of the shard. */
   uint32_t mag_bits[1 + SCPS_MAX_SLOTS];
   int32_t low_bits[1 + SCPS_MAX_SLOTS];
   bool bounds_valid;
 } shard;
+
+/* Folds n values' magnitudes into a record of shard.mag_bits. */
+static inline __attribute__((always_inline)) void fold_magnitudes(const float *v, size_t n, uint32_t *mag) {
+  uint32_t m = *mag;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &v[i], sizeof u);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  *mag = m;
+}
 
 /* Folds n values into a record of shard.mag_bits and low_bits: the
  * bits of a finite float's magnitude order as its values do, and as signed
@@ -474,9 +487,9 @@ typedef struct updater {
   size_t dim;
   const scps_table_spec *first;
   scps_opt_step ost;
-  /* The values written so far, as shard.mag_bits and low_bits. */
+  /* The magnitudes written so far, as shard.mag_bits. */
   uint32_t mag[1 + SCPS_MAX_SLOTS];
-  int32_t low[1 + SCPS_MAX_SLOTS];
+  bool wrote;
 } updater;
 
 static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps_step *step, updater *u) {
@@ -485,18 +498,29 @@ static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps
   u->dim = (size_t)st->dim;
   u->first = &e->layout->table_specs[st->tables[0]];
   scps_optimizer_prepare(&st->optimizer, step, &u->ost);
-  for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) {
-    u->mag[k] = 0;
-    u->low[k] = INT32_MAX;
-  }
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) u->mag[k] = 0;
+  u->wrote = false;
 }
 
-/* The updater's record of what it wrote, into its shard's. */
+/* The updater's record of what it wrote, into its shard's: the magnitudes
+ * folded, the lower bounds moved by the optimizer's rule (the rows' own is
+ * not needed: none is kept). */
 static void updater_finish(const updater *u) {
   shard *sh = u->sh;
+  if (!u->wrote) return;
+  sh->low_bits[0] = -1;
   for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) {
     sh->mag_bits[k] = u->mag[k] > sh->mag_bits[k] ? u->mag[k] : sh->mag_bits[k];
-    sh->low_bits[k] = u->low[k] < sh->low_bits[k] ? u->low[k] : sh->low_bits[k];
+    if (k == 0 || !sh->slots[k - 1] || sh->low_bits[k] < 0) continue;
+    float low;
+    const uint32_t bits = (uint32_t)sh->low_bits[k];
+    memcpy(&low, &bits, sizeof low);
+    const double floor = scps_optimizer_slot_floor(&u->ost, k - 1, (double)low);
+    float f = (float)floor;
+    if ((double)f > floor) f = nextafterf(f, 0.0f);
+    uint32_t fb;
+    memcpy(&fb, &f, sizeof fb);
+    sh->low_bits[k] = floor < 0 ? -1 : (int32_t)fb < sh->low_bits[k] ? (int32_t)fb : sh->low_bits[k];
   }
 }
 
@@ -517,9 +541,10 @@ static inline void update_row(updater *u, uint32_t row, const float *g) {
   float *s1 = u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL;
   scps_optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
   clip_row(u, w);
-  fold_values(w, dim, &u->mag[0], &u->low[0]);
-  if (s0) fold_values(s0, dim, &u->mag[1], &u->low[1]);
-  if (s1) fold_values(s1, dim, &u->mag[2], &u->low[2]);
+  fold_magnitudes(w, dim, &u->mag[0]);
+  if (s0) fold_magnitudes(s0, dim, &u->mag[1]);
+  if (s1) fold_magnitudes(s1, dim, &u->mag[2]);
+  u->wrote = true;
 }
 
 /* always_inline: GCC finds that a function which only prefetches has no

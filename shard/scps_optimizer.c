@@ -394,3 +394,17 @@ bool scps_optimizer_update_bounded(const scps_opt_step *st, const scps_value_bou
   }
   return false;
 }
+
+double scps_optimizer_slot_floor(const scps_opt_step *st, int slot, double lo) {
+  if (!(lo >= 0)) return -1;
+  switch (st->type) {
+  case SCPS_OPT_ADAGRAD:
+  case SCPS_OPT_FTRL: return slot == 0 ? lo : -1;   /* a + g^2 >= a; FTRL's linear is signed */
+  case SCPS_OPT_F2A: return lo;                       /* a + g^2 >= a, local_step + 1 >= local_step */
+  case SCPS_OPT_ADAGRAD_MOMENTUM:                     /* decay * a + gw * g^2 >= decay * a, rounded */
+    return slot == 0 ? (double)st->p[1] * lo * (1.0 - 0x1p-22) : -1;
+  case SCPS_OPT_ADAM:
+  case SCPS_OPT_LAPROP: return slot == 1 ? 0.0 : -1; /* velocity and nu stay >= 0; moments are signed */
+  default: return -1;
+  }
+}

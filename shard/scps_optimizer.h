@@ -49,4 +49,10 @@ typedef struct scps_value_bounds {
  * is always proven. */
 bool scps_optimizer_update_bounded(const scps_opt_step *st, const scps_value_bounds *b, double g_max);
 
+/* A lower bound on slot `slot`'s values after one update by st of values
+ * that were all >= lo (lo >= 0), whatever the gradient; -1 when none is
+ * kept (a signed slot, or lo < 0). Accumulators and steps only grow,
+ * velocities stay >= 0, a decaying accumulator keeps decay x lo. */
+double scps_optimizer_slot_floor(const scps_opt_step *st, int slot, double lo);
+
 #endif

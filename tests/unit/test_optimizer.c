@@ -433,7 +433,7 @@ static void test_update_bounds(void) {
     scps_optimizer_prepare(&o, &step, &st);
     scps_value_bounds ordinary[3] = {{1.0, -1}, {2.0, x->pos0 ? 0.1 : -1}, {3.0, x->pos1 ? 0.0 : -1}};
     CHECKF(scps_optimizer_update_bounded(&st, ordinary, 1e4), "%s: ordinary training not proven finite", x->what);
-    int proven = 0, wrong = 0, trials = 3000;
+    int proven = 0, wrong = 0, trials = 3000, floors_bad = 0, floors_kept = 0;
     for (int trial = 0; trial < trials; trial++) {
       step.step = (int64_t)rnd_uniform(0, 1000);
       step.learning_rate = fmin(pow(2.0, rnd_uniform(-30, 128)), 3.4e38);
@@ -444,6 +444,11 @@ static void test_update_bounds(void) {
         const bool pos = (k == 1 && x->pos0) || (k == 2 && x->pos1);
         b[k].lo = pos ? b[k].mag * pow(2.0, rnd_uniform(-140, 0)) : -1;
         if (pos && rnd_uniform(0, 1) < 0.2) b[k].lo = 0;
+        /* Bounds are float32 values, as the engine keeps them. */
+        b[k].mag = (double)(float)b[k].mag;
+        float lo = (float)b[k].lo;
+        if ((double)lo > b[k].lo) lo = nextafterf(lo, 0.0f);
+        b[k].lo = pos ? (double)lo : -1;
       }
       const double G = pow(2.0, rnd_uniform(-70, 60));
       if (!scps_optimizer_update_bounded(&st, b, G)) continue;
@@ -459,11 +464,20 @@ static void test_update_bounds(void) {
       bool finite = true;
       for (int i = 0; i < DIM; i++)
         finite &= isfinite(w[i]) && (slots < 1 || isfinite(s0[i])) && (slots < 2 || isfinite(s1[i]));
+      /* The lower bounds the engine keeps for the slots hold after it. */
+      const double floor0 = scps_optimizer_slot_floor(&st, 0, b[1].lo), floor1 = scps_optimizer_slot_floor(&st, 1, b[2].lo);
+      for (int i = 0; i < DIM; i++) {
+        floors_bad += slots > 0 && floor0 >= 0 && !((double)s0[i] >= floor0);
+        floors_bad += slots > 1 && floor1 >= 0 && !((double)s1[i] >= floor1);
+        floors_kept += (slots > 0 && floor0 >= 0) + (slots > 1 && floor1 >= 0);
+      }
       if (!finite && wrong++ < 3)
         fprintf(stderr, "%s: proven finite but not: lr %g, W %g, S0 %g (>= %g), S1 %g (>= %g), G %g\n", x->what,
                 step.learning_rate, b[0].mag, b[1].mag, b[1].lo, b[2].mag, b[2].lo, G);
     }
     CHECKF(wrong == 0, "%s: %d of %d proven updates were not finite", x->what, wrong, proven);
+    CHECKF(floors_bad == 0 && (floors_kept > 0) == (x->pos0 || x->pos1), "%s: %d of %d slot values below their floor",
+           x->what, floors_bad, floors_kept);
     CHECKF(proven > trials / 20 && proven < trials, "%s: %d of %d random cases proven (both kinds needed)", x->what,
            proven, trials);
   }
