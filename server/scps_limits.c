@@ -157,15 +157,15 @@ grpc_status_code scps_limits_apply(scps_call *c, char *msg, size_t len) {
     }
   }
   if (st == GRPC_STATUS_OK && dropped) {
-    /* Rows, samples and gains of every partition dropped, then the
-     * per-source scratch of the drop rule. */
-    c->limit_mem = malloc(dropped * 3 * sizeof(uint32_t) + sizeof(int64_t) * 3 * (size_t)N);
+    /* The per-source scratch of the drop rule, then the rows, samples and
+     * gains of every partition dropped. */
+    c->limit_mem = malloc(sizeof(int64_t) * 3 * (size_t)N + dropped * 3 * sizeof(uint32_t));
     if (!c->limit_mem) {
       snprintf(msg, len, "%s: out of memory dropping ids over the limits", scps_method_names[c->method]);
       st = GRPC_STATUS_RESOURCE_EXHAUSTED;
     }
-    uint32_t *at = c->limit_mem;
-    int64_t *scratch = (int64_t *)(void *)((uint8_t *)c->limit_mem + dropped * 3 * sizeof(uint32_t));
+    int64_t *scratch = c->limit_mem;
+    uint32_t *at = (uint32_t *)(void *)(scratch + 3 * N);
     for (int i = 0; st == GRPC_STATUS_OK && i < c->n_stacks; i++) {
       call_stack *cs = &c->stacks[i];
       for (int32_t k = 0; k < S; k++) {
