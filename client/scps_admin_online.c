@@ -254,6 +254,9 @@ static int show_stats(const char *addr, const ProtobufCMessage *answer) {
   if (s->pushes_sums_checked)
     printf("  pushes whose sums were checked for float32 overflow: %lld\n", (long long)s->pushes_sums_checked);
   show_memory(s->memory);
+  if (s->pushes_updates_checked)
+    printf("  pushes whose updates were computed first to check them finite: %lld\n",
+           (long long)s->pushes_updates_checked);
   return 0;
 }
 

@@ -223,8 +223,8 @@ int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_b
  * so results are deterministic (and equal an in-process engine's). Servers
  * answering UNAVAILABLE, or CANCELLED (a draining server cancels calls that
  * arrive after its drain), are retried (20 ms backoff doubling to 200 ms)
- * while deadline_ms (from now, > 0) allows; SCPS_ETIMEDOUT or SCPS_EUNAVAIL
- * then.
+ * while deadline_ms (from now, > 0) allows; SCPS_ETIMEDOUT, SCPS_EUNAVAIL or
+ * SCPS_ECANCELLED then.
  * When several servers fail, the message names the lowest and lists all. */
 int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
                        scps_error *err);
@@ -285,8 +285,8 @@ typedef struct scps_client_checkpoint_result {
  * without one refuse), with the prep's limits in force, and waits up
  * to deadline_ms. Servers go on answering lookups meanwhile; pushes wait
  * for the save. Errors name the servers that failed and those that saved
- * (such a checkpoint is incomplete and is never restored). SCPS_ETIMEDOUT
- * and SCPS_EUNAVAIL alone settle nothing: a save a server had begun runs
+ * (such a checkpoint is incomplete and is never restored). SCPS_ETIMEDOUT,
+ * SCPS_EUNAVAIL and SCPS_ECANCELLED alone settle nothing: a save a server had begun runs
  * to completion, so the step may yet be complete (the message says so; the
  * servers' Stats tell). SCPS_EMISMATCH
  * when a server has already applied a later step, has no --checkpoint-dir,
@@ -308,5 +308,20 @@ int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, 
  * scps_client_apply_gradients): 0 and *result, SCPS_ENOENT when there has
  * been none, or that checkpoint's error. */
 int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *result, scps_error *err);
+
+/* The rows and optimizer slots of ids of table `table` (its TableSpec name)
+ * as the servers hold them now (scps.proto ReadRows): each id read from the
+ * server that holds it, the servers asked in parallel, in pieces whose
+ * answers stay under their message limit, all within deadline_ms. rows
+ * receives n_ids x embedding_dim floats; slots (NULL: not wanted) n_ids x
+ * num_slots x embedding_dim, id i's slot k at (i * num_slots + k) *
+ * embedding_dim, slots in scps_optimizer_slot_name's order. Ids may repeat
+ * and must be in [0, vocabulary_size) (SCPS_EINVAL naming the first that
+ * is not); SCPS_ENOENT for an unknown table; servers' errors as for the
+ * other calls (never retried). Where servers check roles, only admin
+ * callers may read rows. Pushes in flight meanwhile may be seen on some
+ * servers and not yet on others, never half of a row. */
+int scps_client_read_rows(scps_client *c, const char *table, const int64_t *ids, size_t n_ids, float *rows,
+                          float *slots, int64_t deadline_ms, scps_error *err);
 
 #endif

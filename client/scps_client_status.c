@@ -22,6 +22,7 @@ int scps_status_code(grpc_status_code s) {
   case GRPC_STATUS_INTERNAL: return SCPS_EINTERNAL;
   case GRPC_STATUS_UNAUTHENTICATED: return SCPS_EUNAUTH;
   case GRPC_STATUS_PERMISSION_DENIED: return SCPS_EDENIED;
+  case GRPC_STATUS_CANCELLED: return SCPS_ECANCELLED;
   default: return SCPS_EIO;
   }
 }

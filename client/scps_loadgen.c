@@ -20,7 +20,7 @@ static const char *const status_names[SCPS_LOADGEN_CODES] = {
     "OK",          "INVALID_ARGUMENT", "OUT_OF_MEMORY",     "RESOURCE_EXHAUSTED", "NOT_FOUND",
     "ALREADY_EXISTS", "OUT_OF_RANGE",  "LIMIT_EXCEEDED",    "IO_ERROR",           "DATA_LOSS",
     "PARSE_ERROR", "FAILED_PRECONDITION", "UNAVAILABLE",    "DEADLINE_EXCEEDED",  "BAD_STATE",
-    "INTERNAL",    "UNAUTHENTICATED",  "PERMISSION_DENIED"};
+    "INTERNAL",    "UNAUTHENTICATED",  "PERMISSION_DENIED", "CANCELLED"};
 
 const char *scps_loadgen_status_name(int code) {
   return code <= 0 && -code < SCPS_LOADGEN_CODES ? status_names[-code] : "UNKNOWN";
@@ -143,12 +143,12 @@ static int client_init(lg *g, int i, scps_error *err) {
                             .security = o->security};
   int rc = scps_client_create(&co, &cl->c, err);
   if (rc) return rc;
-  /* Like the benchmarks: the workloads keep the default per-partition limits,
-   * which their batches exceed; load the cluster with every id rather than
-   * fail or drop them. */
+  /* The limits in force are the servers' (libscps adopts them at connect),
+   * which enforce them: batches over them fail here, before the load,
+   * rather than as refused requests. The benchmark workloads keep the
+   * declared defaults, which their batches exceed: their servers run with
+   * --partition-limits. */
   const scps_layout *l = scps_client_layout(cl->c);
-  for (int s = 0; !rc && s < l->n_stacks; s++)
-    rc = scps_prep_set_limits(scps_client_prep(cl->c), s, 1 << 30, 1 << 30, err);
   cl->acts = calloc((size_t)w->n_features, sizeof *cl->acts);
   cl->grads = calloc((size_t)w->n_features, sizeof *cl->grads);
   if (!rc && (!cl->acts || !cl->grads)) rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
@@ -419,7 +419,10 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
     scps_error_clear(&e);
     rc = client_init(g, inited, &e);
     if (rc) {
-      scps_error_set(err, rc, "client %d: %s", inited, e.msg);
+      scps_error_set(err, rc, "client %d: %s%s", inited, e.msg,
+                     rc == SCPS_ELIMIT ? " (the servers' limits in force, which they enforce: raise them with "
+                                         "scps-server --partition-limits, or declare higher ones)"
+                                       : "");
       inited++;
       break;
     }

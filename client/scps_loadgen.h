@@ -21,7 +21,7 @@ const char *scps_loadgen_mode_name(scps_loadgen_mode m);
 
 /* Errors are counted by libscps code (-code indexes the counts); each code
  * has a status name, gRPC's where one corresponds ("UNAVAILABLE"). */
-#define SCPS_LOADGEN_CODES 18
+#define SCPS_LOADGEN_CODES 19
 const char *scps_loadgen_status_name(int code);
 
 typedef struct scps_loadgen_options {

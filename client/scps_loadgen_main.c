@@ -47,7 +47,8 @@ static const char usage[] =
     "                         rows with their sums (default auto: by row where that takes\n"
     "                         at most 3/4 of the bytes by sample)\n"
     "  --deadline-ms MS       deadline of each request from when it is sent; a lookup\n"
-    "                         retries UNAVAILABLE servers within it (default 5000)\n"
+    "                         retries UNAVAILABLE servers (and CANCELLED, from a\n"
+    "                         draining server) within it (default 5000)\n"
     "  --connect-timeout-ms MS  how long each client waits for the servers at the\n"
     "                         start (default 10000)\n"
     "  --cq-threads N         completion-queue threads per client, 1 to 16 (default 1:\n"
@@ -65,7 +66,7 @@ static const char usage[] =
     "before the end that were never sent (their clients still waiting for an\n"
     "answer: the run ends at --duration), payload MB/s sent and received (1 MB = 10^6 bytes),\n"
     "latency percentiles of OK requests (histogram, within 0.4%), and errors by\n"
-    "status (UNAVAILABLE, DEADLINE_EXCEEDED, INVALID_ARGUMENT, ...). Exit status:\n"
+    "status (UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, INVALID_ARGUMENT, ...). Exit status:\n"
     "0 after a run (even with errors), 1 when the run could not start, 2 for bad flags.\n";
 
 static int bad_flag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

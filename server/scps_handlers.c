@@ -9,10 +9,12 @@
 
 #include "scps_bf16.h"
 #include "scps_fdo.h"
+#include "scps_fingerprint.h"
 #include "scps_limits.h"
+#include "scps_partlimits.h"
+#include "scps_read_rows.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
-#include "scps_sha256.h"
 #include "scps_spec_pb.h"
 
 #define SCPS_VERSION "0.1.0"
@@ -63,12 +65,11 @@ int scps_handlers_init(scps_server *s, scps_error *err) {
   int rc = scps_cluster_pb_create(&s->opts.topology, s->tables, s->opts.n_tables, s->features,
                                   s->opts.n_features, &g->cluster, err);
   if (rc) return rc;
-  size_t n = scps__v1__cluster_spec__get_packed_size(&g->cluster->msg);
-  uint8_t *packed = malloc(n ? n : 1);
-  if (!packed) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
-  scps__v1__cluster_spec__pack(&g->cluster->msg, packed);
-  scps_sha256(packed, n, s->fingerprint);
-  free(packed);
+  /* Of the canonical declaration: processes started from files that differ
+   * only in what they do not read serve one cluster. */
+  rc = scps_fingerprint(&s->opts.topology, s->tables, s->opts.n_tables, s->features, s->opts.n_features,
+                        s->fingerprint, err);
+  if (rc) return rc;
 
   Scps__V1__GetConfigResponse *resp = &g->resp;
   scps__v1__get_config_response__init(resp);
@@ -79,6 +80,8 @@ int scps_handlers_init(scps_server *s, scps_error *err) {
   resp->max_message_bytes = s->opts.max_message_bytes;
   resp->version = SCPS_VERSION;
   resp->wire_revision = SCPS_WIRE_REVISION;
+  resp->limit_policy = s->opts.limit_policy == SCPS_LIMIT_DROP ? SCPS__V1__LIMIT_POLICY__LIMIT_POLICY_DROP
+                                                               : SCPS__V1__LIMIT_POLICY__LIMIT_POLICY_REFUSE;
   resp->n_stacks = (size_t)l->n_stacks;
   g->n_stacks = l->n_stacks;
   g->infos = calloc((size_t)l->n_stacks, sizeof *g->infos);
@@ -370,6 +373,7 @@ static void handle_stats(scps_call *c) {
   Scps__V1__MemoryStats mem = SCPS__V1__MEMORY_STATS__INIT;
   scps_limits_stats(s, &mem);
   r.memory = &mem;
+  r.pushes_updates_checked = atomic_load(&s->pushes_updates_checked);
   for (int m = 0; m < SCPS_M_COUNT; m++) {
     scps__v1__method_stats__init(&ms[m]);
     ms[m].method = (char *)scps_method_names[m];
@@ -812,6 +816,7 @@ static void handle_lookup(scps_call *c) {
     }
     scratch += lookup_scratch(c, cs);
   }
+  if (st == GRPC_STATUS_OK) st = scps_partlimits_apply(c, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);
     return;
@@ -870,7 +875,7 @@ static bool read_gradients(scps_call *c, int32_t k) {
   const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
   const size_t width = bf16 ? 2 : sizeof(float);
   uint8_t tmp[GRAD_BLOCK * sizeof(float)];
-  uint32_t nonfinite = 0, mag = 0;
+  uint32_t nonfinite = 0, mag = 0, row_mag = 0;
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     const size_t n = cs->grad_src.len / width, end = n * (size_t)(k + 1) / (size_t)S;
@@ -899,11 +904,14 @@ static bool read_gradients(scps_call *c, int32_t k) {
           high = u > high ? u : high;
         }
       }
-      /* Row sums pushed by row are applied as they are: no bound needed. */
+      /* Row sums pushed by row are applied as they are: no bound needed
+       * on their sums, only on their size (updates_bounded). */
       if (!cs->by_row && high > mag) mag = high;
+      if (cs->by_row && high > row_mag) row_mag = high;
     }
   }
   c->grad_mag[k] = mag;
+  c->row_mag[k] = row_mag;
   return nonfinite != 0;
 }
 
@@ -979,16 +987,76 @@ static bool sums_finite(scps_call *c) {
   return true;
 }
 
+/* A bound on the magnitude of the gradient each row of coo[k] of stack cs
+ * gets: by row, the largest value sent; by sample, as sums_bounded bounds
+ * the sums. */
+static double row_gradient_bound(const scps_call *c, const call_stack *cs, int32_t k) {
+  uint32_t by_sample = 0, by_row = 0;
+  for (int32_t w = 0; w < c->srv->S; w++) {
+    by_sample = c->grad_mag[w] > by_sample ? c->grad_mag[w] : by_sample;
+    by_row = c->row_mag[w] > by_row ? c->row_mag[w] : by_row;
+  }
+  float g, gain;
+  if (cs->by_row) {
+    memcpy(&g, &by_row, sizeof g);
+    return (double)g;
+  }
+  memcpy(&g, &by_sample, sizeof g);
+  memcpy(&gain, &cs->gain_mag[k], sizeof gain);
+  const double n = (double)cs->coo[k].n;
+  return n * (double)gain * (double)g * (1.0 + n * 0x1p-23);
+}
+
+/* Whether every row update of the call is proven finite
+ * (scps_optimizer_update_bounded) from the shards' bounds the workers took
+ * and the gradients' size. The same answer on every thread once all
+ * workers have read their gradients. */
+static bool updates_bounded(const scps_call *c) {
+  const scps_server *s = c->srv;
+  for (int i = 0; i < c->n_stacks; i++) {
+    const call_stack *cs = &c->stacks[i];
+    scps_opt_step ost;
+    scps_optimizer_prepare(&s->layout->stacks[cs->stack].optimizer, &c->step, &ost);
+    for (int32_t k = 0; k < s->S; k++)
+      if (cs->coo[k].n && !scps_optimizer_update_bounded(&ost, cs->bounds[k], row_gradient_bound(c, cs, k)))
+        return false;
+  }
+  return true;
+}
+
+/* With the bound not proving it: every row update computed without
+ * writing (scps_engine_update_finite); the first that would leave a value
+ * that is not finite goes to c->fault_stack, fault_sc and fault. */
+static bool updates_finite(scps_call *c) {
+  scps_server *s = c->srv;
+  for (int i = 0; i < c->n_stacks; i++) {
+    const call_stack *cs = &c->stacks[i];
+    const size_t dim = (size_t)s->layout->stacks[cs->stack].dim;
+    for (int32_t k = 0; k < s->S; k++) {
+      const void *grads = cs->by_row ? (const void *)(cs->grads + cs->row_start[k] * dim) : (const void *)cs->grads;
+      if (scps_engine_update_finite(s->engine, cs->stack, k, &cs->coo[k], grads, cs->grads_bf16, cs->by_row,
+                                    &c->step, &c->fault))
+        continue;
+      c->fault_stack = i;
+      c->fault_sc = k;
+      return false;
+    }
+  }
+  return true;
+}
+
 /* A gang job, so every worker is here at once: first each reads and checks
  * its share of the gradients (megabytes a single thread would copy while
  * the other cores wait) and finds its partitions' largest |gain|, then,
  * once all have, each updates its own SparseCore, unless any value was not
  * finite (apply_tc rejects the call). Where the bound on the row sums
- * leaves room for one to overflow (rare: values near float32's range),
- * worker 0 alone sums every row and then updates every SparseCore or, if
- * a sum is not finite, nothing; the others wait at the gang's closing
- * barrier meanwhile, so no later job (gang Lookups take no locks) runs
- * until the tables are whole. */
+ * leaves room for one to overflow, or the bounds on the values and the
+ * gradients cannot prove every update finite (updates_bounded; rare:
+ * values near float32's range), worker 0 alone sums every row, or
+ * computes every row's update without writing (updates_finite), and then
+ * updates every SparseCore or, if a value is not finite, nothing; the
+ * others wait at the gang's closing barrier meanwhile, so no later job
+ * (gang Lookups take no locks) runs until the tables are whole. */
 static void apply_sc(scps_job *job, int32_t sc) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
@@ -1010,15 +1078,24 @@ static void apply_sc(scps_job *job, int32_t sc) {
     }
     cs->gain_mag[sc] = mag;
   }
+  /* What this worker's SparseCore holds, before any worker writes. */
+  for (int i = 0; i < c->n_stacks; i++) scps_engine_value_bounds(s->engine, c->stacks[i].stack, sc, c->stacks[i].bounds[sc]);
   scps_pipeline_gang_sync(s->pipeline, job);
   if (atomic_load(&c->grads_bad)) return;
-  if (sums_bounded(c)) {
+  const bool sums_ok = sums_bounded(c), updates_ok = updates_bounded(c);
+  if (sums_ok && updates_ok) {
     c->rows_updated[sc] = apply_updates(c, sc);
     return;
   }
   if (sc != 0) return;
-  atomic_fetch_add(&s->pushes_sums_checked, 1);
-  if (!sums_finite(c)) return;
+  if (!sums_ok) {
+    atomic_fetch_add(&s->pushes_sums_checked, 1);
+    if (!sums_finite(c)) return;
+  }
+  if (!updates_ok) {
+    atomic_fetch_add(&s->pushes_updates_checked, 1);
+    if (!updates_finite(c)) return;
+  }
   for (int k = 0; k < s->S; k++) c->rows_updated[k] = apply_updates(c, k);
 }
 
@@ -1055,9 +1132,44 @@ static void name_bad_gradient(const scps_call *c, char *msg, size_t len) {
   snprintf(msg, len, "a gradient is not finite");
 }
 
+/* The row updates_finite found, named: INVALID_ARGUMENT for an update
+ * that would leave a value not finite, FAILED_PRECONDITION for a row that
+ * already holds one (only a checkpoint written before such updates were
+ * refused can have put it there). */
+static grpc_status_code name_fault(const scps_call *c, char *msg, size_t len) {
+  const scps_server *s = c->srv;
+  const scps_layout *l = s->layout;
+  const call_stack *cs = &c->stacks[c->fault_stack];
+  const scps_update_fault *f = &c->fault;
+  const int32_t sc = s->opts.process_index * s->S + c->fault_sc;
+  const scps_optimizer_type type = l->stacks[cs->stack].optimizer.type;
+  char row[SCPS_NAME_MAX + 96];
+  int t;
+  int64_t id;
+  if (scps_layout_row_to_id(l, cs->stack, sc, f->row, &t, &id))
+    snprintf(row, sizeof row, "local row %u of SparseCore %d", f->row, sc);
+  else
+    snprintf(row, sizeof row, "local row %u of SparseCore %d (table '%s' id %lld)", f->row, sc, l->table_specs[t].name,
+             (long long)id);
+  const char *what = f->array ? scps_optimizer_slot_name(type, f->array - 1) : "row";
+  if (f->already) {
+    snprintf(msg, len,
+             "stacks[%d] (stack '%s'): %s already holds a value that is not finite (%s column %d is %g), written "
+             "before such updates were refused or restored from a checkpoint that held it; pushes to it are refused "
+             "until a good checkpoint is restored (ReadRows shows it); nothing was applied",
+             c->fault_stack, l->stacks[cs->stack].name, row, what, f->column, (double)f->before);
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  snprintf(msg, len,
+           "stacks[%d] (stack '%s'): the update would make %s not finite (%s column %d: %g becomes %g); lower the "
+           "learning rate or the gradients; nothing was applied",
+           c->fault_stack, l->stacks[cs->stack].name, row, what, f->column, (double)f->before, (double)f->after);
+  return GRPC_STATUS_INVALID_ARGUMENT;
+}
+
 static void apply_tc(scps_job *job) {
   scps_call *c = job->data;
-  char msg[SCPS_ERROR_MSG_MAX];
+  char msg[SCPS_ERROR_MSG_MAX + 512]; /* name_fault names a stack, a table and a slot */
   if (atomic_load(&c->grads_bad)) {
     name_bad_gradient(c, msg, sizeof msg);
     scps_saver_apply_rejected(c->srv);
@@ -1071,6 +1183,12 @@ static void apply_tc(scps_job *job) {
              c->sum_stack, c->sum_row, c->sum_sc);
     scps_saver_apply_rejected(c->srv);
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    return;
+  }
+  if (c->fault_stack >= 0) {
+    const grpc_status_code st = name_fault(c, msg, sizeof msg);
+    scps_saver_apply_rejected(c->srv);
+    scps_call_finish(c, st, msg, NULL, 0);
     return;
   }
   Scps__V1__ApplyGradientsResponse r = SCPS__V1__APPLY_GRADIENTS_RESPONSE__INIT;
@@ -1248,6 +1366,7 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
       grads_at += (sg->gradients.len + sg->row_gradients.len) / width;
     }
   }
+  if (st == GRPC_STATUS_OK) st = scps_partlimits_apply(c, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);
     return;
@@ -1256,6 +1375,7 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
   c->step.learning_rate = has_lr ? req->learning_rate : -1.0;
   atomic_init(&c->grads_bad, false);
   c->sum_stack = -1;
+  c->fault_stack = -1;
   c->job.sc_fn = apply_sc;
   c->job.tc_fn = apply_tc;
   c->job.data = c;
@@ -1271,6 +1391,7 @@ void scps_handle_call(scps_call *c) {
   case SCPS_M_STATS: handle_stats(c); break;
   case SCPS_M_HEALTH: handle_health(c); break;
   case SCPS_M_CHECKPOINT: scps_saver_handle(c); break;
+  case SCPS_M_READ_ROWS: scps_handle_read_rows(c); break;
   default: scps_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL, 0); break;
   }
 }

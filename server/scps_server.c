@@ -13,6 +13,7 @@
 
 #include "scps_cpus.h"
 #include "scps_limits.h"
+#include "scps_partlimits.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 
@@ -22,7 +23,7 @@
 #define POSTED_SMALL 2
 
 const char *const scps_method_names[SCPS_M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Stats",
-                                                     "Health",    "Checkpoint"};
+                                                     "Health",    "Checkpoint", "ReadRows"};
 
 /* The least role that may call each method when the server has a
  * --token-file (deploy/SECURITY.md). A method missing here is admin-only:
@@ -48,6 +49,7 @@ static void call_free(scps_call *c) {
   if (c->request) protobuf_c_message_free_unpacked(c->request, NULL);
   scps_request_free(&c->req);
   free(c->stacks);
+  free(c->limit_mem);
   if (c->scratch) scps_scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
   if (c->charged) scps_budget_release(c->srv->budget, c->charged);
   free(c);
@@ -471,6 +473,7 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   if (!rc) rc = scps_handlers_init(s, err);
   if (!rc) rc = scps_saver_init(s, err);
   if (!rc) rc = scps_limits_init(s, err);
+  if (!rc && o->partition_limits[0] > 0) scps_partlimits_override(s);
   if (!rc) rc = grpc_setup(s, o, err);
   if (rc) {
     scps_server_destroy(s);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "scps_error.h"
+#include "scps_prep.h"
 #include "scps_spec.h"
 
 typedef struct scps_server_options {
@@ -73,6 +74,14 @@ typedef struct scps_server_options {
    * wait for the whole save. The copy's memory is kept between saves as
    * memory the system may reclaim (MADV_FREE). */
   int64_t checkpoint_snapshot_max;
+  /* Partitions of a Lookup or ApplyGradients over the limits in force:
+   * refused (SCPS_LIMIT_ERROR, INVALID_ARGUMENT naming stack, partition,
+   * count and limit) or their entries beyond the limits dropped as
+   * libscps's preprocessing drops them (SCPS_LIMIT_DROP). */
+  scps_limit_policy limit_policy;
+  /* > 0: every stack's limits in force from the start (ids, unique ids),
+   * instead of the declaration's or a restored checkpoint's; 0: those. */
+  int32_t partition_limits[2];
 } scps_server_options;
 
 typedef struct scps_server scps_server;

@@ -26,6 +26,7 @@ enum {
   SCPS_M_STATS,
   SCPS_M_HEALTH,
   SCPS_M_CHECKPOINT,
+  SCPS_M_READ_ROWS,
   SCPS_M_COUNT,
   SCPS_M_UNKNOWN = SCPS_M_COUNT /* generic request: answered UNIMPLEMENTED */
 };
@@ -79,6 +80,7 @@ struct scps_server {
   int n_sc_locks;
   atomic_llong inline_lookups, inline_ns; /* the "inline" stage of Stats */
   atomic_llong pushes_sums_checked;       /* Stats: pushes whose row sums were checked one by one */
+  atomic_llong pushes_updates_checked;    /* Stats: pushes whose updates were computed first to check them */
   scps_method_stats methods[SCPS_M_COUNT + 1];
 
   grpc_server *server;
@@ -166,6 +168,16 @@ struct scps_call {
   scps_call *watch_prev, *watch_next;
   int watch_list;           /* 0: none, or SCPS_WATCH_ARRIVING or SCPS_WATCH_SENDING */
   bool watch_expired;       /* cancelled by the watch */
+  /* Lookup and ApplyGradients: partitions dropped to the limits in force
+   * (scps_partlimits_apply), which the stacks' coo views then point into. */
+  void *limit_mem;
+  /* ApplyGradients: the largest |gradient| of the stacks by row worker k
+   * read, as float32 bits (grad_mag holds those by sample). */
+  uint32_t row_mag[64];
+  /* ApplyGradients: the first row whose update would not be finite, found
+   * by worker 0 (stack index into stacks, local SparseCore); -1: none. */
+  int fault_stack, fault_sc;
+  scps_update_fault fault;
 };
 
 /* A validated stack of a Lookup or ApplyGradients request. */
@@ -190,6 +202,12 @@ typedef struct call_stack {
    * float32 bits; times their count and the largest |gradient| it bounds
    * every row sum of coo[k]. */
   uint32_t gain_mag[64];
+  /* The stack's limits in force when the request was validated. */
+  int32_t max_ids, max_unique;
+  /* ApplyGradients: what is known of the values of each local SparseCore's
+   * shard before this update (scps_engine_value_bounds), taken by its
+   * worker before the gang synchronises. */
+  scps_value_bounds bounds[64][1 + SCPS_MAX_SLOTS];
 } call_stack;
 
 /* Finishes a call: status, optional message text, optional packed response

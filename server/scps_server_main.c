@@ -126,6 +126,19 @@ static const char usage[] =
     "                         save; 0: never (default auto). The copy's memory\n"
     "                         is kept for the next save, and the system may\n"
     "                         reclaim it meanwhile\n"
+    "  --limit-policy refuse|drop\n"
+    "                         a Lookup or ApplyGradients whose partition (source\n"
+    "                         SparseCore -> destination SparseCore) holds more ids\n"
+    "                         or distinct ids than the limits in force (GetConfig\n"
+    "                         reports them): refuse it (INVALID_ARGUMENT naming\n"
+    "                         stack, partition, count and limit), or drop the ids\n"
+    "                         beyond the limits as libscps's preprocessing drops\n"
+    "                         them (default refuse)\n"
+    "  --partition-limits IDS,UNIQUE\n"
+    "                         every stack's limits in force from the start, instead\n"
+    "                         of the declaration's or a restored checkpoint's (for\n"
+    "                         loads whose batches the declared limits do not fit;\n"
+    "                         libscps adopts them at connect)\n"
     "  --help                 this text\n"
     "\n"
     "Who may connect: a server listening on an address other than loopback\n"
@@ -287,6 +300,24 @@ static int parse_int(const char *flag, const char *s, long lo, long hi, long *ou
   return -1;
 }
 
+/* --partition-limits IDS,UNIQUE: two limits in [1, 2^31 - 1]. */
+static int parse_partition_limits(const char *s, int32_t out[2]) {
+  const char *comma = strchr(s, ',');
+  char ids[32];
+  long v;
+  if (!comma || (size_t)(comma - s) >= sizeof ids) {
+    fprintf(stderr, "scps-server: --partition-limits '%s': expected IDS,UNIQUE (e.g. 4096,1024)\n", s);
+    return -1;
+  }
+  memcpy(ids, s, (size_t)(comma - s));
+  ids[comma - s] = '\0';
+  if (parse_int("--partition-limits IDS", ids, 1, INT32_MAX, &v)) return -1;
+  out[0] = (int32_t)v;
+  if (parse_int("--partition-limits UNIQUE", comma + 1, 1, INT32_MAX, &v)) return -1;
+  out[1] = (int32_t)v;
+  return 0;
+}
+
 int main(int argc, char **argv) {
   const char *config = NULL, *port_file = NULL;
   scps_server_options o = {0};
@@ -325,6 +356,7 @@ int main(int argc, char **argv) {
       {"transfer-timeout", required_argument, 0, 'X'},
       {"checkpoint-min-interval", required_argument, 0, 2001},
       {"checkpoint-snapshot-max", required_argument, 0, 2002},
+      {"limit-policy", required_argument, 0, 3001},  {"partition-limits", required_argument, 0, 3002},
       {0, 0, 0, 0}};
   bool insecure = false;
   int c;
@@ -392,6 +424,14 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 3001:
+      if (strcmp(optarg, "refuse") && strcmp(optarg, "drop")) {
+        fprintf(stderr, "scps-server: --limit-policy '%s': expected refuse or drop\n", optarg);
+        return 2;
+      }
+      o.limit_policy = strcmp(optarg, "drop") ? SCPS_LIMIT_ERROR : SCPS_LIMIT_DROP;
+      break;
+    case 3002: if (parse_partition_limits(optarg, o.partition_limits)) return 2; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }

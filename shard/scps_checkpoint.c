@@ -1260,6 +1260,8 @@ int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoi
     for (int i = 0; i < files; i++) bytes += c->files[i].bytes;
     free(engine_table);
   }
+  /* What the engine knew of its values (to prove updates finite) is stale. */
+  scps_engine_values_written(e);
   if (!rc && stats) {
     stats->bytes = bytes;
     stats->files = files;

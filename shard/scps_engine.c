@@ -11,11 +11,62 @@
 #include "scps_init.h"
 #include "scps_pool.h"
 
+/* Local rows [lo, hi) of one SparseCore's shard of a stack that belong to
+ * table `table` but hold no id of it: padding, never addressed. */
+typedef struct pad_run {
+  uint32_t lo, hi;
+  int table;
+} pad_run;
+
 /* One stack's rows and slots on one SparseCore, inside that SparseCore's arena. */
 typedef struct shard {
   float *rows;
   float *slots[SCPS_MAX_SLOTS];
+  pad_run *pads; /* ascending, at most one per table of the stack */
+  int n_pads;
+  /* What is known of the values of the rows (0) and of each slot (1 + k),
+   * for proving updates finite (scps_engine_value_bounds): the largest
+   * magnitude's bits, folded from every value an update writes, and a lower
+   * bound's bits as a signed integer (negative: none known), which an
+   * update moves as scps_optimizer_slot_floor says; both exact after
+   * initialization and after a scan; bounds_valid false after
+   * scps_engine_values_written until the next scan of the shard. */
+  uint32_t mag_bits[1 + SCPS_MAX_SLOTS];
+  int32_t low_bits[1 + SCPS_MAX_SLOTS];
+  bool bounds_valid;
 } shard;
+
+/* Folds n values' magnitudes into a record of shard.mag_bits. */
+static inline __attribute__((always_inline)) void fold_magnitudes(const float *v, size_t n, uint32_t *mag) {
+  uint32_t m = *mag;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &v[i], sizeof u);
+    u &= 0x7fffffffu;
+    m = u > m ? u : m;
+  }
+  *mag = m;
+}
+
+/* Folds n values into a record of shard.mag_bits and low_bits: the
+ * bits of a finite float's magnitude order as its values do, and as signed
+ * integers its bits order non-negative values (negative ones fall below
+ * 0). Branch-free, so it vectorises. */
+static inline __attribute__((always_inline)) void fold_values(const float *v, size_t n, uint32_t *mag,
+                                                              int32_t *low) {
+  uint32_t m = *mag;
+  int32_t lo = *low;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &v[i], sizeof u);
+    const uint32_t a = u & 0x7fffffffu;
+    const int32_t s = (int32_t)u;
+    m = a > m ? a : m;
+    lo = s < lo ? s : lo;
+  }
+  *mag = m;
+  *low = lo;
+}
 
 struct scps_engine {
   const scps_layout *layout;
@@ -34,6 +85,8 @@ void scps_engine_destroy(scps_engine *e) {
   if (e->hbm)
     for (int32_t s = 0; s < e->sc_per_process; s++) scps_hbm_free(&e->hbm[s]);
   free(e->hbm);
+  if (e->shards)
+    for (size_t i = 0; i < (size_t)e->sc_per_process * (size_t)e->layout->n_stacks; i++) free(e->shards[i].pads);
   free(e->shards);
   free(e);
 }
@@ -72,6 +125,8 @@ static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
       if (id >= spec->vocabulary_size) break;
       scps_init_row(&spec->initializer, seed, id, spec->embedding_dim,
                     sh->rows + (tl->row_offset_in_shard + q) * st->dim);
+      fold_values(sh->rows + (tl->row_offset_in_shard + q) * st->dim, (size_t)spec->embedding_dim,
+                  &sh->mag_bits[0], &sh->low_bits[0]);
     }
   }
   size_t n = (size_t)st->rows_per_sc * (size_t)st->dim;
@@ -79,7 +134,14 @@ static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
     float v = (float)scps_optimizer_slot_init(&st->optimizer, k);
     if (v != 0.0f)
       for (size_t i = 0; i < n; i++) sh->slots[k][i] = v;
+    sh->mag_bits[1 + k] = sh->low_bits[1 + k] = 0;
+    fold_values(&v, 1, &sh->mag_bits[1 + k], &sh->low_bits[1 + k]);
+    uint32_t u;
+    memcpy(&u, &v, sizeof u);
+    sh->low_bits[1 + k] = (int32_t)u; /* every value is v */
   }
+  /* Rows start at 0 (those init writes are folded in above). */
+  sh->bounds_valid = true;
 }
 
 /* Initialization writes every row and slot of the process's share, gigabytes
@@ -126,6 +188,30 @@ static void init_all(scps_engine *e) {
   }
 }
 
+/* Every shard's padding runs: a table's rows on a SparseCore past the
+ * last that holds an id (scps_layout_rows_held). */
+static int find_padding(scps_engine *e, scps_error *err) {
+  const scps_layout *l = e->layout;
+  for (int stack = 0; stack < l->n_stacks; stack++) {
+    const scps_stack_layout *st = &l->stacks[stack];
+    for (int32_t ls = 0; ls < e->sc_per_process; ls++) {
+      shard *sh = shard_of(e, stack, ls);
+      sh->pads = calloc((size_t)st->n_tables, sizeof *sh->pads);
+      if (!sh->pads) return scps_error_set(err, SCPS_ENOMEM, "engine: out of memory");
+      for (int i = 0; i < st->n_tables; i++) {
+        const int t = st->tables[i];
+        const scps_table_layout *tl = &l->tables[t];
+        const int64_t held = scps_layout_rows_held(l, t, e->process_index * e->sc_per_process + ls);
+        const int64_t rows = tl->padded_vocab / l->num_sc;
+        if (held < rows)
+          sh->pads[sh->n_pads++] = (pad_run){(uint32_t)(tl->row_offset_in_shard + held),
+                                             (uint32_t)(tl->row_offset_in_shard + rows), t};
+      }
+    }
+  }
+  return 0;
+}
+
 int scps_engine_create(const scps_layout *l, int32_t process_index, scps_engine **out,
                        scps_error *err) {
   *out = NULL;
@@ -162,6 +248,7 @@ int scps_engine_create(const scps_layout *l, int32_t process_index, scps_engine 
       }
     }
   }
+  if (!rc) rc = find_padding(e, err);
   if (rc) {
     scps_engine_destroy(e);
     return rc;
@@ -219,12 +306,43 @@ static int check_place(const scps_engine *e, int stack, int32_t local_sc, scps_e
   return 0;
 }
 
+/* Rows (ascending, as a valid partition's or by-row list's are) that fall
+ * in a padding run: a binary search per run, so a valid request costs
+ * nothing measurable. `what` names the list's elements in the message. */
+static int check_padding(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
+                         const char *what, scps_error *err) {
+  const shard *sh = shard_of(e, stack, local_sc);
+  const scps_layout *l = e->layout;
+  for (int r = 0; r < sh->n_pads; r++) {
+    const pad_run *p = &sh->pads[r];
+    size_t a = 0, b = n;
+    while (a < b) {
+      size_t m = a + (b - a) / 2;
+      if (rows[m] < p->lo) a = m + 1;
+      else b = m;
+    }
+    if (a == n || rows[a] >= p->hi) continue;
+    const int32_t sc = e->process_index * e->sc_per_process + local_sc;
+    const scps_table_layout *tl = &l->tables[p->table];
+    int64_t residue = ((int64_t)sc - tl->shard_rotation) % l->num_sc;
+    if (residue < 0) residue += l->num_sc;
+    const int64_t id = ((int64_t)rows[a] - tl->row_offset_in_shard) * l->num_sc + residue;
+    return scps_error_set(err, SCPS_ERANGE,
+                          "stack '%s' SparseCore %d %s %zu: local row %u is padding: it would hold id %lld of "
+                          "table '%s', whose vocabulary_size is %lld (padding rows are never addressed)",
+                          l->stacks[stack].name, sc, what, a, rows[a], (long long)id, l->table_specs[p->table].name,
+                          (long long)l->table_specs[p->table].vocabulary_size);
+  }
+  return 0;
+}
+
 int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                           scps_error *err) {
   int rc = check_place(e, stack, local_sc, err);
   if (rc) return rc;
   const scps_stack_layout *st = &e->layout->stacks[stack];
-  if (coo_valid(coo, (uint64_t)st->rows_per_sc, (uint64_t)st->total_sample_count)) return 0;
+  if (coo_valid(coo, (uint64_t)st->rows_per_sc, (uint64_t)st->total_sample_count))
+    return check_padding(e, stack, local_sc, coo->rows, coo->n, "entry", err);
   int32_t sc = e->process_index * e->sc_per_process + local_sc;
   for (size_t i = 0; i < coo->n; i++) {
     if (coo->rows[i] >= st->rows_per_sc)
@@ -369,6 +487,9 @@ typedef struct updater {
   size_t dim;
   const scps_table_spec *first;
   scps_opt_step ost;
+  /* The magnitudes written so far, as shard.mag_bits. */
+  uint32_t mag[1 + SCPS_MAX_SLOTS];
+  bool wrote;
 } updater;
 
 static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps_step *step, updater *u) {
@@ -377,20 +498,53 @@ static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps
   u->dim = (size_t)st->dim;
   u->first = &e->layout->table_specs[st->tables[0]];
   scps_optimizer_prepare(&st->optimizer, step, &u->ost);
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) u->mag[k] = 0;
+  u->wrote = false;
+}
+
+/* The updater's record of what it wrote, into its shard's: the magnitudes
+ * folded, the lower bounds moved by the optimizer's rule (the rows' own is
+ * not needed: none is kept). */
+static void updater_finish(const updater *u) {
+  shard *sh = u->sh;
+  if (!u->wrote) return;
+  sh->low_bits[0] = -1;
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) {
+    sh->mag_bits[k] = u->mag[k] > sh->mag_bits[k] ? u->mag[k] : sh->mag_bits[k];
+    if (k == 0 || !sh->slots[k - 1] || sh->low_bits[k] < 0) continue;
+    float low;
+    const uint32_t bits = (uint32_t)sh->low_bits[k];
+    memcpy(&low, &bits, sizeof low);
+    const double floor = scps_optimizer_slot_floor(&u->ost, k - 1, (double)low);
+    float f = (float)floor;
+    if ((double)f > floor) f = nextafterf(f, 0.0f);
+    uint32_t fb;
+    memcpy(&fb, &f, sizeof fb);
+    sh->low_bits[k] = floor < 0 ? -1 : (int32_t)fb < sh->low_bits[k] ? (int32_t)fb : sh->low_bits[k];
+  }
+}
+
+/* The stack's clipping of a row. */
+static inline void clip_row(const updater *u, float *w) {
+  if (u->first->clip) {
+    const float lo = u->first->clip_min, hi = u->first->clip_max;
+    for (size_t c = 0; c < u->dim; c++) w[c] = w[c] < lo ? lo : (w[c] > hi ? hi : w[c]);
+  }
 }
 
 /* The optimizer's step on one row with its summed gradient g, then the
- * stack's clipping. */
-static inline void update_row(const updater *u, uint32_t row, const float *g) {
+ * stack's clipping; what it wrote goes into the updater's record. */
+static inline void update_row(updater *u, uint32_t row, const float *g) {
   const size_t dim = u->dim;
   float *w = u->sh->rows + (size_t)row * dim;
   float *s0 = u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL;
   float *s1 = u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL;
   scps_optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
-  if (u->first->clip) {
-    const float lo = u->first->clip_min, hi = u->first->clip_max;
-    for (size_t c = 0; c < dim; c++) w[c] = w[c] < lo ? lo : (w[c] > hi ? hi : w[c]);
-  }
+  clip_row(u, w);
+  fold_magnitudes(w, dim, &u->mag[0]);
+  if (s0) fold_magnitudes(s0, dim, &u->mag[1]);
+  if (s1) fold_magnitudes(s1, dim, &u->mag[2]);
+  u->wrote = true;
 }
 
 /* always_inline: GCC finds that a function which only prefetches has no
@@ -442,6 +596,7 @@ static inline __attribute__((always_inline)) void update_by_sample(scps_engine *
     const uint32_t row = sum_row(coo, &i, grads, bf16, u.dim, u.sh, g);
     update_row(&u, row, g);
   }
+  updater_finish(&u);
 }
 
 /* scps_engine_sums_finite's loop, float32 or (bf16) bfloat16. */
@@ -490,7 +645,7 @@ int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, co
   unsigned bad = 0;
   for (size_t i = 0; i < n; i++) bad |= (unsigned)(rows[i] >= limit);
   for (size_t i = 1; i < n; i++) bad |= (unsigned)(rows[i] <= rows[i - 1]);
-  if (!bad) return 0;
+  if (!bad) return check_padding(e, stack, local_sc, rows, n, "row entry", err);
   int32_t sc = e->process_index * e->sc_per_process + local_sc;
   for (size_t i = 0; i < n; i++) {
     if (rows[i] >= limit)
@@ -513,6 +668,7 @@ void scps_engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const 
     if (i + PREFETCH_AHEAD < n) prefetch_state(u.sh, rows[i + PREFETCH_AHEAD], u.dim);
     update_row(&u, rows[i], grads + i * u.dim);
   }
+  updater_finish(&u);
 }
 
 int scps_engine_read_row(const scps_engine *e, int table, int64_t id, float *row, float *slots,
@@ -539,4 +695,89 @@ int scps_engine_read_row(const scps_engine *e, int table, int64_t id, float *row
       memcpy(slots + (size_t)k * (size_t)spec->embedding_dim, sh->slots[k] + off,
              sizeof(float) * (size_t)spec->embedding_dim);
   return 0;
+}
+
+void scps_engine_values_written(scps_engine *e) {
+  for (size_t i = 0; i < (size_t)e->sc_per_process * (size_t)e->layout->n_stacks; i++) e->shards[i].bounds_valid = false;
+}
+
+void scps_engine_value_bounds(scps_engine *e, int stack, int32_t local_sc, scps_value_bounds *out) {
+  shard *sh = shard_of(e, stack, local_sc);
+  const scps_stack_layout *st = &e->layout->stacks[stack];
+  const int slots = scps_optimizer_num_slots(st->optimizer.type);
+  if (!sh->bounds_valid) {
+    const size_t n = (size_t)st->rows_per_sc * (size_t)st->dim;
+    for (int k = 0; k <= slots; k++) {
+      sh->mag_bits[k] = 0;
+      sh->low_bits[k] = INT32_MAX;
+      fold_values(k ? sh->slots[k - 1] : sh->rows, n, &sh->mag_bits[k], &sh->low_bits[k]);
+    }
+    sh->bounds_valid = true;
+  }
+  for (int k = 0; k <= slots; k++) {
+    float mag, low;
+    const uint32_t low_bits = (uint32_t)sh->low_bits[k];
+    memcpy(&mag, &sh->mag_bits[k], sizeof mag);
+    memcpy(&low, &low_bits, sizeof low);
+    out[k].mag = sh->mag_bits[k] >= 0x7f800000u ? INFINITY : (double)mag;
+    out[k].lo = sh->low_bits[k] >= 0 && sh->low_bits[k] < 0x7f800000 ? (double)low : -1.0;
+  }
+}
+
+/* Whether the n values are finite; if not, the first that is not goes to
+ * *at. */
+static bool all_finite(const float *v, size_t n, size_t *at) {
+  uint32_t bad = 0;
+  for (size_t c = 0; c < n; c++) {
+    uint32_t u;
+    memcpy(&u, &v[c], sizeof u);
+    bad |= (uint32_t)((u & 0x7f800000u) == 0x7f800000u);
+  }
+  if (!bad) return true;
+  for (*at = 0; isfinite(v[*at]); ++*at) {
+  }
+  return false;
+}
+
+/* One row's update with gradient g computed on copies of its values, as
+ * update_row computes it: whether every value before and after is finite;
+ * if not, the first that is not goes to *f. */
+static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scps_update_fault *f) {
+  const size_t dim = u->dim;
+  float v[1 + SCPS_MAX_SLOTS][SCPS_DIM_MAX] __attribute__((aligned(64)));
+  const float *src[1 + SCPS_MAX_SLOTS] = {u->sh->rows, u->sh->slots[0], u->sh->slots[1]};
+  int arrays = 0;
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS && src[k]; k++, arrays++) memcpy(v[k], src[k] + (size_t)row * dim, dim * sizeof(float));
+  size_t at;
+  for (int k = 0; k < arrays; k++)
+    if (!all_finite(v[k], dim, &at)) {
+      *f = (scps_update_fault){row, k, (int32_t)at, v[k][at], v[k][at], true};
+      return false;
+    }
+  scps_optimizer_apply(&u->ost, (int32_t)dim, v[0], arrays > 1 ? v[1] : NULL, arrays > 2 ? v[2] : NULL, g);
+  clip_row(u, v[0]);
+  for (int k = 0; k < arrays; k++)
+    if (!all_finite(v[k], dim, &at)) {
+      *f = (scps_update_fault){row, k, (int32_t)at, src[k][(size_t)row * dim + at], v[k][at], false};
+      return false;
+    }
+  return true;
+}
+
+bool scps_engine_update_finite(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, const void *grads,
+                               bool bf16, bool by_row, const scps_step *step, scps_update_fault *fault) {
+  updater u;
+  updater_init(e, stack, local_sc, step, &u);
+  if (by_row) {
+    for (size_t i = 0; i < coo->n; i++)
+      if (!row_stays_finite(&u, coo->rows[i], (const float *)grads + i * u.dim, fault)) return false;
+    return true;
+  }
+  float g[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  size_t i = 0;
+  while (i < coo->n) {
+    const uint32_t row = sum_row(coo, &i, grads, bf16, u.dim, NULL, g);
+    if (!row_stays_finite(&u, row, g, fault)) return false;
+  }
+  return true;
 }

@@ -27,7 +27,9 @@ int32_t scps_engine_process_index(const scps_engine *e);
 
 /* Checks a partition for stack on the process-local SparseCore local_sc: rows
  * and samples in range, finite gains, sorted by (row, sample) without
- * repeats. Returns SCPS_ERANGE/SCPS_EINVAL naming position and value. */
+ * repeats, and no padding row (one that holds no id of its table). Returns
+ * SCPS_ERANGE/SCPS_EINVAL naming position and value (for a padding row, the
+ * table and id it would hold). */
 int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                           scps_error *err);
 
@@ -99,8 +101,8 @@ void scps_engine_update_bf16(scps_engine *e, int stack, int32_t local_sc, const 
 
 /* Checks a by-row list (scps.proto StackGradients.row_gradients) for stack
  * on the process-local SparseCore local_sc: every row below rows_per_sc and
- * the rows strictly ascending. Returns SCPS_ERANGE/SCPS_EINVAL naming the
- * position and the value. */
+ * no padding row, and the rows strictly ascending. Returns
+ * SCPS_ERANGE/SCPS_EINVAL naming the position and the value. */
 int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
                            scps_error *err);
 
@@ -123,5 +125,37 @@ int scps_engine_read_row(const scps_engine *e, int table, int64_t id, float *row
 
 /* Simulated memory of the process-local SparseCore local_sc. */
 const scps_hbm *scps_engine_hbm(const scps_engine *e, int32_t local_sc);
+
+/* Values written through scps_engine_shard / scps_engine_slot (a checkpoint
+ * loaded): what the engine knew of every shard's values is forgotten, and
+ * scps_engine_value_bounds scans each shard again when next asked. */
+void scps_engine_values_written(scps_engine *e);
+
+/* What is known of the values of a stack's shard on local_sc: out[0] its
+ * rows, out[1 + k] slot k (scps_value_bounds; 1 + num_slots entries): kept
+ * by every update, exact after initialization, and after
+ * scps_engine_values_written found by one scan of the shard (its rows and
+ * slots, bytes of memory once). Writes the engine's record: call it from
+ * the thread that updates that SparseCore, never beside an update of it. */
+void scps_engine_value_bounds(scps_engine *e, int stack, int32_t local_sc, scps_value_bounds *out);
+
+/* A row whose update would leave a value that is not finite. */
+typedef struct scps_update_fault {
+  uint32_t row;   /* local row */
+  int array;      /* 0: the row, 1 + k: slot k */
+  int32_t column;
+  float before, after;
+  bool already;   /* the value was not finite before the update */
+} scps_update_fault;
+
+/* The update scps_engine_update (bf16: _bf16; by_row: scps_engine_update_rows,
+ * with grads one float32 vector per coo->rows entry) would make, computed
+ * row by row on copies without writing: whether every value of every row it
+ * touches is finite before and after; if not, the first row's fault goes
+ * to *fault. A caller that must refuse such a push before writing anything
+ * asks this where scps_optimizer_update_bounded cannot prove it. Only
+ * reads the engine. */
+bool scps_engine_update_finite(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, const void *grads,
+                               bool bf16, bool by_row, const scps_step *step, scps_update_fault *fault);
 
 #endif

@@ -23,6 +23,7 @@ const char *scps_strerror(int code) {
   case SCPS_EINTERNAL: return "internal error";
   case SCPS_EUNAUTH: return "not authenticated";
   case SCPS_EDENIED: return "permission denied";
+  case SCPS_ECANCELLED: return "cancelled by the peer";
   default: return "unknown error";
   }
 }

@@ -23,7 +23,8 @@ enum {
   SCPS_ESTATE = -14,    /* operation not valid in the current state */
   SCPS_EINTERNAL = -15, /* invariant violated inside scps: a bug */
   SCPS_EUNAUTH = -16,   /* a server does not know the caller (no bearer token, or an unknown one) */
-  SCPS_EDENIED = -17    /* permission denied: the caller's role, or a file's permissions */
+  SCPS_EDENIED = -17,   /* permission denied: the caller's role, or a file's permissions */
+  SCPS_ECANCELLED = -18 /* the peer cancelled the call (a server draining for shutdown) */
 };
 
 #define SCPS_ERROR_MSG_MAX 512

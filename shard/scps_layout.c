@@ -316,6 +316,14 @@ int scps_layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t l
   return SCPS_ERANGE;
 }
 
+int64_t scps_layout_rows_held(const scps_layout *l, int t, int32_t sc) {
+  const scps_table_layout *tl = &l->tables[t];
+  int64_t residue = ((int64_t)sc - tl->shard_rotation) % l->num_sc;
+  if (residue < 0) residue += l->num_sc;
+  const int64_t vocab = l->table_specs[t].vocabulary_size;
+  return residue < vocab ? (vocab - residue + l->num_sc - 1) / l->num_sc : 0;
+}
+
 int64_t scps_layout_stack_bytes_per_sc(const scps_layout *l, int stack) {
   const scps_stack_layout *st = &l->stacks[stack];
   int64_t one = scps_hbm_footprint(st->rows_per_sc * st->dim * (int64_t)sizeof(float));

@@ -94,6 +94,11 @@ static inline int32_t scps_layout_process_of_sc(const scps_layout *l, int32_t sc
 int scps_layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t local_row,
                           int *table, int64_t *id);
 
+/* Local rows of table t on global SparseCore sc that hold an id: the
+ * table's rows there are [row_offset_in_shard, + padded_vocab / N), and the
+ * ones past this count are padding (its vocabulary ends first). */
+int64_t scps_layout_rows_held(const scps_layout *l, int t, int32_t sc);
+
 /* Bytes one SparseCore needs for a stack's rows plus optimizer slots. */
 int64_t scps_layout_stack_bytes_per_sc(const scps_layout *l, int stack);
 

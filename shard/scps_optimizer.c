@@ -309,3 +309,102 @@ void scps_optimizer_apply(const scps_opt_step *st, int32_t dim, float *restrict 
     break;
   }
 }
+
+/* ---- bounds (scps_optimizer_update_bounded) ----
+ * Each kernel above, operation by operation, with every operand replaced by
+ * a bound on its magnitude, in double. A quantity at most BOUND_MAX stays
+ * far from float32's range whatever rounding does to it (each float32
+ * operation changes a value by at most a relative 2^-24, and these bounds
+ * are products of a few of them); RND is that rounding, generously. */
+#define BOUND_MAX 0x1p100
+#define RND 1.01
+/* Below this |g|, g * g may lose precision to float32's subnormals: a
+ * ratio g / sqrt(a + g * g) is then bounded through a's lower bound
+ * instead. */
+#define G_TINY 1e-18
+
+static bool small(double x) { return x <= BOUND_MAX; } /* false for NaN */
+
+/* |g| / sqrtf(x) over the kernels' x >= c * g * g + lo (c > 0, lo > 0):
+ * at most 1 / sqrt(c) where g * g is a normal float, else G_TINY / sqrt(lo). */
+static double ratio_bound(double c, double lo) { return RND * (RND / sqrt(c) + G_TINY / sqrt(lo)); }
+
+bool scps_optimizer_update_bounded(const scps_opt_step *st, const scps_value_bounds *b, double g_max) {
+  const double G = g_max, W = b[0].mag, lr = st->lr;
+  bool ok = small(G) && small(W) && small(lr) && lr >= 0 && small(G * G) && small(lr * G);
+  for (int k = 0; k < 8; k++) ok &= small(fabs((double)st->p[k]));
+  if (!ok) return false;
+  switch (st->type) {
+  case SCPS_OPT_SGD: return small(W + RND * lr * G);
+  case SCPS_OPT_ADAGRAD: {
+    /* a = acc + g^2 >= acc >= lo0 > 0 and >= g^2. */
+    const double S0 = b[1].mag, lo0 = b[1].lo;
+    if (!(lo0 > 0) || !small(S0 + G * G)) return false;
+    return small(W + RND * lr * ratio_bound(1.0, lo0));
+  }
+  case SCPS_OPT_ADAGRAD_MOMENTUM: {
+    const double S0 = b[1].mag, S1 = b[2].mag, lo0 = b[1].lo, k = fabs((double)st->p[0]);
+    const double decay = st->p[1], eps = st->p[3], neg_inv_exp = st->p[4];
+    /* a + eps >= eps + decay * acc, acc >= 0, and a <= acc + g^2. */
+    const double low = (eps + decay * (lo0 > 0 ? lo0 : 0)) / RND;
+    if (!(lo0 >= 0) || !(low > 0) || !small(S0 + G * G + eps)) return false;
+    const bool use_sqrt = st->flags & OPT_FLAG_SQRT;
+    const double s = RND * G * (use_sqrt ? 1.0 / sqrt(low) : pow(low, neg_inv_exp)) * RND;
+    const double m = k * S1 + s, u = (st->flags & OPT_FLAG_NESTEROV) ? k * m + s : m;
+    return small(s) && small(m) && small(u) && small(W + RND * lr * u);
+  }
+  case SCPS_OPT_ADAM: {
+    /* v >= 0 while velocity >= 0; the division is by at least eps_hat. */
+    const double S0 = b[1].mag, S1 = b[2].mag, lo1 = b[2].lo;
+    const double alpha = fabs((double)st->p[0]), omb1 = fabs((double)st->p[1]), omb2 = fabs((double)st->p[2]);
+    const double eps_hat = st->p[3];
+    if (!(lo1 >= 0) || !(eps_hat > 0)) return false;
+    const double m = S0 + omb1 * (G + S0), v = S1 + omb2 * (G * G + S1);
+    return small(RND * m) && small(RND * v) && small(alpha * m) && small(W + RND * alpha * m / eps_hat);
+  }
+  case SCPS_OPT_FTRL: {
+    /* a >= acc >= lo0 > 0, so p = a^-lrp lies in [lo0^-lrp, max(a, 1)^-lrp]
+     * and the denominator is at least p (/ lr). */
+    const double S0 = b[1].mag, S1 = b[2].mag, lo0 = b[1].lo, neg_pow = st->p[0];
+    const double l1s = fabs((double)st->p[1]);
+    if (!(lo0 > 0) || !(neg_pow >= 0) || !(lr > 0)) return false;
+    const double A = S0 + G * G, P = RND * pow(A > 1 ? A : 1, neg_pow), P_min = pow(lo0, neg_pow) / RND;
+    const bool mult_lr = st->flags & OPT_FLAG_MULT_LR;
+    const double L = mult_lr ? S1 + lr * G + P * W : S1 + G + (P / lr) * W;
+    const double den = mult_lr ? P_min : P_min / lr;
+    return small(A) && small(P) && small(P / lr) && small(RND * L) && den > 0 && small(RND * (L + l1s) / den);
+  }
+  case SCPS_OPT_LAPROP: {
+    /* nv >= omd * (g^2 + eps) while nu >= 0. */
+    const double S0 = b[1].mag, S1 = b[2].mag, lo1 = b[2].lo;
+    const double b1 = fabs((double)st->p[0]), d = fabs((double)st->p[1]), omd = st->p[2], eps = st->p[3];
+    const double c = fabs((double)st->p[4]), low = omd * eps / RND;
+    if (!(lo1 >= 0) || !(omd > 0) || !(low > 0)) return false;
+    const double nv = d * S1 + omd * (G * G + eps), m = b1 * S0 + c * ratio_bound(omd, low);
+    return small(RND * nv) && small(RND * m) && small(W + RND * lr * m);
+  }
+  case SCPS_OPT_F2A: {
+    /* local_step >= 0, so the multiplier f lies in [0, max_lr_multiplier]. */
+    const double S0 = b[1].mag, S1 = b[2].mag, lo0 = b[1].lo, lo1 = b[2].lo;
+    const double l1 = fabs((double)st->p[1]), l2 = fabs((double)st->p[2]), mm = fabs((double)st->p[3]);
+    if (!(lo0 > 0) || !(lo1 >= 0)) return false;
+    const double upd = RND * mm * ratio_bound(1.0, lo0) + l1 + l2 * W;
+    return small(S0 + G * G) && small(S1 + 1) && small(G * mm) && small(RND * upd) && small(W + RND * lr * upd);
+  }
+  }
+  return false;
+}
+
+double scps_optimizer_slot_floor(const scps_opt_step *st, int slot, double lo) {
+  if (!(lo >= 0)) return -1;
+  switch (st->type) {
+  case SCPS_OPT_ADAGRAD:
+  case SCPS_OPT_FTRL: return slot == 0 ? lo : -1;   /* a + g^2 >= a; FTRL's linear is signed */
+  case SCPS_OPT_F2A: return lo;                       /* a + g^2 >= a, local_step + 1 >= local_step */
+  case SCPS_OPT_ADAGRAD_MOMENTUM:                     /* decay * a + gw * g^2 >= decay * a, rounded */
+    return slot == 0 ? (double)st->p[1] * lo * (1.0 - 0x1p-22) : -1;
+  case SCPS_OPT_ADAM:
+  case SCPS_OPT_LAPROP: return slot == 1 ? 0.0 : -1; /* velocity and nu stay >= 0; moments are signed */
+  default: return -1;
+  }
+}

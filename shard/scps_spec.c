@@ -422,11 +422,14 @@ int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
   char what[SCPS_NAME_MAX + 64];
   for (int i = 0; i < na; i++) {
     const scps_table_spec *x = &a[i], *y = &b[i];
+    scps_table_spec cx = *x, cy = *y;
+    scps_table_spec_canonical(&cx);
+    scps_table_spec_canonical(&cy);
     snprintf(what, sizeof what, "tables[%d] name", i);
     DIFF_STR(what, x->name, y->name);
 #define TABLE_FIELD(f, fmt, cast)                                                              \
   snprintf(what, sizeof what, "table '%s' " #f, x->name);                                    \
-  DIFF_NUM(what, fmt, (cast)x->f, (cast)y->f)
+  DIFF_NUM(what, fmt, (cast)cx.f, (cast)cy.f)
     TABLE_FIELD(vocabulary_size, "%lld", long long);
     TABLE_FIELD(embedding_dim, "%d", int);
     snprintf(what, sizeof what, "table '%s' combiner", x->name);
@@ -444,10 +447,13 @@ int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
 #undef TABLE_FIELD
     snprintf(what, sizeof what, "table '%s' stack", x->name);
     DIFF_STR(what, x->stack, y->stack);
-    if (optimizer_diff(x->name, &x->optimizer, &y->optimizer, name_a, name_b, msg, len)) return 1;
+    if (optimizer_diff(x->name, &cx.optimizer, &cy.optimizer, name_a, name_b, msg, len)) return 1;
   }
   for (int i = 0; i < nfa; i++) {
     const scps_feature_spec *x = &fa[i], *y = &fb[i];
+    scps_feature_spec cx = *x, cy = *y;
+    scps_feature_spec_canonical(&cx, a, na);
+    scps_feature_spec_canonical(&cy, b, nb);
     snprintf(what, sizeof what, "features[%d] name", i);
     DIFF_STR(what, x->name, y->name);
     snprintf(what, sizeof what, "feature '%s' table", x->name);
@@ -457,7 +463,70 @@ int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
     snprintf(what, sizeof what, "feature '%s' valency", x->name);
     DIFF_NUM(what, "%d", x->valency, y->valency);
     snprintf(what, sizeof what, "feature '%s' output_dim", x->name);
-    DIFF_NUM(what, "%d", x->output_dim, y->output_dim);
+    DIFF_NUM(what, "%d", cx.output_dim, cy.output_dim);
   }
   return 0;
+}
+
+/* The hyper-parameters of o's type (scps.proto OptimizerSpec's table, and
+ * scps_optimizer_spec_equal) kept, every other one 0. */
+static void optimizer_canonical(scps_optimizer_spec *o) {
+  scps_optimizer_spec c;
+  memset(&c, 0, sizeof c);
+  c.type = o->type;
+  c.learning_rate = o->learning_rate;
+  switch (o->type) {
+  case SCPS_OPT_SGD: break;
+  case SCPS_OPT_ADAGRAD: c.initial_accumulator = o->initial_accumulator; break;
+  case SCPS_OPT_ADAGRAD_MOMENTUM:
+    c.initial_accumulator = o->initial_accumulator;
+    c.momentum = o->momentum;
+    c.beta2 = o->beta2;
+    c.epsilon = o->epsilon;
+    c.exponent = o->exponent;
+    c.use_nesterov = o->use_nesterov;
+    break;
+  case SCPS_OPT_ADAM:
+  case SCPS_OPT_LAPROP:
+    c.beta1 = o->beta1;
+    c.beta2 = o->beta2;
+    c.epsilon = o->epsilon;
+    break;
+  case SCPS_OPT_FTRL:
+    c.initial_accumulator = o->initial_accumulator;
+    c.learning_rate_power = o->learning_rate_power;
+    c.l1 = o->l1;
+    c.l2 = o->l2;
+    c.beta = o->beta;
+    c.multiply_linear_by_learning_rate = o->multiply_linear_by_learning_rate;
+    c.initial_linear = o->initial_linear;
+    break;
+  case SCPS_OPT_F2A:
+    c.initial_accumulator = o->initial_accumulator;
+    c.rho = o->rho;
+    c.l1 = o->l1;
+    c.l2 = o->l2;
+    c.max_lr_multiplier = o->max_lr_multiplier;
+    break;
+  default: return; /* an unknown type: left as it is, for the checks to name */
+  }
+  *o = c;
+}
+
+void scps_table_spec_canonical(scps_table_spec *t) {
+  optimizer_canonical(&t->optimizer);
+  scps_initializer_spec *in = &t->initializer;
+  const bool random = in->type == SCPS_INIT_UNIFORM || in->type == SCPS_INIT_NORMAL ||
+                      in->type == SCPS_INIT_TRUNCATED_NORMAL;
+  if (in->type != SCPS_INIT_CONSTANT) in->value = 0;
+  if (in->type != SCPS_INIT_UNIFORM) in->scale = 0;
+  if (in->type != SCPS_INIT_NORMAL && in->type != SCPS_INIT_TRUNCATED_NORMAL) in->stddev = 0;
+  if (!random) in->seed = 0;
+  if (!t->clip) t->clip_min = t->clip_max = 0;
+}
+
+void scps_feature_spec_canonical(scps_feature_spec *f, const scps_table_spec *tables, int n_tables) {
+  if (f->output_dim) return;
+  int t = strnlen(f->table, SCPS_NAME_MAX) < SCPS_NAME_MAX ? scps_find_table(tables, n_tables, f->table) : -1;
+  if (t >= 0) f->output_dim = tables[t].embedding_dim;
 }

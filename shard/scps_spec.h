@@ -136,12 +136,28 @@ int scps_topology_validate(const scps_topology *t, scps_error *err);
 int scps_find_table(const scps_table_spec *tables, int n_tables, const char *name);
 int scps_find_feature(const scps_feature_spec *features, int n_features, const char *name);
 
+
+/* A table spec reduced to what it means: the optimizer hyper-parameters its
+ * type does not read (scps.proto OptimizerSpec), the initializer fields its
+ * type does not read and clip_min/clip_max without clip are set to 0, so
+ * two declarations that serve the same tables compare (and fingerprint)
+ * equal. */
+void scps_table_spec_canonical(scps_table_spec *t);
+
+/* A feature spec reduced likewise: output_dim 0 ("the table's
+ * embedding_dim") becomes that embedding_dim; tables are the declaration's
+ * (a feature naming no table is left as it is). */
+void scps_feature_spec_canonical(scps_feature_spec *f, const scps_table_spec *tables, int n_tables);
+
 #endif
 
 /* Compares two declarations (topology, tables, features, in order) field by
- * field. Returns 0 when equal; otherwise 1 and writes the first difference to
- * msg, labelled with name_a and name_b ("table 't3' embedding_dim: client 32,
- * server 64"). */
+ * field, each in its canonical form (scps_table_spec_canonical,
+ * scps_feature_spec_canonical: what a field left at its meaningful default
+ * means, and the fields the table's optimizer, initializer or clipping do
+ * not read left out). Returns 0 when equal; otherwise 1 and writes the
+ * first difference to msg, labelled with name_a and name_b ("table 't3'
+ * embedding_dim: client 32, server 64"). */
 int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
                     const scps_feature_spec *fa, int nfa, const scps_topology *tb,
                     const scps_table_spec *b, int nb, const scps_feature_spec *fb, int nfb,

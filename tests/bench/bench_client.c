@@ -474,8 +474,9 @@ int main(int argc, char **argv) {
   const scps_layout *l = scps_client_layout(c);
   /* The workloads keep the default limits (256 per table), far below what a
    * dlrm8 batch sends one partition; like the engine benchmark, measure with
-   * limits no batch reaches rather than with dropped ids. */
-  for (int s = 0; !rc && s < l->n_stacks; s++) rc = scps_prep_set_limits(scps_client_prep(c), s, 1 << 30, 1 << 30, &err);
+   * limits no batch reaches rather than with dropped ids: the servers'
+   * (adopted at connect, and enforced), which the benchmark scripts start
+   * with --partition-limits. */
   int nf = l->n_features, distinct = 4;
   stored st[4];
   memset(st, 0, sizeof st);

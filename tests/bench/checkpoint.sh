@@ -53,7 +53,7 @@ mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 . "$repo/deploy/cluster.sh"
 SCPS_CLUSTER_FLAGS=(--checkpoint-dir "$dir/ck" --checkpoint-keep 1 --checkpoint-min-interval 0
-                    --checkpoint-snapshot-max "$snapshot_max")
+                    --checkpoint-snapshot-max "$snapshot_max" "${SCPS_BENCH_SERVER_FLAGS[@]}")
 scps_cluster_start "$build/server/scps-server" "$workload" 1 2 8G
 echo "checkpoint.sh: $(basename "$workload"), 1 server process x 2 SparseCores, checkpoints in $dir" >&2
 "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$workload" --mode checkpoint \

@@ -35,6 +35,7 @@ scps_bench_build scps-server scps-bench-client
 # Memory per SparseCore: room for the workload's rows and slots; the arena
 # is only reserved, pages come on use.
 . "$repo/deploy/cluster.sh"
+SCPS_CLUSTER_FLAGS=("${SCPS_BENCH_SERVER_FLAGS[@]}")
 scps_cluster_start "$build/server/scps-server" "$workload" "$processes" 2 8G
 servers=$SCPS_CLUSTER_SERVERS
 tmp=$SCPS_CLUSTER_DIR

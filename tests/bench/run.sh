@@ -163,6 +163,7 @@ for w in $workloads; do
         # Sourced anew per cluster: its scratch directory goes with each stop.
         . "$repo/deploy/cluster.sh"
         trap cleanup EXIT
+        SCPS_CLUSTER_FLAGS=("${SCPS_BENCH_SERVER_FLAGS[@]}")
         scps_cluster_start "$build/server/scps-server" "$wl" "$procs" 2 8G
         for fmt in float32 bfloat16; do
           for m in lookup train; do

@@ -42,6 +42,7 @@ done
 scps_bench_build scps-server scps-loadgen scps-bench-stall
 
 . "$repo/deploy/cluster.sh"
+SCPS_CLUSTER_FLAGS=("${SCPS_BENCH_SERVER_FLAGS[@]}")
 scps_cluster_start "$build/server/scps-server" "$workload" 1 2 8G
 servers=$SCPS_CLUSTER_SERVERS
 tmp=$SCPS_CLUSTER_DIR

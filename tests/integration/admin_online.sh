@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scps-admin's commands against a real 2-process cluster: health, stats and
 # config of every server, a checkpoint save of the step the servers hold,
+# rows (ReadRows) against that checkpoint's files,
 # a server that is not there (exit 1, saying so) and bad flags (exit 2).
 #   admin_online.sh SCPS_SERVER SCPS_TRAINER SCPS_ADMIN WORKLOAD
 set -uo pipefail
@@ -45,6 +46,36 @@ rc=0
 out=$("$admin" checkpoint save --servers "$servers" --dir elsewhere 2>&1) || rc=$?
 [ "$rc" = 1 ] && grep -q "RESOURCE_EXHAUSTED.*--checkpoint-min-interval" <<<"$out" && [ ! -e "$ck/elsewhere/step-000000000019" ] ||
   fail "a second save within the interval exited $rc: $out"
+# rows: ids' rows and slots as the servers hold them, bit for bit the
+# checkpoint of the step they hold (written by another path: the files).
+ids="0-3,3999,17,2"
+"$admin" rows --servers "$servers" --table users --ids "$ids" --json >"$SCPS_CLUSTER_DIR/rows.json" ||
+  fail "rows exited $?"
+"$admin" checkpoint export "$ck/step-000000000019" --table users --out "$SCPS_CLUSTER_DIR/users.npy" >/dev/null &&
+  "$admin" checkpoint export "$ck/step-000000000019" --table users --slot accumulator \
+    --out "$SCPS_CLUSTER_DIR/acc.npy" >/dev/null || fail "checkpoint export"
+/usr/bin/python3 - "$SCPS_CLUSTER_DIR" <<'PY' || fail "rows --json against the checkpoint"
+import json, sys
+import numpy as np
+d = sys.argv[1]
+r = json.load(open(d + "/rows.json"))
+rows, acc = np.load(d + "/users.npy"), np.load(d + "/acc.npy")
+ids = [0, 1, 2, 3, 3999, 17, 2]
+assert r["table"] == "users" and r["embedding_dim"] == 16 and r["slots"] == ["accumulator"], r
+assert [x["id"] for x in r["rows"]] == ids, [x["id"] for x in r["rows"]]
+for x in r["rows"]:
+    assert np.array_equal(np.float32(x["row"]), rows[x["id"]]), x["id"]
+    assert np.array_equal(np.float32(x["accumulator"]), acc[x["id"]]), x["id"]
+assert any(not np.all(acc[i] == acc[0]) for i in ids), "no id was trained"
+PY
+out=$("$admin" rows --servers "$servers" --table categories --ids 5) || fail "rows exited $?: $out"
+grep -q "table categories: embedding_dim 8, optimizer adagrad" <<<"$out" && grep -q "^  id 5: row .*; accumulator " <<<"$out" ||
+  fail "rows: $out"
+for bad in "--table nope --ids 1" "--table users --ids 4000"; do
+  rc=0
+  out=$("$admin" rows --servers "$servers" $bad 2>&1) || rc=$?
+  [ "$rc" = 1 ] || fail "'scps-admin rows $bad' exited $rc, not 1: $out"
+done
 
 # A step above the one the servers hold would label their state wrongly.
 rc=0
@@ -60,7 +91,8 @@ out=$("$admin" health --servers "${servers%%,*},127.0.0.1:1" --deadline-ms 500) 
 for bad in "health" "health --servers" "health --servers 127.0.0.1" "stats --servers $servers --step 3" \
            "config --servers $servers extra" "checkpoint save --servers $servers --step -1" \
            "health --servers $servers --deadline-ms 0" "checkpoint save --servers $servers --dir /absolute" \
-           "health --servers [::1]"; do
+           "health --servers [::1]" "rows --servers $servers --table users" "rows --servers $servers --ids 1" \
+           "rows --servers $servers --table users --ids 5-1" "rows --servers $servers --table users --ids x"; do
   rc=0
   "$admin" $bad >/dev/null 2>&1 || rc=$?
   [ "$rc" = 2 ] || fail "'scps-admin $bad' exited $rc, not 2"

@@ -24,7 +24,9 @@ MARGIN = 15
 def slow_config(env):
     return env.write_config("slow", SLOW_BATCH, [
         {"name": "t", "vocabulary_size": SLOW_VOCAB, "embedding_dim": SLOW_DIM, "combiner": "sum",
-         "optimizer": {"type": "sgd", "learning_rate": 0.1}, "initializer": {"type": "uniform", "scale": 0.1}}],
+         "optimizer": {"type": "sgd", "learning_rate": 0.1}, "initializer": {"type": "uniform", "scale": 0.1},
+         # One partition takes every id: the server enforces the limits.
+         "max_ids_per_partition": SLOW_BATCH * SLOW_VALENCY, "max_unique_ids_per_partition": SLOW_VOCAB}],
         [{"name": "f", "table": "t", "valency": SLOW_VALENCY}])
 
 

@@ -3,6 +3,7 @@ message naming the field and the offending value, and changes nothing: a
 Lookup afterwards returns exactly the bytes it returned before. Also garbage
 and truncated protobufs, a request over --max-message-mb, unknown methods,
 and requests and responses over gRPC's default 4 MiB that must work."""
+import math
 import os
 import struct
 
@@ -499,6 +500,30 @@ def test_invalid_requests(env):
     v.expect("GetConfig other learning_rate", "GetConfig",
              expected_with(lambda c: setattr(c.tables[tb].optimizer, "learning_rate", 0.25)),
              "FAILED_PRECONDITION", ["'b'", "learning_rate"])
+    # Fields compared for what they mean: output_dim 0 is the table's
+    # embedding_dim, and what the table's optimizer (sgd), initializer
+    # (uniform) and clipping (off) do not read is not compared.
+    for what, fn in (
+            ("output_dim 0", lambda c: setattr(c.features[fb], "output_dim", 0)),
+            ("explicit output_dims", lambda c: [setattr(f, "output_dim", next(
+                t.embedding_dim for t in c.tables if t.name == f.table)) for f in c.features]),
+            ("sgd with adam's and ftrl's fields", lambda c: [
+                setattr(c.tables[tb].optimizer, k, x) for k, x in (("beta1", 0.25), ("epsilon", 3.0),
+                                                                   ("initial_accumulator", 7.0), ("l1", 2.0),
+                                                                   ("multiply_linear_by_learning_rate", True))]),
+            ("uniform with stddev and value", lambda c: [setattr(c.tables[tb].initializer, k, 9.0)
+                                                         for k in ("stddev", "value")]),
+            ("clip bounds without clip", lambda c: [setattr(c.tables[tb], k, x) for k, x in (("clip_min", 3.0),
+                                                                                          ("clip_max", -1.0))])):
+        got, details, resp = call_status(v.stub.GetConfig, expected_with(fn), timeout=30)
+        if env.check(got == "OK" and resp.config_fingerprint == fp,
+                     "GetConfig expected with %s: %s %r, expected OK with the same fingerprint" % (what, got, details)):
+            print("   ok GetConfig expected with %-30s OK" % what, flush=True)
+    v.expect("GetConfig other clip", "GetConfig", expected_with(lambda c: setattr(c.tables[tb], "clip", True)),
+             "FAILED_PRECONDITION", ["'b'", "clip"])
+    v.expect("GetConfig other uniform scale", "GetConfig",
+             expected_with(lambda c: setattr(c.tables[tb].initializer, "scale", 0.25)), "FAILED_PRECONDITION",
+             ["'b'", "initializer.scale", "0.25", "0.5"])
     v.expect("GetConfig invalid expected", "GetConfig",
              expected_with(lambda c: setattr(c.tables[tb], "combiner", pb.COMBINER_UNSPECIFIED)),
              "INVALID_ARGUMENT", ["expected", "combiner"])
@@ -654,7 +679,8 @@ def test_large_messages(env):
     batch, dim, vocab = 8192, 256, 1000
     cfg = env.write_config("large", batch, [
         {"name": "big", "vocabulary_size": vocab, "embedding_dim": dim, "combiner": "sum",
-         "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5}}],
+         "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5},
+         "max_ids_per_partition": 2 * batch, "max_unique_ids_per_partition": vocab}],
         [{"name": "fbig", "table": "big", "valency": 2}])
     srv = env.server(cfg).wait_ready()
     cl = Cluster(env, [srv])
@@ -754,6 +780,433 @@ def test_failed_checkpoint(env):
               % (limits_of_a(),))
 
 
+def test_padding_rows(env):
+    """Padding rows hold no id and are never addressed: id 40 of a 37-row
+    table on 1 x 4 maps to SparseCore 0, local row 10, one of that table's
+    padding rows there (its ids on SparseCore 0 are 0, 4, ..., 36: rows 0 to
+    9). Lookup and ApplyGradients, by sample and by row, refuse it naming
+    stack, SparseCore, row, table and vocabulary, and change nothing; the
+    table sits first in an explicit stack, so its padding lies between two
+    tables' rows, not at the end of the shard. Its last id, 36, is served."""
+    tables = [{"name": "p", "vocabulary_size": 37, "embedding_dim": 8, "combiner": "sum", "stack": "s",
+               "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5}},
+              {"name": "q", "vocabulary_size": 64, "embedding_dim": 8, "combiner": "sum", "stack": "s",
+               "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5}}]
+    features = [{"name": "fp", "table": "p", "valency": 1}, {"name": "fq", "table": "q", "valency": 1}]
+    srv = env.server(env.write_config("padding", 4, tables, features), sc_per_process=4).wait_ready()
+    cl = Cluster(env, [srv])
+    pb, stub = env.pb, cl.stubs[0]
+    env.check(cl.place("p", 40) == (0, 10) and cl.place("p", 36) == (0, 9),
+              "id 40 of p is SparseCore 0 row 10, id 36 row 9: %s %s" % (cl.place("p", 40), cl.place("p", 36)))
+    good = {"fp": [[(36, 1.0)], [(1, 1.0)], [(2, 1.0)], [(3, 1.0)]], "fq": [[(i, 1.0)] for i in range(4)]}
+    bad = {"fp": [[(40, 1.0)], [(1, 1.0)], [(2, 1.0)], [(3, 1.0)]], "fq": good["fq"]}
+    before = stub.Lookup(cl.lookup_request(cl.entries(good), 0), timeout=30).SerializeToString()
+    needles = ["stacks[0]", "stack 's'", "SparseCore 0", "local row 10", "padding", "id 40", "table 'p'",
+               "vocabulary_size is 37"]
+    rng = np.random.default_rng(7)
+    grads = f32(rng.standard_normal((8, 8)).astype(np.float32))
+    entries = cl.entries(bad)
+    lookup = cl.lookup_request(entries, 0)
+    apply = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=0)
+    apply.stacks.append(pb.StackGradients(partitions=cl.partitions(entries, 0, 0), gradients=grads))
+    rows_apply = pb.ApplyGradientsRequest()
+    rows_apply.CopyFrom(apply)
+    by_row(rows_apply.stacks[0])
+    distinct = cl.lookup_request(entries, 0, distinct_rows=True)
+    for what, method, req in (("Lookup", "Lookup", lookup), ("Lookup distinct rows", "Lookup", distinct),
+                              ("ApplyGradients by sample", "ApplyGradients", apply),
+                              ("ApplyGradients by row", "ApplyGradients", rows_apply)):
+        got, details, _ = call_status(getattr(stub, method), req, timeout=30)
+        ok = env.check(got == "INVALID_ARGUMENT", "%s of id 40: %s %r, expected INVALID_ARGUMENT" % (what, got, details))
+        for n in needles:
+            ok &= env.check(n in details, "%s of id 40: message %r names %r" % (what, details, n))
+        after = stub.Lookup(cl.lookup_request(cl.entries(good), 0), timeout=30).SerializeToString()
+        ok &= env.check(after == before, "%s of id 40: tables unchanged" % what)
+        if ok:
+            print("   ok %-35s %s: %s" % (what, got, details), flush=True)
+    st = stub.Stats(pb.StatsRequest(), timeout=30)
+    env.check(all(s.rows_updated == 0 for s in st.stacks), "no row updated by the refused pushes")
+    # The valid neighbour (id 36, row 9) is looked up and updated.
+    upd = cl.apply(good, {"fp": np.ones((4, 8), np.float32)}, step=1)
+    env.check(upd == [8], "the push of ids 36, 1, 2, 3 (and q's 0-3) updates 8 rows: %s" % upd)
+
+
+def drop_to_limits(cl, entries, max_ids, max_unique):
+    """The proto's drop rule (StackPartitions), written from its text: per
+    partition, in entry order, counting per source SparseCore, an entry of a
+    row its source has not kept yet goes once max_unique rows are kept, any
+    entry once max_ids are."""
+    out = {}
+    for st, scs in entries.items():
+        for sc, part in scs.items():
+            kept, kept_rows, last = {}, {}, {}
+            keep = []
+            for row, sample, gain in part:
+                src = cl.source_sc(st, sample)
+                new_row = last.get(src) != row
+                if new_row and kept_rows.get(src, 0) >= max_unique:
+                    continue
+                if kept.get(src, 0) >= max_ids:
+                    continue
+                kept[src] = kept.get(src, 0) + 1
+                if new_row:
+                    kept_rows[src] = kept_rows.get(src, 0) + 1
+                    last[src] = row
+                keep.append((row, sample, gain))
+            out.setdefault(st, {})[sc] = keep
+    return out
+
+
+def test_partition_limits(env):
+    """The server enforces the limits in force (--limit-policy) on a table
+    limited to 4 ids and 2 distinct ids per partition, on 1 x 2 (samples 0-3
+    come from SparseCore 0, 4-7 from 1): by default a sample of 6 ids whose
+    3 rows on SparseCore 0 pass the unique limit, and 4 samples of the same
+    2 rows there (8 ids), are refused (INVALID_ARGUMENT naming stack,
+    partition, count and limit; nothing applied); with drop, a request over
+    both is answered and applied as the same request with the proto's drop
+    rule applied by the client (written here from the proto's text), bit
+    for bit."""
+    tables = [{"name": "l", "vocabulary_size": 64, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "uniform", "scale": 0.5},
+               "max_ids_per_partition": 4, "max_unique_ids_per_partition": 2}]
+    features = [{"name": "fl", "table": "l", "valency": [0, 8]}]
+    cfg = env.write_config("limits", 8, tables, features)
+    refuse_srv = env.server(cfg).wait_ready()
+    drop_srvs = [env.server(cfg, extra=["--limit-policy", "drop"]).wait_ready() for _ in range(2)]
+    pb = env.pb
+    ref, drops = Cluster(env, [refuse_srv]), [Cluster(env, [s]) for s in drop_srvs]
+    env.check(ref.configs[0].limit_policy == pb.LIMIT_POLICY_REFUSE, "GetConfig limit_policy of the default: %s"
+              % ref.configs[0].limit_policy)
+    env.check(drops[0].configs[0].limit_policy == pb.LIMIT_POLICY_DROP, "GetConfig limit_policy with drop: %s"
+              % drops[0].configs[0].limit_policy)
+    six = [(10, 1.0), (11, 1.0), (11, 2.0), (12, 1.0), (13, 1.0), (14, 0.5)]
+    unique_over = {"fl": [six, [], [], [], [], [], [], [(20, 1.0)]]}
+    ids_over = {"fl": [[(10, 1.0), (12, 1.0)]] * 4 + [[]] * 4}
+    both = {"fl": [six] + [[(10, 1.0), (12, 1.0)]] * 3 + [[], [], [], [(20, 1.0)]]}
+    grads = f32(np.random.default_rng(11).standard_normal((8, 8)).astype(np.float32))
+    good = {"fl": [[(i, 1.0)] for i in (10, 11, 12, 13, 14, 20, 1, 3)]}  # 2 rows per source and SparseCore
+    before = ref.stubs[0].Lookup(ref.lookup_request(ref.entries(good), 0), timeout=30).SerializeToString()
+
+    def push(cl, ent):
+        req = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=0)
+        req.stacks.append(pb.StackGradients(partitions=cl.partitions(ent, 0, 0), gradients=grads))
+        return req
+    for what, batch, needles in (
+            ("6 ids of a sample", unique_over, ["3 unique ids", "above max_unique_ids_per_partition 2"]),
+            ("4 samples of 2 rows", ids_over, ["8 ids", "above max_ids_per_partition 4"])):
+        entries = ref.entries(batch)
+        for method, req in (("Lookup", ref.lookup_request(entries, 0)), ("ApplyGradients", push(ref, entries))):
+            got, details, _ = call_status(getattr(ref.stubs[0], method), req, timeout=30)
+            ok = env.check(got == "INVALID_ARGUMENT", "%s %s: %s %r" % (method, what, got, details))
+            for n in ["stacks[0]", "stack 'l'", "partition src 0 -> dst 0", "in force"] + needles:
+                ok &= env.check(n in details, "%s %s: message %r names %r" % (method, what, details, n))
+            after = ref.stubs[0].Lookup(ref.lookup_request(ref.entries(good), 0), timeout=30).SerializeToString()
+            ok &= env.check(after == before, "%s %s: tables unchanged" % (method, what))
+            if ok:
+                print("   ok %-38s %s: %s" % (method + " " + what, got, details), flush=True)
+
+    # Drop: the server's answer and update equal the client-dropped request's.
+    entries = ref.entries(both)
+    kept = drop_to_limits(ref, entries, 4, 2)
+    n_full = sum(len(p) for sc in entries.values() for p in sc.values())
+    n_kept = sum(len(p) for sc in kept.values() for p in sc.values())
+    rows_kept = sum(len({r for r, _, _ in p}) for sc in kept.values() for p in sc.values())
+    env.check(n_kept == 7 and n_full == 12, "the rule keeps 7 of the 12 entries: %d of %d" % (n_kept, n_full))
+    full = drops[0].stubs[0].Lookup(drops[0].lookup_request(entries, 0), timeout=30).SerializeToString()
+    want = drops[0].stubs[0].Lookup(drops[0].lookup_request(kept, 0), timeout=30).SerializeToString()
+    env.check(full == want, "drop: the Lookup answers as the client-dropped request")
+    got_a = drops[0].stubs[0].ApplyGradients(push(drops[0], entries), timeout=30).rows_updated
+    got_b = drops[1].stubs[0].ApplyGradients(push(drops[1], kept), timeout=30).rows_updated
+    look = drops[0].lookup_request(ref.entries(good), 0)
+    after_a = drops[0].stubs[0].Lookup(look, timeout=30).SerializeToString()
+    after_b = drops[1].stubs[0].Lookup(look, timeout=30).SerializeToString()
+    if env.check(got_a == got_b == rows_kept and after_a == after_b and after_a != before,
+                 "drop: the push updates the kept rows as the client-dropped push does (%d, %d rows, %d kept)"
+                 % (got_a, got_b, rows_kept)):
+        print("   ok drop: %d entries answered and applied as the client-dropped %d" % (n_full, n_kept), flush=True)
+
+def test_read_rows(env):
+    """ReadRows on a 2 x 2 cluster, with a stock client: the same range sent
+    to both processes reads every id once (each answers those it holds,
+    ascending), rows equal what Lookup returns for them bit for bit, slots
+    are named as OptimizerType names them and hold their initial values,
+    then the values of one push computed here in float64 from the
+    declaration; explicit ids in any order and repeated; every invalid
+    request refused with the status the proto lists, naming the field."""
+    tables = [{"name": "g", "vocabulary_size": 61, "embedding_dim": 12, "combiner": "sum",
+               "optimizer": {"type": "adagrad", "learning_rate": 0.25, "initial_accumulator": 0.5},
+               "initializer": {"type": "uniform", "scale": 0.5}},
+              {"name": "m", "vocabulary_size": 40, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "adam", "learning_rate": 0.125}, "initializer": {"type": "normal", "stddev": 0.25}},
+              {"name": "s", "vocabulary_size": 30, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "sgd", "learning_rate": 0.5}, "initializer": {"type": "constant", "value": 0.75}}]
+    features = [{"name": "f" + t["name"], "table": t["name"], "valency": 1} for t in tables]
+    cfg = env.write_config("read_rows", 8, tables, features)
+    srvs = [env.server(cfg, index=p, num_processes=2, extra=["--max-message-mb", "1"]).wait_ready() for p in range(2)]
+    cl = Cluster(env, srvs)
+    pb = env.pb
+
+    def read(p, table, **kw):
+        return cl.stubs[p].ReadRows(pb.ReadRowsRequest(config_fingerprint=cl.fingerprint, process_index=p,
+                                                       table=table, **kw), timeout=30)
+
+    def values(b, dim):
+        return np.frombuffer(b, "<f4").reshape(-1, dim)
+    slot_names = {"g": ["accumulator"], "m": ["momentum", "velocity"], "s": []}
+    state = {}
+    for t in tables:
+        name, vocab, dim = t["name"], t["vocabulary_size"], t["embedding_dim"]
+        got = {}
+        for p in range(2):
+            r = read(p, name, first_id=0, count=vocab)
+            ids = list(r.ids)
+            env.check(ids == sorted(ids) and all(cl.place(name, i)[0] // cl.S == p for i in ids),
+                      "table %s, process %d: the range's ids it holds, ascending" % (name, p))
+            env.check(r.embedding_dim == dim and [x.name for x in r.slots] == slot_names[name],
+                      "table %s: embedding_dim %d, slots %s" % (name, r.embedding_dim, [x.name for x in r.slots]))
+            rows = values(r.rows, dim)
+            for k, i in enumerate(ids):
+                got[i] = (rows[k], [values(x.values, dim)[k] for x in r.slots])
+        env.check(sorted(got) == list(range(vocab)), "table %s: the range read every id once" % name)
+        looked = cl.read_rows(name, list(range(vocab))).astype(np.float32)
+        env.check(all(np.array_equal(got[i][0], looked[i]) for i in range(vocab)),
+                  "table %s: rows equal Lookup's bit for bit" % name)
+        init = {"g": [0.5], "m": [0.0, 0.0], "s": []}[name]
+        env.check(all(np.all(got[i][1][k] == np.float32(v)) for i in range(vocab) for k, v in enumerate(init)),
+                  "table %s: slots start at %s" % (name, init))
+        state[name] = got
+    print("   ok ReadRows of every id: rows equal Lookup's, slots named and initial", flush=True)
+
+    # One push on table g (adagrad): the new rows and accumulators against
+    # float64 from the declaration (a = a0 + g^2, w -= lr g / sqrt(a)).
+    batch = {"fg": [[(i, 1.0)] for i in (3, 4, 60, 7, 8, 9, 10, 11)]}
+    grad = np.random.default_rng(13).standard_normal((8, 12)).astype(np.float32)
+    cl.apply(batch, {"fg": grad}, step=0)
+    ids = [60, 3, 3, 11]
+    for p in range(2):
+        mine = [i for i in ids if cl.place("g", i)[0] // cl.S == p]
+        r = read(p, "g", ids=mine)
+        env.check(list(r.ids) == mine, "explicit ids answered in request order, repeats kept: %s" % list(r.ids))
+        rows, acc = values(r.rows, 12), values(r.slots[0].values, 12)
+        for k, i in enumerate(mine):
+            gi = grad[[3, 4, 60, 7, 8, 9, 10, 11].index(i)].astype(np.float64)
+            a = 0.5 + gi * gi
+            w = state["g"][i][0].astype(np.float64) - 0.25 * gi / np.sqrt(a)
+            env.check(np.allclose(acc[k], a, rtol=1e-6, atol=0) and np.allclose(rows[k], w, rtol=1e-5, atol=1e-7),
+                      "id %d after the push: accumulator and row against float64 (max errors %g, %g)"
+                      % (i, np.abs(acc[k] - a).max(), np.abs(rows[k] - w).max()))
+    print("   ok ReadRows after a push: rows and accumulators as float64 computes them", flush=True)
+
+    other = next(i for i in range(61) if cl.place("g", i)[0] // cl.S == 1)
+    for what, req, code, needles in (
+            ("unknown table", dict(table="zz", ids=[0]), "INVALID_ARGUMENT", ["table", "'zz'"]),
+            ("id = vocabulary_size", dict(table="g", ids=[61]), "INVALID_ARGUMENT", ["ids[0] = 61", "[0, 61)", "'g'"]),
+            ("id -1", dict(table="g", ids=[-1]), "INVALID_ARGUMENT", ["ids[0] = -1"]),
+            ("id of process 1", dict(table="g", ids=[other]), "INVALID_ARGUMENT",
+             ["ids[0] = %d" % other, "lives on process 1", "SparseCore %d" % cl.place("g", other)[0]]),
+            ("ids and a range", dict(table="g", ids=[0], first_id=0, count=3), "INVALID_ARGUMENT", ["both given"]),
+            ("range past the vocabulary", dict(table="g", first_id=50, count=12), "INVALID_ARGUMENT",
+             ["first_id 50, count 12", "[0, 61)"]),
+            ("negative count", dict(table="g", first_id=0, count=-1), "INVALID_ARGUMENT", ["count -1"]),
+            ("wrong fingerprint", dict(table="g", ids=[0], config_fingerprint=b"x" * 32), "FAILED_PRECONDITION",
+             ["config_fingerprint"])):
+        fields = dict(config_fingerprint=cl.fingerprint, process_index=0)
+        fields.update(req)
+        got, details, _ = call_status(cl.stubs[0].ReadRows, pb.ReadRowsRequest(**fields), timeout=30)
+        ok = env.check(got == code, "ReadRows %s: %s %r, expected %s" % (what, got, details, code))
+        for n in needles:
+            ok &= env.check(n in details, "ReadRows %s: message %r names %r" % (what, details, n))
+        if ok:
+            print("   ok ReadRows %-28s %s: %s" % (what, got, details), flush=True)
+    st = cl.stubs[0].Stats(pb.StatsRequest(), timeout=30)
+    m = next((x for x in st.methods if x.method == "ReadRows"), None)
+    env.check(m is not None and m.calls >= 12 and m.errors == 8, "Stats counts ReadRows: %s" % m)
+
+
+def test_read_rows_limit(env):
+    """A ReadRows answer past --max-message-mb is refused with
+    RESOURCE_EXHAUSTED naming its bytes and the limit, one under it served;
+    libscps reads in pieces under it (scps-admin rows, admin_online)."""
+    tables = [{"name": "w", "vocabulary_size": 4000, "embedding_dim": 256, "combiner": "sum",
+               "optimizer": {"type": "adam", "learning_rate": 0.125}, "initializer": {"type": "zeros"}}]
+    cfg = env.write_config("read_rows_limit", 8, tables, [{"name": "fw", "table": "w", "valency": 1}])
+    srv = env.server(cfg, sc_per_process=1, extra=["--max-message-mb", "1"]).wait_ready()
+    cl = Cluster(env, [srv])
+    pb = env.pb
+    req = pb.ReadRowsRequest(config_fingerprint=cl.fingerprint, process_index=0, table="w", first_id=0, count=400)
+    got, details, _ = call_status(cl.stubs[0].ReadRows, req, timeout=30)
+    env.check(got == "RESOURCE_EXHAUSTED" and "400 ids x (1 + 2 slots) x embedding_dim 256" in details
+              and str(1 << 20) in details, "ReadRows of 400 x 3 KiB: %s %r" % (got, details))
+    req.count = 300
+    got, details, resp = call_status(cl.stubs[0].ReadRows, req, timeout=30)
+    env.check(got == "OK" and len(resp.ids) == 300, "ReadRows of 300 x 3 KiB: %s %r" % (got, details))
+
+
+M64 = (1 << 64) - 1
+
+
+def spec_mix(x):
+    """mix() of the proto's InitializerSpec comment."""
+    x = ((x ^ (x >> 30)) * 0xbf58476d1ce4e5b9) & M64
+    x = ((x ^ (x >> 27)) * 0x94d049bb133111eb) & M64
+    return x ^ (x >> 31)
+
+
+def spec_value(kind, param, seed, i, c):
+    """Element (i, c) of a table as the proto's InitializerSpec comment
+    specifies it, from that text alone (Python's math is C's libm), with
+    the draw truncated_normal ended on."""
+    def U(k):
+        b = spec_mix(spec_mix(spec_mix((seed + 0x9e3779b97f4a7c15) & M64) ^ ((i * 0xd1b54a32d192ed03) & M64))
+                     ^ ((c << 32) | k))
+        return ((b >> 11) + 0.5) / 2.0 ** 53
+
+    def Z(d):
+        return math.sqrt(-2 * math.log(U(2 * d))) * math.cos(6.283185307179586 * U(2 * d + 1))
+    if kind == "zeros":
+        return np.float32(0.0), 0
+    if kind == "constant":
+        return np.float32(param), 0
+    if kind == "uniform":
+        return np.float32(param * (2 * U(0) - 1)), 0
+    if kind == "normal":
+        return np.float32(param * Z(0)), 0
+    d = 0
+    while abs(Z(d)) > 2:
+        d += 1
+    return np.float32(param * Z(d)), d
+
+
+def test_initializer_spec(env):
+    """Rows of every initializer read with ReadRows from a 2 x 2 cluster
+    equal, bit for bit, the values the proto's InitializerSpec comment
+    specifies, computed here from that text alone (spec_value), for seeded
+    and unseeded tables (the seed then the FNV-1a hash of the name), with
+    some truncated_normal draws redrawn."""
+    kinds = [("zeros", None, 0), ("constant", 0.1, 0), ("uniform", 0.5, 12345), ("normal", 0.25, 7),
+             ("truncated_normal", 2.0, 0), ("uniform", 3.0, 0)]
+    tables = []
+    for k, (kind, param, seed) in enumerate(kinds):
+        init = {"type": kind}
+        if param is not None:
+            init[{"constant": "value", "uniform": "scale"}.get(kind, "stddev")] = param
+        if seed:
+            init["seed"] = seed
+        tables.append({"name": "init_%d_%s" % (k, kind), "vocabulary_size": 5000 + 7 * k, "embedding_dim": 13,
+                       "combiner": "sum", "optimizer": {"type": "sgd", "learning_rate": 0.1}, "initializer": init})
+    features = [{"name": "f%d" % k, "table": t["name"], "valency": 1} for k, t in enumerate(tables)]
+    cfg = env.write_config("initializers", 8, tables, features)
+    srvs = [env.server(cfg, index=p, num_processes=2).wait_ready() for p in range(2)]
+    cl = Cluster(env, srvs)
+    pb = env.pb
+    redrawn = 0
+    for t, (kind, param, seed) in zip(tables, kinds):
+        name, vocab = t["name"], t["vocabulary_size"]
+        if not seed:
+            seed = 0xcbf29ce484222325
+            for byte in name.encode():
+                seed = ((seed ^ byte) * 0x100000001b3) & M64
+        ids = [0, 1, 2, 3, 999, vocab - 2, vocab - 1] + [17 * j + 5 for j in range(20)]
+        bad = 0
+        for p in range(2):
+            mine = [i for i in ids if cl.place(name, i)[0] // cl.S == p]
+            r = cl.stubs[p].ReadRows(pb.ReadRowsRequest(config_fingerprint=cl.fingerprint, process_index=p,
+                                                        table=name, ids=mine), timeout=30)
+            rows = np.frombuffer(r.rows, "<f4").reshape(-1, 13)
+            for k, i in enumerate(mine):
+                for c in range(13):
+                    want, d = spec_value(kind, param, seed, i, c)
+                    redrawn += d > 0
+                    bad += rows[k, c].tobytes() != want.tobytes()
+        if env.check(bad == 0, "%s: %d of %d values differ from the proto's specification" % (name, bad, 13 * len(ids))):
+            print("   ok %-24s %d ids x 13 columns as the proto specifies" % (name, len(ids)), flush=True)
+    env.check(redrawn > 0, "some truncated_normal values were redrawn (%d)" % redrawn)
+
+
+def test_nonfinite_updates(env):
+    """An ApplyGradients that would make a row or slot non-finite changes
+    nothing and is refused (INVALID_ARGUMENT naming stack, row, table, id
+    and the value): the issue's three pushes with learning_rate 3.4e38 on an
+    Adagrad table, by sample and by row, where the first leaves finite
+    values (checked against float64) and the next would reach -Inf; on SGD
+    the first already would. Ordinary pushes are proven finite without the
+    check (Stats pushes_updates_checked stays 0); after the huge one, a
+    normal push is checked and applied."""
+    tables = [{"name": "h", "vocabulary_size": 64, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "adagrad", "learning_rate": 0.1, "initial_accumulator": 0.1},
+               "initializer": {"type": "uniform", "scale": 0.5}},
+              {"name": "s", "vocabulary_size": 64, "embedding_dim": 16, "combiner": "sum",
+               "optimizer": {"type": "sgd", "learning_rate": 0.1}, "initializer": {"type": "uniform", "scale": 0.5}}]
+    features = [{"name": "fh", "table": "h", "valency": 1}, {"name": "fs", "table": "s", "valency": 1}]
+    cfg = env.write_config("nonfinite", 4, tables, features)
+    srv = env.server(cfg).wait_ready()
+    cl = Cluster(env, [srv])
+    pb = env.pb
+    ids = [1, 2, 5, 6]
+
+    def rows(table, dim):
+        r = cl.stubs[0].ReadRows(pb.ReadRowsRequest(config_fingerprint=cl.fingerprint, process_index=0, table=table,
+                                                    ids=ids), timeout=30)
+        return (np.frombuffer(r.rows, "<f4").reshape(-1, dim).copy(),
+                [np.frombuffer(x.values, "<f4").reshape(-1, dim).copy() for x in r.slots])
+
+    def checked():
+        return cl.stubs[0].Stats(pb.StatsRequest(), timeout=30).pushes_updates_checked
+
+    def push_h(lr, grad, step, by_row_form=False):
+        entries = cl.entries({"fh": [[(i, 1.0)] for i in ids]})
+        req = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=step,
+                                       learning_rate=lr)
+        req.stacks.append(pb.StackGradients(partitions=cl.partitions(entries, 0, 0),
+                                            gradients=f32(np.full((4, 8), grad, np.float32))))
+        if by_row_form:
+            by_row(req.stacks[0])
+        return call_status(cl.stubs[0].ApplyGradients, req, timeout=30)
+
+    got, details, _ = push_h(0.01, 0.5, 0)
+    env.check(got == "OK" and checked() == 0, "an ordinary push: %s %r, proven finite (%d checked)"
+              % (got, details, checked()))
+    w0, (a0,) = rows("h", 8)
+    got, details, _ = push_h(3.4e38, 1.0, 1)
+    w1, (a1,) = rows("h", 8)
+    want_a = a0.astype(np.float64) + 1.0
+    want_w = w0.astype(np.float64) - 3.4e38 / np.sqrt(want_a)
+    env.check(got == "OK" and np.all(np.isfinite(w1)) and np.allclose(a1, want_a, rtol=1e-6)
+              and np.allclose(w1, want_w, rtol=1e-6), "push 1 of learning_rate 3.4e38: %s %r; rows %s" %
+              (got, details, w1[0]))
+    env.check(checked() == 1, "push 1 was checked before it was applied (%d)" % checked())
+    for n, form in ((2, False), (3, False), (3, True)):
+        got, details, _ = push_h(3.4e38, 1.0, n, form)
+        what = "push %d of learning_rate 3.4e38%s" % (n, " by row" if form else "")
+        ok = env.check(got == "INVALID_ARGUMENT", "%s: %s %r" % (what, got, details))
+        for needle in ("stacks[0]", "stack 'h'", "table 'h' id ", "not finite", "row column", "becomes -inf",
+                       "nothing was applied"):
+            ok &= env.check(needle in details, "%s: message %r names %r" % (what, details, needle))
+        w2, (a2,) = rows("h", 8)
+        ok &= env.check(np.array_equal(w2, w1) and np.array_equal(a2, a1), "%s: rows and accumulators unchanged" % what)
+        if ok:
+            print("   ok %-38s %s: %s" % (what, got, details), flush=True)
+    got, details, _ = push_h(0.01, 0.5, 4)
+    w3, (a3,) = rows("h", 8)
+    env.check(got == "OK" and np.all(np.isfinite(w3)) and np.allclose(a3, a1.astype(np.float64) + 0.25, rtol=1e-6),
+              "a normal push after the huge one is applied (accumulators + 0.25): %s %r" % (got, details))
+    env.check(checked() == 5, "it was checked, the huge rows being beyond the proof (%d checked)" % checked())
+
+    # SGD: w - 3.4e38 * 2 overflows at once.
+    s0, _ = rows("s", 16)
+    entries = cl.entries({"fs": [[(i, 1.0)] for i in ids]})
+    req = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=5, learning_rate=3.4e38)
+    req.stacks.append(pb.StackGradients(partitions=cl.partitions(entries, 0, 1),
+                                        gradients=f32(np.full((4, 16), 2.0, np.float32))))
+    got, details, _ = call_status(cl.stubs[0].ApplyGradients, req, timeout=30)
+    env.check(got == "INVALID_ARGUMENT" and "stack 's'" in details and "becomes -inf" in details,
+              "sgd push of 3.4e38 x 2: %s %r" % (got, details))
+    env.check(np.array_equal(rows("s", 16)[0], s0), "sgd rows unchanged by the refused push")
+
+
 if __name__ == "__main__":
     main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
-                             test_ftrl_rate, test_failed_checkpoint])
+                             test_ftrl_rate, test_failed_checkpoint, test_padding_rows,
+                             test_partition_limits, test_read_rows, test_read_rows_limit,
+                             test_initializer_spec, test_nonfinite_updates])

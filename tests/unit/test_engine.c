@@ -160,6 +160,104 @@ static void test_check_coo(void) {
   cluster_destroy(&c);
 }
 
+/* Padding rows (a table's rows on a SparseCore past its last id there) are
+ * refused by both checks, naming the table, the id they would hold and the
+ * vocabulary; the last row that holds an id passes. On 1 x 2 'unif' (159
+ * ids, 160 padded) holds ids 0, 2, ..., 158 on SparseCore 0 (rows 0-79)
+ * and 1, 3, ..., 157 on SparseCore 1 (rows 0-78): row 79 of SparseCore 1
+ * would be id 159. */
+static void test_padding_rows(void) {
+  cluster c;
+  scps_error err;
+  CHECK_OK(cluster_create(&c, 1, 2, 1 << 22, &err), &err);
+  const int t = 2, s = c.layout->tables[t].stack;
+  CHECK(c.layout->table_specs[t].vocabulary_size == 159 && c.layout->tables[t].row_offset_in_shard == 0);
+  CHECK(scps_layout_rows_held(c.layout, t, 0) == 80 && scps_layout_rows_held(c.layout, t, 1) == 79);
+  uint32_t rows[2] = {3, 79}, samples[2] = {0, 1};
+  scps_coo coo = {2, rows, samples, NULL};
+  CHECK_OK(scps_engine_check_coo(c.engines[0], s, 0, &coo, &err), &err);
+  CHECK_OK(scps_engine_check_rows(c.engines[0], s, 0, rows, 2, &err), &err);
+  CHECK(scps_engine_check_coo(c.engines[0], s, 1, &coo, &err) == SCPS_ERANGE);
+  CHECKF(strstr(err.msg, "SparseCore 1 entry 1:") && strstr(err.msg, "local row 79 is padding") &&
+             strstr(err.msg, "id 159 of table 'unif'") && strstr(err.msg, "vocabulary_size is 159"),
+         "%s", err.msg);
+  CHECK(scps_engine_check_rows(c.engines[0], s, 1, rows, 2, &err) == SCPS_ERANGE);
+  CHECKF(strstr(err.msg, "row entry 1:") && strstr(err.msg, "local row 79 is padding"), "%s", err.msg);
+  rows[1] = 78;
+  CHECK_OK(scps_engine_check_coo(c.engines[0], s, 1, &coo, &err), &err);
+  CHECK_OK(scps_engine_check_rows(c.engines[0], s, 1, rows, 2, &err), &err);
+  cluster_destroy(&c);
+}
+
+/* What the engine knows of a shard's values (scps_engine_value_bounds) is
+ * exact after initialization and kept by updates; after a write through
+ * scps_engine_shard and scps_engine_values_written a scan finds a value
+ * that is not finite. scps_engine_update_finite finds an update that would
+ * leave one (in the row, or in a slot), without writing, and a row that
+ * already holds one. */
+static void test_value_bounds(void) {
+  cluster c;
+  scps_error err;
+  CHECK_OK(cluster_create(&c, 1, 2, 1 << 22, &err), &err);
+  scps_engine *e = c.engines[0];
+  const int s = c.layout->tables[1].stack; /* 'const': adagrad, every value 0.25 */
+  const size_t dim = (size_t)c.layout->stacks[s].dim;
+  scps_value_bounds b[3];
+  scps_engine_value_bounds(e, s, 0, b);
+  CHECKF(b[0].mag == 0.25 && b[1].mag == (double)0.1f && b[1].lo == (double)0.1f, "after init: %g, %g (>= %g)",
+         b[0].mag, b[1].mag, b[1].lo);
+  uint32_t rows[2] = {2, 5};
+  float g[2 * 64];
+  for (size_t i = 0; i < 2 * dim; i++) g[i] = 0.5f + (float)i;
+  scps_step step = {1, -1};
+  scps_coo by_row = {2, rows, NULL, NULL};
+  scps_update_fault f;
+  CHECK(scps_engine_update_finite(e, s, 0, &by_row, g, false, true, &step, &f));
+  scps_engine_update_rows(e, s, 0, rows, 2, g, &step);
+  scps_engine_value_bounds(e, s, 0, b);
+  const float *acc = scps_engine_slot(e, s, 0, 0);
+  float most = 0;
+  for (size_t i = 0; i < (size_t)c.layout->stacks[s].rows_per_sc * dim; i++) most = acc[i] > most ? acc[i] : most;
+  CHECKF(b[1].mag == (double)most && b[1].lo == (double)0.1f, "kept by the update: %g against %g", b[1].mag,
+         (double)most);
+  /* A learning rate of 3.4e38: the first push stays finite, a second would
+   * reach -Inf in row 2, column 0. */
+  step.learning_rate = 3.4e38;
+  for (size_t i = 0; i < 2 * dim; i++) g[i] = 1.0f;
+  CHECK(scps_engine_update_finite(e, s, 0, &by_row, g, false, true, &step, &f));
+  scps_engine_update_rows(e, s, 0, rows, 2, g, &step);
+  const float *w = scps_engine_shard(e, s, 0);
+  const float before = w[2 * dim];
+  CHECK(!scps_engine_update_finite(e, s, 0, &by_row, g, false, true, &step, &f));
+  CHECKF(f.row == 2 && f.array == 0 && f.column == 0 && !f.already && f.before == before && f.after == -INFINITY,
+         "fault row %u array %d column %d %g -> %g", f.row, f.array, f.column, (double)f.before, (double)f.after);
+  CHECK(w[2 * dim] == before); /* nothing written */
+  /* A value written that is not finite: found by the next scan, and a push
+   * touching its row is refused as already not finite. */
+  scps_engine_shard(e, s, 0)[5 * dim + 3] = NAN;
+  scps_engine_values_written(e);
+  scps_engine_value_bounds(e, s, 0, b);
+  CHECK(!(b[0].mag <= 1e30));
+  step.learning_rate = -1;
+  CHECK(!scps_engine_update_finite(e, s, 0, &by_row, g, false, true, &step, &f));
+  CHECKF(f.row == 5 && f.array == 0 && f.column == 3 && f.already && isnan(f.before), "fault row %u column %d",
+         f.row, f.column);
+  /* A slot: Adam's velocity of a gradient of 1e20 by sample overflows. */
+  const int sa = c.layout->tables[2].stack; /* 'unif': adam, read by f0 */
+  const size_t da = (size_t)c.layout->stacks[sa].dim, ns = (size_t)c.layout->stacks[sa].total_sample_count;
+  float *ga = calloc(ns * da, sizeof *ga);
+  uint32_t r1[1] = {4}, s1[1] = {3};
+  scps_coo one = {1, r1, s1, NULL};
+  ga[3 * da + 1] = 1e20f;
+  CHECK(!scps_engine_update_finite(e, sa, 0, &one, ga, false, false, &step, &f));
+  CHECKF(f.row == 4 && f.array == 2 && f.column == 1 && !f.already && f.after == INFINITY, "adam fault %u %d %d %g",
+         f.row, f.array, f.column, (double)f.after);
+  ga[3 * da + 1] = 1.0f;
+  CHECK(scps_engine_update_finite(e, sa, 0, &one, ga, false, false, &step, &f));
+  free(ga);
+  cluster_destroy(&c);
+}
+
 /* A long partition, so that each defect also lands inside the vectorised
  * first pass rather than only in its scalar tail: every kind, at the first,
  * second, a middle and the last entry, is found and named by its index. */
@@ -171,7 +269,9 @@ static void test_check_coo_long(void) {
   const scps_stack_layout *st = &c.layout->stacks[s];
   size_t per_row = st->total_sample_count < 4 ? (size_t)st->total_sample_count : 4;
   size_t n = 1000;
-  if ((size_t)st->rows_per_sc * per_row < n) n = (size_t)st->rows_per_sc * per_row;
+  /* Rows that hold an id: the table's last rows on the SparseCore are padding. */
+  const size_t held = (size_t)scps_layout_rows_held(c.layout, 2, 0);
+  if (held * per_row < n) n = held * per_row;
   CHECKF(n >= 100, "test layout too small: %zu entries", n);
   uint32_t *rows = malloc(n * sizeof *rows), *samples = malloc(n * sizeof *samples);
   float *gains = malloc(n * sizeof *gains);
@@ -290,7 +390,7 @@ static void test_lookup_slices(int batch) {
   for (int k = 0; k < 2; k++) {
     for (int i = 0; i < e; i++) {
       x = x * 6364136223846793005ull + 1442695040888963407ull;
-      rows[k][i] = (uint32_t)(i * (uint32_t)st->rows_per_sc / e);
+      rows[k][i] = (uint32_t)(i * (uint32_t)scps_layout_rows_held(c.layout, 2, k) / e);
       samples[k][i] = (uint32_t)((x >> 33) % total);
       gains[k][i] = i % 7 == 3 ? -0.0f : (float)((x >> 20) % 1000) * 1e-3f - 0.5f;
     }
@@ -509,6 +609,8 @@ int main(void) {
   test_capacity();
   test_check_coo();
   test_check_coo_long();
+  test_padding_rows();
+  test_value_bounds();
   test_untouched_rows();
   test_lookup_slices(16);
   test_lookup_slices(70000);

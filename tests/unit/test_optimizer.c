@@ -371,7 +371,120 @@ static void test_zero_gradient_and_null_slots(void) {
   CHECK(memcmp(w, w0, sizeof w) == 0);
 }
 
+/* One random value for the bounds test: within [lo, mag] (lo >= 0) or
+ * [-mag, mag], often at an end, sometimes subnormal or 0. */
+static float bounded_value(double mag, double lo) {
+  const double u = rnd_uniform(0, 1);
+  double v = u < 0.25 ? mag : u < 0.35 ? 1e-40 : u < 0.4 ? 0.0 : rnd_uniform(0, mag);
+  if (lo >= 0) return (float)(v < lo ? lo : v);
+  return (float)(rnd_uniform(0, 1) < 0.5 ? -v : v);
+}
+
+/* scps_optimizer_update_bounded is sound: wherever it proves an update
+ * finite for random bounds (magnitudes from 2^-10 to 2^105, learning rates
+ * up to float32's largest, gradients up to 2^60, hyper-parameters of every
+ * kind), rows and slots drawn within those bounds, often at their ends,
+ * update to finite values; and it proves ordinary training (values and
+ * gradients near 1) for every optimizer, so that ordinary pushes are
+ * never computed twice. */
+static void test_update_bounds(void) {
+  typedef struct variant {
+    scps_optimizer_type type;
+    const char *what;
+    bool pos0, pos1; /* slot k must hold values >= 0 (accumulators, velocities, steps) */
+  } variant;
+  static const variant variants[] = {
+      {SCPS_OPT_SGD, "sgd", false, false},
+      {SCPS_OPT_ADAGRAD, "adagrad", true, false},
+      {SCPS_OPT_ADAGRAD_MOMENTUM, "adagrad_momentum", true, false},
+      {SCPS_OPT_ADAGRAD_MOMENTUM, "adagrad_momentum nesterov exponent 3 beta2 0.9", true, false},
+      {SCPS_OPT_ADAM, "adam", false, true},
+      {SCPS_OPT_FTRL, "ftrl", true, false},
+      {SCPS_OPT_FTRL, "ftrl mult_lr l1 power -0.3", true, false},
+      {SCPS_OPT_LAPROP, "laprop", false, true},
+      {SCPS_OPT_F2A, "f2a", true, true},
+      {SCPS_OPT_F2A, "f2a rho 0.7 l1 l2", true, true},
+  };
+  rng_state = 4242;
+  for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
+    const variant *x = &variants[v];
+    scps_optimizer_spec o;
+    scps_optimizer_spec_init(&o, x->type);
+    if (strstr(x->what, "nesterov")) {
+      o.use_nesterov = true;
+      o.exponent = 3.0;
+      o.beta2 = 0.9;
+    }
+    if (strstr(x->what, "mult_lr")) {
+      o.multiply_linear_by_learning_rate = true;
+      o.l1 = 0.01;
+      o.l2 = 0.02;
+      o.learning_rate_power = -0.3;
+    }
+    if (strstr(x->what, "rho")) {
+      o.rho = 0.7;
+      o.l1 = 0.001;
+      o.l2 = 0.002;
+    }
+    const int slots = scps_optimizer_num_slots(x->type);
+    /* Ordinary training is proven. */
+    scps_opt_step st;
+    scps_step step = {.step = 10, .learning_rate = 0.05};
+    scps_optimizer_prepare(&o, &step, &st);
+    scps_value_bounds ordinary[3] = {{1.0, -1}, {2.0, x->pos0 ? 0.1 : -1}, {3.0, x->pos1 ? 0.0 : -1}};
+    CHECKF(scps_optimizer_update_bounded(&st, ordinary, 1e4), "%s: ordinary training not proven finite", x->what);
+    int proven = 0, wrong = 0, trials = 3000, floors_bad = 0, floors_kept = 0;
+    for (int trial = 0; trial < trials; trial++) {
+      step.step = (int64_t)rnd_uniform(0, 1000);
+      step.learning_rate = fmin(pow(2.0, rnd_uniform(-30, 128)), 3.4e38);
+      scps_optimizer_prepare(&o, &step, &st);
+      scps_value_bounds b[3];
+      for (int k = 0; k < 3; k++) {
+        b[k].mag = pow(2.0, rnd_uniform(-10, 105));
+        const bool pos = (k == 1 && x->pos0) || (k == 2 && x->pos1);
+        b[k].lo = pos ? b[k].mag * pow(2.0, rnd_uniform(-140, 0)) : -1;
+        if (pos && rnd_uniform(0, 1) < 0.2) b[k].lo = 0;
+        /* Bounds are float32 values, as the engine keeps them. */
+        b[k].mag = (double)(float)b[k].mag;
+        float lo = (float)b[k].lo;
+        if ((double)lo > b[k].lo) lo = nextafterf(lo, 0.0f);
+        b[k].lo = pos ? (double)lo : -1;
+      }
+      const double G = pow(2.0, rnd_uniform(-70, 60));
+      if (!scps_optimizer_update_bounded(&st, b, G)) continue;
+      proven++;
+      float w[DIM], s0[DIM], s1[DIM], g[DIM];
+      for (int i = 0; i < DIM; i++) {
+        w[i] = bounded_value(b[0].mag, -1);
+        s0[i] = bounded_value(b[1].mag, b[1].lo);
+        s1[i] = bounded_value(b[2].mag, b[2].lo);
+        g[i] = bounded_value(G, -1);
+      }
+      scps_optimizer_apply(&st, DIM, w, slots > 0 ? s0 : NULL, slots > 1 ? s1 : NULL, g);
+      bool finite = true;
+      for (int i = 0; i < DIM; i++)
+        finite &= isfinite(w[i]) && (slots < 1 || isfinite(s0[i])) && (slots < 2 || isfinite(s1[i]));
+      /* The lower bounds the engine keeps for the slots hold after it. */
+      const double floor0 = scps_optimizer_slot_floor(&st, 0, b[1].lo), floor1 = scps_optimizer_slot_floor(&st, 1, b[2].lo);
+      for (int i = 0; i < DIM; i++) {
+        floors_bad += slots > 0 && floor0 >= 0 && !((double)s0[i] >= floor0);
+        floors_bad += slots > 1 && floor1 >= 0 && !((double)s1[i] >= floor1);
+        floors_kept += (slots > 0 && floor0 >= 0) + (slots > 1 && floor1 >= 0);
+      }
+      if (!finite && wrong++ < 3)
+        fprintf(stderr, "%s: proven finite but not: lr %g, W %g, S0 %g (>= %g), S1 %g (>= %g), G %g\n", x->what,
+                step.learning_rate, b[0].mag, b[1].mag, b[1].lo, b[2].mag, b[2].lo, G);
+    }
+    CHECKF(wrong == 0, "%s: %d of %d proven updates were not finite", x->what, wrong, proven);
+    CHECKF(floors_bad == 0 && (floors_kept > 0) == (x->pos0 || x->pos1), "%s: %d of %d slot values below their floor",
+           x->what, floors_bad, floors_kept);
+    CHECKF(proven > trials / 20 && proven < trials, "%s: %d of %d random cases proven (both kinds needed)", x->what,
+           proven, trials);
+  }
+}
+
 int main(void) {
+  test_update_bounds();
   test_prepare();
   test_zero_gradient_and_null_slots();
   test_all_optimizers();

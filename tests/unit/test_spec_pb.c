@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_fingerprint.h"
 #include "scps_spec_pb.h"
 #include "scps_test.h"
 
@@ -436,7 +437,62 @@ static void test_cluster_rejections(void) {
   }
 }
 
+/* The fingerprint is of what a declaration means: output_dim 0 or the
+ * table's embedding_dim, and the optimizer's, initializer's and clipping's
+ * fields their types do not read, changed, leave it as it was (and
+ * scps_specs_diff finds no difference); a field that is read changes both. */
+static void test_fingerprint(void) {
+  enum { NT = 14, NF = 6 };
+  scps_table_spec a[NT], b[NT];
+  scps_feature_spec fa[NF], fb[NF];
+  for (int i = 0; i < NT; i++) make_table(i, &a[i]);
+  for (int i = 0; i < NF; i++) make_feature(i, NT, &fa[i]);
+  scps_topology topo = {.num_processes = 2, .sc_per_process = 2, .sc_memory_bytes = 1 << 30};
+  scps_error err_store = {0}, *err = &err_store;
+  uint8_t fp_a[SCPS_FINGERPRINT_BYTES], fp_b[SCPS_FINGERPRINT_BYTES];
+  char diff[512];
+  CHECK_OK(scps_fingerprint(&topo, a, NT, fa, NF, fp_a, err), err);
+  for (int variant = 0; variant < 4; variant++) {
+    memcpy(b, a, sizeof b);
+    memcpy(fb, fa, sizeof fb);
+    for (int i = 0; i < NT; i++) {
+      scps_table_spec *t = &b[i];
+      scps_optimizer_spec *o = &t->optimizer;
+      if (variant == 0) {
+        /* Every output_dim explicit where it was 0, and 0 where explicit. */
+        for (int f = 0; f < NF; f++) fb[f].output_dim = fa[f].output_dim ? 0 : a[f % NT].embedding_dim;
+      } else if (variant == 1) {
+        if (o->type == SCPS_OPT_SGD) o->initial_accumulator = o->beta1 = o->rho = 42;
+        if (o->type == SCPS_OPT_ADAM || o->type == SCPS_OPT_LAPROP) o->l1 = o->momentum = 42;
+        if (o->type == SCPS_OPT_ADAGRAD) o->epsilon = o->beta2 = 42;
+        if (o->type == SCPS_OPT_FTRL || o->type == SCPS_OPT_F2A) o->exponent = o->beta1 = 42;
+      } else if (variant == 2) {
+        if (t->initializer.type != SCPS_INIT_CONSTANT) t->initializer.value = 42;
+        if (t->initializer.type != SCPS_INIT_UNIFORM) t->initializer.scale = 42;
+        if (t->initializer.type == SCPS_INIT_ZEROS || t->initializer.type == SCPS_INIT_CONSTANT)
+          t->initializer.seed = 42;
+      } else if (!t->clip) {
+        t->clip_min = 42;
+        t->clip_max = -42;
+      }
+    }
+    CHECK_OK(scps_fingerprint(&topo, b, NT, fb, NF, fp_b, err), err);
+    CHECKF(!memcmp(fp_a, fp_b, sizeof fp_a), "variant %d: the fingerprint changed", variant);
+    CHECKF(!scps_specs_diff(&topo, a, NT, fa, NF, &topo, b, NT, fb, NF, "a", "b", diff, sizeof diff),
+           "variant %d: %s", variant, diff);
+  }
+  /* A field the type reads: both see it. */
+  memcpy(b, a, sizeof b);
+  CHECK(b[1].optimizer.type == SCPS_OPT_ADAGRAD);
+  b[1].optimizer.initial_accumulator += 1;
+  CHECK_OK(scps_fingerprint(&topo, b, NT, fa, NF, fp_b, err), err);
+  CHECK(memcmp(fp_a, fp_b, sizeof fp_a) != 0);
+  CHECK(scps_specs_diff(&topo, a, NT, fa, NF, &topo, b, NT, fa, NF, "a", "b", diff, sizeof diff) &&
+        contains(diff, "table 'table_1' optimizer initial_accumulator"));
+}
+
 int main(void) {
+  test_fingerprint();
   test_cluster_round_trip();
   test_table_round_trip();
   test_documented_defaults();
