@@ -23,6 +23,7 @@
 #include "scps_client_status.h"
 #include "scps_client_wire.h"
 #include "scps_spec_pb.h"
+#include "scps_step.h"
 
 /* Completion-queue threads: scps_client_options.cq_threads' default and limit. */
 #define CQ_THREADS_DEFAULT 2
@@ -1113,6 +1114,9 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
   int64_t step = m->last_step_present_case == SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP
                      ? m->last_step
                      : -1;
+  if (step < -1 || step >= SCPS_STEP_LIMIT)
+    return scps_error_set(err, SCPS_EMISMATCH, "server %d (%s) holds step %lld, outside [0, 2^53)", p, a,
+                          (long long)step);
   if (p == 0 || step < c->step) c->step = step;
   c->servers[p].has_checkpoint_dir = m->checkpoint_dir && m->checkpoint_dir[0];
   return 0;

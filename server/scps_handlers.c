@@ -1118,6 +1118,7 @@ static void handle_apply(scps_call *c) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
+  if (st == GRPC_STATUS_OK) st = scps_saver_check_step(s, req->step, msg, sizeof msg);
   bool has_lr = req->has_learning_rate;
   /* The optimizers take the rate as float32: above FLT_MAX it would be
    * infinite there. */

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "scps_server_int.h"
+#include "scps_step.h"
 
 /* Room left in a path for "/step-<12 digits>/<data file name>". */
 #define PATH_RESERVE 128
@@ -203,6 +204,7 @@ void scps_saver_handle(scps_call *c) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
+  if (st == GRPC_STATUS_OK) st = scps_saver_check_step(s, req->step, msg, sizeof msg);
   if (st == GRPC_STATUS_OK && req->directory[0] && check_directory(req->directory, msg, sizeof msg))
     st = GRPC_STATUS_INVALID_ARGUMENT;
   if (st == GRPC_STATUS_OK && !req->directory[0] && !s->opts.checkpoint_dir) {
@@ -256,6 +258,18 @@ void scps_saver_tick(scps_server *s) {
     sv->due = true;
   }
   pthread_mutex_unlock(&sv->mu);
+}
+
+grpc_status_code scps_saver_check_step(scps_server *s, int64_t step, char *msg, size_t len) {
+  scps_saver *sv = &s->saver;
+  pthread_mutex_lock(&sv->mu);
+  int64_t held = sv->last_step;
+  pthread_mutex_unlock(&sv->mu);
+  scps_error e;
+  int rc = scps_step_check(step, held, s->opts.max_step_advance, &e);
+  if (!rc) return GRPC_STATUS_OK;
+  snprintf(msg, len, "process %d: %s", s->opts.process_index, e.msg);
+  return rc == SCPS_EINVAL ? GRPC_STATUS_INVALID_ARGUMENT : GRPC_STATUS_FAILED_PRECONDITION;
 }
 
 /* ------------------------------------------------------------------ save */

@@ -8,7 +8,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include <grpc/status.h>
 
 #include "scps_checkpoint.h"
 #include "scps_error.h"
@@ -76,5 +79,11 @@ void scps_saver_handle(struct scps_call *c);
 
 /* See scps_server_checkpoint_tick. */
 void scps_saver_tick(struct scps_server *s);
+
+/* Whether an ApplyGradients or Checkpoint may name `step`
+ * (scps_step_check against the step held and --max-step-advance): OK, or
+ * INVALID_ARGUMENT / FAILED_PRECONDITION with msg naming the step, the step
+ * held and the flag. */
+grpc_status_code scps_saver_check_step(struct scps_server *s, int64_t step, char *msg, size_t len);
 
 #endif

@@ -14,6 +14,7 @@
 #include "scps_cpus.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
+#include "scps_step.h"
 
 /* Requests kept posted per completion queue: enough that a burst of calls
  * never waits for a re-arm. */
@@ -337,12 +338,15 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
                           SCPS_MAX_SC_PER_PROCESS);
   if (o->checkpoint_keep < 1)
     return scps_error_set(err, SCPS_EINVAL, "--checkpoint-keep %d must be >= 1", o->checkpoint_keep);
+  if (o->max_step_advance < 0 || o->max_step_advance > SCPS_STEP_LIMIT)
+    return scps_error_set(err, SCPS_EINVAL, "--max-step-advance %lld not in [1, 2^53]", (long long)o->max_step_advance);
   if (o->max_message_bytes < 4096 || o->max_message_bytes > INT32_MAX)
     return scps_error_set(err, SCPS_EINVAL, "max message size %lld not in [4096, %d] bytes",
                           (long long)o->max_message_bytes, INT32_MAX);
   scps_server *s = calloc(1, sizeof *s);
   if (!s) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   s->opts = *o;
+  if (!s->opts.max_step_advance) s->opts.max_step_advance = SCPS_STEP_ADVANCE_DEFAULT;
   s->S = o->topology.sc_per_process;
   s->tables = malloc(sizeof *s->tables * (size_t)o->n_tables);
   s->features = malloc(sizeof *s->features * (size_t)(o->n_features ? o->n_features : 1));

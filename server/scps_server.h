@@ -37,6 +37,10 @@ typedef struct scps_server_options {
   const char *checkpoint_dir;
   const char *restore_dir;
   int32_t checkpoint_keep;
+  /* An ApplyGradients or Checkpoint step may be at most this far above the
+   * step the process holds, or at most this when it holds none
+   * (scps_step_check); 0: SCPS_STEP_ADVANCE_DEFAULT. */
+  int64_t max_step_advance;
 } scps_server_options;
 
 typedef struct scps_server scps_server;

@@ -70,6 +70,10 @@ static const char usage[] =
     "                         the one saved and the newest before it (default\n"
     "                         3); newer ones, left behind by a --restore of an\n"
     "                         older step, are renamed superseded-step-...\n"
+    "  --max-step-advance N   an ApplyGradients or Checkpoint step may be at most\n"
+    "                         N above the step this process holds (at most N\n"
+    "                         when it holds none), and below 2^53; others are\n"
+    "                         refused and change nothing (default 1000000)\n"
     "  --help                 this text\n"
     "\n"
     "While a checkpoint is saved, Lookups are served and ApplyGradients wait for\n"
@@ -197,6 +201,7 @@ int main(int argc, char **argv) {
       {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
+      {"max-step-advance", required_argument, 0, 'A'},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -236,6 +241,7 @@ int main(int argc, char **argv) {
       }
       o.pin_sparsecores = !strcmp(optarg, "on");
       break;
+    case 'A': if (parse_int("--max-step-advance", optarg, 1, 1L << 53, &v)) return 2; o.max_step_advance = v; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
