@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "scps_admin_online.h"
+#include "scps_admin_restore.h"
 #include "scps_checkpoint.h"
 #include "scps_units.h"
 
@@ -297,6 +298,8 @@ static const command commands[] = {
      run_verify},
     {"checkpoint convert", "reshard a checkpoint for another topology", convert_usage, run_convert},
     {"checkpoint export", "write a table or slot as a .npy array", export_usage, run_export},
+    {"checkpoint restore", "bring every process of a cluster to one step it holds a checkpoint of",
+     scps_admin_restore_usage, scps_admin_restore},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

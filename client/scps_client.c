@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "scps.pb-c.h"
 #include "scps_bf16.h"
@@ -35,6 +36,11 @@
 #define MAX_SC_PER_PROCESS 64 /* scps.proto's Topology.sc_per_process bound */
 
 #define DEFAULT_CHECKPOINT_TIMEOUT_MS 600000
+/* Servers whose steps differ at connect are asked again this often, this
+ * long apart (a push of another trainer in flight), before the client
+ * refuses. */
+#define STEP_AGREE_ROUNDS 10
+#define STEP_AGREE_PAUSE_MS 100
 #define MAX_DIRECTORY 4000 /* leaves room for the step directory and file names below PATH_MAX */
 
 enum { M_GET_CONFIG, M_LOOKUP, M_APPLY, M_CHECKPOINT, M_COUNT };
@@ -49,6 +55,7 @@ typedef struct server {
   grpc_channel *ch;
   void *methods[M_COUNT];
   bool has_checkpoint_dir; /* GetConfig's checkpoint_dir is set */
+  int64_t step;            /* GetConfig's last_step at connect; -1: none */
 } server;
 
 typedef struct rpc rpc;
@@ -69,7 +76,7 @@ struct scps_client {
   scps_gradient_mode gradients; /* AUTO becomes BY_SAMPLE with a server of wire_revision 0 */
   uint32_t wire_revision;       /* lowest of the servers' (and this build's) GetConfig wire_revision */
   int32_t **sample_feature; /* [stack][sample]: the sample's feature, as an index into the stack's features */
-  int64_t step;              /* lowest GetConfig last_step at connect; -1: none */
+  int64_t step;              /* the servers' GetConfig last_step at connect (they agree); -1: none */
   bool ignore_checkpoint_due;
   int64_t checkpoint_timeout_ms;
   bool own_connections;
@@ -1118,8 +1125,63 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
     return scps_error_set(err, SCPS_EMISMATCH, "server %d (%s) holds step %lld, outside [0, 2^53)", p, a,
                           (long long)step);
   if (p == 0 || step < c->step) c->step = step;
+  c->servers[p].step = step;
   c->servers[p].has_checkpoint_dir = m->checkpoint_dir && m->checkpoint_dir[0];
   return 0;
+}
+
+static bool steps_agree(const scps_client *c) {
+  for (int p = 1; p < c->n; p++)
+    if (c->servers[p].step != c->servers[0].step) return false;
+  return true;
+}
+
+/* The processes of a cluster must hold the same step: one that restarted
+ * from an older checkpoint (or from none) beside others that went on would
+ * otherwise be trained from mixed states, silently. Steps that differ only
+ * by pushes in flight from other trainers agree a moment later, so the
+ * servers are asked again for a while before the client refuses. */
+static int check_steps(scps_client *c, int64_t deadline_ns, scps_error *err) {
+  grpc_slice req = config_request(NULL);
+  int rc = 0;
+  for (int round = 0; !rc && !steps_agree(c) && round < STEP_AGREE_ROUNDS; round++) {
+    if (now_ns() + STEP_AGREE_PAUSE_MS * 1000000 > deadline_ns) break;
+    struct timespec pause = {0, STEP_AGREE_PAUSE_MS * 1000000L};
+    nanosleep(&pause, NULL);
+    op *o = NULL;
+    rc = get_configs(c, 0, c->n, req, deadline_ns, &o, err);
+    for (int p = 0; p < c->n && !rc; p++) {
+      const rpc *r = &o->rpcs[p];
+      if (r->rc) rc = scps_error_set(err, r->rc, "%s", r->err.msg);
+      const Scps__V1__GetConfigResponse *m = (const Scps__V1__GetConfigResponse *)r->reply;
+      if (!rc)
+        c->servers[p].step = m->last_step_present_case == SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP
+                                 ? m->last_step
+                                 : -1;
+    }
+    if (o) op_destroy(o);
+  }
+  grpc_slice_unref(req);
+  if (rc) return rc;
+  if (steps_agree(c)) {
+    c->step = c->servers[0].step;
+    return 0;
+  }
+  char held[SCPS_ERROR_MSG_MAX - 160];
+  size_t at = 0;
+  for (int p = 0; p < c->n && at + 64 < sizeof held; p++) {
+    char step[32];
+    if (c->servers[p].step < 0) snprintf(step, sizeof step, "none");
+    else snprintf(step, sizeof step, "step %lld", (long long)c->servers[p].step);
+    at += (size_t)snprintf(held + at, sizeof held - at, "%sserver %d (%.40s) %s", p ? ", " : "", p, addr_of(c, p),
+                           step);
+  }
+  if (at + 64 >= sizeof held) snprintf(held + at, sizeof held - at, ", ...");
+  return scps_error_set(err, SCPS_EMISMATCH,
+                        "the servers hold different steps (%s): training would mix their states. Bring every "
+                        "process to one step: 'scps-admin checkpoint restore --servers LIST' restores the newest "
+                        "step every process holds a checkpoint of, or restart them all from one checkpoint",
+                        held);
 }
 
 /* Builds the layout and prep from server 0's answer. */
@@ -1302,6 +1364,7 @@ static int configure(scps_client *c, const scps_client_options *o, scps_error *e
     const op *from = rest && p > 0 ? rest : first;
     rc = check_stacks(c, p, (const Scps__V1__GetConfigResponse *)from->rpcs[p].reply, err);
   }
+  if (!rc) rc = check_steps(c, deadline, err);
   if (first) op_destroy(first);
   if (rest) op_destroy(rest);
   grpc_slice_unref(req);

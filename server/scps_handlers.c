@@ -9,6 +9,7 @@
 
 #include "scps_bf16.h"
 #include "scps_fdo.h"
+#include "scps_restore.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 #include "scps_sha256.h"
@@ -746,6 +747,7 @@ static void lookup_inline(scps_call *c) {
 
 static void handle_lookup(scps_call *c) {
   scps_server *s = c->srv;
+  if (scps_restore_refused(c)) return;
   if (!read_data_request(c, SCPS_REQUEST_LOOKUP)) return;
   const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
@@ -1109,6 +1111,7 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
 
 static void handle_apply(scps_call *c) {
   scps_server *s = c->srv;
+  if (scps_restore_refused(c)) return;
   if (!read_data_request(c, SCPS_REQUEST_APPLY)) return;
   const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
@@ -1205,6 +1208,8 @@ void scps_handle_call(scps_call *c) {
   case SCPS_M_STATS: handle_stats(c); break;
   case SCPS_M_HEALTH: handle_health(c); break;
   case SCPS_M_CHECKPOINT: scps_saver_handle(c); break;
+  case SCPS_M_LIST_CHECKPOINTS: scps_restore_handle_list(c); break;
+  case SCPS_M_RESTORE: scps_restore_handle(c); break;
   default: scps_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL, 0); break;
   }
 }

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "scps_restore.h"
 #include "scps_server_int.h"
 #include "scps_step.h"
 
@@ -16,7 +17,6 @@
 #define PATH_RESERVE 128
 
 static int restore(scps_server *s, scps_error *err) {
-  scps_saver *sv = &s->saver;
   const char *dir = s->opts.restore_dir;
   char found[PATH_MAX];
   scps_error e;
@@ -35,6 +35,13 @@ static int restore(scps_server *s, scps_error *err) {
     scps_checkpoint_close(ck);
     return scps_error_set(err, rc, "cannot restore checkpoint '%s': %s", dir, e.msg);
   }
+  scps_saver_adopt(s, ck, dir, &st);
+  scps_checkpoint_close(ck);
+  return 0;
+}
+
+void scps_saver_adopt(scps_server *s, const scps_checkpoint *ck, const char *dir, const scps_checkpoint_stats *st) {
+  scps_saver *sv = &s->saver;
   /* A checkpoint written with another topology may stack the tables
    * differently; stacks it does not know keep the declaration's limits. */
   for (int st_i = 0; st_i < s->layout->n_stacks; st_i++) {
@@ -45,12 +52,10 @@ static int restore(scps_server *s, scps_error *err) {
     }
   }
   sv->last_step = sv->restored_step = scps_checkpoint_step(ck);
-  sv->restored_bytes = st.bytes;
-  sv->restored_seconds = st.seconds;
+  sv->restored_bytes = st->bytes;
+  sv->restored_seconds = st->seconds;
   sv->restored_topology = *scps_checkpoint_topology(ck);
   snprintf(sv->restored_from, sizeof sv->restored_from, "%s", dir);
-  scps_checkpoint_close(ck);
-  return 0;
 }
 
 static void *saver_main(void *arg);
@@ -193,7 +198,6 @@ static int check_directory(const char *dir, char *msg, size_t len) {
 
 void scps_saver_handle(scps_call *c) {
   scps_server *s = c->srv;
-  scps_saver *sv = &s->saver;
   Scps__V1__CheckpointRequest *req =
       (Scps__V1__CheckpointRequest *)scps_read_request(c, &scps__v1__checkpoint_request__descriptor);
   if (!req) return;
@@ -235,6 +239,11 @@ void scps_saver_handle(scps_call *c) {
     scps_call_finish(c, st, msg, NULL, 0);
     return;
   }
+  scps_saver_queue(s, c);
+}
+
+void scps_saver_queue(scps_server *s, scps_call *c) {
+  scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   append(&sv->queue, &sv->queue_tail, c);
   sv->gate_closed = true;
@@ -320,6 +329,7 @@ static grpc_status_code prepare_root(const char *root, char *msg, size_t len) {
 
 typedef struct save_job {
   scps_call *call;         /* NULL: the timer's solo save */
+  Scps__V1__RestoreResponse restore; /* a Restore call's answer */
   grpc_status_code status;
   char msg[SCPS_ERROR_MSG_MAX + 256];
   Scps__V1__CheckpointResponse resp;
@@ -420,6 +430,7 @@ static void *saver_main(void *arg) {
     if (!sv->queue && !sv->solo_pending) break;
     memset(j, 0, sizeof *j);
     scps__v1__checkpoint_response__init(&j->resp);
+    scps__v1__restore_response__init(&j->restore);
     if (sv->queue) {
       j->call = sv->queue;
       sv->queue = j->call->next;
@@ -429,11 +440,15 @@ static void *saver_main(void *arg) {
       sv->solo_pending = false;
     }
     while (sv->applies_running) pthread_cond_wait(&sv->cv, &sv->mu);
-    run_save(s, j);
+    bool restore = j->call && j->call->method == SCPS_M_RESTORE;
+    if (restore)
+      scps_restore_run(s, j->call, &j->status, j->msg, sizeof j->msg, j->path, sizeof j->path, &j->restore);
+    else
+      run_save(s, j);
     if (!sv->queue && !sv->solo_pending) open_gate(s);
     pthread_mutex_unlock(&sv->mu);
     if (j->call && j->status == GRPC_STATUS_OK)
-      scps_call_finish_packed(j->call, &j->resp.base);
+      scps_call_finish_packed(j->call, restore ? &j->restore.base : &j->resp.base);
     else if (j->call)
       scps_call_finish(j->call, j->status, j->msg, NULL, 0);
     pthread_mutex_lock(&sv->mu);

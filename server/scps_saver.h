@@ -51,6 +51,8 @@ typedef struct scps_saver {
   int64_t last_saved_step, last_bytes;
   double last_seconds;
   char last_path[PATH_MAX];
+
+  bool restore_running; /* a Restore is verifying or loading, mu released */
 } scps_saver;
 
 /* Sets up the saver, restores the checkpoint the options name (or the
@@ -85,5 +87,15 @@ void scps_saver_tick(struct scps_server *s);
  * INVALID_ARGUMENT / FAILED_PRECONDITION with msg naming the step, the step
  * held and the flag. */
 grpc_status_code scps_saver_check_step(struct scps_server *s, int64_t step, char *msg, size_t len);
+
+/* Takes an opened checkpoint's step, limits in force and place as the
+ * process's own (its tables were loaded from it); with mu held, or before
+ * the save thread runs. */
+void scps_saver_adopt(struct scps_server *s, const scps_checkpoint *ck, const char *dir,
+                      const scps_checkpoint_stats *st);
+
+/* Queues a validated Checkpoint or Restore call for the save thread and
+ * closes the gate: ApplyGradients park until it is done. */
+void scps_saver_queue(struct scps_server *s, struct scps_call *c);
 
 #endif

@@ -22,7 +22,7 @@
 #define POSTED_SMALL 2
 
 const char *const scps_method_names[SCPS_M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Stats",
-                                                     "Health",    "Checkpoint"};
+                                                     "Health",    "Checkpoint", "ListCheckpoints", "Restore"};
 
 static void call_free(scps_call *c) {
   if (c->call) grpc_call_unref(c->call);

@@ -23,6 +23,8 @@ enum {
   SCPS_M_STATS,
   SCPS_M_HEALTH,
   SCPS_M_CHECKPOINT,
+  SCPS_M_LIST_CHECKPOINTS,
+  SCPS_M_RESTORE,
   SCPS_M_COUNT,
   SCPS_M_UNKNOWN = SCPS_M_COUNT /* generic request: answered UNIMPLEMENTED */
 };
@@ -90,6 +92,10 @@ struct scps_server {
   scps_tag shutdown_tag;
   void (*on_stopped)(void *);
   void *on_stopped_ud;
+  /* A Restore is loading (Lookups are refused), or one failed after
+   * verification and left the tables undefined (scps_restore.h). */
+  atomic_int restoring;
+  atomic_int damaged;
 };
 
 /* One RPC from request to final send. refs counts the tags still to come

@@ -1,6 +1,7 @@
 """Steps across a cluster, through Debian's stock grpcio: steps that would
 poison the step held (2^63-1, a jump past --max-step-advance) are refused
-and change nothing; scps-trainer against a server
+and change nothing; ListCheckpoints and Restore (bad requests, a damaged
+part refused with nothing changed, processes with roots of their own); scps-trainer against a server
 holding step 2^53-1 refuses rather than overflowing."""
 import os
 import subprocess
@@ -96,5 +97,103 @@ def test_step_poisoning(env):
         print("   ok scps-trainer at step 2^53-1: %s" % r.stderr.strip().splitlines()[-1], flush=True)
 
 
+def list_parts(cl, p):
+    req = cl.pb.ListCheckpointsRequest(config_fingerprint=cl.fingerprint, process_index=p)
+    return cl.stubs[p].ListCheckpoints(req, timeout=30)
+
+
+def restore(cl, p, step, verify_only=False, fingerprint=None):
+    req = cl.pb.RestoreRequest(config_fingerprint=cl.fingerprint if fingerprint is None else fingerprint,
+                               process_index=p, step=step, verify_only=verify_only)
+    return call_status(cl.stubs[p].Restore, req, timeout=60)
+
+
+def train(cl, steps):
+    rng = np.random.default_rng(steps[0])
+    for s in steps:
+        ids = rng.integers(0, TABLES[0]["vocabulary_size"], size=(BATCH, 2))
+        batch = {"fa": [[(int(i), 1.0) for i in row] for row in ids]}
+        cl.apply(batch, {"fa": rng.standard_normal((BATCH, 8))}, step=s)
+
+
+def save(cl, step):
+    for p in range(cl.P):
+        req = cl.pb.CheckpointRequest(config_fingerprint=cl.fingerprint, process_index=p, step=step)
+        cl.stubs[p].Checkpoint(req, timeout=60)
+
+
+def test_restore_rpc(env):
+    """Two processes, each with a checkpoint root of its own."""
+    pb = env.pb
+    cfg = env.write_config("restore", BATCH, TABLES, FEATURES)
+    roots = [os.path.join(env.tmp, "own-root-%d" % p) for p in range(2)]
+    srvs = [env.server(cfg, index=p, num_processes=2, extra=["--checkpoint-dir", roots[p]]).wait_ready()
+            for p in range(2)]
+    cl = Cluster(env, srvs)
+    lst = list_parts(cl, 0)
+    env.check(len(lst.parts) == 0 and len(lst.skipped) == 0, "no checkpoint yet: nothing listed %s" % lst)
+    train(cl, range(0, 4))
+    save(cl, 3)
+    at3 = rows(cl)
+    train(cl, range(4, 8))
+    save(cl, 7)
+    at7 = rows(cl)
+    for p in range(2):
+        lst = list_parts(cl, p)
+        env.check([x.step for x in lst.parts] == [7, 3] and not any(x.complete for x in lst.parts)
+                  and all(x.bytes > 0 and x.path.startswith(roots[p]) for x in lst.parts),
+                  "process %d lists its own parts of steps 7 and 3, not complete (own roots): %s" % (p, lst))
+    cases = [
+        ("an unknown step", 5, None, "NOT_FOUND", ["holds no part", "step-000000000005"]),
+        ("step 2^53", STEP_LIMIT, None, "INVALID_ARGUMENT", ["2^53"]),
+        ("another fingerprint", 3, b"\0" * 32, "FAILED_PRECONDITION", ["fingerprint"]),
+    ]
+    for what, step, fp, code, needles in cases:
+        got, details, _ = restore(cl, 0, step, fingerprint=fp)
+        env.check(got == code and all(n in details for n in needles), "Restore of %s: %s %r" % (what, got, details))
+    # One flipped byte in process 1's data file of step 3: verify and load
+    # refuse it, naming the file, and nothing changes.
+    step_dir = os.path.join(roots[1], "step-%012d" % 3)
+    data = next(f for f in sorted(os.listdir(step_dir)) if f.endswith(".bin"))
+    path = os.path.join(step_dir, data)
+    with open(path, "r+b") as f:
+        f.seek(100)
+        b = f.read(1)
+        f.seek(100)
+        f.write(bytes([b[0] ^ 0x10]))
+    for verify_only in (True, False):
+        got, details, _ = restore(cl, 1, 3, verify_only)
+        env.check(got == "DATA_LOSS" and data in details, "Restore (verify_only %s) of a flipped byte: %s %r"
+                  % (verify_only, got, details))
+    env.check(held(cl.stubs[1], pb) == 7 and np.array_equal(rows(cl), at7),
+              "the refused Restore left process 1 at step 7 with its rows")
+    with open(path, "r+b") as f:
+        f.seek(100)
+        f.write(b)
+    # scps-admin restores both to step 3 from their own roots.
+    servers = ",".join(s.addr for s in srvs)
+    r = subprocess.run([tool(env, "scps-admin"), "checkpoint", "restore", "--servers", servers, "--step", "3"],
+                       capture_output=True, text=True, timeout=120)
+    env.check(r.returncode == 0 and "every process holds step 3" in r.stdout,
+              "scps-admin checkpoint restore --step 3: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+    env.check(held(cl.stubs[0], pb) == 3 and held(cl.stubs[1], pb) == 3 and np.array_equal(rows(cl), at3),
+              "after the restore both hold step 3 with its rows")
+    # The newest common step when the processes differ: process 0 saves 9
+    # alone.
+    train(cl, range(4, 10))
+    req = pb.CheckpointRequest(config_fingerprint=cl.fingerprint, process_index=0, step=9)
+    cl.stubs[0].Checkpoint(req, timeout=60)
+    r = subprocess.run([tool(env, "scps-admin"), "checkpoint", "restore", "--servers", servers],
+                       capture_output=True, text=True, timeout=120)
+    env.check(r.returncode == 0 and "restoring step 7" in r.stdout and "every process holds step 7" in r.stdout,
+              "scps-admin checkpoint restore (newest common: 7): exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+    env.check(np.array_equal(rows(cl), at7), "after the restore to step 7 the rows are step 7's")
+    r = subprocess.run([tool(env, "scps-admin"), "checkpoint", "restore", "--servers", servers, "--step", "9"],
+                       capture_output=True, text=True, timeout=120)
+    env.check(r.returncode == 1 and "process 1" in r.stderr and "no checkpoint part" in r.stderr,
+              "--step 9, which process 1 lacks: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+    print("   ok ListCheckpoints, Restore and scps-admin checkpoint restore with roots of their own", flush=True)
+
+
 if __name__ == "__main__":
-    main("test_cluster_steps", [test_step_poisoning])
+    main("test_cluster_steps", [test_step_poisoning, test_restore_rpc])
