@@ -328,7 +328,8 @@ static grpc_status_code prepare_root(const char *root, char *msg, size_t len) {
 }
 
 typedef struct save_job {
-  scps_call *call;         /* NULL: the timer's solo save */
+  scps_call *call;         /* NULL: a solo save (the timer's, or the one at exit) */
+  const char *why;         /* a solo save's log line */
   Scps__V1__RestoreResponse restore; /* a Restore call's answer */
   grpc_status_code status;
   char msg[SCPS_ERROR_MSG_MAX + 256];
@@ -388,7 +389,7 @@ static void run_save(scps_server *s, save_job *j) {
   }
   if (j->status == GRPC_STATUS_OK) {
     fprintf(stderr, "scps-server: %s step %lld to %s: %lld bytes in %d files, %.3f s (%.2f GB/s)\n",
-            req ? "checkpointed" : "no Checkpoint request within a --checkpoint-every period; saved alone",
+            req ? "checkpointed" : j->why,
             (long long)step, j->path, (long long)cs.bytes, cs.files, cs.seconds,
             cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0);
     if (scps_checkpoint_retain(root, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1, &e))
@@ -420,6 +421,32 @@ static void run_save(scps_server *s, save_job *j) {
   free(limits);
 }
 
+int scps_saver_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
+  scps_saver *sv = &s->saver;
+  pthread_mutex_lock(&sv->mu);
+  while (sv->saving || sv->restore_running || sv->queue || sv->solo_pending) pthread_cond_wait(&sv->cv, &sv->mu);
+  *step = sv->last_step;
+  int rc = 0;
+  if (s->opts.checkpoint_dir && sv->dirty && sv->last_step >= 0) {
+    save_job *j = calloc(1, sizeof *j);
+    if (!j) {
+      pthread_mutex_unlock(&sv->mu);
+      return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+    }
+    j->why = "shutting down; checkpointed";
+    run_save(s, j);
+    if (j->status == GRPC_STATUS_OK) {
+      snprintf(path, cap, "%s", j->path);
+      rc = 1;
+    } else {
+      rc = scps_error_set(err, SCPS_EIO, "%s", j->msg);
+    }
+    free(j);
+  }
+  pthread_mutex_unlock(&sv->mu);
+  return rc;
+}
+
 static void *saver_main(void *arg) {
   scps_server *s = arg;
   scps_saver *sv = &s->saver;
@@ -438,6 +465,7 @@ static void *saver_main(void *arg) {
       j->call->next = NULL;
     } else {
       sv->solo_pending = false;
+      j->why = "no Checkpoint request within a --checkpoint-every period; saved alone";
     }
     while (sv->applies_running) pthread_cond_wait(&sv->cv, &sv->mu);
     bool restore = j->call && j->call->method == SCPS_M_RESTORE;
@@ -446,6 +474,8 @@ static void *saver_main(void *arg) {
     else
       run_save(s, j);
     if (!sv->queue && !sv->solo_pending) open_gate(s);
+    /* scps_saver_save_held waits for the thread to be idle. */
+    pthread_cond_broadcast(&sv->cv);
     pthread_mutex_unlock(&sv->mu);
     if (j->call && j->status == GRPC_STATUS_OK)
       scps_call_finish_packed(j->call, restore ? &j->restore.base : &j->resp.base);

@@ -98,4 +98,7 @@ void scps_saver_adopt(struct scps_server *s, const scps_checkpoint *ck, const ch
  * closes the gate: ApplyGradients park until it is done. */
 void scps_saver_queue(struct scps_server *s, struct scps_call *c);
 
+/* See scps_server_save_held. */
+int scps_saver_save_held(struct scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err);
+
 #endif

@@ -48,7 +48,8 @@ static void call_release(scps_call *c) {
   scps_server *s = c->srv;
   bool counted = c->counted;
   call_free(c);
-  if (counted && atomic_fetch_sub(&s->active, 1) == 1 && atomic_load(&s->draining)) stop_grpc(s);
+  if (counted && atomic_fetch_sub(&s->active, 1) == 1 && atomic_load(&s->draining) && !atomic_load(&s->pushes_open))
+    stop_grpc(s);
 }
 
 static void call_unref(scps_call *c) {
@@ -180,7 +181,9 @@ static void on_new_call(scps_call *c, int ok) {
   /* While draining, Health (which answers DRAINING) and Stats are served;
    * anything else is refused with the status clients retry elsewhere. A
    * call that slips in while the drain starts is simply served. */
-  bool refuse = atomic_load(&s->draining) && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS;
+  bool refuse = atomic_load(&s->draining) && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS &&
+                !(c->method == SCPS_M_APPLY_GRADIENTS && atomic_load(&s->pushes_open));
+  if (c->method == SCPS_M_APPLY_GRADIENTS && atomic_load(&s->pushes_open)) atomic_store(&s->last_push_ns, scps_clock_ns());
   if (!refuse && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS) {
     c->counted = 1;
     atomic_fetch_add(&s->active, 1);
@@ -416,14 +419,36 @@ int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int 
  * the moment it starts, calls arriving on open connections are cancelled
  * (CANCELLED, which clients do not retry) rather than refused. */
 void scps_server_shutdown(scps_server *s) {
+  if (atomic_load(&s->draining)) return;
+  /* Pushes stay open first (with somewhere to save to): set before draining,
+   * so no push arriving meanwhile is refused. */
+  if (s->opts.drain_quiet_ms > 0 && s->opts.checkpoint_dir) {
+    atomic_store(&s->last_push_ns, scps_clock_ns());
+    atomic_store(&s->pushes_open, 1);
+  }
   if (atomic_exchange(&s->draining, 1)) return;
-  if (atomic_load(&s->active) == 0) stop_grpc(s);
+  if (atomic_load(&s->active) == 0 && !atomic_load(&s->pushes_open)) stop_grpc(s);
 }
 
 void scps_server_cancel_all(scps_server *s) {
+  atomic_store(&s->pushes_open, 0);
   atomic_store(&s->cancelling, 1);
   stop_grpc(s);
   grpc_server_cancel_all_calls(s->server);
+}
+
+int64_t scps_server_push_quiet_ms(scps_server *s) {
+  if (!atomic_load(&s->pushes_open)) return -1;
+  return (scps_clock_ns() - atomic_load(&s->last_push_ns)) / 1000000;
+}
+
+void scps_server_close_pushes(scps_server *s) {
+  atomic_store(&s->pushes_open, 0);
+  if (atomic_load(&s->draining) && atomic_load(&s->active) == 0) stop_grpc(s);
+}
+
+int scps_server_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
+  return scps_saver_save_held(s, step, path, cap, err);
 }
 
 /* Completes what is left on a queue without a thread: requests the server
@@ -446,6 +471,7 @@ void scps_server_destroy(scps_server *s) {
     if (!s->n_threads_started) {
       /* Never served (bind or start failed): shut down here, no thread waits. */
       scps_server_shutdown(s);
+      scps_server_close_pushes(s);
       grpc_server_cancel_all_calls(s->server);
     }
     /* Every call has finished (the shutdown tag came), so no job is left in

@@ -5,6 +5,7 @@
 #define SCPS_SERVER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "scps_error.h"
@@ -41,6 +42,13 @@ typedef struct scps_server_options {
    * step the process holds, or at most this when it holds none
    * (scps_step_check); 0: SCPS_STEP_ADVANCE_DEFAULT. */
   int64_t max_step_advance;
+  /* > 0 with a checkpoint_dir: a shutdown first goes on taking
+   * ApplyGradients (but no other data calls) until none has arrived for
+   * this many milliseconds (scps_server_push_quiet_ms, then
+   * scps_server_close_pushes), so the pushes in flight reach every process
+   * of a cluster stopped together before each saves the step it holds
+   * (scps_server_save_held). 0: refused at once, like the other calls. */
+  int32_t drain_quiet_ms;
 } scps_server_options;
 
 typedef struct scps_server scps_server;
@@ -88,6 +96,24 @@ void scps_server_shutdown(scps_server *s);
 /* Cancels calls still in flight after a shutdown that took too long, and
  * closes the connections. */
 void scps_server_cancel_all(scps_server *s);
+
+/* During a shutdown that still takes ApplyGradients (drain_quiet_ms):
+ * milliseconds since the last one arrived, or since the shutdown began;
+ * -1 when pushes are no longer taken. */
+int64_t scps_server_push_quiet_ms(scps_server *s);
+
+/* Ends the taking of ApplyGradients during a shutdown: from now on they
+ * are refused like other calls, and once the calls in flight are done
+ * gRPC shuts down (on_stopped). Safe from any thread, more than once. */
+void scps_server_close_pushes(scps_server *s);
+
+/* After a shutdown has finished every call (on_stopped), before
+ * scps_server_destroy: with a checkpoint_dir, saves the step the process
+ * holds there if anything was applied since its last save or restore.
+ * Returns 1 with *step and path (cap bytes) when it saved; 0 when there was
+ * nothing to save (*step: the step held, -1 for none); a negative SCPS_E*
+ * code with err when the save failed. */
+int scps_server_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err);
 
 /* After on_stopped: joins the threads and frees everything. */
 void scps_server_destroy(scps_server *s);

@@ -92,6 +92,11 @@ struct scps_server {
   scps_tag shutdown_tag;
   void (*on_stopped)(void *);
   void *on_stopped_ud;
+  /* Draining with a checkpoint_dir and drain_quiet_ms: ApplyGradients are
+   * still taken while pushes_open (scps_server_close_pushes ends it);
+   * last_push_ns is when the last one arrived. */
+  atomic_int pushes_open;
+  atomic_llong last_push_ns;
   /* A Restore is loading (Lookups are refused), or one failed after
    * verification and left the tables undefined (scps_restore.h). */
   atomic_int restoring;

@@ -51,7 +51,10 @@ static const char usage[] =
     "                         when n < 2)\n"
     "  --drain-seconds N      on SIGTERM/SIGINT, wait this long for calls in\n"
     "                         flight before cancelling them (default 10); a\n"
-    "                         second signal cancels them at once\n"
+    "                         second signal cancels them at once. With\n"
+    "                         --checkpoint-dir the step held is then saved\n"
+    "                         (if anything was applied since the last save)\n"
+    "                         before the process exits\n"
     "  --port-file FILE       write the bound port to FILE once serving (exit 1\n"
     "                         if it cannot be written)\n"
     "  --checkpoint-dir ROOT  checkpoints go to ROOT/step-<step>/ (Checkpoint\n"
@@ -74,6 +77,11 @@ static const char usage[] =
     "                         N above the step this process holds (at most N\n"
     "                         when it holds none), and below 2^53; others are\n"
     "                         refused and change nothing (default 1000000)\n"
+    "  --drain-quiet-ms MS    with --checkpoint-dir, a draining process still\n"
+    "                         takes ApplyGradients (no Lookups) until none has\n"
+    "                         arrived for MS milliseconds, so pushes in flight\n"
+    "                         reach every process of a cluster stopped together;\n"
+    "                         0 refuses them at once (default 1000)\n"
     "  --help                 this text\n"
     "\n"
     "While a checkpoint is saved, Lookups are served and ApplyGradients wait for\n"
@@ -81,7 +89,8 @@ static const char usage[] =
     "\n"
     "Exit status: 0 after a clean shutdown on SIGTERM or SIGINT; 1 when the\n"
     "configuration is invalid, the tables do not fit, the checkpoint to restore\n"
-    "is missing or corrupt, or the address is in use; 2 for bad flags.\n";
+    "is missing or corrupt, the address is in use, or the save of the step held\n"
+    "at exit failed; 2 for bad flags.\n";
 
 typedef struct app {
   uv_loop_t *loop;
@@ -92,6 +101,8 @@ typedef struct app {
   double drain_seconds;
   int shutting_down;
   uint64_t signalled_at; /* uv_hrtime() of the first SIGTERM/SIGINT */
+  uv_timer_t quiet;      /* while draining takes pushes: watches for the quiet period */
+  long drain_quiet_ms;
 } app;
 
 /* Each step of a shutdown is logged with its time since the signal, so a
@@ -104,6 +115,8 @@ static void on_stopped_async(uv_async_t *a) {
     fprintf(stderr, "scps-server: every call finished %.3f s after the signal\n", since(ap->signalled_at));
   uv_timer_stop(&ap->drain);
   uv_timer_stop(&ap->checkpoint);
+  uv_timer_stop(&ap->quiet);
+  uv_close((uv_handle_t *)&ap->quiet, NULL);
   uv_close((uv_handle_t *)&ap->checkpoint, NULL);
   uv_close((uv_handle_t *)&ap->sigterm, NULL);
   uv_close((uv_handle_t *)&ap->sigint, NULL);
@@ -120,12 +133,26 @@ static void on_stopped(void *ud) {
 static void on_drain_timeout(uv_timer_t *t) {
   app *ap = t->data;
   fprintf(stderr, "scps-server: calls still in flight after %.3f s; cancelling them\n", since(ap->signalled_at));
+  uv_timer_stop(&ap->quiet);
   scps_server_cancel_all(ap->server);
 }
 
 static void on_checkpoint_timer(uv_timer_t *t) {
   app *ap = t->data;
   scps_server_checkpoint_tick(ap->server);
+}
+
+/* While a draining process still takes ApplyGradients: once none has come
+ * for --drain-quiet-ms, it takes no more, and the drain goes on. */
+static void on_quiet_timer(uv_timer_t *t) {
+  app *ap = t->data;
+  int64_t quiet = scps_server_push_quiet_ms(ap->server);
+  if (quiet >= 0 && quiet < ap->drain_quiet_ms) return;
+  uv_timer_stop(&ap->quiet);
+  if (quiet < 0) return;
+  fprintf(stderr, "scps-server: no ApplyGradients for %lld ms, %.3f s after the signal; taking no more\n",
+          (long long)quiet, since(ap->signalled_at));
+  scps_server_close_pushes(ap->server);
 }
 
 /* The first SIGTERM/SIGINT drains; a second one cancels what is left at
@@ -136,6 +163,7 @@ static void on_signal(uv_signal_t *h, int signum) {
     fprintf(stderr, "scps-server: %s again %.3f s after the first signal; cancelling calls in flight\n",
             signum == SIGTERM ? "SIGTERM" : "SIGINT", since(ap->signalled_at));
     uv_timer_stop(&ap->drain);
+    uv_timer_stop(&ap->quiet);
     scps_server_cancel_all(ap->server);
     return;
   }
@@ -144,7 +172,35 @@ static void on_signal(uv_signal_t *h, int signum) {
   fprintf(stderr, "scps-server: %s: finishing calls in flight\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
   uv_timer_stop(&ap->checkpoint);
   scps_server_shutdown(ap->server);
+  if (scps_server_push_quiet_ms(ap->server) >= 0) {
+    fprintf(stderr, "scps-server: taking ApplyGradients (no Lookups) until none arrives for %ld ms, so pushes in "
+            "flight reach every process; then saving the step held\n", ap->drain_quiet_ms);
+    uint64_t poll = ap->drain_quiet_ms >= 200 ? 50 : (uint64_t)(ap->drain_quiet_ms / 4 + 1);
+    uv_timer_start(&ap->quiet, on_quiet_timer, poll, poll);
+  }
   uv_timer_start(&ap->drain, on_drain_timeout, (uint64_t)(ap->drain_seconds * 1000), 0);
+}
+
+/* With --checkpoint-dir, after every call finished: the step held is saved
+ * (scps_server_save_held), and the log says so. */
+static int save_at_exit(app *ap) {
+  int64_t step;
+  char path[4096];
+  scps_error err;
+  int rc = scps_server_save_held(ap->server, &step, path, sizeof path, &err);
+  if (rc < 0) {
+    fprintf(stderr, "scps-server: the save of the step held before exiting failed: %s\n", err.msg);
+    return 1;
+  }
+  if (rc > 0)
+    fprintf(stderr, "scps-server: saved step %lld to %s before exiting, %.3f s after the signal\n", (long long)step,
+            path, since(ap->signalled_at));
+  else if (step >= 0)
+    fprintf(stderr, "scps-server: nothing applied since the last save or restore of step %lld; no save at exit\n",
+            (long long)step);
+  else
+    fprintf(stderr, "scps-server: no step applied or restored; nothing to save at exit\n");
+  return 0;
 }
 
 /* HOST:PORT with a port in [0, 65535] (0: any free port). */
@@ -190,7 +246,7 @@ int main(int argc, char **argv) {
   o.inline_lookup_entries = 16384;
   o.pin_sparsecores = true;
   double drain = 10;
-  long checkpoint_every = 0;
+  long checkpoint_every = 0, drain_quiet_ms = 1000;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},        {"listen", required_argument, 0, 'l'},
       {"process-index", required_argument, 0, 'i'}, {"num-processes", required_argument, 0, 'p'},
@@ -201,7 +257,7 @@ int main(int argc, char **argv) {
       {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
-      {"max-step-advance", required_argument, 0, 'A'},
+      {"max-step-advance", required_argument, 0, 'A'}, {"drain-quiet-ms", required_argument, 0, 'Q'},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -242,6 +298,7 @@ int main(int argc, char **argv) {
       o.pin_sparsecores = !strcmp(optarg, "on");
       break;
     case 'A': if (parse_int("--max-step-advance", optarg, 1, 1L << 53, &v)) return 2; o.max_step_advance = v; break;
+    case 'Q': if (parse_int("--drain-quiet-ms", optarg, 0, 3600000, &drain_quiet_ms)) return 2; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -284,8 +341,10 @@ int main(int argc, char **argv) {
   o.n_tables = w->n_tables;
   o.features = w->features;
   o.n_features = w->n_features;
+  o.drain_quiet_ms = (int32_t)drain_quiet_ms;
   app ap = {0};
   ap.drain_seconds = drain;
+  ap.drain_quiet_ms = drain_quiet_ms;
   /* The loop and its signal watchers come first: a SIGTERM or SIGINT while
    * the tables are initialized or restored (seconds to minutes) is noted
    * and handled as soon as the loop runs, instead of killing the process. */
@@ -294,8 +353,10 @@ int main(int argc, char **argv) {
   uv_signal_init(ap.loop, &ap.sigint);
   uv_timer_init(ap.loop, &ap.drain);
   uv_timer_init(ap.loop, &ap.checkpoint);
+  uv_timer_init(ap.loop, &ap.quiet);
   uv_async_init(ap.loop, &ap.stopped, on_stopped_async);
   ap.sigterm.data = ap.sigint.data = ap.drain.data = ap.checkpoint.data = ap.stopped.data = &ap;
+  ap.quiet.data = &ap;
   uv_signal_start(&ap.sigterm, on_signal, SIGTERM);
   uv_signal_start(&ap.sigint, on_signal, SIGINT);
   int rc = scps_server_create(&o, &ap.server, &err);
@@ -337,6 +398,7 @@ int main(int argc, char **argv) {
   }
   if (failed) {
     scps_server_shutdown(ap.server);
+    scps_server_close_pushes(ap.server);
     /* With no completion-queue thread nothing calls on_stopped: close the
      * loop's handles here. */
     if (!threads) on_stopped_async(&ap.stopped);
@@ -351,6 +413,7 @@ int main(int argc, char **argv) {
   fprintf(stderr, "scps-server: process %d of %d serving on port %d (%d SparseCores%s)\n", o.process_index,
           o.topology.num_processes, scps_server_port(ap.server), o.topology.sc_per_process, pinned);
   uv_run(ap.loop, UV_RUN_DEFAULT);
+  int status = ap.shutting_down && o.checkpoint_dir ? save_at_exit(&ap) : 0;
   scps_server_destroy(ap.server);
   uv_loop_close(ap.loop);
   if (ap.shutting_down)
@@ -358,5 +421,5 @@ int main(int argc, char **argv) {
             since(ap.signalled_at));
   else
     fprintf(stderr, "scps-server: process %d stopped\n", o.process_index);
-  return 0;
+  return status;
 }

@@ -1,10 +1,15 @@
 """Steps across a cluster, through Debian's stock grpcio: steps that would
 poison the step held (2^63-1, a jump past --max-step-advance) are refused
 and change nothing; ListCheckpoints and Restore (bad requests, a damaged
-part refused with nothing changed, processes with roots of their own); scps-trainer against a server
+part refused with nothing changed, processes with roots of their own);
+SIGTERM under scps-loadgen --mode train with 4 clients leaves both
+processes on one step after a restart; scps-trainer against a server
 holding step 2^53-1 refuses rather than overflowing."""
 import os
+import re
+import signal
 import subprocess
+import time
 
 import numpy as np
 
@@ -195,5 +200,36 @@ def test_restore_rpc(env):
     print("   ok ListCheckpoints, Restore and scps-admin checkpoint restore with roots of their own", flush=True)
 
 
+def loadgen(env, cfg, servers, duration):
+    argv = [env.args.loadgen, "--workload", cfg, "--servers", ",".join(s.addr for s in servers), "--mode", "train",
+            "--concurrency", "4", "--duration", str(duration), "--warmup", "0", "--quiet", "--deadline-ms", "3000"]
+    return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_under_load(env):
+    pb = env.pb
+    cfg = env.write_config("stop", BATCH, TABLES, FEATURES)
+    root = os.path.join(env.tmp, "stop-root")
+    srvs = [env.server(cfg, index=p, num_processes=2, extra=["--checkpoint-dir", root]).wait_ready()
+            for p in range(2)]
+    lg = loadgen(env, cfg, srvs, 60)
+    time.sleep(3)
+    for s in srvs:
+        s.send_signal(signal.SIGTERM)
+    codes = [s.wait(60) for s in srvs]
+    lg.kill()
+    lg.communicate(timeout=120)
+    env.check(codes == [0, 0], "exit status after SIGTERM under train load: %s" % codes)
+    saved = [re.search(r"saved step (\d+) to \S+ before exiting", s.stderr()) for s in srvs]
+    env.check(all(saved), "each process logs its save at exit: %s" % [s.stderr()[-800:] for s in srvs])
+    again = [env.server(cfg, index=p, num_processes=2, extra=["--checkpoint-dir", root]).wait_ready()
+             for p in range(2)]
+    steps = [held(s.stub(), pb) for s in again]
+    want = int(saved[0].group(1)) if saved[0] else None
+    env.check(steps[0] is not None and steps[0] == steps[1] == want,
+              "after the restart both processes hold the step saved at exit (%s): %s" % (want, steps))
+    print("   ok SIGTERM under 4 training clients: both saved and restored step %s" % steps[0], flush=True)
+
+
 if __name__ == "__main__":
-    main("test_cluster_steps", [test_step_poisoning, test_restore_rpc])
+    main("test_cluster_steps", [test_step_poisoning, test_restore_rpc, test_sigterm_under_load])
