@@ -296,6 +296,7 @@ void scps_restore_run(scps_server *s, scps_call *c, grpc_status_code *status, ch
     scps_saver_adopt(s, ck, path, &ls);
     sv->dirty = false;
     sv->due = false;
+    sv->grid_left = 0;
     atomic_store(&s->damaged, 0);
   }
   if (load && *status != GRPC_STATUS_OK && *status != GRPC_STATUS_INTERNAL)

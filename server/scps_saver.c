@@ -67,6 +67,7 @@ int scps_saver_init(scps_server *s, scps_error *err) {
   pthread_cond_init(&sv->cv, NULL);
   sv->inited = true;
   sv->last_step = sv->last_saved_step = sv->restored_step = -1;
+  sv->solo_step = -1;
   sv->limits = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *sv->limits);
   if (!sv->limits) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   for (int st = 0; st < l->n_stacks; st++) {
@@ -119,10 +120,24 @@ static void append(scps_call **head, scps_call **tail, scps_call *c) {
   *tail = c;
 }
 
+/* With mu held: the timer's next grid save is due when c, an
+ * ApplyGradients of a step above it, is about to run. Then the gate closes
+ * before c (the caller parks it) and the save is queued. */
+static bool grid_cut(scps_server *s, const scps_call *c) {
+  scps_saver *sv = &s->saver;
+  if (sv->grid_left <= 0 || sv->solo_pending || c->step.step <= sv->grid_at) return false;
+  sv->solo_pending = true;
+  sv->solo_step = sv->grid_at;
+  sv->solo_why = "no Checkpoint request within a --checkpoint-every period; saved alone (on the --checkpoint-grid)";
+  sv->gate_closed = true;
+  pthread_cond_broadcast(&sv->cv);
+  return true;
+}
+
 void scps_saver_submit_apply(scps_server *s, scps_call *c) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
-  if (sv->gate_closed) {
+  if (sv->gate_closed || grid_cut(s, c)) {
     append(&sv->parked, &sv->parked_tail, c);
   } else {
     sv->applies_running++;
@@ -154,8 +169,10 @@ void scps_saver_apply_rejected(scps_server *s) {
 static void open_gate(scps_server *s) {
   scps_saver *sv = &s->saver;
   sv->gate_closed = false;
-  for (scps_call *c = sv->parked, *next; c; c = next) {
-    next = c->next;
+  for (scps_call *c; (c = sv->parked);) {
+    /* A parked push past the next grid step closes the gate again. */
+    if (grid_cut(s, c)) return;
+    sv->parked = c->next;
     c->next = NULL;
     sv->applies_running++;
     scps_pipeline_submit(s->pipeline, &c->job);
@@ -256,12 +273,17 @@ void scps_saver_tick(scps_server *s) {
   pthread_mutex_lock(&sv->mu);
   if (sv->due) {
     /* A period went by with checkpoint_due set and no Checkpoint came (a
-     * client that ignores the flag, or no trainer at all): save alone. */
+     * client that ignores the flag, or no trainer at all): save alone. Not
+     * at the step held, which differs between processes by the pushes in
+     * flight, but at the next two grid steps above it, which every process
+     * of the cluster computes alike: if the processes' ticks straddle a
+     * grid step (they are less than one grid step apart), the second
+     * saves meet. */
     sv->due = false;
-    if (sv->dirty && sv->last_step >= 0 && s->opts.checkpoint_dir) {
-      sv->solo_pending = true;
-      sv->gate_closed = true;
-      pthread_cond_broadcast(&sv->cv);
+    if (sv->dirty && sv->last_step >= 0 && s->opts.checkpoint_dir && sv->grid_left <= 0) {
+      const int64_t k = s->opts.checkpoint_grid;
+      sv->grid_at = (sv->last_step / k + 1) * k;
+      sv->grid_left = 2;
     }
   } else if (sv->dirty) {
     sv->due = true;
@@ -329,6 +351,7 @@ static grpc_status_code prepare_root(const char *root, char *msg, size_t len) {
 
 typedef struct save_job {
   scps_call *call;         /* NULL: a solo save (the timer's, or the one at exit) */
+  int64_t solo_step;       /* a solo save's step; -1: the step held, if anything was applied since */
   const char *why;         /* a solo save's log line */
   Scps__V1__RestoreResponse restore; /* a Restore call's answer */
   grpc_status_code status;
@@ -342,10 +365,12 @@ static void run_save(scps_server *s, save_job *j) {
   scps_saver *sv = &s->saver;
   const scps_layout *l = s->layout;
   const Scps__V1__CheckpointRequest *req = j->call ? (const Scps__V1__CheckpointRequest *)j->call->request : NULL;
-  int64_t step = req ? req->step : sv->last_step;
+  int64_t step = req ? req->step : j->solo_step >= 0 ? j->solo_step : sv->last_step;
   const char *root = req && req->directory[0] ? req->directory : s->opts.checkpoint_dir;
   j->status = GRPC_STATUS_OK;
-  if (!req && (!sv->dirty || step < 0)) return; /* nothing applied since the last save */
+  /* Nothing applied since the last save. A grid step is saved even so: the
+   * other processes save it too, and only all of them make it complete. */
+  if (!req && j->solo_step < 0 && (!sv->dirty || step < 0)) return;
   if (sv->last_step > step) {
     j->status = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(j->msg, sizeof j->msg,
@@ -421,9 +446,21 @@ static void run_save(scps_server *s, save_job *j) {
   free(limits);
 }
 
+/* With mu held: the pending solo save's step and reason into j; a grid
+ * save moves the grid on. */
+static void take_solo(scps_server *s, save_job *j) {
+  scps_saver *sv = &s->saver;
+  j->solo_step = sv->solo_step;
+  j->why = sv->solo_why;
+  sv->solo_step = -1;
+  if (j->solo_step >= 0 && --sv->grid_left > 0) sv->grid_at += s->opts.checkpoint_grid;
+}
+
 int scps_saver_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
+  /* The save supersedes the timer's grid saves still to come. */
+  sv->grid_left = 0;
   while (sv->saving || sv->restore_running || sv->queue || sv->solo_pending) pthread_cond_wait(&sv->cv, &sv->mu);
   *step = sv->last_step;
   int rc = 0;
@@ -433,6 +470,7 @@ int scps_saver_save_held(scps_server *s, int64_t *step, char *path, size_t cap, 
       pthread_mutex_unlock(&sv->mu);
       return scps_error_set(err, SCPS_ENOMEM, "out of memory");
     }
+    j->solo_step = -1;
     j->why = "shutting down; checkpointed";
     run_save(s, j);
     if (j->status == GRPC_STATUS_OK) {
@@ -458,6 +496,7 @@ static void *saver_main(void *arg) {
     memset(j, 0, sizeof *j);
     scps__v1__checkpoint_response__init(&j->resp);
     scps__v1__restore_response__init(&j->restore);
+    j->solo_step = -1;
     if (sv->queue) {
       j->call = sv->queue;
       sv->queue = j->call->next;
@@ -465,7 +504,7 @@ static void *saver_main(void *arg) {
       j->call->next = NULL;
     } else {
       sv->solo_pending = false;
-      j->why = "no Checkpoint request within a --checkpoint-every period; saved alone";
+      take_solo(s, j);
     }
     while (sv->applies_running) pthread_cond_wait(&sv->cv, &sv->mu);
     bool restore = j->call && j->call->method == SCPS_M_RESTORE;

@@ -52,6 +52,15 @@ typedef struct scps_saver {
   double last_seconds;
   char last_path[PATH_MAX];
 
+  /* The timer's solo saves land on the step grid (checkpoint_grid): while
+   * grid_left > 0 the first ApplyGradients of a step above grid_at closes
+   * the gate, and a save of step grid_at follows (then grid_at moves one
+   * grid step on). solo_step is the pending solo save's step (-1: the step
+   * held) and solo_why its log line's reason. */
+  int64_t grid_at;
+  int grid_left;
+  int64_t solo_step;
+  const char *solo_why;
   bool restore_running; /* a Restore is verifying or loading, mu released */
 } scps_saver;
 

@@ -343,6 +343,8 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
     return scps_error_set(err, SCPS_EINVAL, "--checkpoint-keep %d must be >= 1", o->checkpoint_keep);
   if (o->max_step_advance < 0 || o->max_step_advance > SCPS_STEP_LIMIT)
     return scps_error_set(err, SCPS_EINVAL, "--max-step-advance %lld not in [1, 2^53]", (long long)o->max_step_advance);
+  if (o->checkpoint_grid < 0 || o->checkpoint_grid > SCPS_STEP_LIMIT)
+    return scps_error_set(err, SCPS_EINVAL, "--checkpoint-grid %lld not in [1, 2^53]", (long long)o->checkpoint_grid);
   if (o->max_message_bytes < 4096 || o->max_message_bytes > INT32_MAX)
     return scps_error_set(err, SCPS_EINVAL, "max message size %lld not in [4096, %d] bytes",
                           (long long)o->max_message_bytes, INT32_MAX);
@@ -350,6 +352,7 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   if (!s) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   s->opts = *o;
   if (!s->opts.max_step_advance) s->opts.max_step_advance = SCPS_STEP_ADVANCE_DEFAULT;
+  if (!s->opts.checkpoint_grid) s->opts.checkpoint_grid = 100;
   s->S = o->topology.sc_per_process;
   s->tables = malloc(sizeof *s->tables * (size_t)o->n_tables);
   s->features = malloc(sizeof *s->features * (size_t)(o->n_features ? o->n_features : 1));

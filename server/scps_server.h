@@ -49,6 +49,10 @@ typedef struct scps_server_options {
    * of a cluster stopped together before each saves the step it holds
    * (scps_server_save_held). 0: refused at once, like the other calls. */
   int32_t drain_quiet_ms;
+  /* The timer's solo saves land on multiples of this many steps
+   * (scps_server_checkpoint_tick); the processes of a cluster must agree.
+   * 0: 100. */
+  int64_t checkpoint_grid;
 } scps_server_options;
 
 typedef struct scps_server scps_server;
@@ -75,8 +79,12 @@ const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *b
 /* The checkpoint timer's tick (scps-server --checkpoint-every), from any
  * thread. If steps were applied since the last save, the first tick makes
  * ApplyGradients responses carry checkpoint_due; if no Checkpoint request
- * has arrived by the next tick, the server saves alone at its last applied
- * step under checkpoint_dir (and logs that it did). */
+ * has arrived by the next tick, the server saves alone under checkpoint_dir
+ * (and logs that it did) at the next two multiples of checkpoint_grid above
+ * the step it holds, each once the first ApplyGradients of a later step
+ * arrives (which waits for the save). Processes ticking at the same moment
+ * (scps-server aligns its ticks to the wall clock) thus save the same
+ * steps. */
 void scps_server_checkpoint_tick(scps_server *s);
 
 /* Starts the completion-queue threads. on_stopped is called once, from a

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -67,8 +68,11 @@ static const char usage[] =
     "  --checkpoint-every S   every S seconds with steps applied, ask clients for\n"
     "                         a cluster checkpoint (checkpoint_due in\n"
     "                         ApplyGradients responses); without a Checkpoint\n"
-    "                         request by the next period, save alone at the last\n"
-    "                         applied step (needs --checkpoint-dir)\n"
+    "                         request by the next period, save alone at the next\n"
+    "                         two --checkpoint-grid steps above the step held\n"
+    "                         (needs --checkpoint-dir). Periods start at\n"
+    "                         multiples of S seconds of the wall clock, so the\n"
+    "                         processes of a cluster tick together\n"
     "  --checkpoint-keep K    complete checkpoints kept per root after a save:\n"
     "                         the one saved and the newest before it (default\n"
     "                         3); newer ones, left behind by a --restore of an\n"
@@ -82,6 +86,9 @@ static const char usage[] =
     "                         arrived for MS milliseconds, so pushes in flight\n"
     "                         reach every process of a cluster stopped together;\n"
     "                         0 refuses them at once (default 1000)\n"
+    "  --checkpoint-grid N    solo saves of --checkpoint-every land on multiples\n"
+    "                         of N steps; give every process the same N, at most\n"
+    "                         the steps a period takes (default 100)\n"
     "  --help                 this text\n"
     "\n"
     "While a checkpoint is saved, Lookups are served and ApplyGradients wait for\n"
@@ -103,6 +110,7 @@ typedef struct app {
   uint64_t signalled_at; /* uv_hrtime() of the first SIGTERM/SIGINT */
   uv_timer_t quiet;      /* while draining takes pushes: watches for the quiet period */
   long drain_quiet_ms;
+  uint64_t checkpoint_every_ms;
 } app;
 
 /* Each step of a shutdown is logged with its time since the signal, so a
@@ -137,9 +145,22 @@ static void on_drain_timeout(uv_timer_t *t) {
   scps_server_cancel_all(ap->server);
 }
 
+/* Milliseconds to the next multiple of period_ms of the wall clock: every
+ * process of a cluster (on hosts whose clocks agree) ticks at the same
+ * moment, whenever it started. A timer that fired a little early has had
+ * its tick: the next one is a period on. */
+static uint64_t ms_to_next_tick(uint64_t period_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  uint64_t d = period_ms - now % period_ms;
+  return d < period_ms / 4 ? d + period_ms : d;
+}
+
 static void on_checkpoint_timer(uv_timer_t *t) {
   app *ap = t->data;
   scps_server_checkpoint_tick(ap->server);
+  uv_timer_start(&ap->checkpoint, on_checkpoint_timer, ms_to_next_tick(ap->checkpoint_every_ms), 0);
 }
 
 /* While a draining process still takes ApplyGradients: once none has come
@@ -258,6 +279,7 @@ int main(int argc, char **argv) {
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
       {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
       {"max-step-advance", required_argument, 0, 'A'}, {"drain-quiet-ms", required_argument, 0, 'Q'},
+      {"checkpoint-grid", required_argument, 0, 'G'},
       {0, 0, 0, 0}};
   int c;
   long v;
@@ -299,6 +321,7 @@ int main(int argc, char **argv) {
       break;
     case 'A': if (parse_int("--max-step-advance", optarg, 1, 1L << 53, &v)) return 2; o.max_step_advance = v; break;
     case 'Q': if (parse_int("--drain-quiet-ms", optarg, 0, 3600000, &drain_quiet_ms)) return 2; break;
+    case 'G': if (parse_int("--checkpoint-grid", optarg, 1, 1L << 53, &v)) return 2; o.checkpoint_grid = v; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -385,9 +408,10 @@ int main(int argc, char **argv) {
             access(o.checkpoint_dir, F_OK) ? " (no such directory yet: check the path if you meant to resume; "
                                              "it is created at the first save)"
                                            : "");
-  if (checkpoint_every)
-    uv_timer_start(&ap.checkpoint, on_checkpoint_timer, (uint64_t)checkpoint_every * 1000,
-                   (uint64_t)checkpoint_every * 1000);
+  if (checkpoint_every) {
+    ap.checkpoint_every_ms = (uint64_t)checkpoint_every * 1000;
+    uv_timer_start(&ap.checkpoint, on_checkpoint_timer, ms_to_next_tick(ap.checkpoint_every_ms), 0);
+  }
   int threads = 0;
   bool failed = scps_server_start(ap.server, on_stopped, &ap, &threads, &err) != 0;
   if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);

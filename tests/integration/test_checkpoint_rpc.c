@@ -562,7 +562,7 @@ out:
 
 /* --checkpoint-every 1: pushes carry checkpoint_due and libscps saves the
  * cluster checkpoint of the push's step; a client that ignores the flag
- * gets a solo save at the last applied step. */
+ * gets solo saves on the step grid (--checkpoint-grid 10). */
 static void timer_run(const char *root, bool ignore_due) {
   scps_it_cluster cl;
   scps_client *c = NULL;
@@ -577,6 +577,8 @@ static void timer_run(const char *root, bool ignore_due) {
   cl.extra[1] = flag_dir;
   cl.extra[2] = "--checkpoint-every";
   cl.extra[3] = "1";
+  cl.extra[4] = "--checkpoint-grid";
+  cl.extra[5] = "10";
   MUST(scps_it_start(&cl));
   MUST(connect_client(&cl, ignore_due, &c, &err));
   MUST(scps_batch_create(c, &b, &err));

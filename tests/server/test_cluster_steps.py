@@ -2,7 +2,8 @@
 poison the step held (2^63-1, a jump past --max-step-advance) are refused
 and change nothing; ListCheckpoints and Restore (bad requests, a damaged
 part refused with nothing changed, processes with roots of their own);
-SIGTERM under scps-loadgen --mode train with 4 clients leaves both
+the timer's solo saves of two processes under scps-loadgen --mode train
+with 4 clients meet on common steps; SIGTERM under that load leaves both
 processes on one step after a restart; scps-trainer against a server
 holding step 2^53-1 refuses rather than overflowing."""
 import os
@@ -206,6 +207,32 @@ def loadgen(env, cfg, servers, duration):
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+def complete_steps(env, root):
+    r = subprocess.run([tool(env, "scps-admin"), "checkpoint", "list", root], capture_output=True, text=True,
+                       timeout=60)
+    return [int(m.group(1)) for m in re.finditer(r"^(\d+)\s+complete", r.stdout, re.M)], r.stdout
+
+
+def test_timer_converges(env):
+    cfg = env.write_config("timer", BATCH, TABLES, FEATURES)
+    root = os.path.join(env.tmp, "timer-root")
+    srvs = [env.server(cfg, index=p, num_processes=2,
+                       extra=["--checkpoint-dir", root, "--checkpoint-every", "1", "--checkpoint-grid", "20",
+                              "--checkpoint-keep", "20"]).wait_ready() for p in range(2)]
+    lg = loadgen(env, cfg, srvs, 7)
+    out, err = lg.communicate(timeout=120)
+    env.check(lg.returncode == 0, "scps-loadgen --mode train: exit %d %s" % (lg.returncode, err[-500:]))
+    # Before any SIGTERM (whose saves would be complete anyway).
+    steps, listing = complete_steps(env, root)
+    solo = [len(re.findall("saved alone", s.stderr())) for s in srvs]
+    env.check(len(steps) >= 2 and all(s % 20 == 0 for s in steps),
+              "complete checkpoints of the timer's saves under 4 concurrent clients, on the grid of 20: %s\n%s"
+              % (steps, listing))
+    if env.check(min(solo) >= 2, "each process logs its solo saves: %s" % solo) and len(steps) >= 2:
+        print("   ok solo saves of 2 processes meet: complete steps %s (%s solo saves each)" % (steps, solo),
+              flush=True)
+
+
 def test_sigterm_under_load(env):
     pb = env.pb
     cfg = env.write_config("stop", BATCH, TABLES, FEATURES)
@@ -232,4 +259,4 @@ def test_sigterm_under_load(env):
 
 
 if __name__ == "__main__":
-    main("test_cluster_steps", [test_step_poisoning, test_restore_rpc, test_sigterm_under_load])
+    main("test_cluster_steps", [test_step_poisoning, test_restore_rpc, test_timer_converges, test_sigterm_under_load])
