@@ -56,6 +56,7 @@ typedef struct server {
   void *methods[M_COUNT];
   bool has_checkpoint_dir; /* GetConfig's checkpoint_dir is set */
   int64_t step;            /* GetConfig's last_step at connect; -1: none */
+  uint64_t state_id;       /* GetConfig's state_id at connect, sent with every push */
 } server;
 
 typedef struct rpc rpc;
@@ -1126,6 +1127,7 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
                           (long long)step);
   if (p == 0 || step < c->step) c->step = step;
   c->servers[p].step = step;
+  c->servers[p].state_id = m->state_id;
   c->servers[p].has_checkpoint_dir = m->checkpoint_dir && m->checkpoint_dir[0];
   return 0;
 }
@@ -1154,10 +1156,12 @@ static int check_steps(scps_client *c, int64_t deadline_ns, scps_error *err) {
       const rpc *r = &o->rpcs[p];
       if (r->rc) rc = scps_error_set(err, r->rc, "%s", r->err.msg);
       const Scps__V1__GetConfigResponse *m = (const Scps__V1__GetConfigResponse *)r->reply;
-      if (!rc)
+      if (!rc) {
         c->servers[p].step = m->last_step_present_case == SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP
                                  ? m->last_step
                                  : -1;
+        c->servers[p].state_id = m->state_id;
+      }
     }
     if (o) op_destroy(o);
   }
@@ -2019,7 +2023,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   }
   if (!rc) rc = sum_rows(c, b, grads, rest, fn, err);
   free(rest);
-  uint8_t head[64], pre[64];
+  uint8_t head[96], pre[64];
   for (int p = 0; p < c->n && !rc; p++) {
     rpc *r = &o->rpcs[p];
     r->req = malloc(sizeof *r->req * (size_t)(1 + 4 * b->n_sent[p]));
@@ -2029,6 +2033,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     }
     uint8_t *w = scps_wire_put_view(head, c->fingerprint, p);
     w = scps_wire_put_step(w, step, learning_rate);
+    w = scps_wire_put_state_id(w, c->servers[p].state_id);
     w = scps_wire_put_apply_format(w, c->format);
     r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)head, (size_t)(w - head));
     size_t total = (size_t)(w - head);

@@ -267,6 +267,7 @@ static void handle_get_config(scps_call *c) {
   g->resp.last_step = sv->last_step;
   g->resp.restored_from = sv->restored_from;
   g->resp.checkpoint_dir = s->opts.checkpoint_dir ? (char *)s->opts.checkpoint_dir : (char *)"";
+  g->resp.state_id = atomic_load(&s->state_id);
   size_t len = scps__v1__get_config_response__get_packed_size(&g->resp);
   uint8_t *buf = malloc(len ? len : 1);
   if (buf) scps__v1__get_config_response__pack(&g->resp, buf);
@@ -1122,6 +1123,7 @@ static void handle_apply(scps_call *c) {
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
   if (st == GRPC_STATUS_OK) st = scps_saver_check_step(s, req->step, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = scps_restore_check_state(c, req->state_id, msg, sizeof msg);
   bool has_lr = req->has_learning_rate;
   /* The optimizers take the rate as float32: above FLT_MAX it would be
    * infinite there. */

@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
 
 #include "scps_clock.h"
 #include "scps_server_int.h"
@@ -298,6 +300,7 @@ void scps_restore_run(scps_server *s, scps_call *c, grpc_status_code *status, ch
     sv->due = false;
     sv->grid_left = 0;
     atomic_store(&s->damaged, 0);
+    scps_restore_new_state(s);
   }
   if (load && *status != GRPC_STATUS_OK && *status != GRPC_STATUS_INTERNAL)
     fprintf(stderr, "scps-server: Restore of step %lld refused, nothing changed: %s\n", (long long)req->step, msg);
@@ -305,6 +308,31 @@ void scps_restore_run(scps_server *s, scps_call *c, grpc_status_code *status, ch
     fprintf(stderr, "scps-server: Restore of step %lld: %s\n", (long long)req->step, msg);
   if (load && (*status == GRPC_STATUS_OK || *status == GRPC_STATUS_INTERNAL)) refuse_parked(s, req->step);
   scps_checkpoint_close(ck);
+}
+
+void scps_restore_new_state(scps_server *s) {
+  uint64_t id = 0;
+  /* getrandom, else a mix of the clock and the process id: distinct across
+   * restarts either way, which is all the id is for. */
+  if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id)
+    id = ((uint64_t)scps_clock_ns() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)getpid() << 32) ^ atomic_load(&s->state_id);
+  atomic_store(&s->state_id, id ? id : 1);
+}
+
+grpc_status_code scps_restore_check_state(scps_call *c, uint64_t state_id, char *msg, size_t len) {
+  scps_server *s = c->srv;
+  uint64_t now = atomic_load(&s->state_id);
+  if (!state_id || state_id == now) return GRPC_STATUS_OK;
+  int64_t held;
+  pthread_mutex_lock(&s->saver.mu);
+  held = s->saver.last_step;
+  pthread_mutex_unlock(&s->saver.mu);
+  snprintf(msg, len,
+           "state_id %016llx: process %d no longer holds the state this client connected to (it restarted or "
+           "restored a checkpoint since, and holds step %lld now, state %016llx); nothing applied. Reconnect: the "
+           "client then compares the processes' steps",
+           (unsigned long long)state_id, s->opts.process_index, (long long)held, (unsigned long long)now);
+  return GRPC_STATUS_FAILED_PRECONDITION;
 }
 
 bool scps_restore_refused(scps_call *c) {

@@ -6,6 +6,7 @@
 #include <grpc/status.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "scps.pb-c.h"
 
@@ -27,6 +28,15 @@ void scps_restore_handle(struct scps_call *c);
  * path (the step directory) and resp. */
 void scps_restore_run(struct scps_server *s, struct scps_call *c, grpc_status_code *status, char *msg, size_t len,
                       char *path, size_t path_cap, Scps__V1__RestoreResponse *resp);
+
+/* Names the state the process now holds (at start, and after a Restore
+ * loaded a checkpoint): a random state_id, not 0, for GetConfig. */
+void scps_restore_new_state(struct scps_server *s);
+
+/* An ApplyGradients' state_id (0: not given) against the process's: OK, or
+ * FAILED_PRECONDITION with msg saying the state was replaced since the
+ * client connected. */
+grpc_status_code scps_restore_check_state(struct scps_call *c, uint64_t state_id, char *msg, size_t len);
 
 /* For Lookup and ApplyGradients, before anything else: true when the call
  * was answered because a Restore is loading (Lookups: UNAVAILABLE, to be

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "scps_cpus.h"
+#include "scps_restore.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 #include "scps_step.h"
@@ -371,6 +372,7 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
   if (!rc) rc = scps_handlers_init(s, err);
   if (!rc) rc = scps_saver_init(s, err);
+  if (!rc) scps_restore_new_state(s);
   if (!rc) rc = grpc_setup(s, o, err);
   if (rc) {
     scps_server_destroy(s);

@@ -101,6 +101,7 @@ struct scps_server {
    * verification and left the tables undefined (scps_restore.h). */
   atomic_int restoring;
   atomic_int damaged;
+  atomic_ullong state_id; /* GetConfigResponse.state_id (scps_restore_new_state) */
 };
 
 /* One RPC from request to final send. refs counts the tags still to come

@@ -6,7 +6,8 @@
  * older checkpoint is refused at connect and 'scps-admin checkpoint
  * restore' brings the cluster to a common step, equal to an uninterrupted
  * run; kill -9 at random moments never leaves a silently mixed cluster;
- * SIGTERM under a train load loses no acknowledged push. */
+ * SIGTERM under a train load loses no acknowledged push; a trainer that
+ * keeps running while a process restarts has its next push refused. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -697,6 +698,25 @@ static int admin(const scps_it_cluster *cl, const char *args, char *buf, size_t 
   return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* A 2x2 cluster saving under root, a client connected to it, and steps
+ * 0..last trained with a cluster checkpoint after each step s where
+ * s + 1 is a multiple of every. */
+static int start_trained(scps_it_cluster *cl, const char *root, int64_t last, int64_t every, scps_client **c,
+                         scps_batch **b, io *x, scps_error *err) {
+  int rc = scps_it_init(cl, config_json, 2, 2);
+  cl->extra[0] = "--checkpoint-dir";
+  cl->extra[1] = root;
+  if (!rc) rc = scps_it_start(cl);
+  if (!rc) rc = connect_client(cl, true, c, err);
+  if (!rc) rc = scps_batch_create(*c, b, err);
+  for (int64_t s = 0; s <= last && !rc; s++) {
+    rc = train_step(*c, *b, x, s, err);
+    scps_client_checkpoint_result res;
+    if (!rc && (s + 1) % every == 0) rc = scps_client_checkpoint(*c, s, NULL, DEADLINE_MS, &res, err);
+  }
+  return rc;
+}
+
 /* The issue's reproduction: train 15 steps with a checkpoint every 10, kill
  * -9 server 1 and restart it (it restores step 9, server 0 holds 14). A new
  * client refuses, naming both steps; 'scps-admin checkpoint restore' brings
@@ -710,17 +730,7 @@ static void restart_run(const char *root) {
   io x;
   io_init(&x, 2, vocab_of, dim_of);
   char out_text[8192];
-  MUST(scps_it_init(&cl, config_json, 2, 2));
-  cl.extra[0] = "--checkpoint-dir";
-  cl.extra[1] = root;
-  MUST(scps_it_start(&cl));
-  MUST(connect_client(&cl, true, &c, &err));
-  MUST(scps_batch_create(c, &b, &err));
-  for (int64_t s = 0; s < 15; s++) {
-    MUST(train_step(c, b, &x, s, &err));
-    scps_client_checkpoint_result res;
-    if ((s + 1) % 10 == 0) MUST(scps_client_checkpoint(c, s, NULL, DEADLINE_MS, &res, &err));
-  }
+  MUST(start_trained(&cl, root, 14, 10, &c, &b, &x, &err));
   scps_batch_destroy(b);
   b = NULL;
   scps_client_destroy(c);
@@ -895,6 +905,36 @@ out:
   scps_it_stop(&cl);
 }
 
+/* A trainer that keeps running while server 1 is killed and restarted from
+ * an older checkpoint on the same port (gRPC reconnects by itself, and the
+ * Lookup is retried until the server is back): its next push is refused by
+ * the restarted process, naming the replaced state, instead of applied on
+ * top of step 4 there and step 7 on server 0. */
+static void running_trainer_run(const char *root) {
+  scps_it_cluster cl;
+  scps_client *c = NULL, *fresh = NULL;
+  scps_batch *b = NULL;
+  scps_error err;
+  io x;
+  io_init(&x, 2, vocab_of, dim_of);
+  MUST(start_trained(&cl, root, 7, 5, &c, &b, &x, &err));
+  scps_it_kill(&cl, 1);
+  MUST(scps_it_start_one(&cl, 1, cl.ports[1], 1));
+  int rc = train_step(c, b, &x, 8, &err);
+  CHECKF(rc == SCPS_EMISMATCH && strstr(err.msg, "no longer holds the state this client connected to") &&
+             strstr(err.msg, "step 4"),
+         "a push of step 8 after server 1 restarted from step 4: %d %s", rc, err.msg);
+  rc = connect_client(&cl, true, &fresh, &err);
+  CHECKF(rc == SCPS_EMISMATCH && strstr(err.msg, "step 4"), "a new client after the refused push: %d %s", rc,
+         err.msg);
+out:
+  scps_client_destroy(fresh);
+  scps_batch_destroy(b);
+  scps_client_destroy(c);
+  scps_it_stop(&cl);
+  io_free(&x);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   char scratch[] = "/tmp/scps-ckpt-test-XXXXXX";
@@ -926,6 +966,9 @@ int main(void) {
   restart_run(root7);
   random_kill_run(root8);
   sigterm_run(root9);
+  char root10[256];
+  snprintf(root10, sizeof root10, "%s/running", scratch);
+  running_trainer_run(root10);
   for (int i = 0; i < N_BEFORE + M_AFTER; i++) free(ref.acts[i]);
   free(ref.probe_before);
   free(ref.probe_after);

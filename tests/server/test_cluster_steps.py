@@ -177,6 +177,8 @@ def test_restore_rpc(env):
         f.seek(100)
         f.write(b)
     # scps-admin restores both to step 3 from their own roots.
+    ids = [st.GetConfig(pb.GetConfigRequest(), timeout=30).state_id for st in cl.stubs]
+    env.check(all(ids), "GetConfig names each process's state: %s" % ids)
     servers = ",".join(s.addr for s in srvs)
     r = subprocess.run([tool(env, "scps-admin"), "checkpoint", "restore", "--servers", servers, "--step", "3"],
                        capture_output=True, text=True, timeout=120)
@@ -184,6 +186,19 @@ def test_restore_rpc(env):
               "scps-admin checkpoint restore --step 3: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
     env.check(held(cl.stubs[0], pb) == 3 and held(cl.stubs[1], pb) == 3 and np.array_equal(rows(cl), at3),
               "after the restore both hold step 3 with its rows")
+    now = [st.GetConfig(pb.GetConfigRequest(), timeout=30).state_id for st in cl.stubs]
+    env.check(all(now) and all(a != b for a, b in zip(ids, now)), "the restore named new states: %s -> %s"
+              % (ids, now))
+    req = pb.ApplyGradientsRequest(config_fingerprint=cl.fingerprint, process_index=0, step=4, state_id=ids[0])
+    got, details, _ = call_status(cl.stubs[0].ApplyGradients, req, timeout=30)
+    env.check(got == "FAILED_PRECONDITION" and "no longer holds the state" in details and held(cl.stubs[0], pb) == 3,
+              "a push naming the state before the restore: %s %r" % (got, details))
+    req.state_id = now[0]
+    got, details, _ = call_status(cl.stubs[0].ApplyGradients, req, timeout=30)
+    env.check(got == "OK" and held(cl.stubs[0], pb) == 4, "a push naming the current state: %s %r" % (got, details))
+    req.step, req.process_index, req.state_id = 4, 1, 0
+    got, details, _ = call_status(cl.stubs[1].ApplyGradients, req, timeout=30)
+    env.check(got == "OK", "a push naming no state (a client that does not check): %s %r" % (got, details))
     # The newest common step when the processes differ: process 0 saves 9
     # alone.
     train(cl, range(4, 10))
