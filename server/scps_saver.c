@@ -268,10 +268,14 @@ void scps_saver_queue(scps_server *s, scps_call *c) {
   pthread_mutex_unlock(&sv->mu);
 }
 
-void scps_saver_tick(scps_server *s) {
+void scps_saver_tick(scps_server *s, int64_t tick) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
-  if (sv->due) {
+  /* Asking and saving alone alternate by the tick's number, not by this
+   * process's own history: a process whose grid save came after a tick
+   * would otherwise fall a tick out of step with the others, and their
+   * grid saves would no longer meet. */
+  if (tick % 2 == 0 && sv->due) {
     /* A period went by with checkpoint_due set and no Checkpoint came (a
      * client that ignores the flag, or no trainer at all): save alone. Not
      * at the step held, which differs between processes by the pushes in
@@ -285,7 +289,7 @@ void scps_saver_tick(scps_server *s) {
       sv->grid_at = (sv->last_step / k + 1) * k;
       sv->grid_left = 2;
     }
-  } else if (sv->dirty) {
+  } else if (tick % 2 != 0 && sv->dirty) {
     sv->due = true;
   }
   pthread_mutex_unlock(&sv->mu);

@@ -89,7 +89,7 @@ void scps_saver_apply_rejected(struct scps_server *s);
 void scps_saver_handle(struct scps_call *c);
 
 /* See scps_server_checkpoint_tick. */
-void scps_saver_tick(struct scps_server *s);
+void scps_saver_tick(struct scps_server *s, int64_t tick);
 
 /* Whether an ApplyGradients or Checkpoint may name `step`
  * (scps_step_check against the step held and --max-step-advance): OK, or

@@ -386,7 +386,7 @@ int scps_server_port(const scps_server *s) { return s->port; }
 
 const int *scps_server_sc_cpus(const scps_server *s) { return s->sc_pinned ? s->sc_cpus : NULL; }
 
-void scps_server_checkpoint_tick(scps_server *s) { scps_saver_tick(s); }
+void scps_server_checkpoint_tick(scps_server *s, int64_t tick) { scps_saver_tick(s, tick); }
 
 int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
                       scps_error *err) {

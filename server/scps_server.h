@@ -77,15 +77,16 @@ const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *b
                                  scps_topology *from);
 
 /* The checkpoint timer's tick (scps-server --checkpoint-every), from any
- * thread. If steps were applied since the last save, the first tick makes
- * ApplyGradients responses carry checkpoint_due; if no Checkpoint request
- * has arrived by the next tick, the server saves alone under checkpoint_dir
- * (and logs that it did) at the next two multiples of checkpoint_grid above
- * the step it holds, each once the first ApplyGradients of a later step
- * arrives (which waits for the save). Processes ticking at the same moment
- * (scps-server aligns its ticks to the wall clock) thus save the same
- * steps. */
-void scps_server_checkpoint_tick(scps_server *s);
+ * thread; tick numbers the period that begins (scps-server: the wall
+ * clock's time over the period, so every process of a cluster ticks with
+ * the same numbers). At an odd tick, if steps were applied since the last
+ * save, ApplyGradients responses start to carry checkpoint_due; if no
+ * Checkpoint request has arrived by the next (even) tick, the server saves
+ * alone under checkpoint_dir (and logs that it did) at the next two
+ * multiples of checkpoint_grid above the step it holds, each once the first
+ * ApplyGradients of a later step arrives (which waits for the save).
+ * Processes ticking together thus save the same steps. */
+void scps_server_checkpoint_tick(scps_server *s, int64_t tick);
 
 /* Starts the completion-queue threads. on_stopped is called once, from a
  * server thread, when a shutdown has finished every call in flight. On

@@ -65,14 +65,14 @@ static const char usage[] =
     "  --restore DIR          restore this step directory at start (any topology:\n"
     "                         the tables are resharded); a missing or corrupt\n"
     "                         file stops the start, naming the file\n"
-    "  --checkpoint-every S   every S seconds with steps applied, ask clients for\n"
-    "                         a cluster checkpoint (checkpoint_due in\n"
-    "                         ApplyGradients responses); without a Checkpoint\n"
-    "                         request by the next period, save alone at the next\n"
-    "                         two --checkpoint-grid steps above the step held\n"
-    "                         (needs --checkpoint-dir). Periods start at\n"
-    "                         multiples of S seconds of the wall clock, so the\n"
-    "                         processes of a cluster tick together\n"
+    "  --checkpoint-every S   with steps applied, ask clients for a cluster\n"
+    "                         checkpoint (checkpoint_due in ApplyGradients\n"
+    "                         responses) at odd multiples of S seconds of the\n"
+    "                         wall clock; without a Checkpoint request by the\n"
+    "                         next multiple, save alone at the next two\n"
+    "                         --checkpoint-grid steps above the step held\n"
+    "                         (needs --checkpoint-dir). Every process of a\n"
+    "                         cluster ticks at the same moments\n"
     "  --checkpoint-keep K    complete checkpoints kept per root after a save:\n"
     "                         the one saved and the newest before it (default\n"
     "                         3); newer ones, left behind by a --restore of an\n"
@@ -157,9 +157,18 @@ static uint64_t ms_to_next_tick(uint64_t period_ms) {
   return d < period_ms / 4 ? d + period_ms : d;
 }
 
+/* The number of the wall clock's period of period_ms that begins about now
+ * (the timer may fire a little early or late). */
+static int64_t tick_number(uint64_t period_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  return (int64_t)((now + period_ms / 2) / period_ms);
+}
+
 static void on_checkpoint_timer(uv_timer_t *t) {
   app *ap = t->data;
-  scps_server_checkpoint_tick(ap->server);
+  scps_server_checkpoint_tick(ap->server, tick_number(ap->checkpoint_every_ms));
   uv_timer_start(&ap->checkpoint, on_checkpoint_timer, ms_to_next_tick(ap->checkpoint_every_ms), 0);
 }
 
