@@ -767,7 +767,7 @@ typedef struct trainer {
   int64_t deadline_ms;
   atomic_bool stop;
   atomic_llong acked; /* the last step every server acknowledged; -1: none */
-  int rc;
+  atomic_int rc;      /* read by the thread that waits for the trainer */
   scps_error err;
 } trainer;
 
