@@ -10,6 +10,7 @@
 
 #include "scps_admin_online.h"
 #include "scps_admin_rows.h"
+#include "scps_admin_restore.h"
 #include "scps_checkpoint.h"
 #include "scps_units.h"
 
@@ -300,6 +301,8 @@ static const command commands[] = {
     {"checkpoint export", "write a table or slot as a .npy array", export_usage, run_export},
     {"rows", "print given ids' rows and optimizer slots as the servers hold them", scps_admin_rows_usage,
      scps_admin_rows},
+    {"checkpoint restore", "bring every process of a cluster to one step it holds a checkpoint of",
+     scps_admin_restore_usage, scps_admin_restore},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

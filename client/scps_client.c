@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "scps.pb-c.h"
 #include "scps_bf16.h"
@@ -25,6 +26,7 @@
 #include "scps_client_wire.h"
 #include "scps_confine.h"
 #include "scps_spec_pb.h"
+#include "scps_step.h"
 
 /* Completion-queue threads: scps_client_options.cq_threads' default and limit. */
 #define CQ_THREADS_DEFAULT 2
@@ -36,6 +38,11 @@
 #define MAX_SC_PER_PROCESS 64 /* scps.proto's Topology.sc_per_process bound */
 
 #define DEFAULT_CHECKPOINT_TIMEOUT_MS 600000
+/* Servers whose steps differ at connect are asked again this often, this
+ * long apart (a push of another trainer in flight), before the client
+ * refuses. */
+#define STEP_AGREE_ROUNDS 10
+#define STEP_AGREE_PAUSE_MS 100
 #define MAX_DIRECTORY 4000 /* leaves room for the step directory and file names below PATH_MAX */
 
 enum { M_GET_CONFIG, M_LOOKUP, M_APPLY, M_CHECKPOINT, M_READ_ROWS, M_COUNT };
@@ -52,6 +59,8 @@ typedef struct server {
   grpc_channel *ch;
   void *methods[M_COUNT];
   bool has_checkpoint_dir; /* GetConfig's checkpoint_dir is set */
+  int64_t step;            /* GetConfig's last_step at connect; -1: none */
+  uint64_t state_id;       /* GetConfig's state_id at connect, sent with every push */
 } server;
 
 typedef struct rpc rpc;
@@ -72,7 +81,7 @@ struct scps_client {
   scps_gradient_mode gradients; /* AUTO becomes BY_SAMPLE with a server of wire_revision 0 */
   uint32_t wire_revision;       /* lowest of the servers' (and this build's) GetConfig wire_revision */
   int32_t **sample_feature; /* [stack][sample]: the sample's feature, as an index into the stack's features */
-  int64_t step;              /* lowest GetConfig last_step at connect; -1: none */
+  int64_t step;              /* the servers' GetConfig last_step at connect (they agree); -1: none */
   bool ignore_checkpoint_due;
   int64_t checkpoint_timeout_ms;
   bool own_connections;
@@ -1124,9 +1133,70 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
   int64_t step = m->last_step_present_case == SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP
                      ? m->last_step
                      : -1;
+  if (step < -1 || step >= SCPS_STEP_LIMIT)
+    return scps_error_set(err, SCPS_EMISMATCH, "server %d (%s) holds step %lld, outside [0, 2^53)", p, a,
+                          (long long)step);
   if (p == 0 || step < c->step) c->step = step;
+  c->servers[p].step = step;
+  c->servers[p].state_id = m->state_id;
   c->servers[p].has_checkpoint_dir = m->checkpoint_dir && m->checkpoint_dir[0];
   return 0;
+}
+
+static bool steps_agree(const scps_client *c) {
+  for (int p = 1; p < c->n; p++)
+    if (c->servers[p].step != c->servers[0].step) return false;
+  return true;
+}
+
+/* The processes of a cluster must hold the same step: one that restarted
+ * from an older checkpoint (or from none) beside others that went on would
+ * otherwise be trained from mixed states, silently. Steps that differ only
+ * by pushes in flight from other trainers agree a moment later, so the
+ * servers are asked again for a while before the client refuses. */
+static int check_steps(scps_client *c, int64_t deadline_ns, scps_error *err) {
+  grpc_slice req = config_request(NULL);
+  int rc = 0;
+  for (int round = 0; !rc && !steps_agree(c) && round < STEP_AGREE_ROUNDS; round++) {
+    if (now_ns() + STEP_AGREE_PAUSE_MS * 1000000 > deadline_ns) break;
+    struct timespec pause = {0, STEP_AGREE_PAUSE_MS * 1000000L};
+    nanosleep(&pause, NULL);
+    op *o = NULL;
+    rc = get_configs(c, 0, c->n, req, deadline_ns, &o, err);
+    for (int p = 0; p < c->n && !rc; p++) {
+      const rpc *r = &o->rpcs[p];
+      if (r->rc) rc = scps_error_set(err, r->rc, "%s", r->err.msg);
+      const Scps__V1__GetConfigResponse *m = (const Scps__V1__GetConfigResponse *)r->reply;
+      if (!rc) {
+        c->servers[p].step = m->last_step_present_case == SCPS__V1__GET_CONFIG_RESPONSE__LAST_STEP_PRESENT_LAST_STEP
+                                 ? m->last_step
+                                 : -1;
+        c->servers[p].state_id = m->state_id;
+      }
+    }
+    if (o) op_destroy(o);
+  }
+  grpc_slice_unref(req);
+  if (rc) return rc;
+  if (steps_agree(c)) {
+    c->step = c->servers[0].step;
+    return 0;
+  }
+  char held[SCPS_ERROR_MSG_MAX - 160];
+  size_t at = 0;
+  for (int p = 0; p < c->n && at + 64 < sizeof held; p++) {
+    char step[32];
+    if (c->servers[p].step < 0) snprintf(step, sizeof step, "none");
+    else snprintf(step, sizeof step, "step %lld", (long long)c->servers[p].step);
+    at += (size_t)snprintf(held + at, sizeof held - at, "%sserver %d (%.40s) %s", p ? ", " : "", p, addr_of(c, p),
+                           step);
+  }
+  if (at + 64 >= sizeof held) snprintf(held + at, sizeof held - at, ", ...");
+  return scps_error_set(err, SCPS_EMISMATCH,
+                        "the servers hold different steps (%s): training would mix their states. Bring every "
+                        "process to one step: 'scps-admin checkpoint restore --servers LIST' restores the newest "
+                        "step every process holds a checkpoint of, or restart them all from one checkpoint",
+                        held);
 }
 
 /* Builds the layout and prep from server 0's answer. */
@@ -1309,6 +1379,7 @@ static int configure(scps_client *c, const scps_client_options *o, scps_error *e
     const op *from = rest && p > 0 ? rest : first;
     rc = check_stacks(c, p, (const Scps__V1__GetConfigResponse *)from->rpcs[p].reply, err);
   }
+  if (!rc) rc = check_steps(c, deadline, err);
   if (first) op_destroy(first);
   if (rest) op_destroy(rest);
   grpc_slice_unref(req);
@@ -1965,7 +2036,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   }
   if (!rc) rc = sum_rows(c, b, grads, rest, fn, err);
   free(rest);
-  uint8_t head[64], pre[64];
+  uint8_t head[96], pre[64];
   for (int p = 0; p < c->n && !rc; p++) {
     rpc *r = &o->rpcs[p];
     r->req = malloc(sizeof *r->req * (size_t)(1 + 4 * b->n_sent[p]));
@@ -1975,6 +2046,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     }
     uint8_t *w = scps_wire_put_view(head, c->fingerprint, p);
     w = scps_wire_put_step(w, step, learning_rate);
+    w = scps_wire_put_state_id(w, c->servers[p].state_id);
     w = scps_wire_put_apply_format(w, c->format);
     r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)head, (size_t)(w - head));
     size_t total = (size_t)(w - head);

@@ -149,7 +149,14 @@ typedef struct scps_client_options {
  * (host:port; a gRPC target such as unix:PATH has its colon),
  * SCPS_EUNAVAIL naming a server that does not answer within the timeout
  * (and whether a connection was made at all), SCPS_EMISMATCH naming what
- * differs. Security (scps_client_security): SCPS_EIO for a TLS file that
+ * differs. The servers must also hold the same step (GetConfig last_step,
+ * "none" included): a process restarted from an older checkpoint beside
+ * others that went on would be trained from mixed states, so steps that
+ * still differ after about a second of asking again (a push of another
+ * trainer in flight settles in that time) fail with SCPS_EMISMATCH
+ * naming each server's step and what brings them together
+ * ('scps-admin checkpoint restore').
+ * Security (scps_client_security): SCPS_EIO for a TLS file that
  * cannot be read, SCPS_EINVAL for one that is not what it should be (the
  * message names the field and file); SCPS_EUNAUTH when a server does not
  * know the token (or none was given), SCPS_EDENIED when the token's role
@@ -181,9 +188,9 @@ void scps_client_destroy(scps_client *c);
 const scps_layout *scps_client_layout(const scps_client *c);
 
 /* The last step the servers hold the result of, as they reported it at
- * connect (a checkpoint they restored, or the last push they applied): the
- * lowest over the servers, -1 when none has one. A trainer resumes at this
- * step + 1. */
+ * connect (a checkpoint they restored, or the highest step they applied;
+ * they agree, see scps_client_create), -1 when they hold none; below
+ * SCPS_STEP_LIMIT (scps_step.h). A trainer resumes at this step + 1. */
 int64_t scps_client_step(const scps_client *c);
 
 /* The number of server processes (scps_client_options.n_servers). */

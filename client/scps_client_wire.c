@@ -201,6 +201,13 @@ uint8_t *scps_wire_put_step(uint8_t *p, int64_t step, double learning_rate) {
   return p;
 }
 
+uint8_t *scps_wire_put_state_id(uint8_t *p, uint64_t state_id) {
+  if (!state_id) return p;
+  *p++ = tag(7, SCPS_WT_I64);
+  memcpy(p, &state_id, 8); /* little-endian host, as the learning rate */
+  return p + 8;
+}
+
 uint8_t *scps_wire_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len) {
   size_t body = len_field_size(parts_len) + len_field_size(grads_len);
   *p++ = tag(5, SCPS_WT_LEN);

@@ -59,6 +59,10 @@ size_t scps_wire_lookup_stack_prefix_size(size_t len);
  * when learning_rate >= 0); at most 2 + 2 * SCPS_WIRE_VARINT_MAX bytes. */
 uint8_t *scps_wire_put_step(uint8_t *p, int64_t step, double learning_rate);
 
+/* ApplyGradientsRequest field 7 (state_id), written only when not 0; at
+ * most 9 bytes. */
+uint8_t *scps_wire_put_state_id(uint8_t *p, uint64_t state_id);
+
 /* One ApplyGradientsRequest.stacks[i] (field 5) is, in order: the prefix
  * below, the partitions body (parts_len bytes), then the gradients prefix
  * and grads_len bytes of gradients. Each prefix is at most

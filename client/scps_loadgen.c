@@ -1,5 +1,6 @@
 #include "scps_clock.h"
 #include "scps_loadgen.h"
+#include "scps_step.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -143,6 +144,9 @@ static int client_init(lg *g, int i, scps_error *err) {
                             .security = o->security};
   int rc = scps_client_create(&co, &cl->c, err);
   if (rc) return rc;
+  /* Training resumes after the step the servers hold (they agree), as a
+   * trainer does. */
+  cl->step = scps_client_step(cl->c) + 1;
   /* The limits in force are the servers' (libscps adopts them at connect),
    * which enforce them: batches over them fail here, before the load,
    * rather than as refused requests. The benchmark workloads keep the
@@ -191,6 +195,9 @@ static int request(lg_client *cl, int k, bool train, int64_t sent, scps_error *e
   int rc = scps_client_lookup(cl->c, cl->b[k], cl->acts, o->deadline_ms, err);
   if (rc || !train) return rc;
   int64_t left = o->deadline_ms - (scps_clock_ns() - sent) / 1000000;
+  if (cl->step >= SCPS_STEP_LIMIT)
+    return scps_error_set(err, SCPS_EINVAL, "client %d: step %lld reached 2^53, the steps servers take", cl->index,
+                          (long long)cl->step);
   return scps_client_apply_gradients(cl->c, cl->b[k], (const float *const *)cl->grads, cl->step++, -1.0,
                                      left > 1 ? left : 1, err);
 }

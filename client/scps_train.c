@@ -3,6 +3,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_step.h"
+
 typedef struct slot {
   scps_batch *batch;
   float **acts, **grads; /* per feature */
@@ -79,6 +81,14 @@ int scps_train_run(scps_client *c, const scps_train_options *o, const scps_train
   r.ud = ud;
   r.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : 30000;
   int nf = r.layout->n_features, rc = 0;
+  /* Every step pushed stays below what servers take, and step + 1 never
+   * overflows. */
+  if (o->first_step < 0 || o->first_step >= SCPS_STEP_LIMIT || o->steps < 0 ||
+      o->steps > SCPS_STEP_LIMIT - o->first_step)
+    rc = scps_error_set(err, SCPS_EINVAL,
+                        "first_step %lld and %lld steps: every step must be in [0, 2^53 = %lld), the steps servers "
+                        "take",
+                        (long long)o->first_step, (long long)o->steps, (long long)SCPS_STEP_LIMIT);
   /* Found now, not at the first checkpoint after hours of training. */
   for (int p = 0; o->checkpoint_every_steps > 0 && p < scps_client_n_servers(c) && !rc; p++)
     if (!scps_client_server_has_checkpoint_dir(c, p))

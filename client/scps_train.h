@@ -26,7 +26,7 @@ typedef struct scps_train_hooks {
 typedef struct scps_train_options {
   scps_schedule_mode mode;
   int64_t steps;
-  int64_t first_step;   /* global step of batch 0, for the optimizers */
+  int64_t first_step;   /* global step of batch 0, for the optimizers; first_step + steps <= 2^53 */
   double learning_rate; /* < 0: each stack's configured rate */
   int64_t deadline_ms;  /* per lookup and per push; 0: 30 s */
   /* > 0: after the push of each global step s with s + 1 a multiple of

@@ -13,6 +13,7 @@
 #include "scps_limits.h"
 #include "scps_partlimits.h"
 #include "scps_read_rows.h"
+#include "scps_restore.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
 #include "scps_spec_pb.h"
@@ -281,6 +282,7 @@ static void handle_get_config(scps_call *c) {
   g->resp.last_step = sv->last_step;
   g->resp.restored_from = sv->restored_from;
   g->resp.checkpoint_dir = s->opts.checkpoint_dir ? (char *)s->opts.checkpoint_dir : (char *)"";
+  g->resp.state_id = atomic_load(&s->state_id);
   size_t len = scps__v1__get_config_response__get_packed_size(&g->resp);
   uint8_t *buf = malloc(len ? len : 1);
   if (buf) scps__v1__get_config_response__pack(&g->resp, buf);
@@ -783,6 +785,7 @@ static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use,
 
 static void handle_lookup(scps_call *c) {
   scps_server *s = c->srv;
+  if (scps_restore_refused(c)) return;
   if (!read_data_request(c, SCPS_REQUEST_LOOKUP)) return;
   const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
@@ -1275,6 +1278,8 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
 static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit);
 
 static void handle_apply(scps_call *c) {
+  scps_server *s = c->srv;
+  if (scps_restore_refused(c)) return;
   if (!read_data_request(c, SCPS_REQUEST_APPLY)) return;
   const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128];
@@ -1284,6 +1289,8 @@ static void handle_apply(scps_call *c) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
+  if (st == GRPC_STATUS_OK) st = scps_saver_check_step(s, req->step, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = scps_restore_check_state(c, req->state_id, msg, sizeof msg);
   bool has_lr = req->has_learning_rate;
   /* The optimizers take the rate as float32: above FLT_MAX it would be
    * infinite there. */
@@ -1392,6 +1399,8 @@ void scps_handle_call(scps_call *c) {
   case SCPS_M_HEALTH: handle_health(c); break;
   case SCPS_M_CHECKPOINT: scps_saver_handle(c); break;
   case SCPS_M_READ_ROWS: scps_handle_read_rows(c); break;
+  case SCPS_M_LIST_CHECKPOINTS: scps_restore_handle_list(c); break;
+  case SCPS_M_RESTORE: scps_restore_handle(c); break;
   default: scps_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL, 0); break;
   }
 }

@@ -352,7 +352,16 @@ static int read_flags(reader *rd, int wt, size_t limit, scps_request *r) {
 /* Field numbers the two requests share: 1 config_fingerprint,
  * 2 process_index. Lookup: 3 stacks, 4 activation_format, 5 distinct_rows.
  * ApplyGradients:
- * 3 step, 4 learning_rate, 5 stacks, 6 gradient_format. */
+ * 3 step, 4 learning_rate, 5 stacks, 6 gradient_format, 7 state_id. */
+/* ApplyGradientsRequest.state_id: fixed64, little-endian. */
+static int read_state_id(reader *rd, int wt, size_t limit, scps_request *r) {
+  uint8_t b[8];
+  int rc = expect(rd, 7, wt, SCPS_WT_I64);
+  if (!rc) rc = limit - rd->m.pos < 8 ? fail(rd, "truncated") : read_bytes(rd, b, 8);
+  if (!rc) memcpy(&r->state_id, b, 8);
+  return rc;
+}
+
 static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
   const size_t limit = rd->m.total;
   while (rd->m.pos < limit) {
@@ -382,6 +391,8 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
         memcpy(&r->learning_rate, b, 8); /* little-endian host, as libscps's encoder */
         r->has_learning_rate = true;
       }
+    } else if (!lookup && field == 7) {
+      rc = read_state_id(rd, wt, limit, r);
     } else if (lookup && field == 5) {
       rc = read_flags(rd, wt, limit, r);
     } else if (field == stacks) {

@@ -61,6 +61,7 @@ typedef struct scps_request {
   size_t cap_stacks;
   size_t bytes; /* the encoded request's size */
   scps_slices msg; /* ApplyGradients: the request's slices, kept for its gradients */
+  uint64_t state_id; /* ApplyGradients: the state the client connected to; 0: not given */
 } scps_request;
 
 typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_request_kind;

@@ -11,7 +11,9 @@
 
 #include "scps_confine.h"
 #include "scps_fdo.h"
+#include "scps_restore.h"
 #include "scps_server_int.h"
+#include "scps_step.h"
 
 /* Room left in a path for "/step-<12 digits>/<data file name>". */
 #define PATH_RESERVE 128
@@ -37,7 +39,6 @@ static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step);
 static void noted_free(scps_saver *sv);
 
 static int restore(scps_server *s, scps_error *err) {
-  scps_saver *sv = &s->saver;
   const char *dir = s->opts.restore_dir;
   char found[PATH_MAX];
   scps_error e;
@@ -60,6 +61,13 @@ static int restore(scps_server *s, scps_error *err) {
     scps_checkpoint_close(ck);
     return scps_error_set(err, rc, "cannot restore checkpoint '%s': %s", dir, e.msg);
   }
+  scps_saver_adopt(s, ck, dir, &st);
+  scps_checkpoint_close(ck);
+  return 0;
+}
+
+void scps_saver_adopt(scps_server *s, const scps_checkpoint *ck, const char *dir, const scps_checkpoint_stats *st) {
+  scps_saver *sv = &s->saver;
   /* A checkpoint written with another topology may stack the tables
    * differently; stacks it does not know keep the declaration's limits. */
   for (int st_i = 0; st_i < s->layout->n_stacks; st_i++) {
@@ -71,12 +79,10 @@ static int restore(scps_server *s, scps_error *err) {
   }
   bound_restored_limits(s);
   sv->last_step = sv->restored_step = scps_checkpoint_step(ck);
-  sv->restored_bytes = st.bytes;
-  sv->restored_seconds = st.seconds;
+  sv->restored_bytes = st->bytes;
+  sv->restored_seconds = st->seconds;
   sv->restored_topology = *scps_checkpoint_topology(ck);
   snprintf(sv->restored_from, sizeof sv->restored_from, "%s", dir);
-  scps_checkpoint_close(ck);
-  return 0;
 }
 
 static void *saver_main(void *arg);
@@ -88,6 +94,7 @@ int scps_saver_init(scps_server *s, scps_error *err) {
   pthread_cond_init(&sv->cv, NULL);
   sv->inited = true;
   sv->last_step = sv->last_saved_step = sv->restored_step = -1;
+  sv->solo_step = -1;
   sv->limits = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *sv->limits);
   if (!sv->limits) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   for (int st = 0; st < l->n_stacks; st++) {
@@ -144,10 +151,24 @@ static void append(scps_call **head, scps_call **tail, scps_call *c) {
   *tail = c;
 }
 
+/* With mu held: the timer's next grid save is due when c, an
+ * ApplyGradients of a step above it, is about to run. Then the gate closes
+ * before c (the caller parks it) and the save is queued. */
+static bool grid_cut(scps_server *s, const scps_call *c) {
+  scps_saver *sv = &s->saver;
+  if (sv->grid_left <= 0 || sv->solo_pending || c->step.step <= sv->grid_at) return false;
+  sv->solo_pending = true;
+  sv->solo_step = sv->grid_at;
+  sv->solo_why = "no Checkpoint request within a --checkpoint-every period; saved alone (on the --checkpoint-grid)";
+  sv->gate_closed = true;
+  pthread_cond_broadcast(&sv->cv);
+  return true;
+}
+
 void scps_saver_submit_apply(scps_server *s, scps_call *c) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
-  if (sv->gate_closed) {
+  if (sv->gate_closed || grid_cut(s, c)) {
     append(&sv->parked, &sv->parked_tail, c);
   } else {
     sv->applies_running++;
@@ -179,8 +200,10 @@ void scps_saver_apply_rejected(scps_server *s) {
 static void open_gate(scps_server *s) {
   scps_saver *sv = &s->saver;
   sv->gate_closed = false;
-  for (scps_call *c = sv->parked, *next; c; c = next) {
-    next = c->next;
+  for (scps_call *c; (c = sv->parked);) {
+    /* A parked push past the next grid step closes the gate again. */
+    if (grid_cut(s, c)) return;
+    sv->parked = c->next;
     c->next = NULL;
     sv->applies_running++;
     scps_pipeline_submit(s->pipeline, &c->job);
@@ -203,6 +226,7 @@ void scps_saver_handle(scps_call *c) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
+  if (st == GRPC_STATUS_OK) st = scps_saver_check_step(s, req->step, msg, sizeof msg);
   if (st == GRPC_STATUS_OK) st = check_request(s, req, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
     scps_call_finish(c, st, msg, NULL, 0);
@@ -222,22 +246,53 @@ void scps_saver_handle(scps_call *c) {
   if (v == CK_REFUSE) scps_call_finish(c, st, msg, NULL, 0);
 }
 
-void scps_saver_tick(scps_server *s) {
+void scps_saver_queue(scps_server *s, scps_call *c) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
-  if (sv->due) {
+  append(&sv->queue, &sv->queue_tail, c);
+  sv->gate_closed = true;
+  pthread_cond_broadcast(&sv->cv);
+  pthread_mutex_unlock(&sv->mu);
+}
+
+void scps_saver_tick(scps_server *s, int64_t tick) {
+  scps_saver *sv = &s->saver;
+  pthread_mutex_lock(&sv->mu);
+  /* Asking and saving alone alternate by the tick's number, not by this
+   * process's own history: a process whose grid save came after a tick
+   * would otherwise fall a tick out of step with the others, and their
+   * grid saves would no longer meet. */
+  if (tick % 2 == 0 && sv->due) {
     /* A period went by with checkpoint_due set and no Checkpoint came (a
-     * client that ignores the flag, or no trainer at all): save alone. */
+     * client that ignores the flag, or no trainer at all): save alone. Not
+     * at the step held, which differs between processes by the pushes in
+     * flight, but at the next two grid steps above it, which every process
+     * of the cluster computes alike: if the processes' ticks straddle a
+     * grid step (they are less than one grid step apart), the second
+     * saves meet. */
     sv->due = false;
-    if (sv->dirty && sv->last_step >= 0 && s->opts.checkpoint_dir && interval_passed(s)) {
-      sv->solo_pending = true;
-      sv->gate_closed = true;
-      pthread_cond_broadcast(&sv->cv);
+    if (sv->dirty && sv->last_step >= 0 && s->opts.checkpoint_dir && sv->grid_left <= 0 &&
+        interval_passed(s)) {
+      const int64_t k = s->opts.checkpoint_grid;
+      sv->grid_at = (sv->last_step / k + 1) * k;
+      sv->grid_left = 2;
     }
-  } else if (sv->dirty && interval_passed(s)) {
+  } else if (tick % 2 != 0 && sv->dirty && interval_passed(s)) {
     sv->due = true;
   }
   pthread_mutex_unlock(&sv->mu);
+}
+
+grpc_status_code scps_saver_check_step(scps_server *s, int64_t step, char *msg, size_t len) {
+  scps_saver *sv = &s->saver;
+  pthread_mutex_lock(&sv->mu);
+  int64_t held = sv->last_step;
+  pthread_mutex_unlock(&sv->mu);
+  scps_error e;
+  int rc = scps_step_check(step, held, s->opts.max_step_advance, &e);
+  if (!rc) return GRPC_STATUS_OK;
+  snprintf(msg, len, "process %d: %s", s->opts.process_index, e.msg);
+  return rc == SCPS_EINVAL ? GRPC_STATUS_INVALID_ARGUMENT : GRPC_STATUS_FAILED_PRECONDITION;
 }
 
 /* ------------------------------------------------------------------ save */
@@ -251,7 +306,10 @@ static grpc_status_code errno_status(int e) {
 }
 
 typedef struct save_job {
-  scps_call *call;         /* NULL: the timer's solo save */
+  scps_call *call;         /* NULL: a solo save (the timer's, or the one at exit) */
+  int64_t solo_step;       /* a solo save's step; -1: the step held, if anything was applied since */
+  const char *why;         /* a solo save's log line */
+  Scps__V1__RestoreResponse restore; /* a Restore call's answer */
   grpc_status_code status;
   char msg[SCPS_ERROR_MSG_MAX + 256];
   Scps__V1__CheckpointResponse resp;
@@ -266,11 +324,13 @@ static void run_save(scps_server *s, save_job *j) {
   scps_saver *sv = &s->saver;
   const scps_layout *l = s->layout;
   const Scps__V1__CheckpointRequest *req = j->call ? (const Scps__V1__CheckpointRequest *)j->call->request : NULL;
-  int64_t step = req ? req->step : sv->last_step;
+  int64_t step = req ? req->step : j->solo_step >= 0 ? j->solo_step : sv->last_step;
   const char *rel = req ? req->directory : "";
   request_root(s, rel, j->root, sizeof j->root);
   j->status = GRPC_STATUS_OK;
-  if (!req && (!sv->dirty || step < 0)) return; /* nothing applied since the last save */
+  /* Nothing applied since the last save. A grid step is saved even so: the
+   * other processes save it too, and only all of them make it complete. */
+  if (!req && j->solo_step < 0 && (!sv->dirty || step < 0)) return;
   if (req && s->opts.checkpoint_min_interval > 0 && sv->last_attempt_ok && step == sv->last_attempt_step &&
       sv->last_save_end * 1e9 >= (double)j->call->t0_ns && !strcmp(j->root, sv->last_root)) {
     /* Admitted as a duplicate of the save of the same step and place that
@@ -356,7 +416,7 @@ static void run_save(scps_server *s, save_job *j) {
       snprintf(how, sizeof how, "the whole save");
     fprintf(stderr, "scps-server: %s step %lld to %s: %lld bytes in %d files, %.3f s (%.2f GB/s); "
             "ApplyGradients held for %s\n",
-            req ? "checkpointed" : "no Checkpoint request within a --checkpoint-every period; saved alone",
+            req ? "checkpointed" : j->why,
             (long long)step, j->path, (long long)cs.bytes, cs.files, cs.seconds,
             cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0, how);
     if (scps_checkpoint_retain(fd, j->root, &own, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1,
@@ -395,6 +455,45 @@ static void run_save(scps_server *s, save_job *j) {
   free(limits);
 }
 
+/* With mu held: the pending solo save's step and reason into j; a grid
+ * save moves the grid on. */
+static void take_solo(scps_server *s, save_job *j) {
+  scps_saver *sv = &s->saver;
+  j->solo_step = sv->solo_step;
+  j->why = sv->solo_why;
+  sv->solo_step = -1;
+  if (j->solo_step >= 0 && --sv->grid_left > 0) sv->grid_at += s->opts.checkpoint_grid;
+}
+
+int scps_saver_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
+  scps_saver *sv = &s->saver;
+  pthread_mutex_lock(&sv->mu);
+  /* The save supersedes the timer's grid saves still to come. */
+  sv->grid_left = 0;
+  while (sv->saving || sv->restore_running || sv->queue || sv->solo_pending) pthread_cond_wait(&sv->cv, &sv->mu);
+  *step = sv->last_step;
+  int rc = 0;
+  if (s->opts.checkpoint_dir && sv->dirty && sv->last_step >= 0) {
+    save_job *j = calloc(1, sizeof *j);
+    if (!j) {
+      pthread_mutex_unlock(&sv->mu);
+      return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+    }
+    j->solo_step = -1;
+    j->why = "shutting down; checkpointed";
+    run_save(s, j);
+    if (j->status == GRPC_STATUS_OK) {
+      snprintf(path, cap, "%s", j->path);
+      rc = 1;
+    } else {
+      rc = scps_error_set(err, SCPS_EIO, "%s", j->msg);
+    }
+    free(j);
+  }
+  pthread_mutex_unlock(&sv->mu);
+  return rc;
+}
+
 static void *saver_main(void *arg) {
   scps_server *s = arg;
   scps_saver *sv = &s->saver;
@@ -405,6 +504,8 @@ static void *saver_main(void *arg) {
     if (!sv->queue && !sv->solo_pending) break;
     memset(j, 0, sizeof *j);
     scps__v1__checkpoint_response__init(&j->resp);
+    scps__v1__restore_response__init(&j->restore);
+    j->solo_step = -1;
     if (sv->queue) {
       j->call = sv->queue;
       sv->queue = j->call->next;
@@ -412,13 +513,20 @@ static void *saver_main(void *arg) {
       j->call->next = NULL;
     } else {
       sv->solo_pending = false;
+      take_solo(s, j);
     }
     while (sv->applies_running) pthread_cond_wait(&sv->cv, &sv->mu);
-    run_save(s, j);
+    bool restore = j->call && j->call->method == SCPS_M_RESTORE;
+    if (restore)
+      scps_restore_run(s, j->call, &j->status, j->msg, sizeof j->msg, j->path, sizeof j->path, &j->restore);
+    else
+      run_save(s, j);
     if (!sv->queue && !sv->solo_pending) open_gate(s);
+    /* scps_saver_save_held waits for the thread to be idle. */
+    pthread_cond_broadcast(&sv->cv);
     pthread_mutex_unlock(&sv->mu);
     if (j->call && j->status == GRPC_STATUS_OK)
-      scps_call_finish_packed(j->call, &j->resp.base);
+      scps_call_finish_packed(j->call, restore ? &j->restore.base : &j->resp.base);
     else if (j->call)
       scps_call_finish(j->call, j->status, j->msg, NULL, 0);
     pthread_mutex_lock(&sv->mu);

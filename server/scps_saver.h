@@ -8,7 +8,10 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include <grpc/status.h>
 
 #include "scps_checkpoint.h"
 #include "scps_error.h"
@@ -62,6 +65,16 @@ typedef struct scps_saver {
   char **noted;                     /* step directories already logged as left alone */
   int n_noted, cap_noted;
   struct scps_checkpoint_snapshot *snapshot; /* the save thread's copy, idle between saves */
+  /* The timer's solo saves land on the step grid (checkpoint_grid): while
+   * grid_left > 0 the first ApplyGradients of a step above grid_at closes
+   * the gate, and a save of step grid_at follows (then grid_at moves one
+   * grid step on). solo_step is the pending solo save's step (-1: the step
+   * held) and solo_why its log line's reason. */
+  int64_t grid_at;
+  int grid_left;
+  int64_t solo_step;
+  const char *solo_why;
+  bool restore_running; /* a Restore is verifying or loading, mu released */
 } scps_saver;
 
 /* Sets up the saver, restores the checkpoint the options name (or the
@@ -89,6 +102,25 @@ void scps_saver_apply_rejected(struct scps_server *s);
 void scps_saver_handle(struct scps_call *c);
 
 /* See scps_server_checkpoint_tick. */
-void scps_saver_tick(struct scps_server *s);
+void scps_saver_tick(struct scps_server *s, int64_t tick);
+
+/* Whether an ApplyGradients or Checkpoint may name `step`
+ * (scps_step_check against the step held and --max-step-advance): OK, or
+ * INVALID_ARGUMENT / FAILED_PRECONDITION with msg naming the step, the step
+ * held and the flag. */
+grpc_status_code scps_saver_check_step(struct scps_server *s, int64_t step, char *msg, size_t len);
+
+/* Takes an opened checkpoint's step, limits in force and place as the
+ * process's own (its tables were loaded from it); with mu held, or before
+ * the save thread runs. */
+void scps_saver_adopt(struct scps_server *s, const scps_checkpoint *ck, const char *dir,
+                      const scps_checkpoint_stats *st);
+
+/* Queues a validated Checkpoint or Restore call for the save thread and
+ * closes the gate: ApplyGradients park until it is done. */
+void scps_saver_queue(struct scps_server *s, struct scps_call *c);
+
+/* See scps_server_save_held. */
+int scps_saver_save_held(struct scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err);
 
 #endif

@@ -14,8 +14,10 @@
 #include "scps_cpus.h"
 #include "scps_limits.h"
 #include "scps_partlimits.h"
+#include "scps_restore.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
+#include "scps_step.h"
 
 /* Requests kept posted per completion queue: enough that a burst of calls
  * never waits for a re-arm. */
@@ -23,7 +25,8 @@
 #define POSTED_SMALL 2
 
 const char *const scps_method_names[SCPS_M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Stats",
-                                                     "Health",    "Checkpoint", "ReadRows"};
+                                                     "Health",    "Checkpoint", "ReadRows",
+                                                     "ListCheckpoints", "Restore"};
 
 /* The least role that may call each method when the server has a
  * --token-file (deploy/SECURITY.md). A method missing here is admin-only:
@@ -67,7 +70,8 @@ static void call_release(scps_call *c) {
   bool counted = c->counted;
   call_free(c);
   if (counted) scps_limits_note_call(s);
-  if (counted && atomic_fetch_sub(&s->active, 1) == 1 && atomic_load(&s->draining)) stop_grpc(s);
+  if (counted && atomic_fetch_sub(&s->active, 1) == 1 && atomic_load(&s->draining) && !atomic_load(&s->pushes_open))
+    stop_grpc(s);
 }
 
 static void call_unref(scps_call *c) {
@@ -279,7 +283,9 @@ static void on_new_call(scps_call *c, int ok) {
   /* While draining, Health (which answers DRAINING) and Stats are served;
    * anything else is refused with the status clients retry elsewhere. A
    * call that slips in while the drain starts is simply served. */
-  bool refuse = atomic_load(&s->draining) && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS;
+  bool refuse = atomic_load(&s->draining) && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS &&
+                !(c->method == SCPS_M_APPLY_GRADIENTS && atomic_load(&s->pushes_open));
+  if (c->method == SCPS_M_APPLY_GRADIENTS && atomic_load(&s->pushes_open)) atomic_store(&s->last_push_ns, scps_clock_ns());
   if (!refuse && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS) {
     c->counted = 1;
     atomic_fetch_add(&s->active, 1);
@@ -446,12 +452,18 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
                           SCPS_MAX_SC_PER_PROCESS);
   if (o->checkpoint_keep < 1)
     return scps_error_set(err, SCPS_EINVAL, "--checkpoint-keep %d must be >= 1", o->checkpoint_keep);
+  if (o->max_step_advance < 0 || o->max_step_advance > SCPS_STEP_LIMIT)
+    return scps_error_set(err, SCPS_EINVAL, "--max-step-advance %lld not in [1, 2^53]", (long long)o->max_step_advance);
+  if (o->checkpoint_grid < 0 || o->checkpoint_grid > SCPS_STEP_LIMIT)
+    return scps_error_set(err, SCPS_EINVAL, "--checkpoint-grid %lld not in [1, 2^53]", (long long)o->checkpoint_grid);
   if (o->max_message_bytes < 4096 || o->max_message_bytes > INT32_MAX)
     return scps_error_set(err, SCPS_EINVAL, "max message size %lld not in [4096, %d] bytes",
                           (long long)o->max_message_bytes, INT32_MAX);
   scps_server *s = calloc(1, sizeof *s);
   if (!s) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   s->opts = *o;
+  if (!s->opts.max_step_advance) s->opts.max_step_advance = SCPS_STEP_ADVANCE_DEFAULT;
+  if (!s->opts.checkpoint_grid) s->opts.checkpoint_grid = 100;
   s->S = o->topology.sc_per_process;
   s->tables = malloc(sizeof *s->tables * (size_t)o->n_tables);
   s->features = malloc(sizeof *s->features * (size_t)(o->n_features ? o->n_features : 1));
@@ -474,6 +486,7 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
   if (!rc) rc = scps_saver_init(s, err);
   if (!rc) rc = scps_limits_init(s, err);
   if (!rc && o->partition_limits[0] > 0) scps_partlimits_override(s);
+  if (!rc) scps_restore_new_state(s);
   if (!rc) rc = grpc_setup(s, o, err);
   if (rc) {
     scps_server_destroy(s);
@@ -495,7 +508,7 @@ void scps_call_unref(scps_call *c) { call_unref(c); }
 
 const int *scps_server_sc_cpus(const scps_server *s) { return s->sc_pinned ? s->sc_cpus : NULL; }
 
-void scps_server_checkpoint_tick(scps_server *s) { scps_saver_tick(s); }
+void scps_server_checkpoint_tick(scps_server *s, int64_t tick) { scps_saver_tick(s, tick); }
 
 int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
                       scps_error *err) {
@@ -533,15 +546,37 @@ int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int 
  * the moment it starts, calls arriving on open connections are cancelled
  * (CANCELLED, which clients do not retry) rather than refused. */
 void scps_server_shutdown(scps_server *s) {
+  if (atomic_load(&s->draining)) return;
+  /* Pushes stay open first (with somewhere to save to): set before draining,
+   * so no push arriving meanwhile is refused. */
+  if (s->opts.drain_quiet_ms > 0 && s->opts.checkpoint_dir) {
+    atomic_store(&s->last_push_ns, scps_clock_ns());
+    atomic_store(&s->pushes_open, 1);
+  }
   if (atomic_exchange(&s->draining, 1)) return;
-  if (atomic_load(&s->active) == 0) stop_grpc(s);
+  if (atomic_load(&s->active) == 0 && !atomic_load(&s->pushes_open)) stop_grpc(s);
 }
 
 void scps_server_cancel_all(scps_server *s) {
+  atomic_store(&s->pushes_open, 0);
   atomic_store(&s->cancelling, 1);
   stop_grpc(s);
   grpc_server_cancel_all_calls(s->server);
   if (s->budget) scps_budget_refuse_waiting(s->budget);
+}
+
+int64_t scps_server_push_quiet_ms(scps_server *s) {
+  if (!atomic_load(&s->pushes_open)) return -1;
+  return (scps_clock_ns() - atomic_load(&s->last_push_ns)) / 1000000;
+}
+
+void scps_server_close_pushes(scps_server *s) {
+  atomic_store(&s->pushes_open, 0);
+  if (atomic_load(&s->draining) && atomic_load(&s->active) == 0) stop_grpc(s);
+}
+
+int scps_server_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
+  return scps_saver_save_held(s, step, path, cap, err);
 }
 
 /* Completes what is left on a queue without a thread: requests the server
@@ -564,6 +599,7 @@ void scps_server_destroy(scps_server *s) {
     if (!s->n_threads_started) {
       /* Never served (bind or start failed): shut down here, no thread waits. */
       scps_server_shutdown(s);
+      scps_server_close_pushes(s);
       grpc_server_cancel_all_calls(s->server);
     }
     /* Every call has finished (the shutdown tag came), so no job is left in

@@ -5,6 +5,7 @@
 #define SCPS_SERVER_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "scps_error.h"
@@ -82,6 +83,21 @@ typedef struct scps_server_options {
   /* > 0: every stack's limits in force from the start (ids, unique ids),
    * instead of the declaration's or a restored checkpoint's; 0: those. */
   int32_t partition_limits[2];
+  /* An ApplyGradients or Checkpoint step may be at most this far above the
+   * step the process holds, or at most this when it holds none
+   * (scps_step_check); 0: SCPS_STEP_ADVANCE_DEFAULT. */
+  int64_t max_step_advance;
+  /* > 0 with a checkpoint_dir: a shutdown first goes on taking
+   * ApplyGradients (but no other data calls) until none has arrived for
+   * this many milliseconds (scps_server_push_quiet_ms, then
+   * scps_server_close_pushes), so the pushes in flight reach every process
+   * of a cluster stopped together before each saves the step it holds
+   * (scps_server_save_held). 0: refused at once, like the other calls. */
+  int32_t drain_quiet_ms;
+  /* The timer's solo saves land on multiples of this many steps
+   * (scps_server_checkpoint_tick); the processes of a cluster must agree.
+   * 0: 100. */
+  int64_t checkpoint_grid;
 } scps_server_options;
 
 typedef struct scps_server scps_server;
@@ -111,11 +127,16 @@ const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *b
                                  scps_topology *from);
 
 /* The checkpoint timer's tick (scps-server --checkpoint-every), from any
- * thread. If steps were applied since the last save, the first tick makes
- * ApplyGradients responses carry checkpoint_due; if no Checkpoint request
- * has arrived by the next tick, the server saves alone at its last applied
- * step under checkpoint_dir (and logs that it did). */
-void scps_server_checkpoint_tick(scps_server *s);
+ * thread; tick numbers the period that begins (scps-server: the wall
+ * clock's time over the period, so every process of a cluster ticks with
+ * the same numbers). At an odd tick, if steps were applied since the last
+ * save, ApplyGradients responses start to carry checkpoint_due; if no
+ * Checkpoint request has arrived by the next (even) tick, the server saves
+ * alone under checkpoint_dir (and logs that it did) at the next two
+ * multiples of checkpoint_grid above the step it holds, each once the first
+ * ApplyGradients of a later step arrives (which waits for the save).
+ * Processes ticking together thus save the same steps. */
+void scps_server_checkpoint_tick(scps_server *s, int64_t tick);
 
 /* Starts the completion-queue threads. on_stopped is called once, from a
  * server thread, when a shutdown has finished every call in flight. On
@@ -134,6 +155,24 @@ void scps_server_shutdown(scps_server *s);
 /* Cancels calls still in flight after a shutdown that took too long, and
  * closes the connections. */
 void scps_server_cancel_all(scps_server *s);
+
+/* During a shutdown that still takes ApplyGradients (drain_quiet_ms):
+ * milliseconds since the last one arrived, or since the shutdown began;
+ * -1 when pushes are no longer taken. */
+int64_t scps_server_push_quiet_ms(scps_server *s);
+
+/* Ends the taking of ApplyGradients during a shutdown: from now on they
+ * are refused like other calls, and once the calls in flight are done
+ * gRPC shuts down (on_stopped). Safe from any thread, more than once. */
+void scps_server_close_pushes(scps_server *s);
+
+/* After a shutdown has finished every call (on_stopped), before
+ * scps_server_destroy: with a checkpoint_dir, saves the step the process
+ * holds there if anything was applied since its last save or restore.
+ * Returns 1 with *step and path (cap bytes) when it saved; 0 when there was
+ * nothing to save (*step: the step held, -1 for none); a negative SCPS_E*
+ * code with err when the save failed. */
+int scps_server_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err);
 
 /* After on_stopped: joins the threads and frees everything. */
 void scps_server_destroy(scps_server *s);

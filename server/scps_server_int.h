@@ -27,6 +27,8 @@ enum {
   SCPS_M_HEALTH,
   SCPS_M_CHECKPOINT,
   SCPS_M_READ_ROWS,
+  SCPS_M_LIST_CHECKPOINTS,
+  SCPS_M_RESTORE,
   SCPS_M_COUNT,
   SCPS_M_UNKNOWN = SCPS_M_COUNT /* generic request: answered UNIMPLEMENTED */
 };
@@ -113,6 +115,16 @@ struct scps_server {
   int64_t trim_peak;             /* budget peak seen at the last periodic trim (budget thread) */
   int64_t next_periodic_trim_ns; /* budget thread */
   grpc_resource_quota *quota;    /* while the server is created */
+  /* Draining with a checkpoint_dir and drain_quiet_ms: ApplyGradients are
+   * still taken while pushes_open (scps_server_close_pushes ends it);
+   * last_push_ns is when the last one arrived. */
+  atomic_int pushes_open;
+  atomic_llong last_push_ns;
+  /* A Restore is loading (Lookups are refused), or one failed after
+   * verification and left the tables undefined (scps_restore.h). */
+  atomic_int restoring;
+  atomic_int damaged;
+  atomic_ullong state_id; /* GetConfigResponse.state_id (scps_restore_new_state) */
 };
 
 /* One RPC from request to final send. refs counts the tags still to come

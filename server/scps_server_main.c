@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 #include <uv.h>
 
@@ -55,7 +56,10 @@ static const char usage[] =
     "                         when n < 2)\n"
     "  --drain-seconds N      on SIGTERM/SIGINT, wait this long for calls in\n"
     "                         flight before cancelling them (default 10); a\n"
-    "                         second signal cancels them at once\n"
+    "                         second signal cancels them at once. With\n"
+    "                         --checkpoint-dir the step held is then saved\n"
+    "                         (if anything was applied since the last save)\n"
+    "                         before the process exits\n"
     "  --port-file FILE       write the bound port to FILE once serving (exit 1\n"
     "                         if it cannot be written)\n"
     "  --checkpoint-dir ROOT  checkpoints go to ROOT/step-<step>/ (Checkpoint\n"
@@ -70,11 +74,14 @@ static const char usage[] =
     "  --restore DIR          restore this step directory at start (any topology:\n"
     "                         the tables are resharded); a missing or corrupt\n"
     "                         file stops the start, naming the file\n"
-    "  --checkpoint-every S   every S seconds with steps applied, ask clients for\n"
-    "                         a cluster checkpoint (checkpoint_due in\n"
-    "                         ApplyGradients responses); without a Checkpoint\n"
-    "                         request by the next period, save alone at the last\n"
-    "                         applied step (needs --checkpoint-dir)\n"
+    "  --checkpoint-every S   with steps applied, ask clients for a cluster\n"
+    "                         checkpoint (checkpoint_due in ApplyGradients\n"
+    "                         responses) at odd multiples of S seconds of the\n"
+    "                         wall clock; without a Checkpoint request by the\n"
+    "                         next multiple, save alone at the next two\n"
+    "                         --checkpoint-grid steps above the step held\n"
+    "                         (needs --checkpoint-dir). Every process of a\n"
+    "                         cluster ticks at the same moments\n"
     "  --checkpoint-keep K    complete checkpoints kept per root after a save:\n"
     "                         the one saved and the newest before it (default\n"
     "                         3); newer ones, left behind by a --restore of an\n"
@@ -139,6 +146,18 @@ static const char usage[] =
     "                         of the declaration's or a restored checkpoint's (for\n"
     "                         loads whose batches the declared limits do not fit;\n"
     "                         libscps adopts them at connect)\n"
+    "  --max-step-advance N   an ApplyGradients or Checkpoint step may be at most\n"
+    "                         N above the step this process holds (at most N\n"
+    "                         when it holds none), and below 2^53; others are\n"
+    "                         refused and change nothing (default 1000000)\n"
+    "  --drain-quiet-ms MS    with --checkpoint-dir, a draining process still\n"
+    "                         takes ApplyGradients (no Lookups) until none has\n"
+    "                         arrived for MS milliseconds, so pushes in flight\n"
+    "                         reach every process of a cluster stopped together;\n"
+    "                         0 refuses them at once (default 1000)\n"
+    "  --checkpoint-grid N    solo saves of --checkpoint-every land on multiples\n"
+    "                         of N steps; give every process the same N, at most\n"
+    "                         the steps a period takes (default 100)\n"
     "  --help                 this text\n"
     "\n"
     "Who may connect: a server listening on an address other than loopback\n"
@@ -153,9 +172,10 @@ static const char usage[] =
     "\n"
     "Exit status: 0 after a clean shutdown on SIGTERM or SIGINT; 1 when the\n"
     "configuration is invalid, the tables do not fit, the checkpoint to restore\n"
-    "is missing or corrupt, a TLS or token file is unreadable or malformed, or\n"
-    "the address is in use; 2 for bad flags, and for a non-loopback --listen\n"
-    "without TLS and tokens or client certificates (or --insecure).\n";
+    "is missing or corrupt, a TLS or token file is unreadable or malformed, the\n"
+    "address is in use, or the save of the step held at exit failed; 2 for bad\n"
+    "flags, and for a non-loopback --listen without TLS and tokens or client\n"
+    "certificates (or --insecure).\n";
 
 typedef struct app {
   uv_loop_t *loop;
@@ -166,6 +186,9 @@ typedef struct app {
   double drain_seconds;
   int shutting_down;
   uint64_t signalled_at; /* uv_hrtime() of the first SIGTERM/SIGINT */
+  uv_timer_t quiet;      /* while draining takes pushes: watches for the quiet period */
+  long drain_quiet_ms;
+  uint64_t checkpoint_every_ms;
 } app;
 
 /* Each step of a shutdown is logged with its time since the signal, so a
@@ -178,6 +201,8 @@ static void on_stopped_async(uv_async_t *a) {
     fprintf(stderr, "scps-server: every call finished %.3f s after the signal\n", since(ap->signalled_at));
   uv_timer_stop(&ap->drain);
   uv_timer_stop(&ap->checkpoint);
+  uv_timer_stop(&ap->quiet);
+  uv_close((uv_handle_t *)&ap->quiet, NULL);
   uv_close((uv_handle_t *)&ap->checkpoint, NULL);
   uv_close((uv_handle_t *)&ap->sigterm, NULL);
   uv_close((uv_handle_t *)&ap->sigint, NULL);
@@ -194,12 +219,48 @@ static void on_stopped(void *ud) {
 static void on_drain_timeout(uv_timer_t *t) {
   app *ap = t->data;
   fprintf(stderr, "scps-server: calls still in flight after %.3f s; cancelling them\n", since(ap->signalled_at));
+  uv_timer_stop(&ap->quiet);
   scps_server_cancel_all(ap->server);
+}
+
+/* Milliseconds to the next multiple of period_ms of the wall clock: every
+ * process of a cluster (on hosts whose clocks agree) ticks at the same
+ * moment, whenever it started. A timer that fired a little early has had
+ * its tick: the next one is a period on. */
+static uint64_t ms_to_next_tick(uint64_t period_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  uint64_t d = period_ms - now % period_ms;
+  return d < period_ms / 4 ? d + period_ms : d;
+}
+
+/* The number of the wall clock's period of period_ms that begins about now
+ * (the timer may fire a little early or late). */
+static int64_t tick_number(uint64_t period_ms) {
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+  return (int64_t)((now + period_ms / 2) / period_ms);
 }
 
 static void on_checkpoint_timer(uv_timer_t *t) {
   app *ap = t->data;
-  scps_server_checkpoint_tick(ap->server);
+  scps_server_checkpoint_tick(ap->server, tick_number(ap->checkpoint_every_ms));
+  uv_timer_start(&ap->checkpoint, on_checkpoint_timer, ms_to_next_tick(ap->checkpoint_every_ms), 0);
+}
+
+/* While a draining process still takes ApplyGradients: once none has come
+ * for --drain-quiet-ms, it takes no more, and the drain goes on. */
+static void on_quiet_timer(uv_timer_t *t) {
+  app *ap = t->data;
+  int64_t quiet = scps_server_push_quiet_ms(ap->server);
+  if (quiet >= 0 && quiet < ap->drain_quiet_ms) return;
+  uv_timer_stop(&ap->quiet);
+  if (quiet < 0) return;
+  fprintf(stderr, "scps-server: no ApplyGradients for %lld ms, %.3f s after the signal; taking no more\n",
+          (long long)quiet, since(ap->signalled_at));
+  scps_server_close_pushes(ap->server);
 }
 
 /* The first SIGTERM/SIGINT drains; a second one cancels what is left at
@@ -210,6 +271,7 @@ static void on_signal(uv_signal_t *h, int signum) {
     fprintf(stderr, "scps-server: %s again %.3f s after the first signal; cancelling calls in flight\n",
             signum == SIGTERM ? "SIGTERM" : "SIGINT", since(ap->signalled_at));
     uv_timer_stop(&ap->drain);
+    uv_timer_stop(&ap->quiet);
     scps_server_cancel_all(ap->server);
     return;
   }
@@ -218,7 +280,35 @@ static void on_signal(uv_signal_t *h, int signum) {
   fprintf(stderr, "scps-server: %s: finishing calls in flight\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
   uv_timer_stop(&ap->checkpoint);
   scps_server_shutdown(ap->server);
+  if (scps_server_push_quiet_ms(ap->server) >= 0) {
+    fprintf(stderr, "scps-server: taking ApplyGradients (no Lookups) until none arrives for %ld ms, so pushes in "
+            "flight reach every process; then saving the step held\n", ap->drain_quiet_ms);
+    uint64_t poll = ap->drain_quiet_ms >= 200 ? 50 : (uint64_t)(ap->drain_quiet_ms / 4 + 1);
+    uv_timer_start(&ap->quiet, on_quiet_timer, poll, poll);
+  }
   uv_timer_start(&ap->drain, on_drain_timeout, (uint64_t)(ap->drain_seconds * 1000), 0);
+}
+
+/* With --checkpoint-dir, after every call finished: the step held is saved
+ * (scps_server_save_held), and the log says so. */
+static int save_at_exit(app *ap) {
+  int64_t step;
+  char path[4096];
+  scps_error err;
+  int rc = scps_server_save_held(ap->server, &step, path, sizeof path, &err);
+  if (rc < 0) {
+    fprintf(stderr, "scps-server: the save of the step held before exiting failed: %s\n", err.msg);
+    return 1;
+  }
+  if (rc > 0)
+    fprintf(stderr, "scps-server: saved step %lld to %s before exiting, %.3f s after the signal\n", (long long)step,
+            path, since(ap->signalled_at));
+  else if (step >= 0)
+    fprintf(stderr, "scps-server: nothing applied since the last save or restore of step %lld; no save at exit\n",
+            (long long)step);
+  else
+    fprintf(stderr, "scps-server: no step applied or restored; nothing to save at exit\n");
+  return 0;
 }
 
 /* HOST:PORT with a port in [0, 65535] (0: any free port). */
@@ -337,7 +427,7 @@ int main(int argc, char **argv) {
   o.idle_timeout_s = 300;
   o.transfer_timeout_s = 60;
   double drain = 10;
-  long checkpoint_every = 0;
+  long checkpoint_every = 0, drain_quiet_ms = 1000;
   static const struct option opts[] = {
       {"config", required_argument, 0, 'c'},        {"listen", required_argument, 0, 'l'},
       {"process-index", required_argument, 0, 'i'}, {"num-processes", required_argument, 0, 'p'},
@@ -357,6 +447,8 @@ int main(int argc, char **argv) {
       {"checkpoint-min-interval", required_argument, 0, 2001},
       {"checkpoint-snapshot-max", required_argument, 0, 2002},
       {"limit-policy", required_argument, 0, 3001},  {"partition-limits", required_argument, 0, 3002},
+      {"max-step-advance", required_argument, 0, 'A'}, {"drain-quiet-ms", required_argument, 0, 'Q'},
+      {"checkpoint-grid", required_argument, 0, 'G'},
       {0, 0, 0, 0}};
   bool insecure = false;
   int c;
@@ -432,6 +524,9 @@ int main(int argc, char **argv) {
       o.limit_policy = strcmp(optarg, "drop") ? SCPS_LIMIT_ERROR : SCPS_LIMIT_DROP;
       break;
     case 3002: if (parse_partition_limits(optarg, o.partition_limits)) return 2; break;
+    case 'A': if (parse_int("--max-step-advance", optarg, 1, 1L << 53, &v)) return 2; o.max_step_advance = v; break;
+    case 'Q': if (parse_int("--drain-quiet-ms", optarg, 0, 3600000, &drain_quiet_ms)) return 2; break;
+    case 'G': if (parse_int("--checkpoint-grid", optarg, 1, 1L << 53, &v)) return 2; o.checkpoint_grid = v; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -475,8 +570,10 @@ int main(int argc, char **argv) {
   o.n_tables = w->n_tables;
   o.features = w->features;
   o.n_features = w->n_features;
+  o.drain_quiet_ms = (int32_t)drain_quiet_ms;
   app ap = {0};
   ap.drain_seconds = drain;
+  ap.drain_quiet_ms = drain_quiet_ms;
   /* The loop and its signal watchers come first: a SIGTERM or SIGINT while
    * the tables are initialized or restored (seconds to minutes) is noted
    * and handled as soon as the loop runs, instead of killing the process. */
@@ -485,8 +582,10 @@ int main(int argc, char **argv) {
   uv_signal_init(ap.loop, &ap.sigint);
   uv_timer_init(ap.loop, &ap.drain);
   uv_timer_init(ap.loop, &ap.checkpoint);
+  uv_timer_init(ap.loop, &ap.quiet);
   uv_async_init(ap.loop, &ap.stopped, on_stopped_async);
   ap.sigterm.data = ap.sigint.data = ap.drain.data = ap.checkpoint.data = ap.stopped.data = &ap;
+  ap.quiet.data = &ap;
   uv_signal_start(&ap.sigterm, on_signal, SIGTERM);
   uv_signal_start(&ap.sigint, on_signal, SIGINT);
   int rc = scps_server_create(&o, &ap.server, &err);
@@ -515,9 +614,10 @@ int main(int argc, char **argv) {
             access(o.checkpoint_dir, F_OK) ? " (no such directory yet: check the path if you meant to resume; "
                                              "it is created at the first save)"
                                            : "");
-  if (checkpoint_every)
-    uv_timer_start(&ap.checkpoint, on_checkpoint_timer, (uint64_t)checkpoint_every * 1000,
-                   (uint64_t)checkpoint_every * 1000);
+  if (checkpoint_every) {
+    ap.checkpoint_every_ms = (uint64_t)checkpoint_every * 1000;
+    uv_timer_start(&ap.checkpoint, on_checkpoint_timer, ms_to_next_tick(ap.checkpoint_every_ms), 0);
+  }
   int threads = 0;
   bool failed = scps_server_start(ap.server, on_stopped, &ap, &threads, &err) != 0;
   if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);
@@ -528,6 +628,7 @@ int main(int argc, char **argv) {
   }
   if (failed) {
     scps_server_shutdown(ap.server);
+    scps_server_close_pushes(ap.server);
     /* With no completion-queue thread nothing calls on_stopped: close the
      * loop's handles here. */
     if (!threads) on_stopped_async(&ap.stopped);
@@ -543,6 +644,7 @@ int main(int argc, char **argv) {
           o.topology.num_processes, scps_server_port(ap.server), o.topology.sc_per_process, pinned);
   log_limits(ap.server, &o);
   uv_run(ap.loop, UV_RUN_DEFAULT);
+  int status = ap.shutting_down && o.checkpoint_dir ? save_at_exit(&ap) : 0;
   scps_server_destroy(ap.server);
   uv_loop_close(ap.loop);
   if (ap.shutting_down)
@@ -550,5 +652,5 @@ int main(int argc, char **argv) {
             since(ap.signalled_at));
   else
     fprintf(stderr, "scps-server: process %d stopped\n", o.process_index);
-  return 0;
+  return status;
 }

@@ -83,6 +83,10 @@ struct scps_checkpoint {
   int n_stacks;
   ck_stack *stacks;
   ck_file *files; /* [n_stacks * num_sc], index stack * num_sc + sc */
+  /* Opened by scps_checkpoint_open_part: only process part_process's
+   * manifest was read, and only its files are in files. */
+  bool is_part;
+  int32_t part_process;
 };
 
 static int64_t region_bytes(const ck_stack *s) {
@@ -954,6 +958,51 @@ static bool holds_steps(const char *dir) {
   return found;
 }
 
+/* The files manifest mf of process p lists, into c->files: each present
+ * with the size listed. */
+static int take_files(scps_checkpoint *c, const char *dir, const manifest *mf, int32_t p, int32_t N,
+                      scps_error *err) {
+  int rc = 0;
+  for (int i = 0; i < mf->n_files && !rc; i++) {
+    const ck_file *f = &mf->files[i];
+    ck_file *slot = &c->files[(size_t)f->stack * (size_t)N + (size_t)f->sc];
+    if (slot->name[0])
+      rc = scps_error_set(err, SCPS_EPARSE, "'%s': manifest.p%d.json lists '%s' twice", dir, p, f->name);
+    *slot = *f;
+    char path[PATH_CAP];
+    struct stat st;
+    if (!rc) rc = path_join(path, sizeof path, dir, f->name, err);
+    if (!rc && stat(path, &st))
+      rc = errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint file '%s' is missing", path)
+                           : io_error(err, errno, "cannot stat", path);
+    if (!rc && st.st_size != f->bytes)
+      rc = scps_error_set(err, SCPS_ECORRUPT, "'%s' has %lld bytes, its manifest says %lld", path,
+                          (long long)st.st_size, (long long)f->bytes);
+  }
+  return rc;
+}
+
+/* Ends an open: on success c takes the manifest's description (mf's
+ * files are in c->files already), otherwise both are freed. */
+static int finish_open(scps_checkpoint *c, manifest *mf, int32_t N, int rc, scps_checkpoint **out) {
+  if (rc) {
+    manifest_free(mf);
+    scps_checkpoint_close(c);
+    return rc;
+  }
+  c->step = mf->step;
+  c->has_fingerprint = mf->has_fingerprint;
+  memcpy(c->fingerprint, mf->fingerprint, sizeof c->fingerprint);
+  c->topology = mf->topology;
+  c->num_sc = N;
+  c->specs = mf->specs;
+  c->n_stacks = mf->n_stacks;
+  c->stacks = mf->stacks;
+  free(mf->files);
+  *out = c;
+  return 0;
+}
+
 int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err) {
   *out = NULL;
   if (strlen(dir) >= PATH_CAP - FILE_NAME_CAP - 8)
@@ -988,40 +1037,39 @@ int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err
       if (!rc) rc = cross_check(dir, &m0, &mp, p, err);
       cur = &mp;
     }
-    for (int i = 0; i < cur->n_files && !rc; i++) {
-      const ck_file *f = &cur->files[i];
-      ck_file *slot = &c->files[(size_t)f->stack * (size_t)N + (size_t)f->sc];
-      if (slot->name[0])
-        rc = scps_error_set(err, SCPS_EPARSE, "'%s': manifest.p%d.json lists '%s' twice", dir, p, f->name);
-      *slot = *f;
-      char path[PATH_CAP];
-      struct stat st;
-      if (!rc) rc = path_join(path, sizeof path, dir, f->name, err);
-      if (!rc && stat(path, &st))
-        rc = errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint file '%s' is missing", path)
-                             : io_error(err, errno, "cannot stat", path);
-      if (!rc && st.st_size != f->bytes)
-        rc = scps_error_set(err, SCPS_ECORRUPT, "'%s' has %lld bytes, its manifest says %lld", path,
-                            (long long)st.st_size, (long long)f->bytes);
-    }
+    if (!rc) rc = take_files(c, dir, cur, p, N, err);
     if (p > 0) manifest_free(&mp);
   }
-  if (rc) {
-    manifest_free(&m0);
+  return finish_open(c, &m0, N, rc, out);
+}
+
+int scps_checkpoint_open_part(const char *dir, int32_t process, scps_checkpoint **out, scps_error *err) {
+  *out = NULL;
+  if (strlen(dir) >= PATH_CAP - FILE_NAME_CAP - 8)
+    return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s' is too long", dir);
+  if (process < 0) return scps_error_set(err, SCPS_EINVAL, "process %d: must be >= 0", process);
+  manifest mp = {0};
+  int rc = load_manifest(dir, process, &mp, err);
+  if (rc) return rc;
+  scps_checkpoint *c = calloc(1, sizeof *c);
+  const int32_t N = mp.topology.num_processes * mp.topology.sc_per_process;
+  if (c) c->files = calloc((size_t)mp.n_stacks * (size_t)N, sizeof *c->files);
+  if (!c || !c->files) {
+    manifest_free(&mp);
     scps_checkpoint_close(c);
-    return rc;
+    return scps_error_set(err, SCPS_ENOMEM, "checkpoint '%s': out of memory", dir);
   }
-  c->step = m0.step;
-  c->has_fingerprint = m0.has_fingerprint;
-  memcpy(c->fingerprint, m0.fingerprint, sizeof c->fingerprint);
-  c->topology = m0.topology;
-  c->num_sc = N;
-  c->specs = m0.specs;
-  c->n_stacks = m0.n_stacks;
-  c->stacks = m0.stacks;
-  free(m0.files);
-  *out = c;
-  return 0;
+  snprintf(c->dir, sizeof c->dir, "%s", dir);
+  c->is_part = true;
+  c->part_process = process;
+  rc = take_files(c, dir, &mp, process, N, err);
+  return finish_open(c, &mp, N, rc, out);
+}
+
+int64_t scps_checkpoint_bytes(const scps_checkpoint *c) {
+  int64_t bytes = 0;
+  for (size_t i = 0; i < (size_t)c->n_stacks * (size_t)c->num_sc; i++) bytes += c->files[i].bytes;
+  return bytes;
 }
 
 int64_t scps_checkpoint_step(const scps_checkpoint *c) { return c->step; }
@@ -1228,7 +1276,13 @@ static int load_resharded_one(void *arg, int i, scps_error *err) {
   return stream_one(j->c, i, load_rows, &x, err);
 }
 
-static int verify_one(void *arg, int i, scps_error *err) { return stream_one(arg, i, NULL, NULL, err); }
+/* A part's checkpoint has only its own process's files: the others are
+ * not there to verify. */
+static int verify_one(void *arg, int i, scps_error *err) {
+  const scps_checkpoint *c = arg;
+  if (!c->files[i].name[0]) return 0;
+  return stream_one(arg, i, NULL, NULL, err);
+}
 
 int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
                          scps_error *err) {
@@ -1242,6 +1296,11 @@ int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoi
     return scps_error_set(err, SCPS_EMISMATCH, "checkpoint '%s' does not match the engine's specs: %s",
                           c->dir, msg);
   const int32_t S = l->topology.sc_per_process, p = scps_engine_process_index(e);
+  if (c->is_part && (c->part_process != p || !same_placement(c, l)))
+    return scps_error_set(err, SCPS_EMISMATCH,
+                          "checkpoint '%s': only process %d's part was opened; it loads only into process %d of "
+                          "the same topology and stacking",
+                          c->dir, c->part_process, c->part_process);
   load_job j = {.c = c, .e = e, .S = S};
   int64_t bytes = 0;
   int files = 0, rc = 0;
@@ -1275,10 +1334,10 @@ int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stat
   const int files = c->n_stacks * c->num_sc;
   int rc = for_each_file(files, verify_one, (void *)c, err);
   if (!rc && stats) {
-    int64_t bytes = 0;
-    for (int i = 0; i < files; i++) bytes += c->files[i].bytes;
-    stats->bytes = bytes;
-    stats->files = files;
+    int present = 0;
+    for (int i = 0; i < files; i++) present += c->files[i].name[0] != '\0';
+    stats->bytes = scps_checkpoint_bytes(c);
+    stats->files = present;
     stats->seconds = scps_clock_s() - t0;
   }
   return rc;
@@ -1496,6 +1555,28 @@ static int list_steps(const char *root, step_entry **out, int *n_out, scps_error
   }
   *out = v;
   *n_out = n;
+  return 0;
+}
+
+int scps_checkpoint_list(const char *root, scps_checkpoint_entry **out, int *n, scps_error *err) {
+  *out = NULL;
+  *n = 0;
+  step_entry *v;
+  int count, rc = list_steps(root, &v, &count, err);
+  if (rc) return rc;
+  scps_checkpoint_entry *r = calloc((size_t)(count ? count : 1), sizeof *r);
+  if (!r) {
+    free(v);
+    return scps_error_set(err, SCPS_ENOMEM, "'%s': out of memory listing checkpoints", root);
+  }
+  for (int i = 0; i < count; i++) {
+    r[i].step = v[i].step;
+    r[i].complete = v[i].open_rc == 0;
+    step_dir_name(root, v[i].step, r[i].dir, sizeof r[i].dir);
+  }
+  free(v);
+  *out = r;
+  *n = count;
   return 0;
 }
 

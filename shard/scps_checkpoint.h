@@ -72,6 +72,18 @@ typedef struct scps_checkpoint scps_checkpoint;
 int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err);
 void scps_checkpoint_close(scps_checkpoint *c);
 
+/* Opens only process `process`'s part of the checkpoint in dir: its
+ * manifest (checksum, content) and its data files (present, of the listed
+ * sizes), whether or not the other processes' parts are there (a cluster
+ * whose processes keep their checkpoints on volumes of their own). Errors
+ * as scps_checkpoint_open. verify reads only this part's files; load puts it
+ * only into that process of the same topology and stacking (SCPS_EMISMATCH
+ * otherwise). */
+int scps_checkpoint_open_part(const char *dir, int32_t process, scps_checkpoint **out, scps_error *err);
+
+/* Data bytes of the files the checkpoint (or part) lists. */
+int64_t scps_checkpoint_bytes(const scps_checkpoint *c);
+
 int64_t scps_checkpoint_step(const scps_checkpoint *c);
 const scps_topology *scps_checkpoint_topology(const scps_checkpoint *c);
 /* The specs the checkpoint was written with; valid until close. */
@@ -112,6 +124,18 @@ int scps_checkpoint_convert(const char *dir, const scps_topology *to, const char
  * file present that fails to open (checksum, size, parse, mismatch) fails
  * the call with its code, naming it, rather than being passed over. */
 int scps_checkpoint_find_latest(const char *root, char *path, size_t cap, scps_error *err);
+
+/* One step directory under a root, as scps_checkpoint_list finds it. */
+typedef struct scps_checkpoint_entry {
+  int64_t step;
+  bool complete; /* scps_checkpoint_open succeeds: every process's manifest and file */
+  char dir[4096];
+} scps_checkpoint_entry;
+
+/* The step directories under root (step-<12 to 18 digits>), newest first;
+ * *out is malloc'ed (the caller frees it). SCPS_ENOENT when root does not
+ * exist. */
+int scps_checkpoint_list(const char *root, scps_checkpoint_entry **out, int *n, scps_error *err);
 
 typedef struct scps_checkpoint_owner scps_checkpoint_owner; /* below */
 

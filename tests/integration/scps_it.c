@@ -251,3 +251,23 @@ void scps_it_stop(scps_it_cluster *cl) {
   if (cl->dir[0]) scps_it_remove_tree(cl->dir);
   cl->dir[0] = '\0';
 }
+
+int scps_it_wait_exit(scps_it_cluster *cl, int i) {
+  if (!cl->pids[i]) return -1;
+  double t0 = scps_it_now_ms();
+  for (;;) {
+    int status;
+    pid_t r = waitpid(cl->pids[i], &status, WNOHANG);
+    if (r == cl->pids[i]) {
+      cl->pids[i] = 0;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    }
+    if (r < 0 || scps_it_now_ms() - t0 > STOP_TIMEOUT_MS * 3) {
+      fprintf(stderr, "scps_it: server %d did not exit within %.0f ms; killing it\n", i,
+              STOP_TIMEOUT_MS * 3);
+      scps_it_kill(cl, i);
+      return -1;
+    }
+    sleep_ms(10);
+  }
+}

@@ -38,6 +38,10 @@ int scps_it_wait_one(scps_it_cluster *cl, int i);
 /* SIGKILL to process i, then reaps it. */
 void scps_it_kill(scps_it_cluster *cl, int i);
 
+/* Waits for process i to exit (after a signal the caller sent; 30 s, then
+ * SIGKILL): its exit status, 128 + the signal that ended it, or -1. */
+int scps_it_wait_exit(scps_it_cluster *cl, int i);
+
 /* Stops every running process (SIGTERM, then SIGKILL after 10 s), removes
  * the scratch directory and everything below it. Safe to call twice. */
 void scps_it_stop(scps_it_cluster *cl);

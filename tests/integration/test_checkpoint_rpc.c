@@ -2,7 +2,12 @@
  * kill -9 equal bitwise to an uninterrupted run, 2x2 -> 3x1 -> 1x4 online
  * resharding, a flipped byte in any file refused, bad Checkpoint requests,
  * lookups served during a save, kill -9 during a save, the timer, two
- * processes pruning one root. */
+ * processes pruning one root. Steps across processes: one restarted from an
+ * older checkpoint is refused at connect and 'scps-admin checkpoint
+ * restore' brings the cluster to a common step, equal to an uninterrupted
+ * run; kill -9 at random moments never leaves a silently mixed cluster;
+ * SIGTERM under a train load loses no acknowledged push; a trainer that
+ * keeps running while a process restarts has its next push refused. */
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
@@ -12,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -143,13 +149,19 @@ static int connect_client(scps_it_cluster *cl, bool ignore_due, scps_client **c,
   return scps_client_create(&o, c, err);
 }
 
-/* Looks step `step` up into x->acts, then pushes its gradients. */
-static int train_step(scps_client *c, scps_batch *b, io *x, int64_t step, scps_error *err) {
+/* Looks step `step` up into x->acts, then pushes its gradients, each call
+ * within deadline_ms. */
+static int train_step_within(scps_client *c, scps_batch *b, io *x, int64_t step, int64_t deadline_ms,
+                             scps_error *err) {
   make_step(x, step);
   int rc = scps_client_prepare(c, x->in, b, err);
-  if (!rc) rc = scps_client_lookup(c, b, x->acts, DEADLINE_MS, err);
-  if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)x->grads, step, -1, DEADLINE_MS, err);
+  if (!rc) rc = scps_client_lookup(c, b, x->acts, deadline_ms, err);
+  if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)x->grads, step, -1, deadline_ms, err);
   return rc;
+}
+
+static int train_step(scps_client *c, scps_batch *b, io *x, int64_t step, scps_error *err) {
+  return train_step_within(c, b, x, step, DEADLINE_MS, err);
 }
 
 static int probe(scps_client *c, scps_batch *b, io *x, int64_t step, scps_error *err) {
@@ -563,7 +575,7 @@ out:
 
 /* --checkpoint-every 1: pushes carry checkpoint_due and libscps saves the
  * cluster checkpoint of the push's step; a client that ignores the flag
- * gets a solo save at the last applied step. */
+ * gets solo saves on the step grid (--checkpoint-grid 10). */
 static void timer_run(const char *root, bool ignore_due) {
   scps_it_cluster cl;
   scps_client *c = NULL;
@@ -578,6 +590,8 @@ static void timer_run(const char *root, bool ignore_due) {
   cl.extra[1] = flag_dir;
   cl.extra[2] = "--checkpoint-every";
   cl.extra[3] = "1";
+  cl.extra[4] = "--checkpoint-grid";
+  cl.extra[5] = "10";
   MUST(scps_it_start(&cl));
   MUST(connect_client(&cl, ignore_due, &c, &err));
   MUST(scps_batch_create(c, &b, &err));
@@ -610,6 +624,329 @@ out:
   io_free(&x);
 }
 
+/* Every row of config_json's two tables. */
+#define SNAPSHOT_FLOATS (1000 * 8 + 600 * 16)
+
+/* Every row of both tables into out[SNAPSHOT_FLOATS]: lookups of one id per
+ * sample (a sum combiner's gain 1; mean of one id is the row too). */
+static int snapshot(scps_client *c, scps_batch *b, io *x, float *out, scps_error *err) {
+  size_t at = 0;
+  for (int f = 0; f < x->nf; f++)
+    for (int64_t first = 0; first < x->vocab[f]; first += B) {
+      int n = (int)(x->vocab[f] - first < B ? x->vocab[f] - first : B);
+      for (int g = 0; g < x->nf; g++) {
+        for (int s = 0; s <= B; s++) x->offsets[g][s] = g == f ? (s < n ? s : n) : 0;
+        x->in[g].n_ids = g == f ? (size_t)n : 0;
+      }
+      for (int s = 0; s < n; s++) x->ids[f][s] = first + s;
+      int rc = scps_client_prepare(c, x->in, b, err);
+      if (!rc) rc = scps_client_lookup(c, b, x->acts, DEADLINE_MS, err);
+      if (rc) return rc;
+      memcpy(out + at, x->acts[f], sizeof(float) * (size_t)n * (size_t)x->dim[f]);
+      at += (size_t)n * (size_t)x->dim[f];
+    }
+  return 0;
+}
+
+/* The tables of a cluster that trained steps 0..last without a crash. */
+static int reference_tables(int64_t last, float *out) {
+  scps_it_cluster cl;
+  scps_client *c = NULL;
+  scps_batch *b = NULL;
+  scps_error err;
+  io x;
+  io_init(&x, 2, vocab_of, dim_of);
+  int rc = -1;
+  MUST(scps_it_init(&cl, config_json, 2, 2));
+  MUST(scps_it_start(&cl));
+  MUST(connect_client(&cl, true, &c, &err));
+  MUST(scps_batch_create(c, &b, &err));
+  for (int64_t s = 0; s <= last; s++) MUST(train_step(c, b, &x, s, &err));
+  MUST(snapshot(c, b, &x, out, &err));
+  rc = 0;
+out:
+  scps_batch_destroy(b);
+  scps_client_destroy(c);
+  scps_it_stop(&cl);
+  io_free(&x);
+  return rc;
+}
+
+/* The cluster's tables equal those of an uninterrupted run to step `step`. */
+static void check_equals_reference(scps_client *c, int64_t step, const char *what) {
+  float *got = calloc(SNAPSHOT_FLOATS, sizeof(float)), *want = calloc(SNAPSHOT_FLOATS, sizeof(float));
+  scps_batch *b = NULL;
+  scps_error err;
+  io x;
+  io_init(&x, 2, vocab_of, dim_of);
+  MUST(scps_batch_create(c, &b, &err));
+  MUST(snapshot(c, b, &x, got, &err));
+  CHECKF(reference_tables(step, want) == 0, "%s: reference run to step %lld", what, (long long)step);
+  CHECKF(!memcmp(got, want, sizeof(float) * SNAPSHOT_FLOATS),
+         "%s: the tables differ from those of a cluster that trained steps 0..%lld without a crash", what,
+         (long long)step);
+out:
+  scps_batch_destroy(b);
+  io_free(&x);
+  free(got);
+  free(want);
+}
+
+/* Runs 'scps-admin ARGS' with the cluster's servers; its exit status, and
+ * its output in buf. */
+static int admin(const scps_it_cluster *cl, const char *args, char *buf, size_t len) {
+  const char *bin = getenv("SCPS_ADMIN_BIN");
+  if (!bin || !*bin) {
+    snprintf(buf, len, "SCPS_ADMIN_BIN is not set (ctest sets it to the scps-admin binary)");
+    return -1;
+  }
+  char cmd[1024];
+  snprintf(cmd, sizeof cmd, "%s %s --servers %s,%s 2>&1", bin, args, cl->addrs[0], cl->addrs[1]);
+  FILE *p = popen(cmd, "r");
+  if (!p) return -1;
+  size_t n = fread(buf, 1, len - 1, p);
+  buf[n] = '\0';
+  int st = pclose(p);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* A 2x2 cluster saving under root, a client connected to it, and steps
+ * 0..last trained with a cluster checkpoint after each step s where
+ * s + 1 is a multiple of every. */
+static int start_trained(scps_it_cluster *cl, const char *root, int64_t last, int64_t every, scps_client **c,
+                         scps_batch **b, io *x, scps_error *err) {
+  int rc = scps_it_init(cl, config_json, 2, 2);
+  cl->extra[0] = "--checkpoint-dir";
+  cl->extra[1] = root;
+  if (!rc) rc = scps_it_start(cl);
+  if (!rc) rc = connect_client(cl, true, c, err);
+  if (!rc) rc = scps_batch_create(*c, b, err);
+  for (int64_t s = 0; s <= last && !rc; s++) {
+    rc = train_step(*c, *b, x, s, err);
+    scps_client_checkpoint_result res;
+    if (!rc && (s + 1) % every == 0) rc = scps_client_checkpoint(*c, s, NULL, DEADLINE_MS, &res, err);
+  }
+  return rc;
+}
+
+/* The issue's reproduction: train 15 steps with a checkpoint every 10, kill
+ * -9 server 1 and restart it (it restores step 9, server 0 holds 14). A new
+ * client refuses, naming both steps; 'scps-admin checkpoint restore' brings
+ * both to step 9; training resumes at 10 and its tables equal those of a
+ * cluster that never crashed. */
+static void restart_run(const char *root) {
+  scps_it_cluster cl;
+  scps_client *c = NULL;
+  scps_batch *b = NULL;
+  scps_error err;
+  io x;
+  io_init(&x, 2, vocab_of, dim_of);
+  char out_text[8192];
+  MUST(start_trained(&cl, root, 14, 10, &c, &b, &x, &err));
+  scps_batch_destroy(b);
+  b = NULL;
+  scps_client_destroy(c);
+  c = NULL;
+  scps_it_kill(&cl, 1);
+  MUST(scps_it_start_one(&cl, 1, 0, 1));
+  int rc = connect_client(&cl, true, &c, &err);
+  CHECKF(rc == SCPS_EMISMATCH && strstr(err.msg, "step 14") && strstr(err.msg, "step 9") &&
+             strstr(err.msg, "scps-admin checkpoint restore"),
+         "a client of servers holding steps 14 and 9: %d %s", rc, err.msg);
+  if (!rc) {
+    scps_client_destroy(c);
+    c = NULL;
+  }
+  rc = admin(&cl, "checkpoint restore", out_text, sizeof out_text);
+  CHECKF(rc == 0 && strstr(out_text, "every process holds step 9"), "scps-admin checkpoint restore: %d\n%s", rc,
+         out_text);
+  MUST(connect_client(&cl, true, &c, &err));
+  CHECKF(scps_client_step(c) == 9, "after the restore the servers hold step %lld", (long long)scps_client_step(c));
+  MUST(scps_batch_create(c, &b, &err));
+  for (int64_t s = scps_client_step(c) + 1; s < 15; s++) MUST(train_step(c, b, &x, s, &err));
+  check_equals_reference(c, 14, "restart, restore to step 9, steps 10..14 again");
+out:
+  scps_batch_destroy(b);
+  scps_client_destroy(c);
+  scps_it_stop(&cl);
+  io_free(&x);
+}
+
+/* A trainer that runs until told to stop or until a call fails, saving a
+ * cluster checkpoint after steps 4, 9, 14, ... */
+typedef struct trainer {
+  scps_it_cluster *cl;
+  int64_t deadline_ms;
+  atomic_bool stop;
+  atomic_llong acked; /* the last step every server acknowledged; -1: none */
+  atomic_int rc;      /* read by the thread that waits for the trainer */
+  scps_error err;
+} trainer;
+
+static void *trainer_main(void *arg) {
+  trainer *t = arg;
+  scps_client *c = NULL;
+  scps_batch *b = NULL;
+  io x;
+  io_init(&x, 2, vocab_of, dim_of);
+  t->rc = connect_client(t->cl, true, &c, &t->err);
+  if (!t->rc) t->rc = scps_batch_create(c, &b, &t->err);
+  for (int64_t s = t->rc ? 0 : scps_client_step(c) + 1; !t->rc && !atomic_load(&t->stop); s++) {
+    t->rc = train_step_within(c, b, &x, s, t->deadline_ms, &t->err);
+    if (!t->rc) atomic_store(&t->acked, s);
+    scps_client_checkpoint_result res;
+    if (!t->rc && (s + 1) % 5 == 0) t->rc = scps_client_checkpoint(c, s, NULL, t->deadline_ms, &res, &t->err);
+  }
+  scps_batch_destroy(b);
+  scps_client_destroy(c);
+  io_free(&x);
+  return NULL;
+}
+
+/* Starts t's trainer thread and waits (up to 60 s) until it has had step
+ * `after` acknowledged; returns the step acknowledged by then. */
+static int64_t trainer_start(trainer *t, scps_it_cluster *cl, pthread_t *th, int64_t after) {
+  memset(t, 0, sizeof *t);
+  t->cl = cl;
+  t->deadline_ms = 3000;
+  atomic_init(&t->stop, false);
+  atomic_init(&t->acked, -1);
+  pthread_create(th, NULL, trainer_main, t);
+  double t0 = scps_it_now_ms();
+  int64_t acked;
+  while ((acked = atomic_load(&t->acked)) < after && scps_it_now_ms() - t0 < 60000 && !t->rc) sleep_ms(5);
+  return acked;
+}
+
+/* After a crash or a stop: a client either refuses (steps differ, and the
+ * restore command then brings them together) or connects to servers whose
+ * tables are exactly those of an uninterrupted run to the step they hold.
+ * Returns that step, or -1. */
+static int64_t reconnect_checked(scps_it_cluster *cl, const char *what, bool may_differ) {
+  scps_client *c = NULL;
+  scps_error err;
+  char out_text[8192];
+  int rc = connect_client(cl, true, &c, &err);
+  if (rc == SCPS_EMISMATCH && may_differ && strstr(err.msg, "different steps")) {
+    printf("  %s: the client refused: %s\n", what, err.msg);
+    rc = admin(cl, "checkpoint restore", out_text, sizeof out_text);
+    CHECKF(rc == 0, "%s: scps-admin checkpoint restore: %d\n%s", what, rc, out_text);
+    rc = connect_client(cl, true, &c, &err);
+  }
+  CHECKF(rc == 0, "%s: connect: %d %s", what, rc, err.msg);
+  if (rc) return -1;
+  int64_t step = scps_client_step(c);
+  printf("  %s: the servers agree on step %lld\n", what, (long long)step);
+  if (step >= 0) check_equals_reference(c, step, what);
+  scps_client_destroy(c);
+  return step;
+}
+
+/* kill -9 of one server at random moments of a training run (a few trials,
+ * the cluster going on from where the previous one left it). */
+static void random_kill_run(const char *root) {
+  scps_it_cluster cl;
+  scps_error err;
+  MUST(scps_it_init(&cl, config_json, 2, 2));
+  cl.extra[0] = "--checkpoint-dir";
+  cl.extra[1] = root;
+  MUST(scps_it_start(&cl));
+  unsigned seed = (unsigned)time(NULL);
+  printf("random kills: seed %u\n", seed);
+  srand(seed);
+  for (int trial = 0; trial < 4; trial++) {
+    trainer t;
+    pthread_t th;
+    /* After the first checkpoint of the run, so that there is a step to
+     * come back to. */
+    trainer_start(&t, &cl, &th, 5);
+    sleep_ms(rand() % 400);
+    int victim = rand() % 2;
+    printf("trial %d: kill -9 server %d after step %lld\n", trial, victim, (long long)atomic_load(&t.acked));
+    scps_it_kill(&cl, victim);
+    pthread_join(th, NULL);
+    MUST(scps_it_start_one(&cl, victim, 0, 1));
+    char what[64];
+    snprintf(what, sizeof what, "kill -9 trial %d", trial);
+    if (reconnect_checked(&cl, what, true) < 0) break;
+  }
+out:
+  scps_it_stop(&cl);
+}
+
+/* SIGTERM to both servers (together, then 300 ms apart) while a trainer
+ * pushes: both save the step they hold before exiting, so after a restart
+ * they agree on a step at or after the last one acknowledged, with the
+ * tables of an uninterrupted run to it. */
+static void sigterm_run(const char *root) {
+  scps_it_cluster cl;
+  scps_error err;
+  MUST(scps_it_init(&cl, config_json, 2, 2));
+  cl.extra[0] = "--checkpoint-dir";
+  cl.extra[1] = root;
+  MUST(scps_it_start(&cl));
+  for (int trial = 0; trial < 2; trial++) {
+    trainer t;
+    pthread_t th;
+    int64_t from = trainer_start(&t, &cl, &th, 0);
+    /* Off the trainer's checkpoint steps (4, 9, ...) by a few pushes. */
+    while (atomic_load(&t.acked) < from + 7 && !t.rc) sleep_ms(1);
+    kill(cl.pids[0], SIGTERM);
+    if (trial == 1) sleep_ms(300);
+    kill(cl.pids[1], SIGTERM);
+    int st0 = scps_it_wait_exit(&cl, 0);
+    int st1 = scps_it_wait_exit(&cl, 1);
+    atomic_store(&t.stop, true);
+    pthread_join(th, NULL);
+    int64_t acked = atomic_load(&t.acked);
+    printf("trial %d: SIGTERM after step %lld; exit status %d and %d\n", trial, (long long)acked, st0, st1);
+    CHECKF(st0 == 0 && st1 == 0, "exit status %d and %d after SIGTERM", st0, st1);
+    for (int i = 0; i < 2; i++) {
+      char log[65536];
+      scps_it_read_log(&cl, i, log, sizeof log);
+      CHECKF(strstr(log, "before exiting"), "server %d does not log its save at exit:\n%s", i, log);
+    }
+    MUST(scps_it_start(&cl));
+    char what[64];
+    snprintf(what, sizeof what, "SIGTERM trial %d", trial);
+    int64_t step = reconnect_checked(&cl, what, false);
+    CHECKF(step >= acked, "%s: the servers hold step %lld, but step %lld was acknowledged", what, (long long)step,
+           (long long)acked);
+  }
+out:
+  scps_it_stop(&cl);
+}
+
+/* A trainer that keeps running while server 1 is killed and restarted from
+ * an older checkpoint on the same port (gRPC reconnects by itself, and the
+ * Lookup is retried until the server is back): its next push is refused by
+ * the restarted process, naming the replaced state, instead of applied on
+ * top of step 4 there and step 7 on server 0. */
+static void running_trainer_run(const char *root) {
+  scps_it_cluster cl;
+  scps_client *c = NULL, *fresh = NULL;
+  scps_batch *b = NULL;
+  scps_error err;
+  io x;
+  io_init(&x, 2, vocab_of, dim_of);
+  MUST(start_trained(&cl, root, 7, 5, &c, &b, &x, &err));
+  scps_it_kill(&cl, 1);
+  MUST(scps_it_start_one(&cl, 1, cl.ports[1], 1));
+  int rc = train_step(c, b, &x, 8, &err);
+  CHECKF(rc == SCPS_EMISMATCH && strstr(err.msg, "no longer holds the state this client connected to") &&
+             strstr(err.msg, "step 4"),
+         "a push of step 8 after server 1 restarted from step 4: %d %s", rc, err.msg);
+  rc = connect_client(&cl, true, &fresh, &err);
+  CHECKF(rc == SCPS_EMISMATCH && strstr(err.msg, "step 4"), "a new client after the refused push: %d %s", rc,
+         err.msg);
+out:
+  scps_client_destroy(fresh);
+  scps_batch_destroy(b);
+  scps_client_destroy(c);
+  scps_it_stop(&cl);
+  io_free(&x);
+}
+
 int main(void) {
   signal(SIGPIPE, SIG_IGN);
   char scratch[] = "/tmp/scps-ckpt-test-XXXXXX";
@@ -634,6 +971,16 @@ int main(void) {
   timer_run(root4, false);
   timer_run(root5, true);
   shared_root_run(root6);
+  char root7[256], root8[256], root9[256];
+  snprintf(root7, sizeof root7, "%s/restart", scratch);
+  snprintf(root8, sizeof root8, "%s/kills", scratch);
+  snprintf(root9, sizeof root9, "%s/sigterm", scratch);
+  restart_run(root7);
+  random_kill_run(root8);
+  sigterm_run(root9);
+  char root10[256];
+  snprintf(root10, sizeof root10, "%s/running", scratch);
+  running_trainer_run(root10);
   for (int i = 0; i < N_BEFORE + M_AFTER; i++) free(ref.acts[i]);
   free(ref.probe_before);
   free(ref.probe_after);

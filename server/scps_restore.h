@@ -1,0 +1,46 @@
+/* scps_restore: a running process's checkpoints brought back: the
+ * ListCheckpoints and Restore methods, and keeping data calls out meanwhile. */
+#ifndef SCPS_RESTORE_H
+#define SCPS_RESTORE_H
+
+#include <grpc/status.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scps.pb-c.h"
+
+struct scps_server;
+struct scps_call;
+
+/* The ListCheckpoints method (on a completion-queue thread). */
+void scps_restore_handle_list(struct scps_call *c);
+
+/* The Restore method (on a completion-queue thread): validates and queues
+ * the call for the save thread, which runs scps_restore_run. */
+void scps_restore_handle(struct scps_call *c);
+
+/* Runs a queued Restore on the save thread, entered and left with the
+ * saver's mu held, no ApplyGradients running and the gate closed: opens
+ * and verifies this process's part of the step (every checksum), then, for
+ * a load, keeps every Lookup out, loads it and takes its step; the
+ * ApplyGradients parked meanwhile are refused. Fills *status and msg, or
+ * path (the step directory) and resp. */
+void scps_restore_run(struct scps_server *s, struct scps_call *c, grpc_status_code *status, char *msg, size_t len,
+                      char *path, size_t path_cap, Scps__V1__RestoreResponse *resp);
+
+/* Names the state the process now holds (at start, and after a Restore
+ * loaded a checkpoint): a random state_id, not 0, for GetConfig. */
+void scps_restore_new_state(struct scps_server *s);
+
+/* An ApplyGradients' state_id (0: not given) against the process's: OK, or
+ * FAILED_PRECONDITION with msg saying the state was replaced since the
+ * client connected. */
+grpc_status_code scps_restore_check_state(struct scps_call *c, uint64_t state_id, char *msg, size_t len);
+
+/* For Lookup and ApplyGradients, before anything else: true when the call
+ * was answered because a Restore is loading (Lookups: UNAVAILABLE, to be
+ * retried) or a failed one left the tables undefined (FAILED_PRECONDITION). */
+bool scps_restore_refused(struct scps_call *c);
+
+#endif
