@@ -271,13 +271,12 @@ void scps_saver_tick(scps_server *s, int64_t tick) {
      * grid step (they are less than one grid step apart), the second
      * saves meet. */
     sv->due = false;
-    if (sv->dirty && sv->last_step >= 0 && s->opts.checkpoint_dir && sv->grid_left <= 0 &&
-        interval_passed(s)) {
+    if (sv->dirty && sv->last_step >= 0 && s->opts.checkpoint_dir && sv->grid_left <= 0) {
       const int64_t k = s->opts.checkpoint_grid;
       sv->grid_at = (sv->last_step / k + 1) * k;
       sv->grid_left = 2;
     }
-  } else if (tick % 2 != 0 && sv->dirty && interval_passed(s)) {
+  } else if (tick % 2 != 0 && sv->dirty) {
     sv->due = true;
   }
   pthread_mutex_unlock(&sv->mu);
