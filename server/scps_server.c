@@ -283,9 +283,8 @@ static void on_new_call(scps_call *c, int ok) {
   /* While draining, Health (which answers DRAINING) and Stats are served;
    * anything else is refused with the status clients retry elsewhere. A
    * call that slips in while the drain starts is simply served. */
-  bool refuse = atomic_load(&s->draining) && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS &&
-                !(c->method == SCPS_M_APPLY_GRADIENTS && atomic_load(&s->pushes_open));
-  if (c->method == SCPS_M_APPLY_GRADIENTS && atomic_load(&s->pushes_open)) atomic_store(&s->last_push_ns, scps_clock_ns());
+  const bool drain_push = c->method == SCPS_M_APPLY_GRADIENTS && atomic_load(&s->pushes_open);
+  bool refuse = atomic_load(&s->draining) && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS && !drain_push;
   if (!refuse && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS) {
     c->counted = 1;
     atomic_fetch_add(&s->active, 1);
@@ -299,6 +298,9 @@ static void on_new_call(scps_call *c, int ok) {
   op.data.recv_close_on_server.cancelled = &c->cancelled;
   if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) call_unref(c);
   if (!authorize(c)) return;
+  /* Only a push the caller may make keeps the drain's quiet period from
+   * ending: a caller without a token cannot hold a stopping server. */
+  if (drain_push) atomic_store(&s->last_push_ns, scps_clock_ns());
   if (refuse) {
     char msg[128];
     snprintf(msg, sizeof msg, "process %d is shutting down: finishing the calls in flight, taking no new ones",
