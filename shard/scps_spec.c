@@ -148,29 +148,22 @@ int scps_initializer_from_name(const char *name, scps_initializer_type *out) {
   return rc;
 }
 
+static void optimizer_canonical(scps_optimizer_spec *o);
+
+/* Equal when the hyper-parameters the type reads are: the canonical forms
+ * (optimizer_canonical, the one list of what each type reads) compared
+ * field by field. */
 bool scps_optimizer_spec_equal(const scps_optimizer_spec *a, const scps_optimizer_spec *b) {
-  if (a->type != b->type || a->learning_rate != b->learning_rate) return false;
-  switch (a->type) {
-  case SCPS_OPT_SGD: return true;
-  case SCPS_OPT_ADAGRAD: return a->initial_accumulator == b->initial_accumulator;
-  case SCPS_OPT_ADAGRAD_MOMENTUM:
-    return a->initial_accumulator == b->initial_accumulator && a->momentum == b->momentum &&
-           a->beta2 == b->beta2 && a->epsilon == b->epsilon && a->exponent == b->exponent &&
-           a->use_nesterov == b->use_nesterov;
-  case SCPS_OPT_ADAM:
-  case SCPS_OPT_LAPROP:
-    return a->beta1 == b->beta1 && a->beta2 == b->beta2 && a->epsilon == b->epsilon;
-  case SCPS_OPT_FTRL:
-    return a->initial_accumulator == b->initial_accumulator &&
-           a->learning_rate_power == b->learning_rate_power && a->l1 == b->l1 && a->l2 == b->l2 &&
-           a->beta == b->beta &&
-           a->multiply_linear_by_learning_rate == b->multiply_linear_by_learning_rate &&
-           a->initial_linear == b->initial_linear;
-  case SCPS_OPT_F2A:
-    return a->initial_accumulator == b->initial_accumulator && a->rho == b->rho && a->l1 == b->l1 &&
-           a->l2 == b->l2 && a->max_lr_multiplier == b->max_lr_multiplier;
-  }
-  return false;
+  if (a->type != b->type || !name_of(optimizer_names, COUNT(optimizer_names), a->type)) return false;
+  scps_optimizer_spec x = *a, y = *b;
+  optimizer_canonical(&x);
+  optimizer_canonical(&y);
+  return x.learning_rate == y.learning_rate && x.initial_accumulator == y.initial_accumulator &&
+         x.momentum == y.momentum && x.beta1 == y.beta1 && x.beta2 == y.beta2 && x.epsilon == y.epsilon &&
+         x.exponent == y.exponent && x.use_nesterov == y.use_nesterov &&
+         x.learning_rate_power == y.learning_rate_power && x.l1 == y.l1 && x.l2 == y.l2 && x.beta == y.beta &&
+         x.multiply_linear_by_learning_rate == y.multiply_linear_by_learning_rate &&
+         x.initial_linear == y.initial_linear && x.rho == y.rho && x.max_lr_multiplier == y.max_lr_multiplier;
 }
 
 int scps_find_table(const scps_table_spec *tables, int n_tables, const char *name) {
