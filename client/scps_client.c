@@ -22,7 +22,8 @@
 #include "scps_client_buf.h"
 #include "scps_client_conn.h"
 #include "scps_client_rows.h"
-#include "scps_client_status.h"
+#include "scps_method.h"
+#include "scps_status.h"
 #include "scps_client_wire.h"
 #include "scps_confine.h"
 #include "scps_spec_pb.h"
@@ -45,19 +46,10 @@
 #define STEP_AGREE_PAUSE_MS 100
 #define MAX_DIRECTORY 4000 /* leaves room for the step directory and file names below PATH_MAX */
 
-enum { M_GET_CONFIG, M_LOOKUP, M_APPLY, M_CHECKPOINT, M_READ_ROWS, M_COUNT };
-
-static const char *const method_paths[M_COUNT] = {
-    "/scps.v1.EmbeddingService/GetConfig", "/scps.v1.EmbeddingService/Lookup",
-    "/scps.v1.EmbeddingService/ApplyGradients", "/scps.v1.EmbeddingService/Checkpoint",
-    "/scps.v1.EmbeddingService/ReadRows"};
-static const char *const method_names[M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Checkpoint",
-                                                  "ReadRows"};
-
 typedef struct server {
   char *addr;
   grpc_channel *ch;
-  void *methods[M_COUNT];
+  void *methods[SCPS_M_COUNT];
   bool has_checkpoint_dir; /* GetConfig's checkpoint_dir is set */
   int64_t step;            /* GetConfig's last_step at connect; -1: none */
   uint64_t state_id;       /* GetConfig's state_id at connect, sent with every push */
@@ -261,10 +253,10 @@ static void op_complete(op *o) {
   scps_error_clear(&err);
   scps_client_checkpoint_result result;
   memset(&result, 0, sizeof result);
-  if (o->method == M_CHECKPOINT) o->result = &result;
+  if (o->method == SCPS_M_CHECKPOINT) o->result = &result;
   int rc = op_result(o, &err);
   if (o->b) atomic_store(&o->b->busy, false);
-  if (o->method == M_APPLY && !rc && atomic_load(&o->checkpoint_due) && !c->ignore_checkpoint_due) {
+  if (o->method == SCPS_M_APPLY_GRADIENTS && !rc && atomic_load(&o->checkpoint_due) && !c->ignore_checkpoint_due) {
     op *ck;
     int e = checkpoint_start(c, o->step, NULL, c->checkpoint_timeout_ms, false, o->done, o->ud, &ck, &err);
     if (!e) {
@@ -274,7 +266,7 @@ static void op_complete(op *o) {
     record_auto_checkpoint(c, e, &err, NULL);
     scps_error_clear(&err);
   }
-  if (o->method == M_CHECKPOINT) {
+  if (o->method == SCPS_M_CHECKPOINT) {
     record_auto_checkpoint(c, rc, &err, rc ? NULL : &result);
     rc = 0; /* the push this checkpoint followed succeeded */
     scps_error_clear(&err);
@@ -333,7 +325,7 @@ static int rpc_start(rpc *r) {
   grpc_metadata_array_destroy(&r->md_initial);
   grpc_metadata_array_destroy(&r->md_trailing);
   r->rc = scps_error_set(&r->err, SCPS_EINTERNAL, "server %d (%s): %s: cannot start the call (grpc_call_error %d)",
-                         r->server, addr_of(c, r->server), method_names[o->method], (int)e);
+                         r->server, addr_of(c, r->server), scps_method_name(o->method), (int)e);
   return r->rc;
 }
 
@@ -439,19 +431,15 @@ static int read_lookup_reply(rpc *r) {
 static int read_reply(rpc *r) {
   op *o = r->op;
   scps_client *c = o->c;
-  const ProtobufCMessageDescriptor *desc = o->method == M_GET_CONFIG ? &scps__v1__get_config_response__descriptor
-                                           : o->method == M_LOOKUP   ? &scps__v1__lookup_response__descriptor
-                                           : o->method == M_APPLY    ? &scps__v1__apply_gradients_response__descriptor
-                                           : o->method == M_READ_ROWS ? &scps__v1__read_rows_response__descriptor
-                                                                     : &scps__v1__checkpoint_response__descriptor;
+  const ProtobufCMessageDescriptor *desc = scps_method_response(o->method);
   if (!r->response)
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: OK without a response message", r->server,
-                          addr_of(c, r->server), method_names[o->method]);
-  if (o->method == M_LOOKUP) return read_lookup_reply(r);
+                          addr_of(c, r->server), scps_method_name(o->method));
+  if (o->method == SCPS_M_LOOKUP) return read_lookup_reply(r);
   grpc_byte_buffer_reader rd;
   if (!grpc_byte_buffer_reader_init(&rd, r->response))
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: unreadable response", r->server,
-                          addr_of(c, r->server), method_names[o->method]);
+                          addr_of(c, r->server), scps_method_name(o->method));
   grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
   grpc_byte_buffer_reader_destroy(&rd);
   ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
@@ -459,8 +447,8 @@ static int read_reply(rpc *r) {
   grpc_slice_unref(all);
   if (!m)
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: response of %zu bytes is not a valid %s",
-                          r->server, addr_of(c, r->server), method_names[o->method], len, desc->name);
-  if (o->method == M_APPLY) {
+                          r->server, addr_of(c, r->server), scps_method_name(o->method), len, desc->name);
+  if (o->method == SCPS_M_APPLY_GRADIENTS) {
     if (((const Scps__V1__ApplyGradientsResponse *)m)->checkpoint_due) atomic_store(&o->checkpoint_due, true);
     protobuf_c_message_free_unpacked(m, NULL);
     return 0;
@@ -493,7 +481,7 @@ static void rpc_done(rpc *r) {
 
   if (st == GRPC_STATUS_OK) {
     r->rc = read_reply(r);
-  } else if ((st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED) && o->method == M_LOOKUP &&
+  } else if ((st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED) && o->method == SCPS_M_LOOKUP &&
              now_ns() + r->backoff_ms * 1000000 < o->deadline_ns) {
     /* Lookups are idempotent: try again after a short backoff. CANCELLED
      * comes from a draining server cancelling calls that arrive after its
@@ -508,24 +496,24 @@ static void rpc_done(rpc *r) {
     /* CANCELLED keeps its own code (a server draining for shutdown; the
      * call may go to the process that replaces it): callers and scps-loadgen
      * tell it from UNAVAILABLE. */
-    int code = scps_status_code(st);
+    int code = scps_status_to_error(st);
     const char *why = "";
     char unconnected[320];
-    if (o->method == M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
+    if (o->method == SCPS_M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
       code = SCPS_EUNAVAIL;
       snprintf(unconnected, sizeof unconnected, " (no connection within the connect timeout: %s; an scps-server "
                "listens once its tables are initialized)", scps_conn_why_unconnected(c->conn));
       why = grpc_channel_check_connectivity_state(c->servers[r->server].ch, 0) == GRPC_CHANNEL_READY
                 ? " (connected, but no answer within the connect timeout)"
                 : unconnected;
-    } else if (o->method == M_LOOKUP && (st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED)) {
+    } else if (o->method == SCPS_M_LOOKUP && (st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED)) {
       why = r->attempts > 1 ? " (retried until the deadline)"
                             : " (not retried: less of the deadline was left than the next backoff)";
-    } else if (o->method == M_LOOKUP && st == GRPC_STATUS_DEADLINE_EXCEEDED && r->attempts > 1) {
+    } else if (o->method == SCPS_M_LOOKUP && st == GRPC_STATUS_DEADLINE_EXCEEDED && r->attempts > 1) {
       why = " (after retries on UNAVAILABLE)";
     }
     r->rc = scps_error_set(&r->err, code, "server %d (%s): %s: %s: %s%s; %d attempt%s in %lld ms", r->server,
-                           addr_of(c, r->server), method_names[o->method], scps_status_name(st), text, why,
+                           addr_of(c, r->server), scps_method_name(o->method), scps_status_name(st), text, why,
                            r->attempts, r->attempts == 1 ? "" : "s",
                            (long long)((now_ns() - o->start_ns) / 1000000));
   }
@@ -865,18 +853,18 @@ static int op_result(op *o, scps_error *err) {
       if (first < 0) first = i;
       failures++;
     }
-  if (o->method == M_LOOKUP) {
+  if (o->method == SCPS_M_LOOKUP) {
     int rc = first < 0 ? pool_rows(o, err) : 0;
     if (first < 0 && !rc) merge_activations(o);
     for (int p = 0; p < o->n_rpcs; p++) scps_slices_free(&o->b->reply[p]);
     if (rc) return rc;
   }
   if (first < 0) {
-    if (o->method == M_CHECKPOINT && o->result) checkpoint_summary(o, o->result);
+    if (o->method == SCPS_M_CHECKPOINT && o->result) checkpoint_summary(o, o->result);
     return 0;
   }
   const rpc *r = &o->rpcs[first];
-  if (o->method == M_CHECKPOINT) {
+  if (o->method == SCPS_M_CHECKPOINT) {
     char bad[128], good[128];
     list_servers(o, true, bad, sizeof bad);
     list_servers(o, false, good, sizeof good);
@@ -896,7 +884,7 @@ static int op_result(op *o, scps_error *err) {
                           "incomplete and will not be restored]",
                           r->err.msg, (long long)o->step, bad, good);
   }
-  if (o->method == M_APPLY) {
+  if (o->method == SCPS_M_APPLY_GRADIENTS) {
     char bad[128], good[128];
     list_servers(o, true, bad, sizeof bad);
     list_servers(o, false, good, sizeof good);
@@ -1000,7 +988,8 @@ static int connect_servers(scps_client *c, const scps_client_options *o, scps_er
       rc = scps_error_set(err, SCPS_EINVAL, "server %d: cannot create a channel to '%s'", p, s->addr);
       break;
     }
-    for (int m = 0; m < M_COUNT; m++) s->methods[m] = grpc_channel_register_call(s->ch, method_paths[m], NULL, NULL);
+    for (int m = 0; m < SCPS_M_COUNT; m++)
+      s->methods[m] = grpc_channel_register_call(s->ch, scps_method_path(m), NULL, NULL);
   }
   return rc;
 }
@@ -1020,7 +1009,7 @@ static grpc_slice config_request(Scps__V1__ClusterSpec *expected) {
  * every answer. Each server's outcome is in (*out)->rpcs[p]. */
 static int get_configs(scps_client *c, int from, int to, grpc_slice req, int64_t deadline_ns, op **out,
                        scps_error *err) {
-  op *o = op_create(c, M_GET_CONFIG, c->n, 0);
+  op *o = op_create(c, SCPS_M_GET_CONFIG, c->n, 0);
   *out = o;
   if (!o) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   o->deadline_ns = deadline_ns;
@@ -1726,7 +1715,7 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
                               c->layout->feature_specs[f].name);
   int rc = claim_batch(c, b, fn, err);
   if (rc) return rc;
-  op *o = op_create(c, M_LOOKUP, c->n, deadline_ms);
+  op *o = op_create(c, SCPS_M_LOOKUP, c->n, deadline_ms);
   if (o) o->acts = malloc(sizeof *o->acts * (size_t)c->layout->n_features);
   for (int p = 0; o && o->acts && p < c->n; p++) {
     rpc *r = &o->rpcs[p];
@@ -1974,7 +1963,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   const scps_layout *l = c->layout;
   int ns = l->n_stacks;
   grpc_slice *gs = calloc((size_t)ns, sizeof *gs);
-  op *o = gs ? op_create(c, M_APPLY, c->n, deadline_ms) : NULL;
+  op *o = gs ? op_create(c, SCPS_M_APPLY_GRADIENTS, c->n, deadline_ms) : NULL;
   if (!o) {
     free(gs);
     atomic_store(&b->busy, false);
@@ -2135,7 +2124,7 @@ static int checkpoint_start(scps_client *c, int64_t step, const char *directory,
   int ns = l->n_stacks;
   Scps__V1__StackLimits *lim = calloc((size_t)(ns ? ns : 1), sizeof *lim);
   Scps__V1__StackLimits **limp = calloc((size_t)(ns ? ns : 1), sizeof *limp);
-  op *o = lim && limp ? op_create(c, M_CHECKPOINT, c->n, deadline_ms) : NULL;
+  op *o = lim && limp ? op_create(c, SCPS_M_CHECKPOINT, c->n, deadline_ms) : NULL;
   int rc = o ? 0 : scps_error_set(err, SCPS_ENOMEM, "scps_client_checkpoint: out of memory");
   /* The limits in force are the prep's, which FDO may have raised. */
   pthread_mutex_lock(&c->prep_mu);
@@ -2224,7 +2213,7 @@ static int read_rows_piece(scps_client *c, int t, const int64_t *ids, size_t n, 
   /* Per server, its ids and their places among the caller's. */
   size_t *place = malloc(sizeof *place * (n ? n : 1)), *start = calloc((size_t)c->n + 1, sizeof *start);
   int64_t *sorted = malloc(sizeof *sorted * (n ? n : 1));
-  op *o = place && start && sorted ? op_create(c, M_READ_ROWS, c->n, left_ms) : NULL;
+  op *o = place && start && sorted ? op_create(c, SCPS_M_READ_ROWS, c->n, left_ms) : NULL;
   int rc = o ? 0 : scps_error_set(err, SCPS_ENOMEM, "scps_client_read_rows: out of memory");
   for (size_t i = 0; !rc && i < n; i++) start[scps_layout_process_of_sc(l, scps_layout_sc_of(l, t, ids[i])) + 1]++;
   for (int p = 0; !rc && p < c->n; p++) start[p + 1] += start[p];

@@ -11,7 +11,8 @@
 #include <string.h>
 
 #include "scps_client_conn.h"
-#include "scps_client_status.h"
+#include "scps_method.h"
+#include "scps_status.h"
 
 /* The answer's bytes, copied out of the byte buffer's slices. */
 static int copy_answer(grpc_byte_buffer *bb, uint8_t **answer, size_t *answer_len, scps_error *err) {
@@ -43,9 +44,8 @@ int scps_rpc_call(const char *address, const scps_client_security *security, con
   *answer = NULL;
   *answer_len = 0;
   if (deadline_ms <= 0) return scps_error_set(err, SCPS_EINVAL, "deadline_ms %lld must be > 0", (long long)deadline_ms);
-  char path[128];
-  if (snprintf(path, sizeof path, "/scps.v1.EmbeddingService/%s", method) >= (int)sizeof path)
-    return scps_error_set(err, SCPS_EINVAL, "method name '%s' is too long", method);
+  const char *path = scps_method_path(scps_method_from_name(method));
+  if (!path) return scps_error_set(err, SCPS_EINVAL, "method '%s' is not a method of %s", method, SCPS_METHOD_SERVICE);
   grpc_init();
   scps_conn *conn;
   int rc = scps_conn_create(security, &conn, err);
@@ -108,7 +108,7 @@ int scps_rpc_call(const char *address, const scps_client_security *security, con
       if (status == GRPC_STATUS_DEADLINE_EXCEEDED && grpc_channel_check_connectivity_state(ch, 0) != GRPC_CHANNEL_READY)
         snprintf(why, sizeof why, " (no connection within the deadline: %s; an scps-server listens once its tables "
                  "are initialized)", scps_conn_why_unconnected(conn));
-      rc = scps_error_set(err, scps_status_code(status), "%s: %s: %s: %s%s", address, method,
+      rc = scps_error_set(err, scps_status_to_error(status), "%s: %s: %s: %s%s", address, method,
                           scps_status_name(status), text, why);
       gpr_free(text);
     } else {

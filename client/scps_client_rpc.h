@@ -15,7 +15,7 @@
  * reachable and to answer, over TLS and with a token as security says (NULL:
  * plaintext, no token; as scps_client_options.security). On OK: 0 and
  * *answer (malloc'ed, the caller frees it; NULL with *answer_len 0 for an
- * empty message). Otherwise the status's SCPS_E* code (scps_status_code:
+ * empty message). Otherwise the status's SCPS_E* code (scps_status_to_error:
  * SCPS_EUNAUTH, SCPS_EDENIED for a token refused) and a message naming the
  * address, the method, the status and the server's details; security's
  * errors as scps_client_create's. */

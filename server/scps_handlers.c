@@ -209,7 +209,7 @@ ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescript
   char msg[256];
   int rc = scps_call_read_payload(c, &data, &len);
   if (rc) {
-    snprintf(msg, sizeof msg, "%s: no request message received", scps_method_names[c->method]);
+    snprintf(msg, sizeof msg, "%s: no request message received", scps_method_name(c->method));
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return NULL;
   }
@@ -222,10 +222,10 @@ ProtobufCMessage *scps_read_request(scps_call *c, const ProtobufCMessageDescript
   free(data);
   if (!m && b.exceeded) {
     snprintf(msg, sizeof msg, "%s: request of %zu bytes needs more than %zu bytes of memory to decode (at most %dx "
-             "its size plus 1 MiB, and 256 MiB)", scps_method_names[c->method], len, budget, UNPACK_PER_BYTE);
+             "its size plus 1 MiB, and 256 MiB)", scps_method_name(c->method), len, budget, UNPACK_PER_BYTE);
     scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
   } else if (!m) {
-    snprintf(msg, sizeof msg, "%s: request of %zu bytes is not a valid %s message", scps_method_names[c->method],
+    snprintf(msg, sizeof msg, "%s: request of %zu bytes is not a valid %s message", scps_method_name(c->method),
              len, desc->name);
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
   }
@@ -378,7 +378,7 @@ static void handle_stats(scps_call *c) {
   r.pushes_updates_checked = atomic_load(&s->pushes_updates_checked);
   for (int m = 0; m < SCPS_M_COUNT; m++) {
     scps__v1__method_stats__init(&ms[m]);
-    ms[m].method = (char *)scps_method_names[m];
+    ms[m].method = (char *)scps_method_name(m);
     ms[m].calls = atomic_load(&s->methods[m].calls);
     ms[m].errors = atomic_load(&s->methods[m].errors);
     ms[m].bytes_received = atomic_load(&s->methods[m].bytes_in);
@@ -732,7 +732,7 @@ static size_t lookup_gather_scratch(const scps_call *c) {
 static bool read_data_request(scps_call *c, scps_request_kind kind) {
   char msg[512];
   if (!c->payload) {
-    snprintf(msg, sizeof msg, "%s: no request message received", scps_method_names[c->method]);
+    snprintf(msg, sizeof msg, "%s: no request message received", scps_method_name(c->method));
     scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return false;
   }
@@ -742,7 +742,7 @@ static bool read_data_request(scps_call *c, scps_request_kind kind) {
   c->bytes_in = c->req.bytes;
   if (rc) {
     char full[600];
-    snprintf(full, sizeof full, "%s: %s", scps_method_names[c->method], msg);
+    snprintf(full, sizeof full, "%s: %s", scps_method_name(c->method), msg);
     scps_call_finish(c, rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT, full,
                      NULL, 0);
     return false;

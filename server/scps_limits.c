@@ -147,11 +147,11 @@ static void sweep(scps_server *s, int list, int64_t now) {
     char msg[200];
     if (list == SCPS_WATCH_ARRIVING) {
       snprintf(msg, sizeof msg, "%s: request message not received within %d s of its headers (--transfer-timeout)",
-               c->method < SCPS_M_COUNT ? scps_method_names[c->method] : "call", s->opts.transfer_timeout_s);
+               c->method < SCPS_M_COUNT ? scps_method_name(c->method) : "call", s->opts.transfer_timeout_s);
       atomic_fetch_add(&s->requests_timed_out, 1);
     } else {
       snprintf(msg, sizeof msg, "%s: answer not taken by the client within %d s (--transfer-timeout)",
-               c->method < SCPS_M_COUNT ? scps_method_names[c->method] : "call", s->opts.transfer_timeout_s);
+               c->method < SCPS_M_COUNT ? scps_method_name(c->method) : "call", s->opts.transfer_timeout_s);
       atomic_fetch_add(&s->answers_timed_out, 1);
     }
     grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, msg, NULL);
@@ -288,7 +288,7 @@ void scps_limits_refusal(const scps_call *c, const char *what, size_t need, size
   format_bytes((double)need, n, sizeof n);
   format_bytes((double)in_use, u, sizeof u);
   format_bytes((double)limit, l, sizeof l);
-  const char *m = c->method < SCPS_M_COUNT ? scps_method_names[c->method] : "call";
+  const char *m = c->method < SCPS_M_COUNT ? scps_method_name(c->method) : "call";
   if (need > limit)
     snprintf(msg, len, "%s: needs %s (%s), more than the server's whole memory budget of %s (--memory-budget); "
              "send smaller batches or raise the budget", m, n, what, l);

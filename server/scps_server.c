@@ -24,10 +24,6 @@
 #define POSTED_DATA 16
 #define POSTED_SMALL 2
 
-const char *const scps_method_names[SCPS_M_COUNT] = {"GetConfig", "Lookup", "ApplyGradients", "Stats",
-                                                     "Health",    "Checkpoint", "ReadRows",
-                                                     "ListCheckpoints", "Restore"};
-
 /* The least role that may call each method when the server has a
  * --token-file (deploy/SECURITY.md). A method missing here is admin-only:
  * a new method is listed only if trainers need it. */
@@ -212,7 +208,7 @@ static bool authorize(scps_call *c) {
   }
   if (c->method == SCPS_M_UNKNOWN || scps_call_may(c, c->method)) return true;
   char msg[256];
-  snprintf(msg, sizeof msg, "%s needs the %s role; this caller's token has the %s role", scps_method_names[c->method],
+  snprintf(msg, sizeof msg, "%s needs the %s role; this caller's token has the %s role", scps_method_name(c->method),
            scps_role_name(least_role(c->method)), scps_role_name(c->role));
   scps_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, msg, NULL, 0);
   return false;
@@ -427,11 +423,8 @@ static int grpc_setup(scps_server *s, const scps_server_options *o, scps_error *
   s->server = grpc_server_create(&ca, NULL);
   if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own */
   s->quota = NULL;
-  char path[128];
-  for (int m = 0; m < SCPS_M_COUNT; m++) {
-    snprintf(path, sizeof path, "/scps.v1.EmbeddingService/%s", scps_method_names[m]);
-    s->handles[m] = grpc_server_register_method(s->server, path, NULL, GRPC_SRM_PAYLOAD_NONE, 0);
-  }
+  for (int m = 0; m < SCPS_M_COUNT; m++)
+    s->handles[m] = grpc_server_register_method(s->server, scps_method_path(m), NULL, GRPC_SRM_PAYLOAD_NONE, 0);
   for (int i = 0; i < o->cq_threads; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);

@@ -14,26 +14,11 @@
 #include "scps_budget.h"
 #include "scps_clock.h"
 #include "scps_engine.h"
+#include "scps_method.h"
 #include "scps_pipeline.h"
 #include "scps_request.h"
 #include "scps_saver.h"
 #include "scps_server.h"
-
-enum {
-  SCPS_M_GET_CONFIG,
-  SCPS_M_LOOKUP,
-  SCPS_M_APPLY_GRADIENTS,
-  SCPS_M_STATS,
-  SCPS_M_HEALTH,
-  SCPS_M_CHECKPOINT,
-  SCPS_M_READ_ROWS,
-  SCPS_M_LIST_CHECKPOINTS,
-  SCPS_M_RESTORE,
-  SCPS_M_COUNT,
-  SCPS_M_UNKNOWN = SCPS_M_COUNT /* generic request: answered UNIMPLEMENTED */
-};
-
-extern const char *const scps_method_names[SCPS_M_COUNT];
 
 enum { TAG_NEW, TAG_CLOSE, TAG_SEND, TAG_SHUTDOWN, TAG_RECV };
 
@@ -271,7 +256,7 @@ grpc_status_code scps_check_view(scps_call *c, const uint8_t *fp, size_t fp_len,
 void scps_handle_call(scps_call *c);
 
 /* Whether the caller of c may call method (the least role of each method is
- * a table beside scps_method_names). */
+ * scps_server.c's method_role table). */
 bool scps_call_may(const scps_call *c, int method);
 
 #endif

@@ -6,25 +6,22 @@
 const char *scps_strerror(int code) {
   switch (code) {
   case SCPS_OK: return "success";
-  case SCPS_EINVAL: return "invalid argument";
-  case SCPS_ENOMEM: return "out of host memory";
-  case SCPS_ENOSPC: return "does not fit in SparseCore memory";
-  case SCPS_ENOENT: return "no such name";
-  case SCPS_EEXIST: return "duplicate name";
-  case SCPS_ERANGE: return "value out of range";
-  case SCPS_ELIMIT: return "per-partition id limit exceeded";
-  case SCPS_EIO: return "input/output error";
-  case SCPS_ECORRUPT: return "stored data is corrupt";
-  case SCPS_EPARSE: return "parse error";
-  case SCPS_EMISMATCH: return "configuration mismatch";
-  case SCPS_EUNAVAIL: return "peer unavailable";
-  case SCPS_ETIMEDOUT: return "deadline exceeded";
-  case SCPS_ESTATE: return "invalid state for this operation";
-  case SCPS_EINTERNAL: return "internal error";
-  case SCPS_EUNAUTH: return "not authenticated";
-  case SCPS_EDENIED: return "permission denied";
-  case SCPS_ECANCELLED: return "cancelled by the peer";
+#define XX(name, value, status, text) \
+  case SCPS_##name: return text;
+    SCPS_ERRNO_MAP(XX)
+#undef XX
   default: return "unknown error";
+  }
+}
+
+const char *scps_err_name(int code) {
+  switch (code) {
+  case SCPS_OK: return "SCPS_OK";
+#define XX(name, value, status, text) \
+  case SCPS_##name: return "SCPS_" #name;
+    SCPS_ERRNO_MAP(XX)
+#undef XX
+  default: return "SCPS_UNKNOWN";
   }
 }
 

@@ -5,26 +5,48 @@
 
 #include <stddef.h>
 
+/* Marks the functions libscps exports (the rest of the library is built
+ * with hidden visibility). */
+#ifndef SCPS_EXTERN
+#if defined(__GNUC__)
+#define SCPS_EXTERN __attribute__((visibility("default")))
+#else
+#define SCPS_EXTERN
+#endif
+#endif
+
+/* XX(NAME, value, gRPC status, description): every code once. The gRPC
+ * status is the one a server answers a call failing with the code with
+ * (scps_status.h expands it to GRPC_STATUS_*). A client maps a status back
+ * to the first code in this list that names it, so the order decides that
+ * (RESOURCE_EXHAUSTED: ENOSPC, FAILED_PRECONDITION: EMISMATCH); a status no
+ * code names maps to SCPS_EIO. */
+#define SCPS_ERRNO_MAP(XX)                                                                              \
+  XX(EINVAL, -1, INVALID_ARGUMENT, "invalid argument")       /* malformed argument or input */          \
+  XX(ENOSPC, -3, RESOURCE_EXHAUSTED, "does not fit: memory, disk or a size limit") /* SparseCore memory, \
+                                   disk, file size, message size, save interval */ \
+  XX(ENOMEM, -2, RESOURCE_EXHAUSTED, "out of host memory")   /* host allocation failed */               \
+  XX(ENOENT, -4, NOT_FOUND, "no such name")                  /* unknown table, feature, stack, file */  \
+  XX(EEXIST, -5, ALREADY_EXISTS, "duplicate name")                                                      \
+  XX(ERANGE, -6, INVALID_ARGUMENT, "value out of range")     /* id, row or sample out of range */       \
+  XX(ELIMIT, -7, RESOURCE_EXHAUSTED, "per-partition id limit exceeded")                                 \
+  XX(EIO, -8, UNKNOWN, "input/output error")                 /* file system or socket error */          \
+  XX(ECORRUPT, -9, DATA_LOSS, "stored data is corrupt")      /* checksum or format mismatch */          \
+  XX(EPARSE, -10, INVALID_ARGUMENT, "parse error")           /* text (JSON, flags) */                   \
+  XX(EMISMATCH, -11, FAILED_PRECONDITION, "configuration mismatch") /* two views of the cluster differ */ \
+  XX(EUNAVAIL, -12, UNAVAILABLE, "peer unavailable")         /* peer not reachable */                   \
+  XX(ETIMEDOUT, -13, DEADLINE_EXCEEDED, "deadline exceeded")                                            \
+  XX(ESTATE, -14, FAILED_PRECONDITION, "invalid state for this operation")                              \
+  XX(EINTERNAL, -15, INTERNAL, "internal error")             /* invariant violated inside scps: a bug */ \
+  XX(EUNAUTH, -16, UNAUTHENTICATED, "not authenticated")     /* no bearer token, or an unknown one */   \
+  XX(EDENIED, -17, PERMISSION_DENIED, "permission denied")   /* the caller's role, or a file's mode */  \
+  XX(ECANCELLED, -18, CANCELLED, "cancelled by the peer")    /* a server draining for shutdown */
+
 enum {
   SCPS_OK = 0,
-  SCPS_EINVAL = -1,     /* malformed argument or input */
-  SCPS_ENOMEM = -2,     /* host allocation failed */
-  SCPS_ENOSPC = -3,     /* does not fit (SparseCore memory, disk, file size limit) */
-  SCPS_ENOENT = -4,     /* unknown name (table, feature, stack, file) */
-  SCPS_EEXIST = -5,     /* duplicate name */
-  SCPS_ERANGE = -6,     /* id, row or sample out of range */
-  SCPS_ELIMIT = -7,     /* per-partition id limit exceeded */
-  SCPS_EIO = -8,        /* file system or socket error */
-  SCPS_ECORRUPT = -9,   /* checksum or format mismatch in stored data */
-  SCPS_EPARSE = -10,    /* text (JSON, flags) could not be parsed */
-  SCPS_EMISMATCH = -11, /* two views of the cluster configuration differ */
-  SCPS_EUNAVAIL = -12,  /* peer not reachable */
-  SCPS_ETIMEDOUT = -13, /* deadline passed */
-  SCPS_ESTATE = -14,    /* operation not valid in the current state */
-  SCPS_EINTERNAL = -15, /* invariant violated inside scps: a bug */
-  SCPS_EUNAUTH = -16,   /* a server does not know the caller (no bearer token, or an unknown one) */
-  SCPS_EDENIED = -17,   /* permission denied: the caller's role, or a file's permissions */
-  SCPS_ECANCELLED = -18 /* the peer cancelled the call (a server draining for shutdown) */
+#define XX(name, value, status, text) SCPS_##name = value,
+  SCPS_ERRNO_MAP(XX)
+#undef XX
 };
 
 #define SCPS_ERROR_MSG_MAX 512
@@ -36,8 +58,13 @@ typedef struct scps_error {
   char msg[SCPS_ERROR_MSG_MAX];
 } scps_error;
 
-/* Short constant description of a code ("invalid argument"). */
-const char *scps_strerror(int code);
+/* Short constant description of a code ("invalid argument"); "unknown
+ * error" for a value not in the list. */
+SCPS_EXTERN const char *scps_strerror(int code);
+
+/* The code's name ("SCPS_EINVAL"); "SCPS_UNKNOWN" for a value not in the
+ * list. */
+SCPS_EXTERN const char *scps_err_name(int code);
 
 /* Records code and a printf-style message in err (which may be NULL) and
  * returns code, so failures read `return scps_error_set(err, SCPS_EINVAL, ...)`. */
