@@ -1,14 +1,25 @@
-/* scps_request: Lookup and ApplyGradients requests decoded straight from the
- * slices gRPC received, each bulk array copied once into memory of its own. */
+/* scps_request: LookupRequest and ApplyGradientsRequest, both ends: libscps's
+ * encoder and the server's decoder, which reads straight from gRPC's slices. */
 #ifndef SCPS_REQUEST_H
 #define SCPS_REQUEST_H
 
 #include <grpc/byte_buffer.h>
-
-#include "scps_slices.h"
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+#include "scps_coo.h"
+#include "scps_slices.h"
+
+/* The requests carry rows, samples, gains and gradients as raw
+ * little-endian arrays (scps.proto), which the encoder copies out of memory
+ * and the decoder keeps as they arrived. */
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "scps_request copies the wire's little-endian arrays as they are and needs a little-endian host"
+#endif
+
+/* Decoding (the server): each bulk array copied once into memory of its
+ * own. */
 
 /* A bytes field: owned by the request (malloc'd, so aligned for uint32 and
  * float arrays), or pointing at the empty string when absent. */
@@ -88,5 +99,73 @@ int scps_request_expand_samples(scps_req_partitions *p, size_t entries, char *ms
  * entries, gain not finite), a length not a multiple of 8 or gains set too,
  * or SCPS_ENOMEM. */
 int scps_request_expand_gains(scps_req_partitions *p, size_t entries, char *msg, size_t len);
+
+/* Encoding (libscps): each request is written by the caller as a sequence
+ * of the pieces below, sized first; bulk arrays are copied once. */
+
+#define SCPS_REQUEST_FINGERPRINT_BYTES 32
+
+/* Bytes of a StackPartitions message (without any enclosing tag and length)
+ * for the n_sc partitions coo[0..n_sc-1] of one process. gain_exceptions
+ * must be exactly how many of their gains are not 1.0: the message carries
+ * no gains if none, the (entry, gain) pairs of those if that is smaller
+ * (gain_exceptions), else every gain. samples_u16: the samples as uint16
+ * (samples_u16), for a stack of at most 65536 samples. */
+size_t scps_request_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc,
+                                    size_t gain_exceptions, bool samples_u16);
+
+/* Writes that message at p; returns the end. */
+uint8_t *scps_request_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo, int n_sc,
+                                     size_t gain_exceptions, bool samples_u16);
+
+/* Size of the fields every data request starts with (config_fingerprint,
+ * process_index), which are fields 1 and 2 of both requests. */
+size_t scps_request_view_size(int32_t process_index);
+uint8_t *scps_request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index);
+
+/* LookupRequest.activation_format (field 4) or
+ * ApplyGradientsRequest.gradient_format (field 6): nothing for float32 (0,
+ * the default), else 2 bytes. */
+size_t scps_request_format_size(int format);
+uint8_t *scps_request_put_lookup_format(uint8_t *p, int format);
+uint8_t *scps_request_put_apply_format(uint8_t *p, int format);
+
+/* Prefix of LookupRequest.stacks[i] (field 3) whose body has len bytes;
+ * at most 1 + SCPS_PBW_VARINT_MAX bytes. */
+uint8_t *scps_request_put_lookup_stack_prefix(uint8_t *p, size_t len);
+size_t scps_request_lookup_stack_prefix_size(size_t len);
+
+/* ApplyGradientsRequest fields 3 (step) and 4 (learning_rate, written only
+ * when learning_rate >= 0); at most 2 + 2 * SCPS_PBW_VARINT_MAX bytes. */
+uint8_t *scps_request_put_step(uint8_t *p, int64_t step, double learning_rate);
+
+/* ApplyGradientsRequest field 7 (state_id), written only when not 0; at
+ * most 9 bytes. */
+uint8_t *scps_request_put_state_id(uint8_t *p, uint64_t state_id);
+
+/* One ApplyGradientsRequest.stacks[i] (field 5) is, in order: the prefix
+ * below, the partitions body (parts_len bytes), then the gradients prefix
+ * and grads_len bytes of gradients. Each prefix is at most
+ * 2 + 2 * SCPS_PBW_VARINT_MAX bytes. */
+uint8_t *scps_request_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len);
+uint8_t *scps_request_put_gradients_prefix(uint8_t *p, size_t grads_len);
+
+/* StackGradients.partitions of a stack pushed by row (StackGradients.
+ * row_gradients): stack, the n_sc + 1 offsets row_start[0..n_sc] and the
+ * row_start[n_sc] distinct rows. */
+size_t scps_request_row_partitions_size(const char *stack, const uint32_t *row_start, int n_sc);
+uint8_t *scps_request_put_row_partitions(uint8_t *p, const char *stack, const uint32_t *row_start, int n_sc,
+                                         const uint32_t *rows);
+
+/* The prefix of StackGradients.row_gradients (field 3), which takes the
+ * place of the gradients prefix after a by-row stack's partitions; at most
+ * 1 + SCPS_PBW_VARINT_MAX bytes. */
+uint8_t *scps_request_put_row_gradients_prefix(uint8_t *p, size_t len);
+
+/* LookupRequest.distinct_rows, packed: one flag per stack sent (n_sent of
+ * them), in stack order, distinct[st] for each stack st whose slot[st] is
+ * not negative. */
+size_t scps_request_distinct_rows_size(int n_sent);
+uint8_t *scps_request_put_distinct_rows(uint8_t *p, const bool *distinct, const int *slot, int n_stacks, int n_sent);
 
 #endif

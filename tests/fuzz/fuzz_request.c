@@ -1,5 +1,5 @@
 /* libFuzzer target for the Lookup and ApplyGradients decoder
- * (server/scps_request): decode, then expand samples and gains as the
+ * (proto/scps_request): decode, then expand samples and gains as the
  * server's validation does. */
 #include <grpc/byte_buffer.h>
 #include <grpc/grpc.h>
