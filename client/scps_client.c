@@ -66,7 +66,7 @@ struct scps_client {
   scps_layout *layout;
   scps_prep *prep;
   pthread_mutex_t prep_mu;
-  uint8_t fingerprint[SCPS_REQUEST_FINGERPRINT_BYTES];
+  uint8_t fingerprint[SCPS_FINGERPRINT_BYTES];
   int64_t max_message_bytes; /* smallest of the servers' limits */
   scps_float_format format;   /* of activations and gradients on the wire */
   size_t value_bytes;         /* 4 or 2: bytes of one such value */
@@ -1100,12 +1100,12 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
     return scps_error_set(err, SCPS_EMISMATCH,
                           "server %d (%s): the cluster has num_processes %d but %d server addresses were given", p,
                           a, m->cluster->topology->num_processes, c->n);
-  if (m->config_fingerprint.len != SCPS_REQUEST_FINGERPRINT_BYTES)
+  if (m->config_fingerprint.len != SCPS_FINGERPRINT_BYTES)
     return scps_error_set(err, SCPS_EIO, "server %d (%s): config_fingerprint of %zu bytes, expected %d", p, a,
-                          m->config_fingerprint.len, SCPS_REQUEST_FINGERPRINT_BYTES);
+                          m->config_fingerprint.len, SCPS_FINGERPRINT_BYTES);
   if (p == 0)
-    memcpy(c->fingerprint, m->config_fingerprint.data, SCPS_REQUEST_FINGERPRINT_BYTES);
-  else if (memcmp(c->fingerprint, m->config_fingerprint.data, SCPS_REQUEST_FINGERPRINT_BYTES))
+    memcpy(c->fingerprint, m->config_fingerprint.data, SCPS_FINGERPRINT_BYTES);
+  else if (memcmp(c->fingerprint, m->config_fingerprint.data, SCPS_FINGERPRINT_BYTES))
     return scps_error_set(err, SCPS_EMISMATCH,
                           "server %d (%s): config_fingerprint differs from server 0's (%s): the processes were "
                           "started with different declarations",

@@ -568,11 +568,11 @@ uint8_t *scps_request_put_row_partitions(uint8_t *p, const char *stack, const ui
 static uint64_t int_varint(int64_t v) { return (uint64_t)v; }
 
 size_t scps_request_view_size(int32_t process_index) {
-  return scps_pbw_len_size(SCPS_REQUEST_FINGERPRINT_BYTES) + 1 + scps_pbw_varint_size(int_varint(process_index));
+  return scps_pbw_len_size(SCPS_FINGERPRINT_BYTES) + 1 + scps_pbw_varint_size(int_varint(process_index));
 }
 
 uint8_t *scps_request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index) {
-  p = scps_pbw_put_bytes(p, 1, fingerprint, SCPS_REQUEST_FINGERPRINT_BYTES);
+  p = scps_pbw_put_bytes(p, 1, fingerprint, SCPS_FINGERPRINT_BYTES);
   p = scps_pbw_put_key(p, 2, SCPS_WT_VARINT);
   return scps_pbw_put_varint(p, int_varint(process_index));
 }

@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "scps_coo.h"
+#include "scps_fingerprint.h"
 #include "scps_slices.h"
 
 /* The requests carry rows, samples, gains and gradients as raw
@@ -103,8 +104,6 @@ int scps_request_expand_gains(scps_req_partitions *p, size_t entries, char *msg,
 /* Encoding (libscps): each request is written by the caller as a sequence
  * of the pieces below, sized first; bulk arrays are copied once. */
 
-#define SCPS_REQUEST_FINGERPRINT_BYTES 32
-
 /* Bytes of a StackPartitions message (without any enclosing tag and length)
  * for the n_sc partitions coo[0..n_sc-1] of one process. gain_exceptions
  * must be exactly how many of their gains are not 1.0: the message carries
@@ -119,7 +118,8 @@ uint8_t *scps_request_put_partitions(uint8_t *p, const char *stack, const scps_c
                                      size_t gain_exceptions, bool samples_u16);
 
 /* Size of the fields every data request starts with (config_fingerprint,
- * process_index), which are fields 1 and 2 of both requests. */
+ * SCPS_FINGERPRINT_BYTES long, and process_index), which are fields 1 and
+ * 2 of both requests. */
 size_t scps_request_view_size(int32_t process_index);
 uint8_t *scps_request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index);
 

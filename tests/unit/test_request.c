@@ -372,8 +372,8 @@ static void test_lookup_request(int32_t process_index, int format) {
                  *cx[3] = {&x[0].coo, &x[1].coo, &x[2].coo};
   const size_t ea = gain_exceptions(ca, 3), ex = gain_exceptions(cx, 3);
   CHECK(ea > 0 && ex > 0 && 8 * ex < 4 * 423 && gain_exceptions(cb, 3) == 0);
-  uint8_t fp[SCPS_REQUEST_FINGERPRINT_BYTES];
-  for (int i = 0; i < SCPS_REQUEST_FINGERPRINT_BYTES; i++) fp[i] = (uint8_t)(i * 37 + 1);
+  uint8_t fp[SCPS_FINGERPRINT_BYTES];
+  for (int i = 0; i < SCPS_FINGERPRINT_BYTES; i++) fp[i] = (uint8_t)(i * 37 + 1);
   char long_name[128];
   memset(long_name, 'x', 127);
   long_name[127] = '\0';
@@ -434,7 +434,7 @@ static void test_apply_request(int64_t step, double lr, int format, uint64_t sta
   const size_t vb = format ? 2 : 4;
   uint8_t grads[48 * 8 * 4];
   for (size_t i = 0; i < sizeof grads; i++) grads[i] = (uint8_t)(i * 13 + 5);
-  uint8_t fp[SCPS_REQUEST_FINGERPRINT_BYTES] = {0};
+  uint8_t fp[SCPS_FINGERPRINT_BYTES] = {0};
   fp[31] = 9;
   size_t glen = 20 * 8 * vb; /* 20 samples of width 8 */
   const size_t exceptions = gain_exceptions(ca, 2);
