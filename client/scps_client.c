@@ -24,7 +24,8 @@
 #include "scps_client_rows.h"
 #include "scps_method.h"
 #include "scps_status.h"
-#include "scps_client_wire.h"
+#include "scps_lookup_reply.h"
+#include "scps_request.h"
 #include "scps_confine.h"
 #include "scps_spec_pb.h"
 #include "scps_step.h"
@@ -65,7 +66,7 @@ struct scps_client {
   scps_layout *layout;
   scps_prep *prep;
   pthread_mutex_t prep_mu;
-  uint8_t fingerprint[SCPS_WIRE_FINGERPRINT_BYTES];
+  uint8_t fingerprint[SCPS_FINGERPRINT_BYTES];
   int64_t max_message_bytes; /* smallest of the servers' limits */
   scps_float_format format;   /* of activations and gradients on the wire */
   size_t value_bytes;         /* 4 or 2: bytes of one such value */
@@ -113,7 +114,7 @@ struct scps_batch {
   /* A lookup's replies as gRPC received them, merged from there and let go
    * by the merge: copying them out first would cost a pass per byte. */
   scps_slices *reply;           /* [server] */
-  scps_wire_activations *parsed; /* [server * n_stacks] reply's stacks, by slot */
+  scps_lookup_reply_stack *parsed; /* [server * n_stacks] reply's stacks, by slot */
   /* Stacks asked for distinct rows (the same for every server), and the
    * partitions kept by row where an answer is pooled or a push summed here. */
   bool *distinct;         /* [n_stacks] */
@@ -394,8 +395,8 @@ static int read_lookup_reply(rpc *r) {
     return scps_error_set(&r->err, rc == SCPS_ENOMEM ? SCPS_ENOMEM : SCPS_EIO,
                           "server %d (%s): Lookup: cannot read a %zu-byte response", p, addr_of(c, p),
                           grpc_byte_buffer_length(r->response));
-  scps_wire_activations *acts = &b->parsed[(size_t)p * (size_t)ns];
-  int got = scps_wire_parse_lookup_response(m, acts, ns);
+  scps_lookup_reply_stack *acts = &b->parsed[(size_t)p * (size_t)ns];
+  int got = scps_lookup_reply_parse(m, acts, ns);
   if (got < 0)
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): Lookup: response of %zu bytes is not a valid "
                           "scps.v1.LookupResponse", p, addr_of(c, p), m->total);
@@ -405,7 +406,7 @@ static int read_lookup_reply(rpc *r) {
   for (int st = 0; st < ns; st++) {
     int k = b->slot[p * ns + st];
     if (k < 0) continue;
-    const scps_wire_activations *a = &acts[k];
+    const scps_lookup_reply_stack *a = &acts[k];
     const scps_stack_layout *sl = &l->stacks[st];
     bool rows = b->distinct[st];
     size_t values = rows ? scps_rows_count(&b->rows[p * ns + st]) : (size_t)sl->total_sample_count;
@@ -702,7 +703,7 @@ static void widen_item(void *ctx, int item) {
   size_t i = j->answer[item];
   int p = (int)(i / (size_t)ns), st = (int)(i % (size_t)ns);
   const scps_stack_layout *sl = &c->layout->stacks[st];
-  const scps_wire_activations *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
+  const scps_lookup_reply_stack *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
   if (scps_rows_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
                       (size_t)sl->total_sample_count, !rows_in_place(c, b, st)))
     atomic_store(&j->failed, 1);
@@ -1099,12 +1100,12 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
     return scps_error_set(err, SCPS_EMISMATCH,
                           "server %d (%s): the cluster has num_processes %d but %d server addresses were given", p,
                           a, m->cluster->topology->num_processes, c->n);
-  if (m->config_fingerprint.len != SCPS_WIRE_FINGERPRINT_BYTES)
+  if (m->config_fingerprint.len != SCPS_FINGERPRINT_BYTES)
     return scps_error_set(err, SCPS_EIO, "server %d (%s): config_fingerprint of %zu bytes, expected %d", p, a,
-                          m->config_fingerprint.len, SCPS_WIRE_FINGERPRINT_BYTES);
+                          m->config_fingerprint.len, SCPS_FINGERPRINT_BYTES);
   if (p == 0)
-    memcpy(c->fingerprint, m->config_fingerprint.data, SCPS_WIRE_FINGERPRINT_BYTES);
-  else if (memcmp(c->fingerprint, m->config_fingerprint.data, SCPS_WIRE_FINGERPRINT_BYTES))
+    memcpy(c->fingerprint, m->config_fingerprint.data, SCPS_FINGERPRINT_BYTES);
+  else if (memcmp(c->fingerprint, m->config_fingerprint.data, SCPS_FINGERPRINT_BYTES))
     return scps_error_set(err, SCPS_EMISMATCH,
                           "server %d (%s): config_fingerprint differs from server 0's (%s): the processes were "
                           "started with different declarations",
@@ -1614,7 +1615,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
   memset(b->stack_used, 0, sizeof *b->stack_used * (size_t)ns);
   choose_answers(c, b);
   for (int p = 0; p < c->n; p++) {
-    size_t total = scps_wire_view_size(p) + scps_wire_format_size(c->format);
+    size_t total = scps_request_view_size(p) + scps_request_format_size(c->format);
     bool any_distinct = false;
     b->n_sent[p] = 0;
     for (int st = 0; st < ns; st++) {
@@ -1630,17 +1631,17 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
         return scps_error_set(err, SCPS_ENOSPC, "stack '%s': %zu entries for server %d exceed the wire's 2^32 - 1",
                               l->stacks[st].name, entries, p);
       b->slot[i] = b->n_sent[p]++;
-      b->parts_len[i] = scps_wire_partitions_size(l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
+      b->parts_len[i] = scps_request_partitions_size(l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
       b->stack_used[st] = true;
-      total += scps_wire_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
+      total += scps_request_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
       choose_gradients(c, b, st, p);
       any_distinct |= b->distinct[st];
       if ((b->distinct[st] || b->by_row[i]) && scps_rows_capture(&b->rows[i], coo, S))
         return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the partitions of stack '%s' (server %d)",
                               l->stacks[st].name, p);
-      if (b->by_row[i]) b->row_parts_len[i] = scps_wire_row_partitions_size(l->stacks[st].name, b->rows[i].row_start, S);
+      if (b->by_row[i]) b->row_parts_len[i] = scps_request_row_partitions_size(l->stacks[st].name, b->rows[i].row_start, S);
     }
-    if (any_distinct) total += scps_wire_distinct_rows_size(b->n_sent[p]);
+    if (any_distinct) total += scps_request_distinct_rows_size(b->n_sent[p]);
     if (c->max_message_bytes > 0 && total > (size_t)c->max_message_bytes)
       return scps_error_set(err, SCPS_ENOSPC,
                             "batch: the Lookup request for server %d (%s) would be %zu bytes, over the server's "
@@ -1653,17 +1654,17 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
     if (!start)
       return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the %zu-byte Lookup request of server %d", total,
                             p);
-    uint8_t *w = scps_wire_put_view(start, c->fingerprint, p);
-    w = scps_wire_put_lookup_format(w, c->format);
+    uint8_t *w = scps_request_put_view(start, c->fingerprint, p);
+    w = scps_request_put_lookup_format(w, c->format);
     for (int st = 0; st < ns; st++) {
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       if (b->slot[i] < 0) continue;
       const size_t exceptions = server_partitions(c, st, p, coo);
-      w = scps_wire_put_lookup_stack_prefix(w, b->parts_len[i]);
+      w = scps_request_put_lookup_stack_prefix(w, b->parts_len[i]);
       b->parts_off[i] = (size_t)(w - start);
-      w = scps_wire_put_partitions(w, l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
+      w = scps_request_put_partitions(w, l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
     }
-    if (any_distinct) w = scps_wire_put_distinct_rows(w, b->distinct, &b->slot[(size_t)p * (size_t)ns], ns, b->n_sent[p]);
+    if (any_distinct) w = scps_request_put_distinct_rows(w, b->distinct, &b->slot[(size_t)p * (size_t)ns], ns, b->n_sent[p]);
     b->lookup[p] = s;
   }
   return 0;
@@ -2014,14 +2015,14 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     const scps_stack_layout *sl = &l->stacks[i % (size_t)ns];
     const scps_rows *ra = &b->rows[i];
     const size_t glen = row_gradients_len(c, b, i);
-    const size_t len = b->row_parts_len[i] + 1 + scps_wire_varint_size(glen) + glen;
+    const size_t len = b->row_parts_len[i] + 1 + scps_pbw_varint_size(glen) + glen;
     uint8_t *w = scps_client_buf_lend(&b->row_buf[i], len, &rs[i]);
     if (!w) {
       rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients by row", fn, sl->name);
       break;
     }
-    w = scps_wire_put_row_partitions(w, sl->name, ra->row_start, ra->n_sc, ra->local);
-    rest[i] = scps_wire_put_row_gradients_prefix(w, glen);
+    w = scps_request_put_row_partitions(w, sl->name, ra->row_start, ra->n_sc, ra->local);
+    rest[i] = scps_request_put_row_gradients_prefix(w, glen);
   }
   if (!rc) rc = sum_rows(c, b, grads, rest, fn, err);
   free(rest);
@@ -2033,10 +2034,10 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
       rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
       break;
     }
-    uint8_t *w = scps_wire_put_view(head, c->fingerprint, p);
-    w = scps_wire_put_step(w, step, learning_rate);
-    w = scps_wire_put_state_id(w, c->servers[p].state_id);
-    w = scps_wire_put_apply_format(w, c->format);
+    uint8_t *w = scps_request_put_view(head, c->fingerprint, p);
+    w = scps_request_put_step(w, step, learning_rate);
+    w = scps_request_put_state_id(w, c->servers[p].state_id);
+    w = scps_request_put_apply_format(w, c->format);
     r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)head, (size_t)(w - head));
     size_t total = (size_t)(w - head);
     for (int st = 0; st < ns; st++) {
@@ -2047,18 +2048,18 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
          * field, whose length the stack's prefix counts as a gradients
          * field of the same size would. */
         const size_t glen = row_gradients_len(c, b, i);
-        w = scps_wire_put_apply_stack_prefix(pre, b->row_parts_len[i], glen);
+        w = scps_request_put_apply_stack_prefix(pre, b->row_parts_len[i], glen);
         r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
         r->req[r->n_req++] = grpc_slice_ref(rs[i]);
         total += (size_t)(w - pre) + GRPC_SLICE_LENGTH(rs[i]);
         continue;
       }
       size_t glen = GRPC_SLICE_LENGTH(gs[st]), plen = b->parts_len[i];
-      w = scps_wire_put_apply_stack_prefix(pre, plen, glen);
+      w = scps_request_put_apply_stack_prefix(pre, plen, glen);
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
       total += (size_t)(w - pre);
       r->req[r->n_req++] = grpc_slice_sub(b->lookup[p], b->parts_off[i], b->parts_off[i] + plen);
-      w = scps_wire_put_gradients_prefix(pre, glen);
+      w = scps_request_put_gradients_prefix(pre, glen);
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
       r->req[r->n_req++] = grpc_slice_ref(gs[st]);
       total += (size_t)(w - pre) + plen + glen;

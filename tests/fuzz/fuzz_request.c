@@ -1,11 +1,10 @@
 /* libFuzzer target for the Lookup and ApplyGradients decoder
- * (server/scps_request): decode, then expand samples and gains as the
+ * (proto/scps_request): decode, then expand samples and gains as the
  * server's validation does. */
-#include <grpc/byte_buffer.h>
-#include <grpc/grpc.h>
 #include <stdint.h>
 #include <string.h>
 
+#include "fuzz_bytes.h"
 #include "scps_request.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
@@ -19,14 +18,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   size_t n_slices = 1 + ((data[0] >> 1) & 7);
   data++;
   size--;
-  if (n_slices > size) n_slices = size ? size : 1;
-  grpc_slice slices[8];
-  for (size_t i = 0; i < n_slices; i++) {
-    size_t a = size * i / n_slices, b = size * (i + 1) / n_slices;
-    slices[i] = grpc_slice_from_copied_buffer((const char *)data + a, b - a);
-  }
-  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(slices, n_slices);
-  for (size_t i = 0; i < n_slices; i++) grpc_slice_unref(slices[i]);
+  grpc_byte_buffer *bb = fuzz_bytes_sliced(data, size, n_slices);
   scps_request r;
   char msg[256];
   /* A server of 4 stacks and 4 SparseCores per process. */

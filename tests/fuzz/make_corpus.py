@@ -89,6 +89,17 @@ def main():
     write("request", "unknown_fields", bytes([0]) + look.SerializeToString() + bytes([0xf0, 0x01, 0x05, 0xfa, 0x01, 0x02, 1, 2]))
     write("request", "truncated", bytes([1]) + apply_s.SerializeToString()[:-7])
 
+    # fuzz_lookup_reply: byte 0 = slice count - 1 | stacks asked for << 3.
+    reply = pb.LookupResponse(stacks=[pb.StackActivations(stack="a", activations=f32([0.5 * i for i in range(24)])),
+                                      pb.StackActivations(stack="b", rows=b"\x80\x3f" * 10)])
+    write("lookup_reply", "two_stacks", bytes([2 << 3]) + reply.SerializeToString())
+    write("lookup_reply", "two_stacks_split", bytes([5 | 2 << 3]) + reply.SerializeToString())
+    write("lookup_reply", "wrong_count", bytes([1 | 3 << 3]) + reply.SerializeToString())
+    write("lookup_reply", "unknown_fields", bytes([2 << 3]) + bytes([0x38, 0x96, 0x01, 0x4a, 0x01, 0x7a]) +
+          reply.SerializeToString() + bytes([0x55, 1, 2, 3, 4]))
+    write("lookup_reply", "truncated", bytes([2 | 2 << 3]) + reply.SerializeToString()[:-5])
+    write("lookup_reply", "empty", bytes([0]))
+
     # fuzz_spec: GetConfigRequest with an expected ClusterSpec.
     opt = pb.OptimizerSpec(type=pb.OPTIMIZER_TYPE_ADAGRAD, learning_rate=0.05, initial_accumulator=0.1)
     spec = pb.ClusterSpec(

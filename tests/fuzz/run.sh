@@ -11,7 +11,7 @@ seconds=${1:-60}
 [[ "$seconds" =~ ^[0-9]+$ ]] || { echo "tests/fuzz/run.sh: SECONDS must be a number, got '$seconds'" >&2; exit 2; }
 shared=$(cd .. && pwd)/shared
 CC=clang cmake -S . -B build-fuzz -DSCPS_FUZZ=ON -DSCPS_NATIVE=OFF -DSCPS_SHARED_DIR="$shared" >/dev/null
-targets=(request spec workload)
+targets=(request spec workload lookup_reply)
 cmake --build build-fuzz -j"$(nproc)" --target "${targets[@]/#/fuzz_}"
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

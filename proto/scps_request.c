@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "scps_error.h"
+#include "scps_pbw.h"
 #include "scps_slices.h"
 
 static uint8_t empty_bytes[1];
@@ -413,10 +414,6 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
   return 0;
 }
 
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "scps_request keeps the wire's little-endian arrays as they are and needs a little-endian host"
-#endif
-
 int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, size_t max_stacks, size_t max_sc_offsets,
                         scps_request *r, char *msg, size_t len) {
   memset(r, 0, sizeof *r);
@@ -441,4 +438,196 @@ void scps_request_free(scps_request *r) {
   bytes_free(&r->config_fingerprint);
   scps_slices_free(&r->msg);
   memset(r, 0, sizeof *r);
+}
+
+/* Encoding. Field numbers as in the decoder's comments above and
+ * scps.proto. */
+
+static size_t offsets_body_size(const scps_coo *const *coo, int n_sc) {
+  size_t n = 1, total = 0; /* the leading 0 */
+  for (int k = 0; k < n_sc; k++) {
+    total += coo[k]->n;
+    n += scps_pbw_varint_size(total);
+  }
+  return n;
+}
+
+static size_t entry_count(const scps_coo *const *coo, int n_sc) {
+  size_t n = 0;
+  for (int k = 0; k < n_sc; k++) n += coo[k]->n;
+  return n;
+}
+
+/* Bytes of the gains in whichever form is smaller: none when all are 1.0,
+ * else (entry, gain) pairs of the others or every gain. */
+static size_t gains_size(size_t n, size_t exceptions) {
+  if (!exceptions) return 0;
+  return 8 * exceptions < 4 * n ? scps_pbw_len_size(8 * exceptions) : scps_pbw_len_size(4 * n);
+}
+
+size_t scps_request_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc,
+                                    size_t gain_exceptions, bool samples_u16) {
+  size_t n = entry_count(coo, n_sc);
+  return scps_pbw_len_size(strlen(stack)) + scps_pbw_len_size(offsets_body_size(coo, n_sc)) +
+         scps_pbw_len_size(4 * n) + scps_pbw_len_size((samples_u16 ? 2 : 4) * n) + gains_size(n, gain_exceptions);
+}
+
+/* Field 7: the samples as little-endian uint16. */
+static uint8_t *put_samples_u16(uint8_t *p, const scps_coo *const *coo, int n_sc, size_t n) {
+  p = scps_pbw_put_len(p, 7, 2 * n);
+  for (int k = 0; k < n_sc; k++) {
+    const uint32_t *restrict s = coo[k]->samples;
+    for (size_t i = 0; i < coo[k]->n; i++) {
+      p[2 * i] = (uint8_t)s[i];
+      p[2 * i + 1] = (uint8_t)(s[i] >> 8);
+    }
+    p += 2 * coo[k]->n;
+  }
+  return p;
+}
+
+/* One of rows, samples, gains: the S partitions' arrays back to back. */
+static uint8_t *put_entries(uint8_t *p, int field, const scps_coo *const *coo, int n_sc, size_t n,
+                            int which) {
+  p = scps_pbw_put_len(p, field, 4 * n);
+  for (int k = 0; k < n_sc; k++) {
+    const void *src = which == 0 ? (const void *)coo[k]->rows
+                      : which == 1 ? (const void *)coo[k]->samples
+                                   : (const void *)coo[k]->gains;
+    if (coo[k]->n) memcpy(p, src, 4 * coo[k]->n);
+    p += 4 * coo[k]->n;
+  }
+  return p;
+}
+
+/* Field 6: the (entry, gain) pair of each gain other than 1.0, at most
+ * count of them. Blocks of 16 gains are tested at once, since nearly all
+ * are 1.0. */
+static uint8_t *put_gain_exceptions(uint8_t *p, const scps_coo *const *coo, int n_sc, size_t count) {
+  p = scps_pbw_put_len(p, 6, 8 * count);
+  size_t base = 0, left = count;
+  for (int k = 0; k < n_sc && left; k++) {
+    const float *g = coo[k]->gains;
+    const size_t n = coo[k]->n;
+    for (size_t i = 0; i < n && left; i += 16) {
+      const size_t lim = n - i < 16 ? n - i : 16;
+      unsigned other = 0;
+      for (size_t j = 0; j < lim; j++) other |= g[i + j] != 1.0f;
+      for (size_t j = 0; other && j < lim && left; j++) {
+        if (g[i + j] == 1.0f) continue;
+        const uint32_t entry = (uint32_t)(base + i + j);
+        memcpy(p, &entry, 4);
+        memcpy(p + 4, &g[i + j], 4);
+        p += 8;
+        left--;
+      }
+    }
+    base += n;
+  }
+  return p;
+}
+
+uint8_t *scps_request_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo, int n_sc,
+                                     size_t gain_exceptions, bool samples_u16) {
+  size_t n = entry_count(coo, n_sc);
+  p = scps_pbw_put_bytes(p, 1, stack, strlen(stack));
+  p = scps_pbw_put_len(p, 2, offsets_body_size(coo, n_sc));
+  size_t total = 0;
+  p = scps_pbw_put_varint(p, 0);
+  for (int k = 0; k < n_sc; k++) {
+    total += coo[k]->n;
+    p = scps_pbw_put_varint(p, total);
+  }
+  p = put_entries(p, 3, coo, n_sc, n, 0);
+  p = samples_u16 ? put_samples_u16(p, coo, n_sc, n) : put_entries(p, 4, coo, n_sc, n, 1);
+  if (!gain_exceptions) return p;
+  if (8 * gain_exceptions < 4 * n) return put_gain_exceptions(p, coo, n_sc, gain_exceptions);
+  return put_entries(p, 5, coo, n_sc, n, 2);
+}
+
+static size_t row_offsets_body_size(const uint32_t *row_start, int n_sc) {
+  size_t n = 0;
+  for (int k = 0; k <= n_sc; k++) n += scps_pbw_varint_size(row_start[k]);
+  return n;
+}
+
+size_t scps_request_row_partitions_size(const char *stack, const uint32_t *row_start, int n_sc) {
+  return scps_pbw_len_size(strlen(stack)) + scps_pbw_len_size(row_offsets_body_size(row_start, n_sc)) +
+         scps_pbw_len_size(4 * (size_t)row_start[n_sc]);
+}
+
+uint8_t *scps_request_put_row_partitions(uint8_t *p, const char *stack, const uint32_t *row_start, int n_sc,
+                                         const uint32_t *rows) {
+  p = scps_pbw_put_bytes(p, 1, stack, strlen(stack));
+  p = scps_pbw_put_len(p, 2, row_offsets_body_size(row_start, n_sc));
+  for (int k = 0; k <= n_sc; k++) p = scps_pbw_put_varint(p, row_start[k]);
+  return scps_pbw_put_bytes(p, 3, rows, 4 * (size_t)row_start[n_sc]);
+}
+
+/* int32 and int64 fields are varints of the sign-extended 64-bit value. */
+static uint64_t int_varint(int64_t v) { return (uint64_t)v; }
+
+size_t scps_request_view_size(int32_t process_index) {
+  return scps_pbw_len_size(SCPS_FINGERPRINT_BYTES) + 1 + scps_pbw_varint_size(int_varint(process_index));
+}
+
+uint8_t *scps_request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index) {
+  p = scps_pbw_put_bytes(p, 1, fingerprint, SCPS_FINGERPRINT_BYTES);
+  p = scps_pbw_put_key(p, 2, SCPS_WT_VARINT);
+  return scps_pbw_put_varint(p, int_varint(process_index));
+}
+
+size_t scps_request_format_size(int format) { return format ? 1 + scps_pbw_varint_size((uint64_t)format) : 0; }
+
+static uint8_t *put_format(uint8_t *p, int field, int format) {
+  if (!format) return p;
+  p = scps_pbw_put_key(p, field, SCPS_WT_VARINT);
+  return scps_pbw_put_varint(p, (uint64_t)format);
+}
+
+uint8_t *scps_request_put_lookup_format(uint8_t *p, int format) { return put_format(p, 4, format); }
+uint8_t *scps_request_put_apply_format(uint8_t *p, int format) { return put_format(p, 6, format); }
+
+size_t scps_request_lookup_stack_prefix_size(size_t len) { return 1 + scps_pbw_varint_size(len); }
+
+uint8_t *scps_request_put_lookup_stack_prefix(uint8_t *p, size_t len) { return scps_pbw_put_len(p, 3, len); }
+
+uint8_t *scps_request_put_step(uint8_t *p, int64_t step, double learning_rate) {
+  p = scps_pbw_put_key(p, 3, SCPS_WT_VARINT);
+  p = scps_pbw_put_varint(p, int_varint(step));
+  if (learning_rate >= 0) {
+    p = scps_pbw_put_key(p, 4, SCPS_WT_I64);
+    memcpy(p, &learning_rate, 8);
+    p += 8;
+  }
+  return p;
+}
+
+uint8_t *scps_request_put_state_id(uint8_t *p, uint64_t state_id) {
+  if (!state_id) return p;
+  p = scps_pbw_put_key(p, 7, SCPS_WT_I64);
+  memcpy(p, &state_id, 8); /* little-endian host, as the learning rate */
+  return p + 8;
+}
+
+uint8_t *scps_request_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len) {
+  p = scps_pbw_put_len(p, 5, scps_pbw_len_size(parts_len) + scps_pbw_len_size(grads_len));
+  return scps_pbw_put_len(p, 1, parts_len);
+}
+
+uint8_t *scps_request_put_gradients_prefix(uint8_t *p, size_t grads_len) { return scps_pbw_put_len(p, 2, grads_len); }
+
+uint8_t *scps_request_put_row_gradients_prefix(uint8_t *p, size_t len) { return scps_pbw_put_len(p, 3, len); }
+
+size_t scps_request_distinct_rows_size(int n_sent) {
+  return n_sent > 0 ? scps_pbw_len_size((size_t)n_sent) : 0;
+}
+
+uint8_t *scps_request_put_distinct_rows(uint8_t *p, const bool *distinct, const int *slot, int n_stacks,
+                                        int n_sent) {
+  if (n_sent <= 0) return p;
+  p = scps_pbw_put_len(p, 5, (size_t)n_sent);
+  for (int st = 0; st < n_stacks; st++)
+    if (slot[st] >= 0) *p++ = distinct[st] ? 1 : 0;
+  return p;
 }
