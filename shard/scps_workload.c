@@ -322,7 +322,9 @@ static int parse_initializer(const scps_json *obj, const char *path, scps_initia
   return rc;
 }
 
-static int parse_table(const scps_json *obj, const char *path, scps_table_spec *t,
+/* given[0], given[1]: whether the table sets max_ids_per_partition,
+ * max_unique_ids_per_partition. */
+static int parse_table(const scps_json *obj, const char *path, scps_table_spec *t, bool given[2],
                        scps_error *err) {
   static const char *const allowed[] = {"name",  "vocabulary_size", "embedding_dim",
                                         "combiner", "optimizer",    "initializer",
@@ -359,10 +361,12 @@ static int parse_table(const scps_json *obj, const char *path, scps_table_spec *
   if ((rc = get_int(obj, path, "max_ids_per_partition", false, 1, INT32_MAX, &i, &present, err)))
     return rc;
   if (present) t->max_ids_per_partition = (int32_t)i;
+  given[0] = present;
   if ((rc = get_int(obj, path, "max_unique_ids_per_partition", false, 1, INT32_MAX, &i, &present,
                     err)))
     return rc;
   if (present) t->max_unique_ids_per_partition = (int32_t)i;
+  given[1] = present;
 
   if ((rc = member(obj, path, "clip", false, &v, err))) return rc;
   if (v) {
@@ -454,7 +458,24 @@ static int parse_ids(const scps_json *ids, scps_workload *w, scps_error *err) {
   return rc;
 }
 
-static int parse_workload(const scps_json *root, scps_workload *w, scps_error *err) {
+/* The rule scps_workload.h states: limits a table leaves unset cover every
+ * batch its declaration admits, and are never below the spec default. */
+static void size_limits(scps_workload *w, const bool (*given)[2]) {
+  for (int t = 0; t < w->n_tables; t++) {
+    scps_table_spec *ts = &w->tables[t];
+    int64_t ids = 0;
+    for (int f = 0; f < w->n_features; f++)
+      if (!strcmp(w->features[f].table, ts->name)) ids += (int64_t)w->batch_size * w->draws[f].valency_max;
+    if (ids > INT32_MAX) ids = INT32_MAX;
+    int64_t unique = ids < ts->vocabulary_size ? ids : ts->vocabulary_size;
+    if (!given[t][0] && ids > ts->max_ids_per_partition) ts->max_ids_per_partition = (int32_t)ids;
+    if (!given[t][1] && unique > ts->max_unique_ids_per_partition)
+      ts->max_unique_ids_per_partition = (int32_t)unique;
+  }
+}
+
+/* *given (allocated here, freed by the caller): which limits each table sets. */
+static int parse_content(const scps_json *root, scps_workload *w, bool (**given_out)[2], scps_error *err) {
   static const char *const allowed[] = {"name",   "description", "batch_size",
                                         "ids",    "tables",      "features"};
   if (scps_json_typeof(root) != SCPS_JSON_OBJECT)
@@ -490,8 +511,10 @@ static int parse_workload(const scps_json *root, scps_workload *w, scps_error *e
   if ((rc = get_int(root, "", "batch_size", true, 1, INT32_MAX, &batch, NULL, err))) return rc;
   w->batch_size = (int32_t)batch;
 
-  if ((rc = get_object(root, "", "ids", true, &v, err))) return rc;
-  if ((rc = parse_ids(v, w, err))) return rc;
+  /* Only programs that generate ids need it (scps_workload_gen_create). */
+  if ((rc = get_object(root, "", "ids", false, &v, err))) return rc;
+  w->has_ids = v != NULL;
+  if (v && (rc = parse_ids(v, w, err))) return rc;
 
   if ((rc = member(root, "", "tables", true, &v, err))) return rc;
   if (scps_json_typeof(v) != SCPS_JSON_ARRAY || scps_json_length(v) == 0 ||
@@ -500,10 +523,12 @@ static int parse_workload(const scps_json *root, scps_workload *w, scps_error *e
   size_t n_tables = scps_json_length(v);
   w->tables = calloc(n_tables, sizeof *w->tables);
   if (!w->tables) return scps_error_set(err, SCPS_ENOMEM, "tables: out of memory");
+  bool(*given)[2] = *given_out = calloc(n_tables, sizeof *given);
+  if (!given) return scps_error_set(err, SCPS_ENOMEM, "tables: out of memory");
   for (size_t i = 0; i < n_tables; i++) {
     char p[PATH_MAX_LEN];
     snprintf(p, sizeof p, "tables[%zu]", i);
-    if ((rc = parse_table(scps_json_at(v, i), p, &w->tables[i], err))) return rc;
+    if ((rc = parse_table(scps_json_at(v, i), p, &w->tables[i], given[i], err))) return rc;
     int dup = scps_find_table(w->tables, (int)i, w->tables[i].name);
     if (dup >= 0)
       return scps_error_set(err, SCPS_EEXIST, "%s.name: \"%s\" already names tables[%d]", p,
@@ -530,7 +555,15 @@ static int parse_workload(const scps_json *root, scps_workload *w, scps_error *e
                             w->features[i].name, dup);
     w->n_features = (int)i + 1;
   }
+  size_limits(w, (const bool(*)[2])*given_out);
   return scps_specs_validate(w->tables, w->n_tables, w->features, w->n_features, err);
+}
+
+static int parse_workload(const scps_json *root, scps_workload *w, scps_error *err) {
+  bool(*given)[2] = NULL;
+  int rc = parse_content(root, w, &given, err);
+  free(given);
+  return rc;
 }
 
 int scps_workload_from_json(const scps_json *root, scps_workload **out, scps_error *err) {
@@ -871,6 +904,11 @@ int scps_workload_gen_create(const scps_workload *w, uint64_t seed, scps_workloa
   if (w->batch_size <= 0 || w->n_features <= 0)
     return scps_error_set(err, SCPS_EINVAL, "workload '%s': batch_size %d, %d features", w->name,
                           w->batch_size, w->n_features);
+  if (!w->has_ids)
+    return scps_error_set(err, SCPS_EINVAL,
+                          "workload '%s' has no \"ids\" section: generating batches needs one "
+                          "(\"ids\": {\"distribution\": \"uniform\"} or \"zipf\" with an \"exponent\")",
+                          w->name);
   /* Also bounds every vocabulary to 2^31, which the Zipf fold relies on. */
   int rc = scps_specs_validate(w->tables, w->n_tables, w->features, w->n_features, err);
   if (rc) return rc;
