@@ -5,6 +5,7 @@
 #include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -738,6 +739,31 @@ static int plan_buckets(scps_prep *p, scps_error *err) {
   return 0;
 }
 
+/* SCPS_ELIMIT for partition src -> dst of stack s holding count ids (unique
+ * ones when unique): names the limit and the spec key that sets it (per
+ * table, as workload files and scps_table_spec spell it), a value that
+ * would have admitted this batch, and the policy that drops instead. */
+static int limit_error(const scps_prep *p, int s, size_t src, size_t dst, int64_t count, bool unique,
+                       scps_error *err) {
+  const scps_layout *l = p->layout;
+  const scps_stack_layout *sl = &l->stacks[s];
+  const prep_stack *st = &p->stacks[s];
+  const char *key = unique ? "max_unique_ids_per_partition" : "max_ids_per_partition";
+  char where[SCPS_NAME_MAX + 160];
+  if (sl->n_tables == 1)
+    snprintf(where, sizeof where, "tables[%d].%s (table '%s') to %lld or more", sl->tables[0], key,
+             l->table_specs[sl->tables[0]].name, (long long)count);
+  else
+    snprintf(where, sizeof where, "%s of the stack's %d tables (tables[%d].%s, ...) to sum to %lld or more", key,
+             sl->n_tables, sl->tables[0], key, (long long)count);
+  return scps_error_set(err, SCPS_ELIMIT,
+                        "stack '%s': partition src %zu -> dst %zu has %lld %s, above %s %d: set %s, or "
+                        "drop the ids over the limits instead (policy SCPS_LIMIT_DROP: "
+                        "scps_client_options.policy, scps-trainer --policy drop)",
+                        sl->name, src, dst, (long long)count, unique ? "unique ids" : "ids", key,
+                        unique ? st->run_max_unique : st->run_max_ids, where);
+}
+
 static int finish_stats(scps_prep *p, scps_error *err) {
   size_t nsc = (size_t)p->n;
   int rc = 0;
@@ -764,22 +790,11 @@ static int finish_stats(scps_prep *p, scps_error *err) {
     }
     if (rc != 0 || p->opts.policy != SCPS_LIMIT_ERROR)
       continue;
-    const char *name = p->layout->stacks[s].name;
     for (size_t src = 0; src < nsc && rc == 0; src++) {
       for (size_t d = 0; d < nsc; d++) {
         int64_t a = st->part_ids[src * nsc + d], u = st->part_unique[src * nsc + d];
-        if (a > st->run_max_ids) {
-          rc = scps_error_set(err, SCPS_ELIMIT,
-                              "stack '%s': partition src %zu -> dst %zu has %lld ids, above "
-                              "max_ids_per_partition %d",
-                              name, src, d, (long long)a, st->run_max_ids);
-          break;
-        }
-        if (u > st->run_max_unique) {
-          rc = scps_error_set(err, SCPS_ELIMIT,
-                              "stack '%s': partition src %zu -> dst %zu has %lld unique ids, "
-                              "above max_unique_ids_per_partition %d",
-                              name, src, d, (long long)u, st->run_max_unique);
+        if (a > st->run_max_ids || u > st->run_max_unique) {
+          rc = limit_error(p, s, src, d, a > st->run_max_ids ? a : u, a <= st->run_max_ids, err);
           break;
         }
       }
