@@ -26,7 +26,6 @@ static int cmp_step_desc(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
-/* Whether a directory entry's name is a step directory's, and its step. */
 /* The step directories under root, newest first, each with what opening it
  * gave: 0 when complete (all manifests present, every listed file of its
  * listed size), SCPS_ENOENT when a file is missing, another code when

@@ -58,7 +58,7 @@ static int snapshot_map(const scps_engine *e, scps_checkpoint_snapshot **out, sc
   return 0;
 }
 
-/* Copies file i's regions (rows, then each slot) as save_file writes them. */
+/* Copies file i's regions (rows, then each slot) as a save writes them. */
 static int snapshot_file(void *arg, int i, scps_error *err) {
   scps_checkpoint_snapshot *sn = arg;
   scps_engine *e = (scps_engine *)sn->e;
