@@ -8,7 +8,6 @@
 #include "scps_prep_int.h"
 #include "scps_prep_pool.h"
 #include "scps_radix.h"
-#include "scps_radix.h"
 
 /* A run goes through three parallel phases, each a list of work items that
  * the calling thread and the pool's workers claim through an atomic counter:
