@@ -12,6 +12,7 @@
 #include "scps_admin_rows.h"
 #include "scps_admin_restore.h"
 #include "scps_checkpoint.h"
+#include "scps_checkpoint_export.h"
 #include "scps_units.h"
 
 typedef struct command {
@@ -210,7 +211,7 @@ static int run_convert(int argc, char **argv) {
   }
   scps_topology to = {(int32_t)P, (int32_t)S, mem};
   scps_checkpoint_stats st = {0};
-  if (scps_checkpoint_convert(dir, &to, out, &st, &err)) {
+  if (scps_checkpoint_export_topology(dir, &to, out, &st, &err)) {
     fprintf(stderr, "scps-admin: %s\n", err.msg);
     return 1;
   }

@@ -8,6 +8,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "scps_checkpoint_root.h"
 #include "scps_clock.h"
 #include "scps_server_int.h"
 #include "scps_step.h"
@@ -109,7 +110,7 @@ void scps_restore_handle_list(scps_call *c) {
   scps_checkpoint_entry *v = NULL;
   int n = 0;
   scps_error e;
-  int rc = scps_checkpoint_list(s->opts.checkpoint_dir, &v, &n, &e);
+  int rc = scps_checkpoint_root_list(s->opts.checkpoint_dir, &v, &n, &e);
   if (rc == SCPS_ENOENT) rc = 0; /* no save yet: nothing to list */
   part_list pl = {0};
   if (!rc) rc = collect_parts(s, v, n, &pl);

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "scps_checkpoint_root.h"
 #include "scps_confine.h"
 #include "scps_fdo.h"
 #include "scps_restore.h"
@@ -47,7 +48,7 @@ static int restore(scps_server *s, scps_error *err) {
      * root is never restored without --restore naming it. */
     scps_checkpoint_owner own;
     owner_of(s, &own);
-    int rc = scps_checkpoint_find_latest_own(s->opts.checkpoint_dir, &own, found, sizeof found, &e);
+    int rc = scps_checkpoint_root_latest_own(s->opts.checkpoint_dir, &own, found, sizeof found, &e);
     if (rc == SCPS_ENOENT) return 0;
     if (rc) return scps_error_set(err, rc, "--checkpoint-dir '%s': %s", s->opts.checkpoint_dir, e.msg);
     dir = found;
@@ -418,7 +419,7 @@ static void run_save(scps_server *s, save_job *j) {
             req ? "checkpointed" : j->why,
             (long long)step, j->path, (long long)cs.bytes, cs.files, cs.seconds,
             cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0, how);
-    if (scps_checkpoint_retain(fd, j->root, &own, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1,
+    if (scps_checkpoint_root_retain(fd, j->root, &own, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1,
                                &e))
       fprintf(stderr, "scps-server: keeping the last %d checkpoints under %s: %s\n", s->opts.checkpoint_keep,
               j->root, e.msg);

@@ -1,13 +1,12 @@
-#include "scps_clock.h"
-#include "scps_spin.h"
 #include "scps_prep.h"
 
 #include <math.h>
-#include <pthread.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_prep_check.h"
+#include "scps_prep_int.h"
+#include "scps_prep_pool.h"
 #include "scps_radix.h"
 
 /* A run goes through three parallel phases, each a list of work items that
@@ -25,98 +24,6 @@
  * (nothing stored), else one value per sample; only weighted stacks carry a
  * gain per entry through the sort. */
 
-typedef struct prep_feature {
-  int stack;
-  int64_t batch;
-  int32_t spec_valency;
-  uint64_t vocab;
-  uint64_t sample_offset;
-  int32_t rotation;
-  uint64_t row_offset;
-  scps_combiner combiner;
-  int64_t *offs_scratch; /* [batch+1]: offsets built from lengths, dense or sparse input */
-  /* Per run. */
-  const int64_t *offs;
-  int rc;
-  scps_error err;
-} prep_feature;
-
-typedef enum prep_gain_mode {
-  PREP_GAIN_UNIT,       /* sum without weights: every gain is 1 */
-  PREP_GAIN_PER_SAMPLE, /* mean/sqrtn without weights: sample_gain[sample] */
-  PREP_GAIN_PER_ENTRY   /* weights: gains[] travel with the keys */
-} prep_gain_mode;
-
-typedef struct prep_stack {
-  uint32_t total_samples;
-  unsigned src_bits;         /* low key bits holding the source SparseCore */
-  unsigned sample_bits;      /* key bits above them holding the sample */
-  unsigned sort_lo, sort_hi; /* key bits the radix sort looks at */
-  uint32_t *sample_src;      /* [total_samples]: source SparseCore of each sample */
-  float *sample_gain;        /* [total_samples], PREP_GAIN_PER_SAMPLE */
-  prep_gain_mode gain_mode;  /* this run's */
-  int32_t max_ids, max_unique;         /* limits in force */
-  int32_t run_max_ids, run_max_unique; /* limits of the current run */
-  size_t cap;
-  uint64_t *keys, *keys_tmp;
-  float *gains, *gains_tmp;
-  uint32_t *out_rows, *out_samples;
-  float *out_gains;
-  uint32_t *out_src; /* policy DROP: source SparseCore of each output entry */
-  size_t *bucket_off, *bucket_n; /* [N] */
-  int64_t *part_ids, *part_unique; /* [N*N], index src*N + dst */
-  int64_t *dst_drops;              /* [N] */
-  size_t *gain_exceptions;         /* [N]: gains of coo[d] other than 1.0 */
-  size_t *bad_gain;                /* [N]: first entry of coo[d] whose gain is not finite, or SIZE_MAX */
-  scps_coo *coo;                   /* [N] */
-  scps_stack_stats stats;
-} prep_stack;
-
-typedef struct prep_thread {
-  scps_prep *p;
-  pthread_t thread;
-  size_t *cursor;     /* [N] */
-  int64_t *cnt_ids;   /* [N]: per-source counts of the partition being walked, */
-  int64_t *cnt_uniq;  /* kept here rather than in shared rows (false sharing) */
-  int64_t *kept_ids;  /* [N] */
-  int64_t *kept_uniq; /* [N] */
-  int64_t *last_row;  /* [N], -1: nothing kept yet */
-  scps_radix_scratch *radix;
-} prep_thread;
-
-typedef void (*prep_job_fn)(scps_prep *p, int item, prep_thread *t);
-
-struct scps_prep {
-  const scps_layout *layout;
-  int32_t n;
-  bool pow2;
-  unsigned sc_shift;
-  uint64_t sc_mask;
-  scps_prep_options opts;
-  int n_features, n_stacks;
-  prep_feature *features;
-  prep_stack *stacks;
-  size_t *feat_counts; /* [n_features * N] */
-  size_t *feat_base;   /* [n_features * N] */
-  const scps_feature_input *inputs;
-
-  int n_threads;
-  prep_thread *threads; /* [n_threads]; threads[0] is the calling thread */
-  int workers_started;
-  pthread_mutex_t mu;
-  pthread_cond_t cv_work, cv_done;
-  bool sync_init;
-  /* Written under mu; read without it while spinning. */
-  atomic_uint_fast64_t generation;
-  atomic_int pending;
-  bool stop;
-  prep_job_fn job;
-  int n_items;
-  atomic_int next_item;
-  void (*lent_fn)(void *ctx, int item); /* scps_prep_parallel's work */
-  void *lent_ctx;
-};
-
 static unsigned bits_for(uint64_t max_value) {
   unsigned b = 0;
   while (b < 64 && (max_value >> b) != 0)
@@ -126,85 +33,6 @@ static unsigned bits_for(uint64_t max_value) {
 
 static int64_t roundup8(int64_t v) { return (v + 7) / 8 * 8; }
 
-/* ---- thread pool ---- */
-
-static void run_items(scps_prep *p, prep_thread *t) {
-  for (;;) {
-    int i = atomic_fetch_add_explicit(&p->next_item, 1, memory_order_relaxed);
-    if (i >= p->n_items)
-      return;
-    p->job(p, i, t);
-  }
-}
-
-/* A phase's hand-off waits this long spinning before it sleeps: the phases
- * of one run follow each other within microseconds, while waking a thread
- * that slept costs tens of them on a virtual machine. */
-#define SPIN_NS 20000
-
-/* Spin up to SPIN_NS while *v equals old (is positive); the caller then
- * checks again under the mutex and sleeps if it must. */
-static void spin_while_equal(atomic_uint_fast64_t *v, uint64_t old) {
-  int64_t until = scps_clock_ns() + SPIN_NS;
-  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == old; i++) {
-    scps_cpu_relax();
-    if (!(i & 63) && scps_clock_ns() > until) return;
-  }
-}
-
-static void spin_while_positive(atomic_int *v) {
-  int64_t until = scps_clock_ns() + SPIN_NS;
-  for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) > 0; i++) {
-    scps_cpu_relax();
-    if (!(i & 63) && scps_clock_ns() > until) return;
-  }
-}
-
-static void *worker_main(void *arg) {
-  prep_thread *t = arg;
-  scps_prep *p = t->p;
-  uint64_t seen = 0;
-  for (;;) {
-    spin_while_equal(&p->generation, seen);
-    pthread_mutex_lock(&p->mu);
-    while (!p->stop && atomic_load(&p->generation) == seen)
-      pthread_cond_wait(&p->cv_work, &p->mu);
-    if (p->stop) {
-      pthread_mutex_unlock(&p->mu);
-      return NULL;
-    }
-    seen = atomic_load(&p->generation);
-    pthread_mutex_unlock(&p->mu);
-    run_items(p, t);
-    pthread_mutex_lock(&p->mu);
-    if (atomic_fetch_sub(&p->pending, 1) == 1)
-      pthread_cond_signal(&p->cv_done);
-    pthread_mutex_unlock(&p->mu);
-  }
-}
-
-static void run_phase(scps_prep *p, prep_job_fn job, int n_items) {
-  if (p->workers_started == 0 || n_items <= 1) {
-    for (int i = 0; i < n_items; i++)
-      job(p, i, &p->threads[0]);
-    return;
-  }
-  pthread_mutex_lock(&p->mu);
-  p->job = job;
-  p->n_items = n_items;
-  atomic_store_explicit(&p->next_item, 0, memory_order_relaxed);
-  atomic_store(&p->pending, p->workers_started);
-  atomic_fetch_add(&p->generation, 1);
-  pthread_cond_broadcast(&p->cv_work);
-  pthread_mutex_unlock(&p->mu);
-  run_items(p, &p->threads[0]);
-  spin_while_positive(&p->pending);
-  pthread_mutex_lock(&p->mu);
-  while (atomic_load(&p->pending) > 0)
-    pthread_cond_wait(&p->cv_done, &p->mu);
-  pthread_mutex_unlock(&p->mu);
-}
-
 static void lent_job(scps_prep *p, int item, prep_thread *t) {
   (void)t;
   p->lent_fn(p->lent_ctx, item);
@@ -213,188 +41,11 @@ static void lent_job(scps_prep *p, int item, prep_thread *t) {
 void scps_prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int item), void *ctx) {
   p->lent_fn = fn;
   p->lent_ctx = ctx;
-  run_phase(p, lent_job, n_items);
+  scps_prep_pool_run(p, lent_job, n_items);
 }
 
 /* ---- phase 1: validation and counting ---- */
 
-/* Sample holding position i, for messages: the last r with offs[r] <= i. */
-static int64_t sample_of_position(const int64_t *offs, int64_t batch, size_t i) {
-  int64_t lo = 0, hi = batch;
-  while (hi - lo > 1) {
-    int64_t mid = lo + (hi - lo) / 2;
-    if (offs[mid] <= (int64_t)i)
-      lo = mid;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
-static int validate_shape(const scps_prep *p, int f, const scps_feature_input *in,
-                          prep_feature *pf, scps_error *err) {
-  const char *name = p->layout->feature_specs[f].name;
-  int64_t b = pf->batch;
-  size_t n = in->n_ids;
-  if (n > 0 && !in->ids)
-    return scps_error_set(err, SCPS_EINVAL, "feature '%s': ids is NULL with n_ids %zu", name, n);
-  if (n > UINT32_MAX)
-    return scps_error_set(err, SCPS_EINVAL, "feature '%s': n_ids %zu exceeds 2^32-1", name, n);
-  if (in->form != SCPS_INPUT_SPARSE && in->batch_size != 0 && in->batch_size != b)
-    return scps_error_set(err, SCPS_EINVAL,
-                          "feature '%s': batch_size %lld does not match the FeatureSpec "
-                          "batch_size %lld",
-                          name, (long long)in->batch_size, (long long)b);
-  int64_t *o = pf->offs_scratch;
-  switch (in->form) {
-  case SCPS_INPUT_RAGGED:
-    if (in->row_offsets) {
-      const int64_t *ro = in->row_offsets;
-      if (ro[0] != 0)
-        return scps_error_set(err, SCPS_EINVAL, "feature '%s': row_offsets[0] = %lld, expected 0",
-                              name, (long long)ro[0]);
-      for (int64_t r = 1; r <= b; r++)
-        if (ro[r] < ro[r - 1])
-          return scps_error_set(err, SCPS_EINVAL,
-                                "feature '%s': row_offsets[%lld] = %lld is below row_offsets[%lld] "
-                                "= %lld (offsets must be monotonic)",
-                                name, (long long)r, (long long)ro[r], (long long)(r - 1),
-                                (long long)ro[r - 1]);
-      if (ro[b] != (int64_t)n)
-        return scps_error_set(err, SCPS_EINVAL,
-                              "feature '%s': row_offsets[%lld] = %lld does not match n_ids %zu",
-                              name, (long long)b, (long long)ro[b], n);
-      pf->offs = ro;
-      return 0;
-    }
-    if (in->row_lengths) {
-      o[0] = 0;
-      for (int64_t r = 0; r < b; r++) {
-        int32_t len = in->row_lengths[r];
-        if (len < 0)
-          return scps_error_set(err, SCPS_EINVAL, "feature '%s': row_lengths[%lld] = %d is negative",
-                                name, (long long)r, len);
-        o[r + 1] = o[r] + len;
-      }
-      if (o[b] != (int64_t)n)
-        return scps_error_set(err, SCPS_EINVAL,
-                              "feature '%s': row_lengths sum to %lld, n_ids is %zu", name,
-                              (long long)o[b], n);
-      pf->offs = o;
-      return 0;
-    }
-    return scps_error_set(err, SCPS_EINVAL,
-                          "feature '%s': ragged input needs row_offsets or row_lengths", name);
-  case SCPS_INPUT_DENSE: {
-    int32_t v = in->valency;
-    if (v < 0 || (pf->spec_valency > 0 && v != pf->spec_valency))
-      return scps_error_set(err, SCPS_EINVAL,
-                            "feature '%s': dense valency %d does not match the FeatureSpec "
-                            "valency %d",
-                            name, v, pf->spec_valency);
-    if ((int64_t)n != b * v)
-      return scps_error_set(err, SCPS_EINVAL,
-                            "feature '%s': dense input has n_ids %zu, expected batch_size %lld x "
-                            "valency %d = %lld",
-                            name, n, (long long)b, v, (long long)(b * v));
-    for (int64_t r = 0; r <= b; r++)
-      o[r] = r * v;
-    pf->offs = o;
-    return 0;
-  }
-  case SCPS_INPUT_SPARSE: {
-    if (in->dense_shape[0] != b)
-      return scps_error_set(err, SCPS_EINVAL,
-                            "feature '%s': dense_shape[0] = %lld does not match the FeatureSpec "
-                            "batch_size %lld",
-                            name, (long long)in->dense_shape[0], (long long)b);
-    int64_t width = in->dense_shape[1];
-    if (width < 0)
-      return scps_error_set(err, SCPS_EINVAL, "feature '%s': dense_shape[1] = %lld is negative",
-                            name, (long long)width);
-    if (n > 0 && !in->indices)
-      return scps_error_set(err, SCPS_EINVAL, "feature '%s': indices is NULL with n_ids %zu",
-                            name, n);
-    memset(o, 0, (size_t)(b + 1) * sizeof *o);
-    int64_t prev = 0;
-    for (size_t i = 0; i < n; i++) {
-      int64_t s = in->indices[2 * i], c = in->indices[2 * i + 1];
-      if (s < 0 || s >= b)
-        return scps_error_set(err, SCPS_ERANGE,
-                              "feature '%s': indices[%zu] sample %lld out of range [0, %lld)", name,
-                              i, (long long)s, (long long)b);
-      if (s < prev)
-        return scps_error_set(err, SCPS_EINVAL,
-                              "feature '%s': indices[%zu] sample %lld follows sample %lld "
-                              "(indices must be sorted by sample)",
-                              name, i, (long long)s, (long long)prev);
-      if (c < 0 || c >= width)
-        return scps_error_set(err, SCPS_ERANGE,
-                              "feature '%s': indices[%zu] position %lld out of range [0, %lld)",
-                              name, i, (long long)c, (long long)width);
-      o[s + 1]++;
-      prev = s;
-    }
-    for (int64_t r = 0; r < b; r++)
-      o[r + 1] += o[r];
-    pf->offs = o;
-    return 0;
-  }
-  }
-  return scps_error_set(err, SCPS_EINVAL, "feature '%s': unknown input form %d", name,
-                        (int)in->form);
-}
-
-static bool weight_ok(float w, bool positive) {
-  uint32_t bits;
-  memcpy(&bits, &w, sizeof bits);
-  bool finite = (bits & UINT32_C(0x7f800000)) != UINT32_C(0x7f800000);
-  return finite && (!positive || w > 0.0f);
-}
-
-/* The first id outside [0, vocabulary), once a scan has seen one. */
-static int report_bad_id(const scps_prep *p, int f, const scps_feature_input *in,
-                         const prep_feature *pf, scps_error *err) {
-  for (size_t i = 0; i < in->n_ids; i++)
-    if ((uint64_t)in->ids[i] >= pf->vocab)
-      return scps_error_set(err, SCPS_ERANGE,
-                            "feature '%s': id %lld at position %zu (sample %lld) out of range "
-                            "[0, %llu)",
-                            p->layout->feature_specs[f].name, (long long)in->ids[i], i,
-                            (long long)sample_of_position(pf->offs, pf->batch, i),
-                            (unsigned long long)pf->vocab);
-  return scps_error_set(err, SCPS_EINTERNAL, "feature '%s': bad id not found again",
-                        p->layout->feature_specs[f].name);
-}
-
-static int validate_weights(const scps_prep *p, int f, const scps_feature_input *in,
-                            const prep_feature *pf, scps_error *err) {
-  const char *name = p->layout->feature_specs[f].name;
-  size_t n = in->n_ids;
-  const float *w = in->weights;
-  if (!w)
-    return 0;
-  bool positive = pf->combiner != SCPS_COMBINER_SUM;
-  bool bad = false;
-  for (size_t i = 0; i < n; i++)
-    bad |= !weight_ok(w[i], positive);
-  if (!bad)
-    return 0;
-  for (size_t i = 0; i < n; i++) {
-    if (weight_ok(w[i], positive))
-      continue;
-    long long s = (long long)sample_of_position(pf->offs, pf->batch, i);
-    if (!weight_ok(w[i], false))
-      return scps_error_set(err, SCPS_EINVAL,
-                            "feature '%s': weight %g at position %zu (sample %lld) is not finite",
-                            name, (double)w[i], i, s);
-    return scps_error_set(err, SCPS_EINVAL,
-                          "feature '%s': weight %g at position %zu (sample %lld) must be > 0 for "
-                          "combiner %s",
-                          name, (double)w[i], i, s, scps_combiner_name(pf->combiner));
-  }
-  return 0;
-}
 
 /* Mod sharding constants, copied into locals so the hot loops do not reload
  * them after every store (the build uses -fno-strict-aliasing). */
@@ -425,7 +76,7 @@ static void job_validate(scps_prep *p, int f, prep_thread *t) {
   prep_feature *pf = &p->features[f];
   const scps_feature_input *in = &p->inputs[f];
   scps_error_clear(&pf->err);
-  pf->rc = validate_shape(p, f, in, pf, &pf->err);
+  pf->rc = scps_prep_check_shape(p, f, in, pf, &pf->err);
   if (pf->rc != 0)
     return;
   /* Counting and the range check share one pass: an out-of-range id still
@@ -442,7 +93,7 @@ static void job_validate(scps_prep *p, int f, prep_thread *t) {
     bad |= id >= vocab;
     cnt[shard_of(m, id, rot, &q)]++;
   }
-  pf->rc = bad ? report_bad_id(p, f, in, pf, &pf->err) : validate_weights(p, f, in, pf, &pf->err);
+  pf->rc = bad ? scps_prep_check_bad_id(p, f, in, pf, &pf->err) : scps_prep_check_weights(p, f, in, pf, &pf->err);
   if (pf->rc != 0)
     return;
   memcpy(&p->feat_counts[(size_t)f * (size_t)p->n], cnt, (size_t)p->n * sizeof *cnt);
@@ -635,24 +286,6 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
   st->bad_gain[dst] = bad < m ? bad : SIZE_MAX;
 }
 
-/* A merged gain that is not finite fails the run, naming the stack, the
- * sample and the id's row. */
-static int check_gains(scps_prep *p, scps_error *err) {
-  for (int s = 0; s < p->n_stacks; s++) {
-    const prep_stack *st = &p->stacks[s];
-    for (int32_t d = 0; d < p->n; d++) {
-      size_t i = st->bad_gain[d];
-      if (i == SIZE_MAX) continue;
-      const scps_coo *c = &st->coo[d];
-      return scps_error_set(err, SCPS_EINVAL,
-                            "stack '%s': sample %u (of the stack's samples), local row %u of SparseCore %d: the weights "
-                            "of its repeated id sum to %g, not finite in float32",
-                            p->layout->stacks[s].name, c->samples[i], c->rows[i], (int)d, (double)c->gains[i]);
-    }
-  }
-  return 0;
-}
-
 /* ---- run ---- */
 
 static void reset_outputs(scps_prep *p) {
@@ -762,28 +395,8 @@ static int finish_stats(scps_prep *p, scps_error *err) {
       ss->required_buffer_size_per_sc[src] = req;
       ss->id_drop_counter += st->dst_drops[src];
     }
-    if (rc != 0 || p->opts.policy != SCPS_LIMIT_ERROR)
-      continue;
-    const char *name = p->layout->stacks[s].name;
-    for (size_t src = 0; src < nsc && rc == 0; src++) {
-      for (size_t d = 0; d < nsc; d++) {
-        int64_t a = st->part_ids[src * nsc + d], u = st->part_unique[src * nsc + d];
-        if (a > st->run_max_ids) {
-          rc = scps_error_set(err, SCPS_ELIMIT,
-                              "stack '%s': partition src %zu -> dst %zu has %lld ids, above "
-                              "max_ids_per_partition %d",
-                              name, src, d, (long long)a, st->run_max_ids);
-          break;
-        }
-        if (u > st->run_max_unique) {
-          rc = scps_error_set(err, SCPS_ELIMIT,
-                              "stack '%s': partition src %zu -> dst %zu has %lld unique ids, "
-                              "above max_unique_ids_per_partition %d",
-                              name, src, d, (long long)u, st->run_max_unique);
-          break;
-        }
-      }
-    }
+    if (rc == 0 && p->opts.policy == SCPS_LIMIT_ERROR)
+      rc = scps_prep_check_limits(p, s, err);
   }
   return rc;
 }
@@ -792,7 +405,7 @@ int scps_prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *er
   if (!p || !inputs)
     return scps_error_set(err, SCPS_EINVAL, "scps_prep_run: %s is NULL", p ? "inputs" : "prep");
   p->inputs = inputs;
-  run_phase(p, job_validate, p->n_features);
+  scps_prep_pool_run(p, job_validate, p->n_features);
   for (int f = 0; f < p->n_features; f++) {
     if (p->features[f].rc != 0) {
       reset_outputs(p);
@@ -808,10 +421,10 @@ int scps_prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *er
     p->inputs = NULL;
     return rc;
   }
-  run_phase(p, job_scatter, p->n_features);
-  run_phase(p, job_partition, p->n_stacks * p->n);
+  scps_prep_pool_run(p, job_scatter, p->n_features);
+  scps_prep_pool_run(p, job_partition, p->n_stacks * p->n);
   p->inputs = NULL;
-  rc = check_gains(p, err);
+  rc = scps_prep_check_gains(p, err);
   if (rc != 0) {
     reset_outputs(p);
     return rc;
@@ -974,31 +587,8 @@ int scps_prep_create(const scps_layout *layout, const scps_prep_options *opts, s
       goto fail;
     }
   }
-  if (p->n_threads > 1) {
-    if (pthread_mutex_init(&p->mu, NULL) != 0) {
-      rc = scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: pthread_mutex_init failed");
-      goto fail;
-    }
-    if (pthread_cond_init(&p->cv_work, NULL) != 0) {
-      pthread_mutex_destroy(&p->mu);
-      rc = scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: pthread_cond_init failed");
-      goto fail;
-    }
-    if (pthread_cond_init(&p->cv_done, NULL) != 0) {
-      pthread_cond_destroy(&p->cv_work);
-      pthread_mutex_destroy(&p->mu);
-      rc = scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: pthread_cond_init failed");
-      goto fail;
-    }
-    p->sync_init = true;
-    for (int i = 1; i < p->n_threads; i++) {
-      if (pthread_create(&p->threads[i].thread, NULL, worker_main, &p->threads[i]) != 0) {
-        rc = scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: cannot start thread %d", i);
-        goto fail;
-      }
-      p->workers_started++;
-    }
-  }
+  if ((rc = scps_prep_pool_start(p, err)) != 0)
+    goto fail;
   *out = p;
   return 0;
 fail:
@@ -1009,17 +599,7 @@ fail:
 void scps_prep_destroy(scps_prep *p) {
   if (!p)
     return;
-  if (p->sync_init) {
-    pthread_mutex_lock(&p->mu);
-    p->stop = true;
-    pthread_cond_broadcast(&p->cv_work);
-    pthread_mutex_unlock(&p->mu);
-    for (int i = 1; i <= p->workers_started; i++)
-      pthread_join(p->threads[i].thread, NULL);
-    pthread_cond_destroy(&p->cv_done);
-    pthread_cond_destroy(&p->cv_work);
-    pthread_mutex_destroy(&p->mu);
-  }
+  scps_prep_pool_stop(p);
   if (p->threads) {
     for (int i = 0; i < p->n_threads; i++) {
       prep_thread *t = &p->threads[i];

@@ -87,7 +87,10 @@ void scps_prep_destroy(scps_prep *p);
  * weights) and fails naming feature, position and value (a repeated id's
  * merged weight that overflows float32: naming stack, sample and row,
  * SCPS_EINVAL); with policy ERROR a
- * limit overflow fails naming stack, partition, observed count and limit.
+ * limit overflow fails (SCPS_ELIMIT) naming stack, partition, observed
+ * count and limit, the spec key that sets the limit (tables[i].<limit>, as
+ * workload files spell it) with the observed count as a value that admits
+ * the batch, and policy DROP as the alternative.
  * On success the partitions and stats below describe this batch until the
  * next call. On SCPS_ELIMIT the stats describe the refused batch (so FDO can
  * learn from it) but the partitions must not be used; after any other

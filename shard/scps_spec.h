@@ -80,8 +80,11 @@ typedef struct scps_table_spec {
   scps_initializer_spec initializer;
   scps_optimizer_spec optimizer;
   scps_combiner combiner;
-  int32_t max_ids_per_partition;        /* default 256 */
-  int32_t max_unique_ids_per_partition; /* default 256 */
+  /* Per-partition limits; scps_table_spec_init sets 256 each, a workload
+   * file that leaves them out gets them sized from its declaration
+   * (scps_workload_parse). */
+  int32_t max_ids_per_partition;
+  int32_t max_unique_ids_per_partition;
   bool clip;                            /* clamp rows to [clip_min, clip_max] after updates */
   float clip_min, clip_max;
   char stack[SCPS_NAME_MAX];            /* explicit stack name; "" = automatic stacking */

@@ -1,5 +1,5 @@
 /* scps_workload: workload files (tables, features, batch, id distribution) as
- * engine specs, and a deterministic generator of ragged batches for them. */
+ * engine specs, and those specs written back in the same format. */
 #ifndef SCPS_WORKLOAD_H
 #define SCPS_WORKLOAD_H
 
@@ -43,6 +43,7 @@ typedef struct scps_workload {
   char name[SCPS_NAME_MAX];   /* "" when the file has none */
   char *description;          /* never NULL; "" when the file has none */
   int32_t batch_size;
+  bool has_ids;               /* the file has an "ids" section; else distribution and seed are 0 */
   scps_id_distribution distribution;
   double exponent;            /* zipf only, in (1, SCPS_WORKLOAD_ZIPF_EXPONENT_MAX] */
   uint64_t seed;
@@ -62,7 +63,18 @@ typedef struct scps_workload {
  * used twice gives SCPS_EEXIST. Besides the README's keys a table may set
  * max_ids_per_partition, max_unique_ids_per_partition, clip ([min, max]),
  * stack (an explicit stack name) and an initializer seed. Optimizer
- * hyper-parameters left out take the reference defaults. */
+ * hyper-parameters left out take the reference defaults. The "ids" section
+ * is optional here (a server does not draw ids); scps_workload_gen_create
+ * requires it.
+ *
+ * Limits a table leaves unset are sized from the declaration, so that no
+ * batch it admits can exceed them: max_ids_per_partition is the sum, over
+ * the features reading the table, of batch_size x valency (the max of a
+ * [min, max] range), which is what one source SparseCore sends one
+ * destination when every sample and id falls there;
+ * max_unique_ids_per_partition is that or vocabulary_size, whichever is
+ * smaller. Neither is set below the spec default (scps_table_spec_init),
+ * nor above INT32_MAX. */
 int scps_workload_parse(const char *text, size_t len, scps_workload **out, scps_error *err);
 
 /* The same from a document parsed already (the object a workload file holds),
@@ -86,26 +98,8 @@ int scps_workload_load(const char *path, scps_workload **out, scps_error *err);
 
 void scps_workload_destroy(scps_workload *w);
 
-/* Generates batches for a workload. Each feature has its own random stream,
- * derived from the workload's seed, the seed given here and the feature's
- * index, so a (workload, seed) pair always yields the same batches. */
-typedef struct scps_workload_gen scps_workload_gen;
-
-/* Copies what it needs from w, which may be destroyed afterwards. Fails with
- * SCPS_EINVAL when one batch would need more than SCPS_WORKLOAD_BATCH_IDS_MAX
- * ids. */
-int scps_workload_gen_create(const scps_workload *w, uint64_t seed, scps_workload_gen **out,
-                             scps_error *err);
-void scps_workload_gen_destroy(scps_workload_gen *g);
-
-/* Draws the next batch for every feature, overwriting the previous one. */
-void scps_workload_gen_next(scps_workload_gen *g);
-
-/* n_features inputs of form SCPS_INPUT_RAGGED (row_offsets with batch_size + 1
- * entries, ids, and weights for weighted features, else NULL), in the order of
- * w->features, pointing into buffers the generator owns: valid until the next
- * scps_workload_gen_next or destroy. Before the first batch every feature is
- * empty (all offsets 0). */
-const scps_feature_input *scps_workload_gen_inputs(const scps_workload_gen *g);
+/* The batch generator (scps_workload_gen.h), declared here too for the
+ * programs that load a workload to draw batches from it. */
+#include "scps_workload_gen.h"
 
 #endif

@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "scps_checkpoint.h"
+#include "scps_checkpoint_root.h"
 #include "scps_clock.h"
 #include "scps_hash64.h"
 #include "scps_workload.h"
@@ -62,7 +63,7 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
       scps_checkpoint_owner own = {.process_index = 0, .layout = l};
       int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       rc = fd < 0 ? scps_error_set(err, SCPS_EIO, "cannot open '%s'", dir)
-                  : scps_checkpoint_retain(fd, dir, &own, 1, i, 1, err);
+                  : scps_checkpoint_root_retain(fd, dir, &own, 1, i, 1, err);
       if (fd >= 0) close(fd);
     }
     t0 = scps_clock_s();

@@ -22,6 +22,8 @@
 #include <unistd.h>
 
 #include "scps_checkpoint.h"
+#include "scps_checkpoint_export.h"
+#include "scps_checkpoint_root.h"
 #include "scps_hash64.h"
 #include "scps_test.h"
 
@@ -256,11 +258,11 @@ static void test_reshard_round_trip(const specs *s) {
   /* The offline converter: 2x2 -> 1x4 under another root, same values and limits. */
   scps_topology to = {1, 4, 1 << 20};
   scps_checkpoint_stats cst = {0};
-  CHECK_OK(scps_checkpoint_convert(step_dir(ra, 42), &to, sub("conv"), &cst, err), err);
+  CHECK_OK(scps_checkpoint_export_topology(step_dir(ra, 42), &to, sub("conv"), &cst, err), err);
   CHECK(cst.files > 0 && cst.bytes > 0);
   /* Into the source's own root it would overwrite what it reads: refused,
    * the source still whole. */
-  int crc = scps_checkpoint_convert(step_dir(ra, 42), &to, ra, &cst, err);
+  int crc = scps_checkpoint_export_topology(step_dir(ra, 42), &to, ra, &cst, err);
   CHECKF(crc == SCPS_EEXIST && strstr(err->msg, "already exists"), "rc %d: %s", crc, err->msg);
   CHECK_OK(scps_checkpoint_open(step_dir(ra, 42), &ck, err), err);
   scps_checkpoint_close(ck);
@@ -485,17 +487,17 @@ static void test_latest_and_errors(const specs *s) {
   scps_error err_, *err = &err_;
   const char *root = sub("latest");
   char path[512];
-  CHECK(scps_checkpoint_find_latest(root, path, sizeof path, err) == SCPS_ENOENT);
+  CHECK(scps_checkpoint_root_latest(root, path, sizeof path, err) == SCPS_ENOENT);
   save_all(&a, root, 10, NULL);
   scramble(&a, 5);
   save_all(&a, root, 20, NULL);
-  CHECK_OK(scps_checkpoint_find_latest(root, path, sizeof path, err), err);
+  CHECK_OK(scps_checkpoint_root_latest(root, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(root, 20)), "%s", path);
   /* A crash before process 1's manifest: step 20 is incomplete. */
   char m[600];
   snprintf(m, sizeof m, "%s/manifest.p1.json", step_dir(root, 20));
   CHECK(unlink(m) == 0);
-  CHECK_OK(scps_checkpoint_find_latest(root, path, sizeof path, err), err);
+  CHECK_OK(scps_checkpoint_root_latest(root, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(root, 10)), "%s", path);
   CHECK(scps_checkpoint_open(step_dir(root, 20), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
   CHECKF(strstr(err->msg, "manifest.p1.json"), "%s", err->msg);
@@ -515,7 +517,7 @@ static void test_latest_and_errors(const specs *s) {
   snprintf(data, sizeof data, "%s/0.sc0.bin", step_dir(root, 30));
   struct stat sb;
   CHECK(stat(data, &sb) == 0 && truncate(data, sb.st_size - 1) == 0);
-  int lrc = scps_checkpoint_find_latest(root, path, sizeof path, err);
+  int lrc = scps_checkpoint_root_latest(root, path, sizeof path, err);
   CHECKF(lrc == SCPS_ECORRUPT && strstr(err->msg, "damaged") && strstr(err->msg, "0.sc0.bin"), "rc %d: %s", lrc,
          err->msg);
 
@@ -538,7 +540,7 @@ static void test_latest_and_errors(const specs *s) {
     if (de->d_name[0] != '.') leftovers++;
   if (d) closedir(d);
   CHECKF(leftovers == 0, "%d files left in the failed save's directory", leftovers);
-  CHECK_OK(scps_checkpoint_find_latest(froot, path, sizeof path, err), err);
+  CHECK_OK(scps_checkpoint_root_latest(froot, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(froot, 1)), "%s", path);
   CHECK_OK(load_all(&a, path, err), err);
 
@@ -552,7 +554,7 @@ static void test_latest_and_errors(const specs *s) {
     if (strstr(de->d_name, ".tmp")) leftovers++;
   if (d) closedir(d);
   CHECKF(leftovers == 0, "%d temporaries left beside step 1", leftovers);
-  CHECK_OK(scps_checkpoint_find_latest(froot, path, sizeof path, err), err);
+  CHECK_OK(scps_checkpoint_root_latest(froot, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(froot, 1)), "the failed re-save of step 1 kept it: %s", path);
   CHECK_OK(load_all(&a, path, err), err);
   cluster_destroy(&a);
@@ -565,7 +567,7 @@ static int retain_as_p0(const cluster *c, const char *root, int keep, int64_t sa
   scps_checkpoint_owner own = {.process_index = 0, .layout = c->layout};
   int fd = open(root, O_RDONLY | O_DIRECTORY);
   if (fd < 0) return scps_error_set(err, SCPS_EIO, "cannot open '%s'", root);
-  int rc = scps_checkpoint_retain(fd, root, &own, keep, saved, in_progress, err);
+  int rc = scps_checkpoint_root_retain(fd, root, &own, keep, saved, in_progress, err);
   close(fd);
   return rc;
 }
@@ -603,7 +605,7 @@ static void test_retain(const specs *s) {
     if (step < 3) CHECKF(stat(step_dir(root, step), &st) != 0, "step %d's directory is still there", step);
   }
   char path[512];
-  CHECK_OK(scps_checkpoint_find_latest(root, path, sizeof path, err), err);
+  CHECK_OK(scps_checkpoint_root_latest(root, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(root, 5)), "%s", path);
 
   /* Incomplete saves newer than every complete one: besides the one just
@@ -628,7 +630,7 @@ static void test_retain(const specs *s) {
   char aside[600];
   snprintf(aside, sizeof aside, "%s/superseded-step-%012d", rroot, 4);
   CHECKF(stat(aside, &st) == 0, "%s missing", aside);
-  CHECK_OK(scps_checkpoint_find_latest(rroot, path, sizeof path, err), err);
+  CHECK_OK(scps_checkpoint_root_latest(rroot, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(rroot, 3)), "%s", path);
   CHECKF(stat(step_dir(rroot, 2), &st) != 0, "keep 1: step 2 should go");
   cluster_destroy(&a);
@@ -769,7 +771,7 @@ static void test_save_no_follow(const specs *s) {
   if (d) closedir(d);
   CHECKF(n == 1, "%d entries outside the root, expected the victim alone", n);
   char found[512];
-  CHECK_OK(scps_checkpoint_find_latest(root, found, sizeof found, err), err);
+  CHECK_OK(scps_checkpoint_root_latest(root, found, sizeof found, err), err);
   CHECK_OK(load_all(&a, found, err), err);
   cluster_destroy(&a);
 }
@@ -823,9 +825,9 @@ static void test_ownership(const specs *s) {
   write_file(path, "mine", 4);
 
   char found[512];
-  CHECK_OK(scps_checkpoint_find_latest(root, found, sizeof found, err), err);
+  CHECK_OK(scps_checkpoint_root_latest(root, found, sizeof found, err), err);
   CHECKF(!strcmp(found, step_dir(root, 999999999999LL)), "%s", found);
-  CHECK_OK(scps_checkpoint_find_latest_own(root, &own, found, sizeof found, err), err);
+  CHECK_OK(scps_checkpoint_root_latest_own(root, &own, found, sizeof found, err), err);
   /* Restoring reads through the link the operator's root holds (only
    * writing and pruning never follow one). */
   CHECKF(!strcmp(found, step_dir(root, 5)), "%s", found);
@@ -833,7 +835,7 @@ static void test_ownership(const specs *s) {
 
   int fd = open_dir(root);
   seen.n = 0;
-  CHECK_OK(scps_checkpoint_retain(fd, root, &own, 2, 4, 1, err), err);
+  CHECK_OK(scps_checkpoint_root_retain(fd, root, &own, 2, 4, 1, err), err);
   close(fd);
   struct stat st;
   CHECK(stat(step_dir(root, 999999999999LL), &st) == 0 && stat(step_dir(root, 999999999998LL), &st) == 0);

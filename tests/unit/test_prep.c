@@ -449,9 +449,16 @@ static void test_drop_by_hand(void) {
   CHECKF(strstr(err.msg, "stack 't': partition src 0 -> dst 0 has 5 ids, above "
                          "max_ids_per_partition 4") != NULL,
          "%s", err.msg);
+  /* ... and the spec key that sets the limit, a value that admits this
+   * batch, and the policy that drops instead. */
+  CHECKF(strstr(err.msg, "set tables[0].max_ids_per_partition (table 't') to 5 or more") != NULL &&
+             strstr(err.msg, "SCPS_LIMIT_DROP") != NULL && strstr(err.msg, "--policy drop") != NULL,
+         "%s", err.msg);
   CHECK_OK(scps_prep_set_limits(p, 0, 100, 3, &err), &err);
   CHECK(scps_prep_run(p, &in, &err) == SCPS_ELIMIT);
   CHECKF(strstr(err.msg, "has 4 unique ids, above max_unique_ids_per_partition 3") != NULL, "%s",
+         err.msg);
+  CHECKF(strstr(err.msg, "set tables[0].max_unique_ids_per_partition (table 't') to 4 or more") != NULL, "%s",
          err.msg);
   CHECK(scps_prep_set_limits(p, 1, 8, 8, &err) == SCPS_ERANGE);
   CHECK(scps_prep_set_limits(p, 0, 0, 8, &err) == SCPS_EINVAL);

@@ -9,6 +9,8 @@
 #include <time.h>
 
 #include "scps_json.h"
+#include "scps_layout.h"
+#include "scps_prep.h"
 #include "scps_test.h"
 #include "scps_workload.h"
 
@@ -30,7 +32,12 @@ static scps_workload *parse_text(const char *text) {
 
 /* ---- the shared workload files ---- */
 
-static void check_adagrad_table(const scps_table_spec *t, const char *name, int64_t vocab, int dim) {
+/* Limits the files leave unset, sized as scps_workload.h says: batch x
+ * valency ids, that or the vocabulary unique ids, neither below 256. */
+static int32_t sized(int64_t v) { return v < 256 ? 256 : (int32_t)v; }
+
+static void check_adagrad_table(const scps_table_spec *t, const char *name, int64_t vocab, int dim,
+                                int64_t batch_ids) {
   CHECKF(!strcmp(t->name, name), "table %s: name %s", name, t->name);
   CHECKF(t->vocabulary_size == vocab, "table %s: vocab %lld", name, (long long)t->vocabulary_size);
   CHECKF(t->embedding_dim == dim, "table %s: dim %d", name, t->embedding_dim);
@@ -41,7 +48,10 @@ static void check_adagrad_table(const scps_table_spec *t, const char *name, int6
   CHECK(t->initializer.type == SCPS_INIT_UNIFORM);
   CHECK(t->initializer.scale == 0.05);
   CHECK(!t->clip && t->stack[0] == '\0');
-  CHECK(t->max_ids_per_partition == 256 && t->max_unique_ids_per_partition == 256);
+  CHECKF(t->max_ids_per_partition == sized(batch_ids), "table %s: max_ids_per_partition %d", name,
+         t->max_ids_per_partition);
+  CHECKF(t->max_unique_ids_per_partition == sized(batch_ids < vocab ? batch_ids : vocab),
+         "table %s: max_unique_ids_per_partition %d", name, t->max_unique_ids_per_partition);
 }
 
 static void test_dlrm8_and_serving(void) {
@@ -58,7 +68,7 @@ static void test_dlrm8_and_serving(void) {
     for (int i = 0; i < w->n_tables && i < 8; i++) {
       char name[8];
       snprintf(name, sizeof name, "t%d", i);
-      check_adagrad_table(&w->tables[i], name, 1000000, 64);
+      check_adagrad_table(&w->tables[i], name, 1000000, 64, (int64_t)batches[k] * 4);
       const scps_feature_spec *f = &w->features[i];
       snprintf(name, sizeof name, "f%d", i);
       CHECK(!strcmp(f->name, name));
@@ -84,7 +94,7 @@ static void test_criteo26(void) {
   for (int i = 0; i < w->n_tables && i < 26; i++) {
     char name[8];
     snprintf(name, sizeof name, "c%d", i);
-    check_adagrad_table(&w->tables[i], name, vocab[i], vocab[i] <= 10000 ? 16 : 64);
+    check_adagrad_table(&w->tables[i], name, vocab[i], vocab[i] <= 10000 ? 16 : 64, 8192);
     CHECK(!strcmp(w->features[i].table, name));
     CHECK(w->features[i].valency == 1 && w->features[i].output_dim == w->tables[i].embedding_dim);
   }
@@ -967,6 +977,87 @@ static void test_write_specs_shared_files(void) {
   }
 }
 
+/* The first-use config of issue 27: one table, valency 20, batch 1024, no
+ * limits. Its defaults are sized from the declaration, so on 4 SparseCores
+ * the worst batch it admits (every sample's ids on one destination, all
+ * from source 0's samples: 256 x 20 = 5120 ids) passes policy ERROR; an
+ * explicit limit is kept as given. */
+static void test_limits_sized_from_declaration(void) {
+  static const char *base =
+      "{\"batch_size\": 1024, \"ids\": {\"distribution\": \"uniform\"},\n"
+      " \"tables\": [{\"name\": \"t\", \"vocabulary_size\": 1000000, \"embedding_dim\": 16,\n"
+      "   \"combiner\": \"sum\", \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},\n"
+      "   \"initializer\": {\"type\": \"zeros\"}%s}],\n"
+      " \"features\": [{\"name\": \"f\", \"table\": \"t\", \"valency\": 20}]}";
+  char text[1024];
+  snprintf(text, sizeof text, base, "");
+  scps_workload *w = parse_text(text);
+  if (!w) return;
+  CHECKF(w->tables[0].max_ids_per_partition == 1024 * 20 && w->tables[0].max_unique_ids_per_partition == 1024 * 20,
+         "limits (%d, %d)", w->tables[0].max_ids_per_partition, w->tables[0].max_unique_ids_per_partition);
+  scps_error err;
+  scps_layout *l = NULL;
+  scps_prep *p = NULL;
+  const scps_topology topo = {1, 4, (int64_t)1 << 30};
+  CHECK_OK(scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, &err), &err);
+  if (l) CHECK_OK(scps_prep_create(l, NULL, &p, &err), &err);
+  if (p) {
+    /* Samples 0..255 are source 0's; ids 4k all live on SparseCore 0. */
+    int64_t *ids = calloc(1024 * 20, sizeof *ids);
+    for (int64_t i = 0; ids && i < 1024 * 20; i++) ids[i] = i < 256 * 20 ? 4 * i : 4 * i + 1;
+    scps_feature_input in = {.form = SCPS_INPUT_DENSE, .n_ids = 1024 * 20, .ids = ids, .valency = 20,
+                             .batch_size = 1024};
+    if (ids) CHECK_OK(scps_prep_run(p, &in, &err), &err);
+    CHECK(scps_prep_stats(p, 0)->max_ids_per_partition[0] == 5120);
+    free(ids);
+  }
+  scps_prep_destroy(p);
+  scps_layout_destroy(l);
+  scps_workload_destroy(w);
+
+  /* Ragged features count the top of their range; a small vocabulary caps
+   * unique ids, never below 256; explicit limits stay. */
+  snprintf(text, sizeof text, base, ", \"max_unique_ids_per_partition\": 300");
+  if ((w = parse_text(text))) {
+    CHECK(w->tables[0].max_ids_per_partition == 20480 && w->tables[0].max_unique_ids_per_partition == 300);
+    scps_workload_destroy(w);
+  }
+  static const char *small =
+      "{\"batch_size\": 64, \"tables\": [{\"name\": \"t\", \"vocabulary_size\": 1000, \"embedding_dim\": 8,\n"
+      "   \"combiner\": \"sum\", \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},\n"
+      "   \"initializer\": {\"type\": \"zeros\"}}, {\"name\": \"u\", \"vocabulary_size\": 10, \"embedding_dim\": 8,\n"
+      "   \"combiner\": \"sum\", \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},\n"
+      "   \"initializer\": {\"type\": \"zeros\"}}],\n"
+      " \"features\": [{\"name\": \"f\", \"table\": \"t\", \"valency\": [0, 30]},\n"
+      "              {\"name\": \"g\", \"table\": \"t\", \"valency\": 2},\n"
+      "              {\"name\": \"h\", \"table\": \"u\", \"valency\": 1}]}";
+  if ((w = parse_text(small))) {
+    CHECKF(w->tables[0].max_ids_per_partition == 64 * 32 && w->tables[0].max_unique_ids_per_partition == 1000,
+           "t: (%d, %d)", w->tables[0].max_ids_per_partition, w->tables[0].max_unique_ids_per_partition);
+    CHECKF(w->tables[1].max_ids_per_partition == 256 && w->tables[1].max_unique_ids_per_partition == 256,
+           "u: (%d, %d)", w->tables[1].max_ids_per_partition, w->tables[1].max_unique_ids_per_partition);
+    scps_workload_destroy(w);
+  }
+}
+
+/* A config without "ids" (what scps-server --config needs) parses; the
+ * batch generator then refuses it, saying what is missing. */
+static void test_ids_section_optional(void) {
+  static const char *text =
+      "{\"batch_size\": 8, \"tables\": [{\"name\": \"t\", \"vocabulary_size\": 100, \"embedding_dim\": 8,\n"
+      "   \"combiner\": \"sum\", \"optimizer\": {\"type\": \"sgd\", \"learning_rate\": 0.1},\n"
+      "   \"initializer\": {\"type\": \"zeros\"}}],\n"
+      " \"features\": [{\"name\": \"f\", \"table\": \"t\", \"valency\": 1}]}";
+  scps_workload *w = parse_text(text);
+  if (!w) return;
+  CHECK(!w->has_ids && w->n_tables == 1 && w->n_features == 1);
+  scps_error err;
+  scps_workload_gen *g = NULL;
+  CHECK(scps_workload_gen_create(w, 1, &g, &err) == SCPS_EINVAL && g == NULL);
+  CHECKF(strstr(err.msg, "no \"ids\" section") != NULL, "%s", err.msg);
+  scps_workload_destroy(w);
+}
+
 int main(void) {
   test_dlrm8_and_serving();
   test_criteo26();
@@ -981,6 +1072,8 @@ int main(void) {
   test_generator_limits();
   test_write_specs_round_trip();
   test_write_specs_shared_files();
+  test_limits_sized_from_declaration();
+  test_ids_section_optional();
   report_throughput();
   return scps_test_finish("test_workload");
 }
