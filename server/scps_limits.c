@@ -123,42 +123,6 @@ static int64_t default_budget(char *how, size_t len) {
   return b;
 }
 
-/* Cancels the calls of one watch list whose deadline has passed. */
-static void sweep(scps_server *s, int list, int64_t now) {
-  scps_call *due = NULL;
-  pthread_mutex_lock(&s->watch_mu);
-  while (s->watch[list].head && s->watch[list].head->watch_deadline_ns <= now) {
-    scps_call *c = s->watch[list].head;
-    s->watch[list].head = c->watch_next;
-    if (c->watch_next) c->watch_next->watch_prev = NULL;
-    else s->watch[list].tail = NULL;
-    c->watch_list = 0;
-    c->watch_expired = true;
-    /* Kept alive past the lock: its pending tag's reference may go. */
-    atomic_fetch_add(&c->refs, 1);
-    c->watch_next = due;
-    due = c;
-  }
-  pthread_mutex_unlock(&s->watch_mu);
-  while (due) {
-    scps_call *c = due;
-    due = c->watch_next;
-    c->watch_next = NULL;
-    char msg[200];
-    if (list == SCPS_WATCH_ARRIVING) {
-      snprintf(msg, sizeof msg, "%s: request message not received within %d s of its headers (--transfer-timeout)",
-               c->method < SCPS_M_COUNT ? scps_method_name(c->method) : "call", s->opts.transfer_timeout_s);
-      atomic_fetch_add(&s->requests_timed_out, 1);
-    } else {
-      snprintf(msg, sizeof msg, "%s: answer not taken by the client within %d s (--transfer-timeout)",
-               c->method < SCPS_M_COUNT ? scps_method_name(c->method) : "call", s->opts.transfer_timeout_s);
-      atomic_fetch_add(&s->answers_timed_out, 1);
-    }
-    grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, msg, NULL);
-    scps_call_unref(c);
-  }
-}
-
 /* Returns freed memory to the system after a spike: once no call has run
  * for IDLE_TRIM_NS (idle scratch blocks too), or every PERIODIC_TRIM_NS
  * when the memory in use fell well below its level since the last trim.
@@ -188,8 +152,7 @@ static void trim(scps_server *s, int64_t now) {
 
 static void tick(void *ud, int64_t now) {
   scps_server *s = ud;
-  sweep(s, SCPS_WATCH_ARRIVING, now);
-  sweep(s, SCPS_WATCH_SENDING, now);
+  scps_call_sweep(s, now);
   trim(s, now);
 }
 
@@ -297,42 +260,6 @@ void scps_limits_refusal(const scps_call *c, const char *what, size_t need, size
              "held %s in use throughout a wait of %.1f s (--memory-wait-ms or the call's deadline); retry later", m, n,
              what, l, u,
              c->wait.since_ns ? (double)(scps_clock_ns() - c->wait.since_ns) * 1e-9 : 0.0);
-}
-
-void scps_limits_watch(scps_call *c, int list) {
-  scps_server *s = c->srv;
-  c->watch_deadline_ns = scps_clock_ns() + (int64_t)s->opts.transfer_timeout_s * 1000000000;
-  c->watch_expired = false;
-  pthread_mutex_lock(&s->watch_mu);
-  c->watch_list = list;
-  c->watch_next = NULL;
-  c->watch_prev = s->watch[list].tail;
-  if (c->watch_prev) c->watch_prev->watch_next = c;
-  else s->watch[list].head = c;
-  s->watch[list].tail = c;
-  pthread_mutex_unlock(&s->watch_mu);
-}
-
-bool scps_limits_unwatch(scps_call *c) {
-  scps_server *s = c->srv;
-  pthread_mutex_lock(&s->watch_mu);
-  int list = c->watch_list;
-  if (list) {
-    if (c->watch_prev) c->watch_prev->watch_next = c->watch_next;
-    else s->watch[list].head = c->watch_next;
-    if (c->watch_next) c->watch_next->watch_prev = c->watch_prev;
-    else s->watch[list].tail = c->watch_prev;
-    c->watch_prev = c->watch_next = NULL;
-    c->watch_list = 0;
-  }
-  bool expired = c->watch_expired;
-  pthread_mutex_unlock(&s->watch_mu);
-  return expired;
-}
-
-void scps_limits_note_call(scps_server *s) {
-  atomic_store(&s->last_call_ns, scps_clock_ns());
-  atomic_store(&s->trim_due, true);
 }
 
 void scps_limits_stats(scps_server *s, Scps__V1__MemoryStats *out) {

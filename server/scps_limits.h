@@ -3,7 +3,7 @@
 #ifndef SCPS_LIMITS_H
 #define SCPS_LIMITS_H
 
-#include "scps_server_int.h"
+#include "scps_call.h"
 
 /* Channel args scps_limits_channel_args may append. */
 #define SCPS_LIMITS_ARGS 6
@@ -35,18 +35,6 @@ int64_t scps_limits_wait_deadline(const scps_call *c);
  * needed (`what` says for what), the budget, what was in use and the flag. */
 void scps_limits_refusal(const scps_call *c, const char *what, size_t need, size_t in_use, size_t limit,
                          char *msg, size_t len);
-
-/* Puts a call on a transfer watch (SCPS_WATCH_ARRIVING: its request must
- * arrive; SCPS_WATCH_SENDING: its answer must be taken), due in
- * --transfer-timeout seconds; past that, the budget's thread cancels it. */
-void scps_limits_watch(scps_call *c, int list);
-
-/* Takes the call off its watch, if any; returns whether the watch expired
- * (the call was cancelled, or is being). */
-bool scps_limits_unwatch(scps_call *c);
-
-/* A call arrived or ended: the server is not idle. */
-void scps_limits_note_call(scps_server *s);
 
 /* Stats' memory section. */
 void scps_limits_stats(scps_server *s, Scps__V1__MemoryStats *out);

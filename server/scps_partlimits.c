@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_cmd_data.h"
 #include "scps_fdo.h"
 
 void scps_partlimits_override(scps_server *s) {

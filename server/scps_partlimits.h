@@ -6,7 +6,7 @@
 #include <grpc/status.h>
 #include <stddef.h>
 
-#include "scps_server_int.h"
+#include "scps_call.h"
 
 /* --partition-limits: every stack's limits in force set to the options'
  * (after a restore, before serving). */

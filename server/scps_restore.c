@@ -1,5 +1,5 @@
-/* ListCheckpoints and Restore: this process's parts of the checkpoints under
- * its --checkpoint-dir, and loading one while the process serves. */
+/* Restore's load: a verified part of a checkpoint loaded while the process
+ * serves, with data calls kept out meanwhile, and the state it names. */
 #include "scps_restore.h"
 
 #include <stdio.h>
@@ -8,14 +8,12 @@
 #include <sys/random.h>
 #include <unistd.h>
 
-#include "scps_checkpoint_root.h"
-#include "scps_clock.h"
-#include "scps_server_int.h"
-#include "scps_step.h"
+#include "scps_call.h"
+#include "scps_saver.h"
 
 /* The part's cluster is this process's: same topology and specs, which is
  * what the config_fingerprint digests. */
-static bool part_of_ours(const scps_server *s, const scps_checkpoint *ck, char *diff, size_t len) {
+bool scps_restore_part_of_ours(const scps_server *s, const scps_checkpoint *ck, char *diff, size_t len) {
   const scps_table_spec *t;
   const scps_feature_spec *f;
   int nt, nf;
@@ -23,131 +21,6 @@ static bool part_of_ours(const scps_server *s, const scps_checkpoint *ck, char *
   return !scps_specs_diff(scps_checkpoint_topology(ck), t, nt, f, nf, &s->opts.topology, s->tables,
                           s->opts.n_tables, s->features, s->opts.n_features, "checkpoint", "this process", diff,
                           len);
-}
-
-/* The view check every request of these methods starts with, and the
- * --checkpoint-dir they need. */
-static grpc_status_code check_request(scps_call *c, const ProtobufCBinaryData *fp, int32_t process_index, char *msg,
-                                      size_t len) {
-  scps_server *s = c->srv;
-  grpc_status_code st = scps_check_view(c, fp->data, fp->len, process_index, msg, len);
-  if (st == GRPC_STATUS_OK && !s->opts.checkpoint_dir) {
-    snprintf(msg, len, "process %d has no --checkpoint-dir: it keeps no checkpoints to list or restore",
-             s->opts.process_index);
-    st = GRPC_STATUS_FAILED_PRECONDITION;
-  }
-  return st;
-}
-
-typedef struct part_list {
-  Scps__V1__CheckpointPart *parts, **part_ptrs;
-  char **skipped;
-  size_t n_parts, n_skipped;
-} part_list;
-
-static void part_list_free(part_list *pl, size_t n) {
-  for (size_t i = 0; pl->skipped && i < pl->n_skipped; i++) free(pl->skipped[i]);
-  for (size_t i = 0; pl->parts && i < n; i++) free(pl->parts[i].path);
-  free(pl->parts);
-  free(pl->part_ptrs);
-  free(pl->skipped);
-}
-
-/* Fills pl from the n step directories listed: each part of this process
- * that opens and is of this cluster, or why not. */
-static int collect_parts(scps_server *s, const scps_checkpoint_entry *v, int n, part_list *pl) {
-  pl->parts = calloc((size_t)(n ? n : 1), sizeof *pl->parts);
-  pl->part_ptrs = calloc((size_t)(n ? n : 1), sizeof *pl->part_ptrs);
-  pl->skipped = calloc((size_t)(n ? n : 1), sizeof *pl->skipped);
-  if (!pl->parts || !pl->part_ptrs || !pl->skipped) return SCPS_ENOMEM;
-  for (int i = 0; i < n; i++) {
-    scps_checkpoint *ck = NULL;
-    scps_error e;
-    char why[SCPS_ERROR_MSG_MAX + 64] = "";
-    if (scps_checkpoint_open_part(v[i].dir, s->opts.process_index, &ck, &e))
-      snprintf(why, sizeof why, "step %lld: %s", (long long)v[i].step, e.msg);
-    else if (scps_checkpoint_step(ck) != v[i].step)
-      snprintf(why, sizeof why, "step %lld: its manifest says step %lld", (long long)v[i].step,
-               (long long)scps_checkpoint_step(ck));
-    else if (!part_of_ours(s, ck, e.msg, sizeof e.msg))
-      snprintf(why, sizeof why, "step %lld: written by another cluster configuration: %s", (long long)v[i].step,
-               e.msg);
-    if (why[0]) {
-      if (!(pl->skipped[pl->n_skipped] = strdup(why))) {
-        scps_checkpoint_close(ck);
-        return SCPS_ENOMEM;
-      }
-      pl->n_skipped++;
-    } else {
-      Scps__V1__CheckpointPart *p = &pl->parts[pl->n_parts];
-      scps__v1__checkpoint_part__init(p);
-      p->step = v[i].step;
-      p->path = strdup(v[i].dir);
-      p->bytes = scps_checkpoint_bytes(ck);
-      p->complete = v[i].complete;
-      pl->part_ptrs[pl->n_parts++] = p;
-      if (!p->path) {
-        scps_checkpoint_close(ck);
-        return SCPS_ENOMEM;
-      }
-    }
-    scps_checkpoint_close(ck);
-  }
-  return 0;
-}
-
-void scps_restore_handle_list(scps_call *c) {
-  scps_server *s = c->srv;
-  Scps__V1__ListCheckpointsRequest *req = (Scps__V1__ListCheckpointsRequest *)scps_read_request(
-      c, &scps__v1__list_checkpoints_request__descriptor);
-  if (!req) return;
-  char msg[SCPS_ERROR_MSG_MAX + 128];
-  grpc_status_code st = check_request(c, &req->config_fingerprint, req->process_index, msg, sizeof msg);
-  if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
-    return;
-  }
-  scps_checkpoint_entry *v = NULL;
-  int n = 0;
-  scps_error e;
-  int rc = scps_checkpoint_root_list(s->opts.checkpoint_dir, &v, &n, &e);
-  if (rc == SCPS_ENOENT) rc = 0; /* no save yet: nothing to list */
-  part_list pl = {0};
-  if (!rc) rc = collect_parts(s, v, n, &pl);
-  free(v);
-  if (rc) {
-    part_list_free(&pl, pl.n_parts + 1);
-    snprintf(msg, sizeof msg, "process %d: cannot list its checkpoints: %s", s->opts.process_index,
-             rc == SCPS_ENOMEM ? "out of memory" : e.msg);
-    scps_call_finish(c, rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_FAILED_PRECONDITION, msg,
-                     NULL, 0);
-    return;
-  }
-  Scps__V1__ListCheckpointsResponse r = SCPS__V1__LIST_CHECKPOINTS_RESPONSE__INIT;
-  r.n_parts = pl.n_parts;
-  r.parts = pl.part_ptrs;
-  r.n_skipped = pl.n_skipped;
-  r.skipped = pl.skipped;
-  scps_call_finish_packed(c, &r.base);
-  part_list_free(&pl, pl.n_parts);
-}
-
-void scps_restore_handle(scps_call *c) {
-  scps_server *s = c->srv;
-  Scps__V1__RestoreRequest *req =
-      (Scps__V1__RestoreRequest *)scps_read_request(c, &scps__v1__restore_request__descriptor);
-  if (!req) return;
-  char msg[SCPS_ERROR_MSG_MAX + 128];
-  grpc_status_code st = check_request(c, &req->config_fingerprint, req->process_index, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK && (req->step < 0 || req->step >= SCPS_STEP_LIMIT)) {
-    snprintf(msg, sizeof msg, "step %lld: must be in [0, 2^53)", (long long)req->step);
-    st = GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
-    return;
-  }
-  scps_saver_queue(s, c);
 }
 
 /* ------------------------------------------------------------ the load */
@@ -220,7 +93,7 @@ static grpc_status_code open_verified(scps_server *s, const char *dir, scps_chec
     snprintf(msg, len, "process %d holds no part of this step under its --checkpoint-dir: %s", p, e.msg);
     return GRPC_STATUS_NOT_FOUND;
   }
-  if (!rc && !part_of_ours(s, *ck, e.msg, sizeof e.msg)) {
+  if (!rc && !scps_restore_part_of_ours(s, *ck, e.msg, sizeof e.msg)) {
     snprintf(msg, len, "'%s' was written by another cluster configuration: %s", dir, e.msg);
     return GRPC_STATUS_FAILED_PRECONDITION;
   }

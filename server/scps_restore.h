@@ -1,5 +1,5 @@
-/* scps_restore: a running process's checkpoints brought back: the
- * ListCheckpoints and Restore methods, and keeping data calls out meanwhile. */
+/* scps_restore: a running process's checkpoint brought back: the load run on
+ * the save thread, keeping data calls out meanwhile, the state it names. */
 #ifndef SCPS_RESTORE_H
 #define SCPS_RESTORE_H
 
@@ -9,16 +9,15 @@
 #include <stdint.h>
 
 #include "scps.pb-c.h"
+#include "scps_checkpoint.h"
 
 struct scps_server;
 struct scps_call;
 
-/* The ListCheckpoints method (on a completion-queue thread). */
-void scps_restore_handle_list(struct scps_call *c);
-
-/* The Restore method (on a completion-queue thread): validates and queues
- * the call for the save thread, which runs scps_restore_run. */
-void scps_restore_handle(struct scps_call *c);
+/* Whether a part of a checkpoint is of this process's cluster (same
+ * topology and specs, what the config_fingerprint digests); if not, diff
+ * says how it differs. */
+bool scps_restore_part_of_ours(const struct scps_server *s, const scps_checkpoint *ck, char *diff, size_t len);
 
 /* Runs a queued Restore on the save thread, entered and left with the
  * saver's mu held, no ApplyGradients running and the gate closed: opens

@@ -1,5 +1,5 @@
 /* Checkpoints of a server process: restore at start, the save thread and the
- * ApplyGradients gate, the Checkpoint method and the timer. */
+ * ApplyGradients gate, the admission of Checkpoint calls and the timer. */
 #include "scps_saver.h"
 
 #include <errno.h>
@@ -9,25 +9,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "scps_call.h"
 #include "scps_checkpoint_root.h"
 #include "scps_confine.h"
 #include "scps_fdo.h"
-#include "scps_restore.h"
-#include "scps_server_int.h"
 #include "scps_step.h"
 
-/* Room left in a path for "/step-<12 digits>/<data file name>". */
-#define PATH_RESERVE 128
-
-/* The last section of this file: where saves go, how often, the limits they
- * may carry, and the snapshot that keeps a save from holding pushes. */
-typedef struct scps_limit_bounds {
-  int32_t lo_ids, hi_ids, lo_unique, hi_unique;
-} scps_limit_bounds;
 static int bounds_init(scps_server *s, scps_error *err);
 static void bound_restored_limits(scps_server *s);
 static void owner_of(scps_server *s, scps_checkpoint_owner *own);
-static grpc_status_code check_request(scps_server *s, const Scps__V1__CheckpointRequest *req, char *msg, size_t len);
 static void request_root(const scps_server *s, const char *rel, char *out, size_t cap);
 /* A Checkpoint's fate decided under mu before it closes the gate. */
 typedef enum { CK_QUEUE, CK_ANSWER, CK_REFUSE } ck_verdict;
@@ -88,8 +78,9 @@ void scps_saver_adopt(scps_server *s, const scps_checkpoint *ck, const char *dir
 
 static void *saver_main(void *arg);
 
-int scps_saver_init(scps_server *s, scps_error *err) {
+int scps_saver_init(scps_server *s, scps_saver_run_fn run_restore, scps_error *err) {
   scps_saver *sv = &s->saver;
+  sv->run_restore = run_restore;
   const scps_layout *l = s->layout;
   pthread_mutex_init(&sv->mu, NULL);
   pthread_cond_init(&sv->cv, NULL);
@@ -129,16 +120,6 @@ void scps_saver_free(scps_server *s) {
   pthread_cond_destroy(&sv->cv);
   pthread_mutex_destroy(&sv->mu);
   sv->inited = false;
-}
-
-const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *bytes, double *seconds,
-                                 scps_topology *from) {
-  const scps_saver *sv = &s->saver;
-  if (from) *from = sv->restored_topology;
-  if (step) *step = sv->restored_step;
-  if (bytes) *bytes = sv->restored_bytes;
-  if (seconds) *seconds = sv->restored_seconds;
-  return sv->restored_from[0] ? sv->restored_from : NULL;
 }
 
 /* ------------------------------------------------------------------ gate */
@@ -214,25 +195,12 @@ static void open_gate(scps_server *s) {
 
 /* ------------------------------------------------------------- requests */
 
-void scps_saver_handle(scps_call *c) {
+void scps_saver_checkpoint(scps_call *c) {
   scps_server *s = c->srv;
   scps_saver *sv = &s->saver;
-  Scps__V1__CheckpointRequest *req =
-      (Scps__V1__CheckpointRequest *)scps_read_request(c, &scps__v1__checkpoint_request__descriptor);
-  if (!req) return;
+  const Scps__V1__CheckpointRequest *req = (const Scps__V1__CheckpointRequest *)c->request;
+  grpc_status_code st = GRPC_STATUS_OK;
   char msg[SCPS_ERROR_MSG_MAX + 128];
-  grpc_status_code st = scps_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
-                                        req->process_index, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK && req->step < 0) {
-    snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
-    st = GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  if (st == GRPC_STATUS_OK) st = scps_saver_check_step(s, req->step, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK) st = check_request(s, req, msg, sizeof msg);
-  if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
-    return;
-  }
   Scps__V1__CheckpointResponse resp = SCPS__V1__CHECKPOINT_RESPONSE__INIT;
   char path[PATH_MAX];
   pthread_mutex_lock(&sv->mu);
@@ -518,7 +486,7 @@ static void *saver_main(void *arg) {
     while (sv->applies_running) pthread_cond_wait(&sv->cv, &sv->mu);
     bool restore = j->call && j->call->method == SCPS_M_RESTORE;
     if (restore)
-      scps_restore_run(s, j->call, &j->status, j->msg, sizeof j->msg, j->path, sizeof j->path, &j->restore);
+      sv->run_restore(s, j->call, &j->status, j->msg, sizeof j->msg, j->path, sizeof j->path, &j->restore);
     else
       run_save(s, j);
     if (!sv->queue && !sv->solo_pending) open_gate(s);
@@ -623,56 +591,6 @@ static void owner_of(scps_server *s, scps_checkpoint_owner *own) {
   own->note_ctx = &s->saver;
 }
 
-/* The request's directory (below the root), and its limits, checked before
- * anything is queued. */
-static grpc_status_code check_request(scps_server *s, const Scps__V1__CheckpointRequest *req, char *msg, size_t len) {
-  scps_saver *sv = &s->saver;
-  const char *root = s->opts.checkpoint_dir;
-  scps_error e;
-  if (!root) {
-    snprintf(msg, len, "process %d has no --checkpoint-dir: checkpoints are saved only below it (start the server "
-             "with --checkpoint-dir ROOT)", s->opts.process_index);
-    return GRPC_STATUS_FAILED_PRECONDITION;
-  }
-  if (req->directory[0] == '/') {
-    snprintf(msg, len, "directory '%.200s': must be relative to the server's --checkpoint-dir '%.200s' (empty: that "
-             "directory itself)", req->directory, root);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  size_t room = PATH_MAX - PATH_RESERVE - 1, used = strlen(root) + 1;
-  if (scps_confine_check("directory", req->directory, used < room ? room - used : 0, &e)) {
-    snprintf(msg, len, "%.300s (below --checkpoint-dir '%.200s')", e.msg, root);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  for (size_t i = 0; i < req->n_limits; i++) {
-    const Scps__V1__StackLimits *lim = req->limits[i];
-    int stack = scps_layout_find_stack(s->layout, lim->stack);
-    if (stack < 0) {
-      snprintf(msg, len, "limits[%zu].stack: unknown stack '%.200s' (GetConfig lists the stacks)", i, lim->stack);
-      return GRPC_STATUS_INVALID_ARGUMENT;
-    }
-    const scps_limit_bounds *b = &sv->bounds[stack];
-    const char *field = NULL;
-    int32_t v = 0, lo = 0, hi = 0;
-    if (lim->max_ids_per_partition < b->lo_ids || lim->max_ids_per_partition > b->hi_ids)
-      field = "max_ids_per_partition", v = lim->max_ids_per_partition, lo = b->lo_ids, hi = b->hi_ids;
-    else if (lim->max_unique_ids_per_partition < b->lo_unique || lim->max_unique_ids_per_partition > b->hi_unique)
-      field = "max_unique_ids_per_partition", v = lim->max_unique_ids_per_partition, lo = b->lo_unique,
-      hi = b->hi_unique;
-    if (field) {
-      snprintf(msg, len, "limits[%zu] (stack '%s'): %s %d outside [%d, %d]: a limit in force may not go below the "
-               "declaration's nor above what FDO may raise it to in the SparseCore memory left", i, lim->stack, field, v,
-               lo, hi);
-      return GRPC_STATUS_INVALID_ARGUMENT;
-    }
-    for (size_t k = 0; k < i; k++)
-      if (!strcmp(req->limits[k]->stack, lim->stack)) {
-        snprintf(msg, len, "limits[%zu].stack: stack '%s' listed twice", i, lim->stack);
-        return GRPC_STATUS_INVALID_ARGUMENT;
-      }
-  }
-  return GRPC_STATUS_OK;
-}
 
 /* --checkpoint-dir, and below it the request's directory: how logs, results
  * and the rate limit name the place. */

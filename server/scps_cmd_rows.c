@@ -1,4 +1,4 @@
-#include "scps_read_rows.h"
+#include "scps_cmd_rows.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -86,15 +86,15 @@ static grpc_status_code ids_to_read(const scps_call *c, const Scps__V1__ReadRows
   return GRPC_STATUS_OK;
 }
 
-void scps_handle_read_rows(scps_call *c) {
+void scps_cmd_rows_read(scps_call *c) {
   scps_server *s = c->srv;
   const scps_layout *l = s->layout;
   Scps__V1__ReadRowsRequest *req =
-      (Scps__V1__ReadRowsRequest *)scps_read_request(c, &scps__v1__read_rows_request__descriptor);
+      (Scps__V1__ReadRowsRequest *)scps_call_read_request(c, &scps__v1__read_rows_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX];
-  grpc_status_code st = scps_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
-                                        req->process_index, msg, sizeof msg);
+  grpc_status_code st = scps_call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
+                                             req->process_index, msg, sizeof msg);
   int t = -1;
   if (st == GRPC_STATUS_OK) {
     t = req->table ? scps_find_table(l->table_specs, l->n_tables, req->table) : -1;
