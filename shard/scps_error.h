@@ -5,6 +5,8 @@
 
 #include <stddef.h>
 
+#include "scps_version.h"
+
 enum {
   SCPS_OK = 0,
   SCPS_EINVAL = -1,     /* malformed argument or input */
@@ -37,14 +39,14 @@ typedef struct scps_error {
 } scps_error;
 
 /* Short constant description of a code ("invalid argument"). */
-const char *scps_strerror(int code);
+SCPS_EXTERN const char *scps_strerror(int code);
 
 /* Records code and a printf-style message in err (which may be NULL) and
  * returns code, so failures read `return scps_error_set(err, SCPS_EINVAL, ...)`. */
-int scps_error_set(scps_error *err, int code, const char *fmt, ...)
+SCPS_EXTERN int scps_error_set(scps_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Resets err to "no error". */
-void scps_error_clear(scps_error *err);
+SCPS_EXTERN void scps_error_clear(scps_error *err);
 
 #endif
