@@ -95,6 +95,11 @@ def main():
         problems.append("soname %s, want %s" % (soname.group(1) if soname else "(none)", a.soname))
     if not public:
         problems.append("no function declared in %s: is the include directory right?" % ", ".join(a.headers))
+    # Installed only because a public header includes them (engine headers
+    # today): their functions are not exported, so a program must not call them.
+    extra = sorted(set(os.listdir(os.path.join(a.include, "scps"))) - set(a.headers))
+    if extra:
+        print("note: installed but not public (their functions are not exported): " + ", ".join(extra))
     for p in problems:
         print("FAILED: " + p)
     if problems:
