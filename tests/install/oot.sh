@@ -5,7 +5,8 @@
 # (PKG_CONFIG_PATH at the prefix; $SCPS_OOT_CFLAGS first, the sanitizers of
 # a sanitizer build), runs it against two scps-server processes started from
 # the prefix on free loopback ports, and links it once more against
-# libscps.a (pkg-config --static).
+# libscps.a (pkg-config --static). Also checks the installed programs'
+# --version.
 #   oot.sh PREFIX LIBDIR
 set -euo pipefail
 prefix=$1 libdir=$2
@@ -16,6 +17,12 @@ cp "$here/oot/prog.c" "$tmp/prog.c"
 cd "$tmp"
 
 export PKG_CONFIG_PATH=$prefix/$libdir/pkgconfig
+# Every installed program's --version names it and the version scps.pc has.
+version=$(pkg-config --modversion scps)
+for p in scps-server scps-admin scps-loadgen scps-trainer; do
+  got=$("$prefix/bin/$p" --version)
+  [ "$got" = "$p $version" ] || { echo "FAILED: $p --version printed '$got', want '$p $version'"; exit 1; }
+done
 # shellcheck disable=SC2086,SC2046
 cc ${SCPS_OOT_CFLAGS:-} -o prog prog.c $(pkg-config --cflags --libs scps)
 readelf -d prog | grep -q 'NEEDED.*\[libscps\.so\.[0-9]*\]' || { echo "FAILED: prog does not need libscps.so.N"; exit 1; }
