@@ -14,6 +14,7 @@
 #include "scps_checkpoint.h"
 #include "scps_checkpoint_export.h"
 #include "scps_units.h"
+#include "scps_version.h"
 
 typedef struct command {
   const char *name;  /* one or two words: "checkpoint list" */
@@ -309,6 +310,7 @@ static const command commands[] = {
 
 static void usage(FILE *out) {
   fputs("usage: scps-admin COMMAND [ARGS]   (scps-admin COMMAND --help for its options)\n"
+        "       scps-admin --version\n"
         "Operator commands for an scps cluster and its files:\n",
         out);
   for (size_t i = 0; i < N_COMMANDS; i++) fprintf(out, "  %-20s %s\n", commands[i].name, commands[i].summary);
@@ -333,6 +335,10 @@ int main(int argc, char **argv) {
   if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
+  }
+  if (!strcmp(argv[1], "--version")) {
+    printf("scps-admin %s\n", scps_version());
+    return 0;
   }
   for (size_t i = 0; i < N_COMMANDS; i++) {
     int words = matches(&commands[i], argc, argv);

@@ -39,8 +39,8 @@ typedef struct scps_batch scps_batch;
 typedef enum scps_float_format { SCPS_WIRE_FLOAT32 = 0, SCPS_WIRE_BFLOAT16 = 1 } scps_float_format;
 
 /* "float32" or "bfloat16" (as programs take it in --wire-format). */
-int scps_float_format_from_name(const char *name, scps_float_format *out);
-const char *scps_float_format_name(scps_float_format f);
+SCPS_EXTERN int scps_float_format_from_name(const char *name, scps_float_format *out);
+SCPS_EXTERN const char *scps_float_format_name(scps_float_format f);
 
 /* How servers answer a Lookup, per stack (scps.proto
  * LookupRequest.distinct_rows). AUTO: distinct rows where they take no
@@ -54,8 +54,8 @@ typedef enum scps_answer_mode {
 } scps_answer_mode;
 
 /* "auto", "pooled" or "rows" (as programs take it in --answer). */
-int scps_answer_mode_from_name(const char *name, scps_answer_mode *out);
-const char *scps_answer_mode_name(scps_answer_mode m);
+SCPS_EXTERN int scps_answer_mode_from_name(const char *name, scps_answer_mode *out);
+SCPS_EXTERN const char *scps_answer_mode_name(scps_answer_mode m);
 
 /* How a push sends a stack's gradients to each server (scps.proto
  * StackGradients). By sample: the batch's partitions and every sample's
@@ -78,8 +78,8 @@ typedef enum scps_gradient_mode {
 } scps_gradient_mode;
 
 /* "auto", "sample" or "row" (as programs take it in --gradients). */
-int scps_gradient_mode_from_name(const char *name, scps_gradient_mode *out);
-const char *scps_gradient_mode_name(scps_gradient_mode m);
+SCPS_EXTERN int scps_gradient_mode_from_name(const char *name, scps_gradient_mode *out);
+SCPS_EXTERN const char *scps_gradient_mode_name(scps_gradient_mode m);
 
 /* How a client reaches servers that protect their port (scps-server's
  * --tls-* and --token-file; deploy/SECURITY.md). All zero: plaintext and
@@ -165,56 +165,56 @@ typedef struct scps_client_options {
  * certificate) looks like a server that does not answer: SCPS_EUNAVAIL,
  * and the message says so. Starts the
  * client's completion-queue threads (cq_threads). */
-int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err);
+SCPS_EXTERN int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err);
 
 /* 0 when addr names a server: host:port or [IPv6]:port with a port in
  * 1..65535, or a gRPC target with a scheme (unix:PATH, dns:///host:port,
  * ...), passed as it is; else SCPS_EINVAL saying what is wrong. Tools check
  * their --servers with it; scps_client_create checks every address. */
-int scps_address_check(const char *addr, scps_error *err);
+SCPS_EXTERN int scps_address_check(const char *addr, scps_error *err);
 
 /* Splits a comma-separated list of addresses in place into out[0 .. *n),
  * each checked by scps_address_check: 0, or SCPS_EINVAL naming a bad
  * address, more than max of them, or none. */
-int scps_address_list_split(char *list, const char **out, int max, int *n, scps_error *err);
+SCPS_EXTERN int scps_address_list_split(char *list, const char **out, int max, int *n, scps_error *err);
 
 /* Waits for operations in flight (each ends by its deadline; a push's
  * automatic checkpoint by checkpoint_timeout_ms), then closes the
  * channels. Destroy the client's batches first; never call this from a
  * done callback. */
-void scps_client_destroy(scps_client *c);
+SCPS_EXTERN void scps_client_destroy(scps_client *c);
 
 /* The cluster's layout: tables, features, stacks and topology. */
-const scps_layout *scps_client_layout(const scps_client *c);
+SCPS_EXTERN const scps_layout *scps_client_layout(const scps_client *c);
 
 /* The last step the servers hold the result of, as they reported it at
  * connect (a checkpoint they restored, or the highest step they applied;
  * they agree, see scps_client_create), -1 when they hold none; below
  * SCPS_STEP_LIMIT (scps_step.h). A trainer resumes at this step + 1. */
-int64_t scps_client_step(const scps_client *c);
+SCPS_EXTERN int64_t scps_client_step(const scps_client *c);
 
 /* The number of server processes (scps_client_options.n_servers). */
-int scps_client_n_servers(const scps_client *c);
+SCPS_EXTERN int scps_client_n_servers(const scps_client *c);
 
 /* Whether server `server` (0 .. n_servers-1) reported a --checkpoint-dir at
  * connect: scps_client_checkpoint saves there or below it, and a server
  * without one refuses every checkpoint. */
-bool scps_client_server_has_checkpoint_dir(const scps_client *c, int server);
+SCPS_EXTERN bool scps_client_server_has_checkpoint_dir(const scps_client *c, int server);
 
 /* Payload bytes (serialized messages, before gRPC framing and compression)
  * of every call this client started, retries included, and of every reply
  * message it received, since create. Cheap: two atomic counters. */
-void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received);
+SCPS_EXTERN void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received);
 
 /* The preprocessing state: limits in force, last batch's stats (FDO). Its
  * limits start as the servers report them (GetConfig). Do not change them
  * while another thread prepares a batch. */
-scps_prep *scps_client_prep(scps_client *c);
+SCPS_EXTERN scps_prep *scps_client_prep(scps_client *c);
 
 /* A batch holds one preprocessed batch's partitions, per server, until it is
  * prepared again or destroyed. Create as many as the pipeline needs. */
-int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err);
-void scps_batch_destroy(scps_batch *b);
+SCPS_EXTERN int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err);
+SCPS_EXTERN void scps_batch_destroy(scps_batch *b);
 
 /* Preprocesses inputs[f] (feature f of the layout) into b and encodes each
  * server's request; errors as scps_prep_run (malformed input, limits), or
@@ -222,7 +222,7 @@ void scps_batch_destroy(scps_batch *b);
  * the calling thread and, with prep_threads > 1, the client's prep pool;
  * prepares of one client take turns (one prep). A stack
  * with no entry on a server is not sent to it: its partial is all zeros. */
-int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_batch *b,
+SCPS_EXTERN int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_batch *b,
                         scps_error *err);
 
 /* Looks b up: acts[f] receives feature f's batch_size x embedding_dim floats
@@ -233,7 +233,7 @@ int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_b
  * while deadline_ms (from now, > 0) allows; SCPS_ETIMEDOUT, SCPS_EUNAVAIL or
  * SCPS_ECANCELLED then.
  * When several servers fail, the message names the lowest and lists all. */
-int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
+SCPS_EXTERN int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
                        scps_error *err);
 
 /* Pushes grads[f] (batch_size x embedding_dim per feature, the loss gradient
@@ -256,7 +256,7 @@ int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_
  * long after deadline_ms. The asynchronous form does the same before its
  * done runs. Pushes of one client must then not overlap (one step
  * acknowledged before the next is sent), as scps_train's schedules do. */
-int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *const *grads, int64_t step,
+SCPS_EXTERN int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *const *grads, int64_t step,
                                 double learning_rate, int64_t deadline_ms, scps_error *err);
 
 /* Asynchronous forms: return at once (0, or an error code, without a
@@ -268,9 +268,9 @@ int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *cons
  * ones. A blocking call is an asynchronous one waited for; its merge runs on
  * the caller's thread. */
 typedef void (*scps_client_done)(void *ud, int status, const scps_error *err);
-int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
+SCPS_EXTERN int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
                              scps_client_done done, void *ud);
-int scps_client_apply_gradients_async(scps_client *c, scps_batch *b, const float *const *grads,
+SCPS_EXTERN int scps_client_apply_gradients_async(scps_client *c, scps_batch *b, const float *const *grads,
                                       int64_t step, double learning_rate, int64_t deadline_ms,
                                       scps_client_done done, void *ud);
 
@@ -308,13 +308,13 @@ typedef struct scps_client_checkpoint_result {
  * for a save of another step sooner than a server's
  * --checkpoint-min-interval after its last; SCPS_EDENIED for permissions
  * (the token's role, or a file's; or a read-only file system). */
-int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
+SCPS_EXTERN int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
                            scps_client_checkpoint_result *result, scps_error *err);
 
 /* The outcome of the latest automatic checkpoint (see
  * scps_client_apply_gradients): 0 and *result, SCPS_ENOENT when there has
  * been none, or that checkpoint's error. */
-int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *result, scps_error *err);
+SCPS_EXTERN int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *result, scps_error *err);
 
 /* The rows and optimizer slots of ids of table `table` (its TableSpec name)
  * as the servers hold them now (scps.proto ReadRows): each id read from the
@@ -328,7 +328,19 @@ int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *r
  * other calls (never retried). Where servers check roles, only admin
  * callers may read rows. Pushes in flight meanwhile may be seen on some
  * servers and not yet on others, never half of a row. */
-int scps_client_read_rows(scps_client *c, const char *table, const int64_t *ids, size_t n_ids, float *rows,
+SCPS_EXTERN int scps_client_read_rows(scps_client *c, const char *table, const int64_t *ids, size_t n_ids, float *rows,
                           float *slots, int64_t deadline_ms, scps_error *err);
+
+/* TEMPORARY (branch h-lib, client/scps_client_info.c): the accessors the
+ * client engineer's scps_client.h brings; the lead keeps theirs at merge.
+ * Features in layout order: f in 0 .. n_features-1. */
+SCPS_EXTERN int scps_client_n_features(const scps_client *c);
+SCPS_EXTERN const char *scps_client_feature_name(const scps_client *c, int f);
+/* Floats per sample of feature f in acts[f] and grads[f]: its table's embedding_dim. */
+SCPS_EXTERN int scps_client_feature_width(const scps_client *c, int f);
+/* Samples per batch (every feature's batch_size). */
+SCPS_EXTERN int scps_client_batch_size(const scps_client *c);
+/* Sets *o to the defaults; call before filling in the fields. */
+SCPS_EXTERN void scps_client_options_init(scps_client_options *o);
 
 #endif

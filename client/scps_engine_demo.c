@@ -14,6 +14,7 @@
 #include "scps_prep.h"
 #include "scps_units.h"
 #include "scps_workload.h"
+#include "scps_version.h"
 
 #define MAX_PROCESSES 64
 
@@ -37,6 +38,7 @@ static const char usage[] =
     "  --fixed-limits         refuse batches over the limits (no FDO)\n"
     "  --fdo-dir DIR          export the FDO statistics as CSV into DIR at the end\n"
     "  --help                 this text\n"
+    "  --version              print the version and exit\n"
     "\n"
     "Exit status: 0 when the run finished, 1 on an error of the workload or\n"
     "the engine, 2 for bad flags.\n";
@@ -109,6 +111,7 @@ int main(int argc, char **argv) {
                                        {"fixed-limits", no_argument, 0, 'x'},
                                        {"fdo-dir", required_argument, 0, 'o'},
                                        {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
   int o;
   long v;
@@ -134,6 +137,7 @@ int main(int argc, char **argv) {
     case 'x': adaptive = 0; break;
     case 'o': fdo_dir = optarg; break;
     case 'h': fputs(usage, stdout); return 0;
+    case 'V': printf("scps-engine-demo %s\n", scps_version()); return 0;
     default: fputs(usage, stderr); return 2;
     }
   }

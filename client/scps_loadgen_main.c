@@ -12,6 +12,7 @@
 #include "scps_loadgen.h"
 #include "scps_loadgen_report.h"
 #include "scps_memtune.h"
+#include "scps_version.h"
 
 #define MAX_SERVERS 256
 #define MAX_CONCURRENCY 1024
@@ -60,6 +61,7 @@ static const char usage[] =
     "  --plot FILE.png        draw latency p50/p99 and requests/s over time (needs gnuplot)\n"
     "  --quiet                no progress line on stderr (one per second otherwise)\n"
     "  --help                 this text\n"
+    "  --version              print the version and exit\n"
     SCPS_SECURITY_USAGE
     "\n"
     "Each client preprocesses 4 batches of its own before the load and cycles\n"
@@ -136,6 +138,7 @@ int main(int argc, char **argv) {
                                        {"plot", required_argument, 0, 'p'},
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
+                                       {"version", no_argument, 0, 'V'},
                                        SCPS_SECURITY_LONG_OPTIONS,
                                        {0, 0, 0, 0}};
   static scps_security_flags sec; /* static: reachable whichever way main returns */
@@ -210,6 +213,7 @@ int main(int argc, char **argv) {
     case 'p': plot = optarg; break;
     case 'q': quiet = true; break;
     case 'h': fputs(usage, stdout); return 0;
+    case 'V': printf("scps-loadgen %s\n", scps_version()); return 0;
     case ':': return bad_flag("%s needs a value", argv[optind - 1]);
     default: {
       scps_error fe;

@@ -18,6 +18,7 @@
 #include "scps_mlp.h"
 #include "scps_memtune.h"
 #include "scps_train.h"
+#include "scps_version.h"
 
 static const char usage[] =
     "usage: scps-trainer --servers HOST:PORT[,HOST:PORT...] --workload FILE [options]\n"
@@ -58,6 +59,7 @@ static const char usage[] =
     "                       --checkpoint-min-interval after the last are refused\n"
     "                       and stop the run\n"
     "  --help               this text\n"
+    "  --version            print the version and exit\n"
     SCPS_SECURITY_USAGE
     "\n"
     "Exit status: 0 when training finished, 1 on an error from the cluster or\n"
@@ -262,6 +264,7 @@ int main(int argc, char **argv) {
       {"logit-std", required_argument, 0, 'z'}, {"deadline-ms", required_argument, 0, 'd'},
       {"json", required_argument, 0, 'j'},      {"checkpoint-every-steps", required_argument, 0, 'c'},
       {"checkpoint-dir", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},
       {"wire-format", required_argument, 0, 'W'}, {"connect-timeout-ms", required_argument, 0, 'T'},
       SCPS_SECURITY_LONG_OPTIONS,
       {0, 0, 0, 0}};
@@ -299,6 +302,7 @@ int main(int argc, char **argv) {
       checkpoint_dir = optarg;
       break;
     case 'h': fputs(usage, stdout); return 0;
+    case 'V': printf("scps-trainer %s\n", scps_version()); return 0;
     default: {
       scps_error e;
       int handled = scps_security_flag(&sec, "scps-trainer", o, optarg, &e);

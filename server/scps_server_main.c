@@ -17,6 +17,7 @@
 #include "scps_memtune.h"
 #include "scps_units.h"
 #include "scps_workload.h"
+#include "scps_version.h"
 
 static const char usage[] =
     "usage: scps-server --config FILE --process-index I --num-processes P [options]\n"
@@ -162,6 +163,7 @@ static const char usage[] =
     "                         of N steps; give every process the same N, at most\n"
     "                         the steps a period takes (default 100)\n"
     "  --help                 this text\n"
+    "  --version              print the version and exit\n"
     "\n"
     "Who may connect: a server listening on an address other than loopback\n"
     "refuses to start (exit 2) unless it has TLS (--tls-cert, --tls-key) and\n"
@@ -440,6 +442,7 @@ int main(int argc, char **argv) {
       {"port-file", required_argument, 0, 'f'},     {"checkpoint-dir", required_argument, 0, 'C'},
       {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
       {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
+      {"version", no_argument, 0, 'V'},
       {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
       {"tls-cert", required_argument, 0, 1001},     {"tls-key", required_argument, 0, 1002},
       {"tls-client-ca", required_argument, 0, 1003}, {"token-file", required_argument, 0, 1004},
@@ -531,6 +534,7 @@ int main(int argc, char **argv) {
     case 'Q': if (parse_int("--drain-quiet-ms", optarg, 0, 3600000, &drain_quiet_ms)) return 2; break;
     case 'G': if (parse_int("--checkpoint-grid", optarg, 1, 1L << 53, &v)) return 2; o.checkpoint_grid = v; break;
     case 'h': fputs(usage, stdout); return 0;
+    case 'V': printf("scps-server %s\n", scps_version()); return 0;
     default: fputs(usage, stderr); return 2;
     }
   }

@@ -5,15 +5,7 @@
 
 #include <stddef.h>
 
-/* Marks the functions libscps exports (the rest of the library is built
- * with hidden visibility). */
-#ifndef SCPS_EXTERN
-#if defined(__GNUC__)
-#define SCPS_EXTERN __attribute__((visibility("default")))
-#else
-#define SCPS_EXTERN
-#endif
-#endif
+#include "scps_version.h"
 
 /* XX(NAME, value, gRPC status, description): every code once. The gRPC
  * status is the one a server answers a call failing with the code with
@@ -68,10 +60,10 @@ SCPS_EXTERN const char *scps_err_name(int code);
 
 /* Records code and a printf-style message in err (which may be NULL) and
  * returns code, so failures read `return scps_error_set(err, SCPS_EINVAL, ...)`. */
-int scps_error_set(scps_error *err, int code, const char *fmt, ...)
+SCPS_EXTERN int scps_error_set(scps_error *err, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* Resets err to "no error". */
-void scps_error_clear(scps_error *err);
+SCPS_EXTERN void scps_error_clear(scps_error *err);
 
 #endif

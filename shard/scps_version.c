@@ -1,0 +1,3 @@
+#include "scps_version.h"
+
+const char *scps_version(void) { return SCPS_VERSION_STRING; }
