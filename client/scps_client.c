@@ -21,7 +21,7 @@
 #include "scps_bf16.h"
 #include "scps_client_buf.h"
 #include "scps_client_conn.h"
-#include "scps_client_rows.h"
+#include "scps_rows.h"
 #include "scps_method.h"
 #include "scps_status.h"
 #include "scps_client_wire.h"
@@ -93,7 +93,7 @@ struct scps_client {
   int auto_rc;
   scps_error auto_err;
   scps_client_checkpoint_result auto_result;
-  scps_conn *conn; /* credentials of the channels, the token of every call */
+  scps_client_conn *conn; /* credentials of the channels, the token of every call */
 };
 
 struct scps_batch {
@@ -298,7 +298,7 @@ static int rpc_start(rpc *r) {
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   if (o->wait_for_ready)
     ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
-  scps_conn_metadata(c->conn, &ops[0], &r->auth_md);
+  scps_client_conn_metadata(c->conn, &ops[0], &r->auth_md);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = r->sent;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -502,7 +502,7 @@ static void rpc_done(rpc *r) {
     if (o->method == SCPS_M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
       code = SCPS_EUNAVAIL;
       snprintf(unconnected, sizeof unconnected, " (no connection within the connect timeout: %s; an scps-server "
-               "listens once its tables are initialized)", scps_conn_why_unconnected(c->conn));
+               "listens once its tables are initialized)", scps_client_conn_why_unconnected(c->conn));
       why = grpc_channel_check_connectivity_state(c->servers[r->server].ch, 0) == GRPC_CHANNEL_READY
                 ? " (connected, but no answer within the connect timeout)"
                 : unconnected;
@@ -983,7 +983,7 @@ static int connect_servers(scps_client *c, const scps_client_options *o, scps_er
       rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
       break;
     }
-    s->ch = scps_conn_channel(c->conn, s->addr, &ca);
+    s->ch = scps_client_conn_channel(c->conn, s->addr, &ca);
     if (!s->ch) {
       rc = scps_error_set(err, SCPS_EINVAL, "server %d: cannot create a channel to '%s'", p, s->addr);
       break;
@@ -1409,7 +1409,7 @@ int scps_client_create(const scps_client_options *o, scps_client **out, scps_err
     else
       c->n_threads++;
   }
-  if (!rc) rc = scps_conn_create(&o->security, &c->conn, err);
+  if (!rc) rc = scps_client_conn_create(&o->security, &c->conn, err);
   if (!rc) rc = connect_servers(c, o, err);
   if (!rc) rc = configure(c, o, err);
   if (rc) {
@@ -1437,7 +1437,7 @@ void scps_client_destroy(scps_client *c) {
     free(c->servers[p].addr);
   }
   if (c->cq) grpc_completion_queue_destroy(c->cq);
-  scps_conn_destroy(c->conn);
+  scps_client_conn_destroy(c->conn);
   scps_prep_destroy(c->prep);
   for (int st = 0; c->sample_feature && st < c->layout->n_stacks; st++) free(c->sample_feature[st]);
   free(c->sample_feature);

@@ -9,7 +9,7 @@
 
 #include "scps.pb-c.h"
 #include "scps_client.h"
-#include "scps_client_flags.h"
+#include "scps_security_flags.h"
 #include "scps_client_rpc.h"
 #include "scps_confine.h"
 #include "scps_units.h"
@@ -122,7 +122,7 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
       t->dir = optarg;
       break;
     default:
-      rc = scps_security_flag(&t->sec, "scps-admin", ch, optarg, &e);
+      rc = scps_security_flags_parse(&t->sec, "scps-admin", ch, optarg, &e);
       if (rc < 0) return bad(usage, "%s", e.msg);
       if (rc == 0) {
         fputs(usage, stderr);
@@ -143,7 +143,7 @@ static ProtobufCMessage *ask(const target *t, int i, const char *method, const P
   scps_error err;
   uint8_t *bytes = NULL;
   size_t len = 0;
-  if (scps_rpc_call(t->addr[i], &t->sec.security, method, NULL, 0, t->deadline_ms, &bytes, &len, &err)) {
+  if (scps_client_rpc_call(t->addr[i], &t->sec.security, method, NULL, 0, t->deadline_ms, &bytes, &len, &err)) {
     printf("server %s\n", err.msg);
     return NULL;
   }

@@ -12,7 +12,7 @@
 
 #include "scps_units.h"
 #include "scps_clock.h"
-#include "scps_client_flags.h"
+#include "scps_security_flags.h"
 #include "scps_confine.h"
 #include "scps_ctr.h"
 #include "scps_mlp.h"
@@ -301,7 +301,7 @@ int main(int argc, char **argv) {
     case 'h': fputs(usage, stdout); return 0;
     default: {
       scps_error e;
-      int handled = scps_security_flag(&sec, "scps-trainer", o, optarg, &e);
+      int handled = scps_security_flags_parse(&sec, "scps-trainer", o, optarg, &e);
       if (handled < 0) fprintf(stderr, "scps-trainer: %s\n", e.msg);
       if (handled <= 0) {
         if (!handled) fputs(usage, stderr);
