@@ -309,8 +309,12 @@ int scps_admin_save(int argc, char **argv) {
     target_free(&t);
     return rc;
   }
-  scps_client_options o = {.servers = t.addr, .n_servers = t.n, .connect_timeout_ms = 10000,
-                           .security = t.sec.security};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = t.addr;
+  o.n_servers = t.n;
+  o.connect_timeout_ms = 10000;
+  o.security = t.sec.security;
   scps_client *c = NULL;
   scps_error err;
   rc = scps_client_create(&o, &c, &err);
