@@ -21,9 +21,9 @@ typedef struct scps_client_expected {
 } scps_client_expected;
 
 /* scps_client_create with an expected declaration as engine specs instead of
- * (or besides: then both are checked) o->expected_config; expected NULL:
- * none. Features whose output_dim is not their table's, which the workload
- * format cannot say, are declared this way. */
+ * o->expected_config (giving both fails with SCPS_EINVAL); expected NULL:
+ * none. A topology, and features whose output_dim is not their table's,
+ * which the workload format cannot say, are declared this way. */
 int scps_client_create_expecting(const scps_client_options *o, const scps_client_expected *expected,
                                  scps_client **out, scps_error *err);
 
