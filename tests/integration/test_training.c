@@ -65,6 +65,11 @@ static void run(scps_client *c, scps_schedule_mode mode, float *start) {
   scps_train_hooks h = {.inputs = probe_inputs, .compute = probe_compute};
   scps_schedule_stats st;
   scps_error err;
+  /* Options never initialised are refused before any step. */
+  scps_train_options zero;
+  memset(&zero, 0, sizeof zero);
+  CHECKF(scps_train_run(c, &zero, &h, &p, &st, &err) == SCPS_EINVAL && strstr(err.msg, "scps_train_options_init"),
+         "%s", err.msg);
   CHECK_OK(scps_train_run(c, &o, &h, &p, &st, &err), &err);
   CHECK(st.steps == STEPS);
   int wrong = 0;
