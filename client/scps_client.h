@@ -6,11 +6,14 @@
  *
  *   scps_client *c;  scps_batch *b;  scps_error err;
  *   const char *servers[] = {"127.0.0.1:50051", "127.0.0.1:50052"};
- *   scps_client_options o = {.servers = servers, .n_servers = 2};
+ *   scps_client_options o;
+ *   scps_client_options_init(&o);
+ *   o.servers = servers;
+ *   o.n_servers = 2;
  *   scps_client_create(&o, &c, &err);
  *   scps_batch_create(c, &b, &err);
  *   scps_client_prepare(c, inputs, b, &err);            // inputs[f]: feature f's ids
- *   scps_client_lookup(c, b, acts, 5000, &err);         // acts[f]: batch x dim floats
+ *   scps_client_lookup(c, b, acts, 5000, &err);         // acts[f]: batch x width floats
  *   ... the model computes grads[f] = dLoss/dacts[f] ...
  *   scps_client_apply_gradients(c, b, grads, step, -1, 5000, &err);
  *
@@ -23,10 +26,15 @@
 #define SCPS_CLIENT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
-#include "scps_layout.h"
-#include "scps_prep.h"
+#include "scps_error.h"
+#include "scps_input.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef struct scps_client scps_client;
 typedef struct scps_batch scps_batch;
@@ -81,6 +89,11 @@ typedef enum scps_gradient_mode {
 SCPS_EXTERN int scps_gradient_mode_from_name(const char *name, scps_gradient_mode *out);
 SCPS_EXTERN const char *scps_gradient_mode_name(scps_gradient_mode m);
 
+/* "error" or "drop" (scps_limit_policy, scps_input.h; as scps-trainer takes
+ * it in --policy). */
+SCPS_EXTERN int scps_limit_policy_from_name(const char *name, scps_limit_policy *out);
+SCPS_EXTERN const char *scps_limit_policy_name(scps_limit_policy p);
+
 /* How a client reaches servers that protect their port (scps-server's
  * --tls-* and --token-file; deploy/SECURITY.md). All zero: plaintext and
  * no token, which only a server on loopback without a token file accepts. */
@@ -105,40 +118,59 @@ typedef struct scps_client_security {
   const char *token;
 } scps_client_security;
 
+/* Options of scps_client_create. Initialise them with
+ * scps_client_options_init, then set what differs:
+ *
+ *   scps_client_options o;
+ *   scps_client_options_init(&o);
+ *   o.servers = servers;
+ *   o.n_servers = 2;
+ *
+ * ABI: size, set by scps_client_options_init to the sizeof of the struct the
+ * caller was compiled with, tells libscps which fields the caller knows: it
+ * reads only the fields inside size and gives the rest their defaults, so a
+ * later libscps appends fields (never reorders or removes one) and programs
+ * built against an older header keep working unchanged. A size field keeps
+ * the struct plain (fields set by name; designated initialisers work too,
+ * with .size = sizeof(scps_client_options)), where an opaque builder would
+ * cost a function per field. Every default is also what a zero field means. */
 typedef struct scps_client_options {
+  size_t size;                /* set by scps_client_options_init; 0 fails create */
   const char *const *servers; /* "host:port" of every process, in process-index order */
   int n_servers;
-  /* Optional: the declaration the trainer expects. Each server compares it
-   * with its own and a difference fails create with SCPS_EMISMATCH naming it.
-   * topology may be NULL with tables given: then only tables and features
-   * are compared (a trainer rarely knows the cluster's shape). All NULL:
-   * adopt the servers' declaration (they must still agree). */
-  const scps_topology *topology;
-  const scps_table_spec *tables;
-  int n_tables;
-  const scps_feature_spec *features;
-  int n_features;
-  scps_limit_policy policy;   /* what preprocessing does with ids over the limits */
+  /* Optional: the declaration the trainer expects, as the JSON text of a
+   * workload file (the tables and features scps-server --config reads; its
+   * "ids" section is not compared). Server 0's declaration is compared
+   * with its tables and features, a difference failing create with
+   * SCPS_EMISMATCH naming it; text that is not a valid workload fails with
+   * SCPS_EPARSE or SCPS_EINVAL naming the key. NULL: adopt the servers'
+   * declaration (they must still agree). */
+  const char *expected_config;
+  scps_limit_policy policy;   /* what preprocessing does with ids over the limits; default ERROR */
   int prep_threads;           /* preprocessing threads; 0 or 1: the caller's */
-  int64_t connect_timeout_ms; /* for the configuration check; 0: 10 s */
-  scps_float_format wire_format; /* 0: float32 */
-  scps_answer_mode answer;       /* 0: auto */
-  scps_gradient_mode gradients;  /* 0: auto */
+  int64_t connect_timeout_ms; /* for the configuration check; default (0) 10 s */
+  scps_float_format wire_format; /* default float32 */
+  scps_answer_mode answer;       /* default auto */
+  scps_gradient_mode gradients;  /* default auto */
   /* Servers run with --checkpoint-every ask for cluster checkpoints through
    * their ApplyGradients answers (see scps_client_apply_gradients); true
    * leaves those requests unanswered (the servers then save alone). */
   bool ignore_checkpoint_due;
-  int64_t checkpoint_timeout_ms; /* deadline of those automatic checkpoints; 0: 600 s */
+  int64_t checkpoint_timeout_ms; /* deadline of those automatic checkpoints; default (0) 600 s */
   /* true: this client's channels get connections of their own instead of
    * sharing gRPC's process-wide ones with other clients to the same servers
    * (a load generator's clients then behave as separate machines). */
   bool own_connections;
-  /* Threads that take gRPC's completions and run done callbacks; 0: 2, at
-   * most 16. One is enough for a client that has one operation out at a
-   * time (a load generator's clients), where a second only adds wakeups. */
+  /* Threads that take gRPC's completions and run done callbacks; default
+   * (0) 2, at most 16. One is enough for a client that has one operation
+   * out at a time (a load generator's clients), where a second only adds
+   * wakeups. */
   int cq_threads;
   scps_client_security security; /* TLS and the bearer token; zero: neither */
 } scps_client_options;
+
+/* Zeroes o, sets its size and every field's default. */
+SCPS_EXTERN void scps_client_options_init(scps_client_options *o);
 
 /* Connects to every server, reads and cross-checks their configurations
  * (same declaration and fingerprint, each at its expected process index,
@@ -164,7 +196,8 @@ typedef struct scps_client_options {
  * TLS handshake that fails (wrong roots or server name, no client
  * certificate) looks like a server that does not answer: SCPS_EUNAVAIL,
  * and the message says so. Starts the
- * client's completion-queue threads (cq_threads). */
+ * client's completion-queue threads (cq_threads). Options whose size is 0
+ * (not initialised) or smaller than n_servers' end fail with SCPS_EINVAL. */
 SCPS_EXTERN int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err);
 
 /* 0 when addr names a server: host:port or [IPv6]:port with a port in
@@ -184,13 +217,10 @@ SCPS_EXTERN int scps_address_list_split(char *list, const char **out, int max, i
  * done callback. */
 SCPS_EXTERN void scps_client_destroy(scps_client *c);
 
-/* The cluster's layout: tables, features, stacks and topology. */
-SCPS_EXTERN const scps_layout *scps_client_layout(const scps_client *c);
-
 /* The last step the servers hold the result of, as they reported it at
  * connect (a checkpoint they restored, or the highest step they applied;
- * they agree, see scps_client_create), -1 when they hold none; below
- * SCPS_STEP_LIMIT (scps_step.h). A trainer resumes at this step + 1. */
+ * they agree, see scps_client_create), -1 when they hold none; below 2^53,
+ * the steps servers take. A trainer resumes at this step + 1. */
 SCPS_EXTERN int64_t scps_client_step(const scps_client *c);
 
 /* The number of server processes (scps_client_options.n_servers). */
@@ -206,26 +236,51 @@ SCPS_EXTERN bool scps_client_server_has_checkpoint_dir(const scps_client *c, int
  * message it received, since create. Cheap: two atomic counters. */
 SCPS_EXTERN void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received);
 
-/* The preprocessing state: limits in force, last batch's stats (FDO). Its
- * limits start as the servers report them (GetConfig). Do not change them
- * while another thread prepares a batch. */
-SCPS_EXTERN scps_prep *scps_client_prep(scps_client *c);
+/* The features a batch holds, as the servers declare them, in the order of
+ * scps_client_prepare's inputs and scps_client_lookup's acts. f is in
+ * [0, scps_client_n_features); outside it the functions below return NULL
+ * or SCPS_ERANGE. */
+SCPS_EXTERN int scps_client_n_features(const scps_client *c);
+SCPS_EXTERN const char *scps_client_feature_name(const scps_client *c, int f);
+/* Feature f's index, or SCPS_ENOENT for a name no feature has. */
+SCPS_EXTERN int scps_client_feature_index(const scps_client *c, const char *name);
+/* The floats per sample of feature f's activations and gradients: its
+ * table's embedding dim. */
+SCPS_EXTERN int scps_client_feature_width(const scps_client *c, int f);
+/* The samples of feature f in a batch (its inputs' rows). */
+SCPS_EXTERN int scps_client_feature_batch_size(const scps_client *c, int f);
+/* The table feature f looks up, and that table's vocabulary size: the
+ * feature's ids must be in [0, vocabulary). */
+SCPS_EXTERN const char *scps_client_feature_table(const scps_client *c, int f);
+SCPS_EXTERN int64_t scps_client_feature_vocabulary(const scps_client *c, int f);
+
+/* The samples in a batch: every feature's batch size when they agree (a
+ * declaration from a workload file always does), else the largest. */
+SCPS_EXTERN int scps_client_batch_size(const scps_client *c);
+
+/* Ids preprocessing dropped over the per-partition limits since create
+ * (scps_client_options.policy DROP; always 0 with ERROR, which refuses
+ * the batch instead). */
+SCPS_EXTERN int64_t scps_client_ids_dropped(const scps_client *c);
 
 /* A batch holds one preprocessed batch's partitions, per server, until it is
  * prepared again or destroyed. Create as many as the pipeline needs. */
 SCPS_EXTERN int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err);
 SCPS_EXTERN void scps_batch_destroy(scps_batch *b);
 
-/* Preprocesses inputs[f] (feature f of the layout) into b and encodes each
- * server's request; errors as scps_prep_run (malformed input, limits), or
+/* Preprocesses inputs[f] (feature f, scps_client_feature_name) into b and
+ * encodes each server's request. Every input is checked first (shapes,
+ * batch size, ids in [0, vocabulary), finite weights), failing with
+ * SCPS_EINVAL naming feature, position and value; ids over a partition's
+ * limits fail with SCPS_ELIMIT (policy ERROR) or are dropped (DROP); or
  * SCPS_ENOSPC when a request would exceed a server's message limit. Runs on
  * the calling thread and, with prep_threads > 1, the client's prep pool;
  * prepares of one client take turns (one prep). A stack
  * with no entry on a server is not sent to it: its partial is all zeros. */
 SCPS_EXTERN int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_batch *b,
-                        scps_error *err);
+                                    scps_error *err);
 
-/* Looks b up: acts[f] receives feature f's batch_size x embedding_dim floats
+/* Looks b up: acts[f] receives feature f's batch size x width floats
  * (row-major, caller-owned): the servers' partials summed in process order,
  * so results are deterministic (and equal an in-process engine's). Servers
  * answering UNAVAILABLE, or CANCELLED (a draining server cancels calls that
@@ -234,9 +289,9 @@ SCPS_EXTERN int scps_client_prepare(scps_client *c, const scps_feature_input *in
  * SCPS_ECANCELLED then.
  * When several servers fail, the message names the lowest and lists all. */
 SCPS_EXTERN int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
-                       scps_error *err);
+                                   scps_error *err);
 
-/* Pushes grads[f] (batch_size x embedding_dim per feature, the loss gradient
+/* Pushes grads[f] (batch size x width per feature, the loss gradient
  * of acts[f]) for b at global step `step` (>= 0); learning_rate < 0 keeps each
  * stack's rate. Gradients must be finite: a NaN or infinity fails with
  * SCPS_EINVAL naming feature, sample and column before anything is sent
@@ -257,7 +312,7 @@ SCPS_EXTERN int scps_client_lookup(scps_client *c, scps_batch *b, float *const *
  * done runs. Pushes of one client must then not overlap (one step
  * acknowledged before the next is sent), as scps_train's schedules do. */
 SCPS_EXTERN int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *const *grads, int64_t step,
-                                double learning_rate, int64_t deadline_ms, scps_error *err);
+                                            double learning_rate, int64_t deadline_ms, scps_error *err);
 
 /* Asynchronous forms: return at once (0, or an error code, without a
  * message, if nothing was sent; the blocking forms check the same things and
@@ -269,10 +324,10 @@ SCPS_EXTERN int scps_client_apply_gradients(scps_client *c, scps_batch *b, const
  * the caller's thread. */
 typedef void (*scps_client_done)(void *ud, int status, const scps_error *err);
 SCPS_EXTERN int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
-                             scps_client_done done, void *ud);
+                                         scps_client_done done, void *ud);
 SCPS_EXTERN int scps_client_apply_gradients_async(scps_client *c, scps_batch *b, const float *const *grads,
-                                      int64_t step, double learning_rate, int64_t deadline_ms,
-                                      scps_client_done done, void *ud);
+                                                  int64_t step, double learning_rate, int64_t deadline_ms,
+                                                  scps_client_done done, void *ud);
 
 /* Checkpoints. A cluster checkpoint of step s is every server's state after
  * step s, written to <directory>/step-<s, 12 digits>/ by every server at
@@ -309,7 +364,7 @@ typedef struct scps_client_checkpoint_result {
  * --checkpoint-min-interval after its last; SCPS_EDENIED for permissions
  * (the token's role, or a file's; or a read-only file system). */
 SCPS_EXTERN int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, int64_t deadline_ms,
-                           scps_client_checkpoint_result *result, scps_error *err);
+                                       scps_client_checkpoint_result *result, scps_error *err);
 
 /* The outcome of the latest automatic checkpoint (see
  * scps_client_apply_gradients): 0 and *result, SCPS_ENOENT when there has
@@ -320,27 +375,21 @@ SCPS_EXTERN int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoi
  * as the servers hold them now (scps.proto ReadRows): each id read from the
  * server that holds it, the servers asked in parallel, in pieces whose
  * answers stay under their message limit, all within deadline_ms. rows
- * receives n_ids x embedding_dim floats; slots (NULL: not wanted) n_ids x
+ * receives n_ids x embedding_dim floats (the table's: the width of its
+ * features, scps_client_feature_width); slots (NULL: not wanted) n_ids x
  * num_slots x embedding_dim, id i's slot k at (i * num_slots + k) *
- * embedding_dim, slots in scps_optimizer_slot_name's order. Ids may repeat
+ * embedding_dim, num_slots and their order the table optimizer's (as
+ * 'scps-admin rows' names them). Ids may repeat
  * and must be in [0, vocabulary_size) (SCPS_EINVAL naming the first that
  * is not); SCPS_ENOENT for an unknown table; servers' errors as for the
  * other calls (never retried). Where servers check roles, only admin
  * callers may read rows. Pushes in flight meanwhile may be seen on some
  * servers and not yet on others, never half of a row. */
 SCPS_EXTERN int scps_client_read_rows(scps_client *c, const char *table, const int64_t *ids, size_t n_ids, float *rows,
-                          float *slots, int64_t deadline_ms, scps_error *err);
+                                      float *slots, int64_t deadline_ms, scps_error *err);
 
-/* TEMPORARY (branch h-lib, client/scps_client_info.c): the accessors the
- * client engineer's scps_client.h brings; the lead keeps theirs at merge.
- * Features in layout order: f in 0 .. n_features-1. */
-SCPS_EXTERN int scps_client_n_features(const scps_client *c);
-SCPS_EXTERN const char *scps_client_feature_name(const scps_client *c, int f);
-/* Floats per sample of feature f in acts[f] and grads[f]: its table's embedding_dim. */
-SCPS_EXTERN int scps_client_feature_width(const scps_client *c, int f);
-/* Samples per batch (every feature's batch_size). */
-SCPS_EXTERN int scps_client_batch_size(const scps_client *c);
-/* Sets *o to the defaults; call before filling in the fields. */
-SCPS_EXTERN void scps_client_options_init(scps_client_options *o);
+#ifdef __cplusplus
+}
+#endif
 
 #endif

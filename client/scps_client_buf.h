@@ -7,8 +7,8 @@
 #include <stddef.h>
 
 /* Why: a fresh multi-megabyte malloc is a fresh mmap, and touching it costs
- * one page fault per 4 KiB; on virtualised hosts that was 60-80% of a
- * dlrm8 lookup's client time. Reusing the same pages costs none. */
+ * one page fault per 4 KiB, which on virtualised hosts dominates a lookup's
+ * client time (BENCHMARKS.md). Reusing the same pages costs none. */
 typedef struct scps_client_buf scps_client_buf;
 
 /* Lends *slot's buffer as a slice of len bytes, or, if it is still held by

@@ -6,7 +6,7 @@
 
 #include "scps_credfile.h"
 
-struct scps_conn {
+struct scps_client_conn {
   grpc_channel_credentials *creds;
   bool tls;
   char *server_name;   /* GRPC_SSL_TARGET_NAME_OVERRIDE_ARG, or NULL */
@@ -38,9 +38,9 @@ static int tls_credentials(const scps_client_security *s, grpc_channel_credentia
   return rc;
 }
 
-int scps_conn_create(const scps_client_security *s, scps_conn **out, scps_error *err) {
+int scps_client_conn_create(const scps_client_security *s, scps_client_conn **out, scps_error *err) {
   *out = NULL;
-  scps_conn *c = calloc(1, sizeof *c);
+  scps_client_conn *c = calloc(1, sizeof *c);
   if (!c) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   c->tls = s && (s->tls || s->tls_ca_file || s->tls_cert_file || s->tls_key_file || s->tls_server_name);
   int rc = 0;
@@ -71,14 +71,14 @@ int scps_conn_create(const scps_client_security *s, scps_conn **out, scps_error 
     }
   }
   if (rc) {
-    scps_conn_destroy(c);
+    scps_client_conn_destroy(c);
     return rc;
   }
   *out = c;
   return 0;
 }
 
-grpc_channel *scps_conn_channel(const scps_conn *c, const char *addr, const grpc_channel_args *args) {
+grpc_channel *scps_client_conn_channel(const scps_client_conn *c, const char *addr, const grpc_channel_args *args) {
   if (!c->server_name) return grpc_channel_create(addr, c->creds, args);
   size_t n = args ? args->num_args : 0;
   grpc_arg *all = calloc(n + 1, sizeof *all);
@@ -93,7 +93,7 @@ grpc_channel *scps_conn_channel(const scps_conn *c, const char *addr, const grpc
   return ch;
 }
 
-void scps_conn_metadata(const scps_conn *c, grpc_op *op, grpc_metadata *md) {
+void scps_client_conn_metadata(const scps_client_conn *c, grpc_op *op, grpc_metadata *md) {
   if (!c->has_token) return;
   memset(md, 0, sizeof *md);
   md->key = grpc_slice_from_static_string("authorization");
@@ -102,14 +102,14 @@ void scps_conn_metadata(const scps_conn *c, grpc_op *op, grpc_metadata *md) {
   op->data.send_initial_metadata.metadata = md;
 }
 
-const char *scps_conn_why_unconnected(const scps_conn *c) {
+const char *scps_client_conn_why_unconnected(const scps_client_conn *c) {
   return c->tls ? "nothing listens there, it is unreachable, or the TLS handshake failed (a server without TLS, "
                   "roots that do not verify its certificate, a name it was not issued to, no client certificate "
                   "where one is required)"
                 : "nothing listens there, it is unreachable, or it serves TLS only (see the TLS settings)";
 }
 
-void scps_conn_destroy(scps_conn *c) {
+void scps_client_conn_destroy(scps_client_conn *c) {
   if (!c) return;
   if (c->creds) grpc_channel_credentials_release(c->creds);
   if (c->has_token) grpc_slice_unref(c->authorization);

@@ -19,7 +19,7 @@
  * SCPS_EUNAUTH, SCPS_EDENIED for a token refused) and a message naming the
  * address, the method, the status and the server's details; security's
  * errors as scps_client_create's. */
-int scps_rpc_call(const char *address, const scps_client_security *security, const char *method,
+int scps_client_rpc_call(const char *address, const scps_client_security *security, const char *method,
                   const uint8_t *request, size_t request_len, int64_t deadline_ms, uint8_t **answer,
                   size_t *answer_len, scps_error *err);
 

@@ -12,7 +12,7 @@ typedef struct slot {
 
 typedef struct run {
   scps_client *client;
-  const scps_layout *layout;
+  int n_features;
   const scps_train_options *o;
   const scps_train_hooks *h;
   void *ud;
@@ -61,7 +61,7 @@ static void slots_free(run *r) {
   for (int k = 0; k < SCPS_SCHEDULE_SLOTS; k++) {
     slot *s = &r->slots[k];
     scps_batch_destroy(s->batch);
-    for (int f = 0; f < r->layout->n_features; f++) {
+    for (int f = 0; f < r->n_features; f++) {
       if (s->acts) free(s->acts[f]);
       if (s->grads) free(s->grads[f]);
     }
@@ -70,17 +70,35 @@ static void slots_free(run *r) {
   }
 }
 
-int scps_train_run(scps_client *c, const scps_train_options *o, const scps_train_hooks *h, void *ud,
+#define DEFAULT_DEADLINE_MS 30000
+
+void scps_train_options_init(scps_train_options *o) {
+  memset(o, 0, sizeof *o);
+  o->size = sizeof *o;
+  o->mode = SCPS_SCHEDULE_SEQUENTIAL;
+  o->learning_rate = -1.0;
+  o->deadline_ms = DEFAULT_DEADLINE_MS;
+}
+
+int scps_train_run(scps_client *c, const scps_train_options *options, const scps_train_hooks *h, void *ud,
                    scps_schedule_stats *stats, scps_error *err) {
+  if (!options || options->size < offsetof(scps_train_options, mode) + sizeof options->mode)
+    return scps_error_set(err, SCPS_EINVAL, "train options: size %zu: initialise them with scps_train_options_init",
+                          options ? options->size : 0);
+  /* The fields inside the caller's size; the rest keep their defaults. */
+  scps_train_options opts;
+  scps_train_options_init(&opts);
+  memcpy(&opts, options, options->size < sizeof opts ? options->size : sizeof opts);
+  const scps_train_options *o = &opts;
   run r;
   memset(&r, 0, sizeof r);
   r.client = c;
-  r.layout = scps_client_layout(c);
+  r.n_features = scps_client_n_features(c);
   r.o = o;
   r.h = h;
   r.ud = ud;
-  r.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : 30000;
-  int nf = r.layout->n_features, rc = 0;
+  r.deadline_ms = o->deadline_ms > 0 ? o->deadline_ms : DEFAULT_DEADLINE_MS;
+  int nf = r.n_features, rc = 0;
   /* Every step pushed stays below what servers take, and step + 1 never
    * overflows. */
   if (o->first_step < 0 || o->first_step >= SCPS_STEP_LIMIT || o->steps < 0 ||
@@ -103,8 +121,7 @@ int scps_train_run(scps_client *c, const scps_train_options *o, const scps_train
     s->grads = calloc((size_t)(nf ? nf : 1), sizeof *s->grads);
     if (!rc && (!s->acts || !s->grads)) rc = scps_error_set(err, SCPS_ENOMEM, "train: out of memory");
     for (int f = 0; f < nf && !rc; f++) {
-      const scps_feature_spec *fs = &r.layout->feature_specs[f];
-      size_t n = (size_t)fs->batch_size * (size_t)r.layout->table_specs[r.layout->features[f].table].embedding_dim;
+      size_t n = (size_t)scps_client_feature_batch_size(c, f) * (size_t)scps_client_feature_width(c, f);
       s->acts[f] = malloc(sizeof(float) * (n ? n : 1));
       s->grads[f] = calloc(n ? n : 1, sizeof(float));
       if (!s->acts[f] || !s->grads[f]) rc = scps_error_set(err, SCPS_ENOMEM, "train: out of memory");

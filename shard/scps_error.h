@@ -7,6 +7,10 @@
 
 #include "scps_version.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* XX(NAME, value, gRPC status, description): every code once. The gRPC
  * status is the one a server answers a call failing with the code with
  * (scps_status.h expands it to GRPC_STATUS_*). A client maps a status back
@@ -65,5 +69,9 @@ SCPS_EXTERN int scps_error_set(scps_error *err, int code, const char *fmt, ...)
 
 /* Resets err to "no error". */
 SCPS_EXTERN void scps_error_clear(scps_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

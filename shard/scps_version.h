@@ -3,6 +3,10 @@
 #ifndef SCPS_VERSION_H
 #define SCPS_VERSION_H
 
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 /* The top-level CMakeLists.txt reads these three lines for project(VERSION),
  * the shared library's soname (libscps.so.MAJOR), scps.pc and the CMake
  * package: change the version here only. */
@@ -33,5 +37,9 @@
 /* The version of the library linked at run time, SCPS_VERSION_STRING as it
  * was built; a static string. */
 SCPS_EXTERN const char *scps_version(void);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

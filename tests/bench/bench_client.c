@@ -12,7 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "scps_client.h"
+#include "scps_client_engine.h"
 #include "scps_clock.h"
 #include "scps_fdo.h"
 #include "scps_memtune.h"
@@ -460,9 +460,15 @@ int main(int argc, char **argv) {
   scps_batch *b = NULL;
   int rc = scps_workload_load(workload, &w, &err);
   if (!rc) {
-    scps_client_options co = {.servers = servers, .n_servers = n_servers, .policy = SCPS_LIMIT_ERROR,
-                              .prep_threads = (int)prep_threads,
-                              .wire_format = wire, .answer = answer, .gradients = gradients};
+    scps_client_options co;
+    scps_client_options_init(&co);
+    co.servers = servers;
+    co.n_servers = n_servers;
+    co.policy = SCPS_LIMIT_ERROR;
+    co.prep_threads = (int)prep_threads;
+    co.wire_format = wire;
+    co.answer = answer;
+    co.gradients = gradients;
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) rc = scps_workload_gen_create(w, 1, &gen, &err);
@@ -511,7 +517,12 @@ int main(int argc, char **argv) {
     replay r = {ins, distinct, (const float *const *)grads, nf, sizes};
     scps_train_hooks h = {.inputs = replay_inputs, .compute = replay_compute};
     scps_schedule_stats ss;
-    scps_train_options to = {.mode = SCPS_SCHEDULE_PIPELINED, .steps = warmup, .learning_rate = -1.0, .deadline_ms = 60000};
+    scps_train_options to;
+    scps_train_options_init(&to);
+    to.mode = SCPS_SCHEDULE_PIPELINED;
+    to.steps = warmup;
+    to.learning_rate = -1.0;
+    to.deadline_ms = 60000;
     rc = scps_train_run(c, &to, &h, &r, &ss, &err);
     to.steps = batches;
     to.first_step = warmup;

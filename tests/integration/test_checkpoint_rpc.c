@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "scps_client.h"
+#include "scps_client_engine.h"
 #include "scps_it.h"
 #include "scps_test.h"
 
@@ -144,8 +144,12 @@ static bool acts_equal(const io *x, const float *want) {
 }
 
 static int connect_client(scps_it_cluster *cl, bool ignore_due, scps_client **c, scps_error *err) {
-  scps_client_options o = {.servers = cl->addr_list, .n_servers = cl->num_processes,
-                           .ignore_checkpoint_due = ignore_due, .connect_timeout_ms = 30000};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl->addr_list;
+  o.n_servers = cl->num_processes;
+  o.ignore_checkpoint_due = ignore_due;
+  o.connect_timeout_ms = 30000;
   return scps_client_create(&o, c, err);
 }
 

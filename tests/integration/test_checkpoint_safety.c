@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "scps_checkpoint.h"
-#include "scps_client.h"
+#include "scps_client_engine.h"
 #include "scps_it.h"
 #include "scps_test.h"
 #include "scps_workload.h"
@@ -129,7 +129,11 @@ static int train_step(scps_client *c, scps_batch *b, io *x, int64_t step, scps_e
 }
 
 static int connect_client(scps_it_cluster *cl, scps_client **c, scps_error *err) {
-  scps_client_options o = {.servers = cl->addr_list, .n_servers = cl->num_processes, .connect_timeout_ms = 30000};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl->addr_list;
+  o.n_servers = cl->num_processes;
+  o.connect_timeout_ms = 30000;
   return scps_client_create(&o, c, err);
 }
 

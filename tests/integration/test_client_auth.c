@@ -77,8 +77,12 @@ static int make_files(const char *dir, files *f) {
 /* A client of cl with TLS roots ca (NULL: no TLS) and token. */
 static int connect_with(const scps_it_cluster *cl, const scps_client_security *sec, int64_t timeout_ms,
                         scps_client **c, scps_error *err) {
-  scps_client_options o = {.servers = cl->addr_list, .n_servers = cl->num_processes,
-                           .connect_timeout_ms = timeout_ms, .security = *sec};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl->addr_list;
+  o.n_servers = cl->num_processes;
+  o.connect_timeout_ms = timeout_ms;
+  o.security = *sec;
   *c = NULL;
   return scps_client_create(&o, c, err);
 }

@@ -2,6 +2,7 @@
  * the wrong order or missing, a server killed, stopped or restarted mid-run;
  * and the asynchronous API's callbacks. Nothing may hang past a deadline. */
 #include <pthread.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -9,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "scps_client.h"
+#include "scps_client_engine.h"
 #include "scps_it.h"
 #include "scps_test.h"
 #include "scps_workload.h"
@@ -62,12 +63,59 @@ static void bufs_free(bufs *b) {
   free(b->grads);
 }
 
-static void declare(scps_client_options *o, const scps_topology *topo, const scps_table_spec *tables) {
+static void declare(scps_client_expected *o, const scps_topology *topo, const scps_table_spec *tables) {
   o->topology = topo;
   o->tables = tables;
   o->n_tables = w->n_tables;
   o->features = w->features;
   o->n_features = w->n_features;
+}
+
+/* The public declaration check (expected_config, the workload format) and
+ * what a trainer reads of the features, against cl (config_json's). */
+static void test_expected_config(const scps_it_cluster *cl) {
+  scps_error err;
+  scps_client *c = NULL;
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl->addr_list;
+  o.n_servers = 2;
+  o.expected_config = config_json;
+  CHECK_OK(scps_client_create(&o, &c, &err), &err);
+  if (c) {
+    CHECK(scps_client_n_features(c) == 3 && scps_client_batch_size(c) == 32);
+    CHECK(!strcmp(scps_client_feature_name(c, 0), "clicked") && !strcmp(scps_client_feature_name(c, 2), "user"));
+    CHECK(scps_client_feature_width(c, 0) == 16 && scps_client_feature_width(c, 2) == 8);
+    CHECK(scps_client_feature_batch_size(c, 1) == 32);
+    CHECK(!strcmp(scps_client_feature_table(c, 1), "items") && scps_client_feature_vocabulary(c, 2) == 300);
+    CHECK(scps_client_feature_index(c, "candidate") == 1 && scps_client_feature_index(c, "nope") == SCPS_ENOENT);
+    CHECK(scps_client_feature_name(c, 3) == NULL && scps_client_feature_name(c, -1) == NULL);
+    CHECK(scps_client_feature_width(c, 3) == SCPS_ERANGE && scps_client_feature_vocabulary(c, -1) == SCPS_ERANGE);
+    CHECK(scps_client_feature_table(c, 3) == NULL && scps_client_feature_batch_size(c, 3) == SCPS_ERANGE);
+    CHECK(scps_client_ids_dropped(c) == 0);
+  }
+  scps_client_destroy(c);
+  c = NULL;
+
+  /* Another learning rate: server 0's declaration differs. */
+  char *other = strdup(config_json);
+  char *lr = strstr(other, "\"learning_rate\": 0.1");
+  memcpy(lr + strlen("\"learning_rate\": "), "0.2", 3);
+  o.expected_config = other;
+  int rc = scps_client_create(&o, &c, &err);
+  CHECKF(rc == SCPS_EMISMATCH && !c && contains(err.msg, "table 'items' optimizer learning_rate") &&
+             contains(err.msg, "server 0 ("),
+         "%d %s", rc, err.msg);
+  printf("expected_config, another learning rate: %s\n", err.msg);
+  free(other);
+
+  /* Text that is not a workload never reaches the network. */
+  o.expected_config = "{\"tables\": [";
+  rc = scps_client_create(&o, &c, &err);
+  CHECKF(rc == SCPS_EPARSE && !c && contains(err.msg, "expected_config"), "%d %s", rc, err.msg);
+  o.expected_config = "{\"name\": \"x\", \"batch_size\": 32, \"tables\": [], \"features\": []}";
+  rc = scps_client_create(&o, &c, &err);
+  CHECKF(rc != 0 && !c && contains(err.msg, "expected_config"), "%d %s", rc, err.msg);
 }
 
 /* Declarations, order and count checked by create. */
@@ -82,11 +130,15 @@ static void test_configuration(void) {
   }
   scps_topology topo = {2, 2, SC_MEMORY};
   scps_client *c = NULL;
-  scps_client_options o = {.servers = cl.addr_list, .n_servers = 2};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl.addr_list;
+  o.n_servers = 2;
+  scps_client_expected e;
 
   /* The matching declaration is accepted. */
-  declare(&o, &topo, w->tables);
-  CHECK_OK(scps_client_create(&o, &c, &err), &err);
+  declare(&e, &topo, w->tables);
+  CHECK_OK(scps_client_create_expecting(&o, &e, &c, &err), &err);
   scps_client_destroy(c);
   c = NULL;
 
@@ -99,16 +151,16 @@ static void test_configuration(void) {
   memcpy(f, w->features, sizeof *f * (size_t)w->n_features);
   for (int i = 0; i < w->n_features; i++)
     if (!strcmp(f[i].table, t[1].name) && f[i].output_dim) f[i].output_dim = 24;
-  declare(&o, &topo, t);
-  o.features = f;
-  int rc = scps_client_create(&o, &c, &err);
+  declare(&e, &topo, t);
+  e.features = f;
+  int rc = scps_client_create_expecting(&o, &e, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && !c, "rc %d", rc);
   CHECKF(contains(err.msg, "server 0 (") && contains(err.msg, "table 'users' embedding_dim") &&
              contains(err.msg, "24") && contains(err.msg, "FAILED_PRECONDITION"),
          "%s", err.msg);
   printf("declared dim 24: %s\n", err.msg);
-  o.features = w->features;
-  rc = scps_client_create(&o, &c, &err);
+  e.features = w->features;
+  rc = scps_client_create_expecting(&o, &e, &c, &err);
   CHECKF(rc == SCPS_EINVAL && !c && contains(err.msg, "INVALID_ARGUMENT") && contains(err.msg, "expected:") &&
              contains(err.msg, "output_dim"),
          "declared dim 24, features left at 8: %d %s", rc, err.msg);
@@ -117,44 +169,57 @@ static void test_configuration(void) {
   /* Another optimizer hyper-parameter. */
   memcpy(t, w->tables, sizeof *t * (size_t)w->n_tables);
   t[0].optimizer.learning_rate = 0.2;
-  rc = scps_client_create(&o, &c, &err);
+  rc = scps_client_create_expecting(&o, &e, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "table 'items' optimizer learning_rate"), "%d %s", rc, err.msg);
 
   /* Another topology. */
   scps_topology topo4 = {2, 4, SC_MEMORY};
-  declare(&o, &topo4, w->tables);
-  rc = scps_client_create(&o, &c, &err);
+  declare(&e, &topo4, w->tables);
+  rc = scps_client_create_expecting(&o, &e, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "sc_per_process"), "%d %s", rc, err.msg);
   free(t);
 
   /* Servers in the wrong order, with and without a declaration. */
   const char *reversed[2] = {cl.addr_list[1], cl.addr_list[0]};
-  scps_client_options r = {.servers = reversed, .n_servers = 2};
+  scps_client_options r;
+  scps_client_options_init(&r);
+  r.servers = reversed;
+  r.n_servers = 2;
   rc = scps_client_create(&r, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "server 0 (") && contains(err.msg, "is process 1") &&
              contains(err.msg, "process-index order"),
          "%d %s", rc, err.msg);
   printf("reversed: %s\n", err.msg);
-  declare(&r, &topo, w->tables);
-  rc = scps_client_create(&r, &c, &err);
+  declare(&e, &topo, w->tables);
+  rc = scps_client_create_expecting(&r, &e, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "is process 1"), "%d %s", rc, err.msg);
 
   /* One address of a two-process cluster. */
-  scps_client_options one = {.servers = cl.addr_list, .n_servers = 1};
+  scps_client_options one;
+  scps_client_options_init(&one);
+  one.servers = cl.addr_list;
+  one.n_servers = 1;
   rc = scps_client_create(&one, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "num_processes 2") && contains(err.msg, "1 server"), "%d %s", rc,
          err.msg);
 
   /* The same server twice: right count, wrong process at position 1. */
   const char *twice[2] = {cl.addr_list[0], cl.addr_list[0]};
-  scps_client_options tw = {.servers = twice, .n_servers = 2};
+  scps_client_options tw;
+  scps_client_options_init(&tw);
+  tw.servers = twice;
+  tw.n_servers = 2;
   rc = scps_client_create(&tw, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "server 1 (") && contains(err.msg, "is process 0"), "%d %s", rc,
          err.msg);
 
   /* Nobody listening: SCPS_EUNAVAIL within the connect timeout. */
   const char *nobody[2] = {cl.addr_list[0], "127.0.0.1:1"};
-  scps_client_options nb = {.servers = nobody, .n_servers = 2, .connect_timeout_ms = 500};
+  scps_client_options nb;
+  scps_client_options_init(&nb);
+  nb.servers = nobody;
+  nb.n_servers = 2;
+  nb.connect_timeout_ms = 500;
   double t0 = scps_it_now_ms();
   rc = scps_client_create(&nb, &c, &err);
   double dt = scps_it_now_ms() - t0;
@@ -164,10 +229,15 @@ static void test_configuration(void) {
   printf("nobody listening: %.0f ms: %s\n", dt, err.msg);
 
   /* Bad options never reach the network. */
-  scps_client_options bad = {.servers = cl.addr_list, .n_servers = 0};
+  scps_client_options bad;
+  scps_client_options_init(&bad);
+  bad.servers = cl.addr_list;
+  bad.n_servers = 0;
   CHECK(scps_client_create(&bad, &c, &err) == SCPS_EINVAL);
   const char *portless[1] = {"127.0.0.1"};
-  bad = (scps_client_options){.servers = portless, .n_servers = 1};
+  scps_client_options_init(&bad);
+  bad.servers = portless;
+  bad.n_servers = 1;
   rc = scps_client_create(&bad, &c, &err);
   CHECKF(rc == SCPS_EINVAL && contains(err.msg, "'127.0.0.1' has no port"), "%d %s", rc, err.msg);
   /* What the address check lets through and what it refuses. */
@@ -179,14 +249,40 @@ static void test_configuration(void) {
   for (size_t i = 0; i < sizeof bad_addr / sizeof *bad_addr; i++)
     CHECKF(scps_address_check(bad_addr[i], &err) == SCPS_EINVAL && contains(err.msg, bad_addr[i]), "'%s' accepted",
            bad_addr[i]);
-  bad = (scps_client_options){.servers = cl.addr_list, .n_servers = 2, .cq_threads = 17};
+  scps_client_options_init(&bad);
+  bad.servers = cl.addr_list;
+  bad.n_servers = 2;
+  bad.cq_threads = 17;
   rc = scps_client_create(&bad, &c, &err);
   CHECKF(rc == SCPS_EINVAL && contains(err.msg, "cq_threads 17"), "%d %s", rc, err.msg);
-  bad = (scps_client_options){.servers = cl.addr_list, .n_servers = 2, .gradients = (scps_gradient_mode)3};
+  scps_client_options_init(&bad);
+  bad.servers = cl.addr_list;
+  bad.n_servers = 2;
+  bad.gradients = (scps_gradient_mode)3;
   rc = scps_client_create(&bad, &c, &err);
   CHECKF(rc == SCPS_EINVAL && contains(err.msg, "gradients 3"), "%d %s", rc, err.msg);
+
+  /* Options not initialised, and options of an older, shorter struct:
+   * libscps reads only the fields inside size (cq_threads 17 lies past it
+   * and is not read). */
+  memset(&bad, 0, sizeof bad);
+  bad.servers = cl.addr_list;
+  bad.n_servers = 2;
+  rc = scps_client_create(&bad, &c, &err);
+  CHECKF(rc == SCPS_EINVAL && !c && contains(err.msg, "size 0") && contains(err.msg, "scps_client_options_init"),
+         "%d %s", rc, err.msg);
+  scps_client_options_init(&bad);
+  bad.servers = cl.addr_list;
+  bad.n_servers = 2;
+  bad.cq_threads = 17;
+  bad.size = offsetof(scps_client_options, n_servers) + sizeof bad.n_servers;
+  CHECK_OK(scps_client_create(&bad, &c, &err), &err);
+  scps_client_destroy(c);
+  c = NULL;
+  test_expected_config(&cl);
   scps_it_stop(&cl);
 }
+
 
 typedef struct waiter {
   pthread_mutex_t mu;
@@ -233,7 +329,10 @@ static void test_async(void) {
     return;
   }
   scps_client *c = NULL;
-  scps_client_options o = {.servers = cl.addr_list, .n_servers = 2};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl.addr_list;
+  o.n_servers = 2;
   CHECK_OK(scps_client_create(&o, &c, &err), &err);
   if (!c) {
     scps_it_stop(&cl);
@@ -266,8 +365,12 @@ static void test_async(void) {
    * value is refused as such. */
   scps_client *cr = NULL;
   scps_batch *br = NULL;
-  scps_client_options ro = {.servers = cl.addr_list, .n_servers = 2, .wire_format = SCPS_WIRE_BFLOAT16,
-                            .gradients = SCPS_GRADIENTS_BY_ROW};
+  scps_client_options ro;
+  scps_client_options_init(&ro);
+  ro.servers = cl.addr_list;
+  ro.n_servers = 2;
+  ro.wire_format = SCPS_WIRE_BFLOAT16;
+  ro.gradients = SCPS_GRADIENTS_BY_ROW;
   CHECK_OK(scps_client_create(&ro, &cr, &err), &err);
   if (cr) CHECK_OK(scps_batch_create(cr, &br, &err), &err);
   if (br) {
@@ -362,7 +465,10 @@ static void test_server_loss(void) {
   scps_client *c = NULL;
   scps_batch *b = NULL;
   scps_workload_gen *gen = NULL;
-  scps_client_options o = {.servers = cl.addr_list, .n_servers = 3};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl.addr_list;
+  o.n_servers = 3;
   CHECK_OK(scps_client_create(&o, &c, &err), &err);
   if (!c) {
     scps_it_stop(&cl);

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scps_client.h"
+#include "scps_client_engine.h"
 #include "scps_engine.h"
 #include "scps_it.h"
 #include "scps_test.h"
@@ -455,17 +455,16 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
   r.rows = answer == SCPS_ANSWER_DISTINCT_ROWS;
   r.grad_rows = gradients == SCPS_GRADIENTS_BY_ROW;
   scps_topology topo = {P, S, SC_MEMORY};
-  scps_client_options o = {.servers = cl.addr_list, .n_servers = P, .prep_threads = declare ? 1 : 2,
-                           .wire_format = bf16 ? SCPS_WIRE_BFLOAT16 : SCPS_WIRE_FLOAT32, .answer = answer,
-                           .gradients = gradients};
-  if (declare) {
-    o.topology = &topo;
-    o.tables = w->tables;
-    o.n_tables = w->n_tables;
-    o.features = w->features;
-    o.n_features = w->n_features;
-  }
-  MUST(scps_client_create(&o, &c, &err));
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl.addr_list;
+  o.n_servers = P;
+  o.prep_threads = declare ? 1 : 2;
+  o.wire_format = bf16 ? SCPS_WIRE_BFLOAT16 : SCPS_WIRE_FLOAT32;
+  o.answer = answer;
+  o.gradients = gradients;
+  const scps_client_expected e = {&topo, w->tables, w->n_tables, w->features, w->n_features};
+  MUST(scps_client_create_expecting(&o, declare ? &e : NULL, &c, &err));
   l = scps_client_layout(c);
   CHECK(l->n_stacks == r.layout->n_stacks && l->n_features == w->n_features);
   CHECK(scps_layout_find_stack(l, "explicit") >= 0);
@@ -620,8 +619,13 @@ static void run_twins(const twin_case *tc) {
   }
   MUST(scps_workload_parse(tc->json, strlen(tc->json), &w, &err));
   for (int k = 0; k < 2; k++) {
-    scps_client_options o = {.servers = cl[k % n_cl].addr_list, .n_servers = tc->P, .prep_threads = 2,
-                             .answer = tc->answer[k], .gradients = tc->gradients[k]};
+    scps_client_options o;
+    scps_client_options_init(&o);
+    o.servers = cl[k % n_cl].addr_list;
+    o.n_servers = tc->P;
+    o.prep_threads = 2;
+    o.answer = tc->answer[k];
+    o.gradients = tc->gradients[k];
     MUST(scps_client_create(&o, &c[k], &err));
     MUST(scps_batch_create(c[k], &b[k], &err));
     l = scps_client_layout(c[k]);

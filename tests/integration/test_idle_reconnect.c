@@ -87,7 +87,10 @@ int main(void) {
     return scps_test_finish("test_idle_reconnect");
   }
   int idle_sockets[2] = {sockets_of(cl.pids[0]), sockets_of(cl.pids[1])};
-  scps_client_options o = {.servers = cl.addr_list, .n_servers = 2};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl.addr_list;
+  o.n_servers = 2;
   scps_client *c = NULL;
   scps_error err;
   CHECK_OK(scps_client_create(&o, &c, &err), &err);
@@ -105,8 +108,13 @@ int main(void) {
   p.in.n_ids = BATCH;
   scps_train_hooks h = {.inputs = probe_inputs, .compute = probe_compute};
   for (int round = 0; round < 3; round++) {
-    scps_train_options to = {.mode = SCPS_SCHEDULE_SEQUENTIAL, .steps = 3, .first_step = 3 * round,
-                             .learning_rate = -1.0, .deadline_ms = 10000};
+    scps_train_options to;
+    scps_train_options_init(&to);
+    to.mode = SCPS_SCHEDULE_SEQUENTIAL;
+    to.steps = 3;
+    to.first_step = 3 * round;
+    to.learning_rate = -1.0;
+    to.deadline_ms = 10000;
     scps_schedule_stats st;
     CHECK_OK(scps_train_run(c, &to, &h, &p, &st, &err), &err);
     /* Batch 2 of the round saw the 3 * round + 2 pushes before it. */

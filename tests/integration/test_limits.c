@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scps_client.h"
+#include "scps_client_engine.h"
 #include "scps_it.h"
 #include "scps_test.h"
 #include "scps_workload.h"
@@ -77,8 +77,13 @@ static size_t acts_len(const scps_layout *l, int f) {
 
 static scps_client *connect_to(const scps_it_cluster *cl, scps_limit_policy policy, scps_answer_mode answer,
                                scps_gradient_mode gradients, scps_error *err) {
-  scps_client_options o = {.servers = cl->addr_list, .n_servers = cl->num_processes, .policy = policy,
-                           .answer = answer, .gradients = gradients};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl->addr_list;
+  o.n_servers = cl->num_processes;
+  o.policy = policy;
+  o.answer = answer;
+  o.gradients = gradients;
   scps_client *c = NULL;
   return scps_client_create(&o, &c, err) ? NULL : c;
 }

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scps_client.h"
+#include "scps_client_engine.h"
 #include "scps_engine.h"
 #include "scps_it.h"
 #include "scps_test.h"
@@ -42,7 +42,10 @@ int main(void) {
     CHECK(!"the cluster did not start");
     goto out;
   }
-  scps_client_options o = {.servers = cl.addr_list, .n_servers = 2};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl.addr_list;
+  o.n_servers = 2;
   CHECK_OK(scps_client_create(&o, &c, &err), &err);
   if (!c) goto out;
   const scps_layout *l = scps_client_layout(c);

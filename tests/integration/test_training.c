@@ -56,10 +56,20 @@ static void run(scps_client *c, scps_schedule_mode mode, float *start) {
   p.in.row_offsets = p.offsets;
   p.in.ids = p.ids;
   p.in.n_ids = BATCH;
-  scps_train_options o = {.mode = mode, .steps = STEPS, .learning_rate = -1.0, .deadline_ms = 10000};
+  scps_train_options o;
+  scps_train_options_init(&o);
+  o.mode = mode;
+  o.steps = STEPS;
+  o.learning_rate = -1.0;
+  o.deadline_ms = 10000;
   scps_train_hooks h = {.inputs = probe_inputs, .compute = probe_compute};
   scps_schedule_stats st;
   scps_error err;
+  /* Options never initialised are refused before any step. */
+  scps_train_options zero;
+  memset(&zero, 0, sizeof zero);
+  CHECKF(scps_train_run(c, &zero, &h, &p, &st, &err) == SCPS_EINVAL && strstr(err.msg, "scps_train_options_init"),
+         "%s", err.msg);
   CHECK_OK(scps_train_run(c, &o, &h, &p, &st, &err), &err);
   CHECK(st.steps == STEPS);
   int wrong = 0;
@@ -82,7 +92,10 @@ int main(void) {
     scps_it_stop(&cl);
     return scps_test_finish("test_training");
   }
-  scps_client_options o = {.servers = cl.addr_list, .n_servers = 2};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl.addr_list;
+  o.n_servers = 2;
   scps_client *c = NULL;
   scps_error err;
   CHECK_OK(scps_client_create(&o, &c, &err), &err);

@@ -8,25 +8,31 @@
 #include <string.h>
 
 #include "scps.pb-c.h"
+#include "scps_admin_json.h"
 #include "scps_client.h"
-#include "scps_client_flags.h"
+#include "scps_security_flags.h"
 #include "scps_client_rpc.h"
 #include "scps_confine.h"
+#include "scps_jsonw.h"
 #include "scps_units.h"
 
 #define MAX_SERVERS 1024
 
 const char scps_admin_health_usage[] =
-    "usage: scps-admin health --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N]\n"
+    "usage: scps-admin health --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N] [--json]\n"
     "Asks each server for its Health: SERVING, or DRAINING when it is shutting\n"
     "down, with its process index and uptime. Exit status 0 when every server\n"
     "answers SERVING, 1 otherwise.\n"
     "\n"
     "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
-    "  --deadline-ms N    how long to wait for each server (default 5000)\n" SCPS_SECURITY_USAGE;
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n"
+    "  --json             print a JSON array instead, one object per server: its\n"
+    "                     \"server\" address and the answer's fields under their\n"
+    "                     scps.proto names (HealthResponse), or \"error\" for a\n"
+    "                     server that did not answer\n" SCPS_SECURITY_USAGE;
 
 const char scps_admin_stats_usage[] =
-    "usage: scps-admin stats --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N]\n"
+    "usage: scps-admin stats --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N] [--json]\n"
     "Prints each server's Stats: the memory of each SparseCore, per stack the\n"
     "ids looked up, rows updated and the largest per-partition id counts seen\n"
     "against the limits in force (FDO's inputs), per RPC method the calls,\n"
@@ -36,17 +42,25 @@ const char scps_admin_stats_usage[] =
     "a server did not answer.\n"
     "\n"
     "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
-    "  --deadline-ms N    how long to wait for each server (default 5000)\n" SCPS_SECURITY_USAGE;
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n"
+    "  --json             print a JSON array instead, one object per server: its\n"
+    "                     \"server\" address and the answer's fields under their\n"
+    "                     scps.proto names (StatsResponse), or \"error\" for a\n"
+    "                     server that did not answer\n" SCPS_SECURITY_USAGE;
 
 const char scps_admin_config_usage[] =
-    "usage: scps-admin config --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N]\n"
+    "usage: scps-admin config --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N] [--json]\n"
     "Prints what each server serves (GetConfig): its place in the cluster, the\n"
     "SparseCores and their memory, the last step it holds and the checkpoint it\n"
     "restored, and per stack its width, rows per SparseCore, tables, features\n"
     "and limits in force. Exit status 1 if a server did not answer.\n"
     "\n"
     "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
-    "  --deadline-ms N    how long to wait for each server (default 5000)\n" SCPS_SECURITY_USAGE;
+    "  --deadline-ms N    how long to wait for each server (default 5000)\n"
+    "  --json             print a JSON array instead, one object per server: its\n"
+    "                     \"server\" address and the answer's fields under their\n"
+    "                     scps.proto names (GetConfigResponse), or \"error\" for a\n"
+    "                     server that did not answer\n" SCPS_SECURITY_USAGE;
 
 const char scps_admin_save_usage[] =
     "usage: scps-admin checkpoint save --servers HOST:PORT[,HOST:PORT...] [--step N]\n"
@@ -76,6 +90,7 @@ typedef struct target {
   long deadline_ms;
   long step; /* checkpoint save: -1 for the servers' */
   const char *dir;
+  bool json;               /* --json: one JSON array on stdout */
   scps_security_flags sec; /* TLS and the token */
 } target;
 
@@ -91,12 +106,14 @@ static int bad(const char *usage, const char *fmt, const char *arg) {
   return 2;
 }
 
-/* --servers, --deadline-ms, and for a save --step and --dir. */
+/* --servers, --deadline-ms, and for a save --step and --dir, for the
+ * others --json. */
 static int parse_target(int argc, char **argv, const char *usage, bool save, target *t) {
   static const struct option opts[] = {{"servers", required_argument, 0, 's'},
                                        {"deadline-ms", required_argument, 0, 'd'},
                                        {"step", required_argument, 0, 'n'},
                                        {"dir", required_argument, 0, 'D'},
+                                       {"json", no_argument, 0, 'j'},
                                        SCPS_SECURITY_LONG_OPTIONS,
                                        {0, 0, 0, 0}};
   memset(t, 0, sizeof *t);
@@ -116,13 +133,17 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
       if (scps_parse_long("--step", optarg, 0, LONG_MAX, &t->step, &e))
         return bad(usage, "%s", e.msg);
       break;
+    case 'j':
+      if (save) return bad(usage, "%s is not for 'checkpoint save'", "--json");
+      t->json = true;
+      break;
     case 'D':
       if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--dir");
       if (scps_confine_check("--dir", optarg, 4000, &e)) return bad(usage, "%s", e.msg);
       t->dir = optarg;
       break;
     default:
-      rc = scps_security_flag(&t->sec, "scps-admin", ch, optarg, &e);
+      rc = scps_security_flags_parse(&t->sec, "scps-admin", ch, optarg, &e);
       if (rc < 0) return bad(usage, "%s", e.msg);
       if (rc == 0) {
         fputs(usage, stderr);
@@ -138,30 +159,32 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
   return 0;
 }
 
-/* One RPC to server i: its unpacked answer, or NULL after printing why. */
-static ProtobufCMessage *ask(const target *t, int i, const char *method, const ProtobufCMessageDescriptor *answer) {
-  scps_error err;
+/* One RPC to server i: its unpacked answer, or NULL and err saying why
+ * (beginning with the server's address). */
+static ProtobufCMessage *ask(const target *t, int i, const char *method, const ProtobufCMessageDescriptor *answer,
+                             scps_error *err) {
   uint8_t *bytes = NULL;
   size_t len = 0;
-  if (scps_rpc_call(t->addr[i], &t->sec.security, method, NULL, 0, t->deadline_ms, &bytes, &len, &err)) {
-    printf("server %s\n", err.msg);
+  if (scps_client_rpc_call(t->addr[i], &t->sec.security, method, NULL, 0, t->deadline_ms, &bytes, &len, err))
     return NULL;
-  }
   ProtobufCMessage *m = protobuf_c_message_unpack(answer, NULL, len, bytes);
   free(bytes);
-  if (!m) printf("server %s: %s: the answer (%zu bytes) is not a valid %s\n", t->addr[i], method, len, answer->name);
+  if (!m)
+    scps_error_set(err, SCPS_EIO, "%s: %s: the answer (%zu bytes) is not a valid %s", t->addr[i], method, len,
+                   answer->name);
   return m;
 }
 
 static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
 /* Runs a command that asks every server the same question: method's answer,
- * unpacked as desc, handed to show (which returns 1 for an answer that
- * fails the command, e.g. a server not serving). */
-typedef int (*show_fn)(const char *addr, const ProtobufCMessage *answer);
+ * unpacked as desc, printed by show (or as JSON with --json); fails (NULL:
+ * none) says whether an answer fails the command, e.g. a server not serving. */
+typedef void (*show_fn)(const char *addr, const ProtobufCMessage *answer);
+typedef int (*fails_fn)(const ProtobufCMessage *answer);
 
 static int for_each_server(int argc, char **argv, const char *usage, const char *method,
-                           const ProtobufCMessageDescriptor *desc, show_fn show) {
+                           const ProtobufCMessageDescriptor *desc, show_fn show, fails_fn fails) {
   target t;
   int rc = parse_target(argc, argv, usage, false, &t);
   if (rc) {
@@ -169,31 +192,60 @@ static int for_each_server(int argc, char **argv, const char *usage, const char 
     return rc;
   }
   int status = 0;
+  scps_jsonw w;
+  scps_jsonw_init(&w);
+  scps_jsonw_printf(&w, "[");
   for (int i = 0; i < t.n; i++) {
-    ProtobufCMessage *m = ask(&t, i, method, desc);
+    scps_error err;
+    ProtobufCMessage *m = ask(&t, i, method, desc, &err);
+    if (t.json) {
+      scps_jsonw_printf(&w, "%s{\"server\": ", i ? ",\n " : "");
+      scps_jsonw_string(&w, t.addr[i]);
+      scps_jsonw_printf(&w, ", ");
+      if (m) {
+        scps_admin_json_fields(&w, m);
+      } else {
+        scps_jsonw_printf(&w, "\"error\": ");
+        scps_jsonw_string(&w, err.msg);
+      }
+      scps_jsonw_printf(&w, "}");
+    }
     if (!m) {
+      if (!t.json) printf("server %s\n", err.msg);
       status = 1;
       continue;
     }
-    status |= show(t.addr[i], m);
+    if (!t.json) show(t.addr[i], m);
+    if (fails) status |= fails(m);
     protobuf_c_message_free_unpacked(m, NULL);
   }
+  scps_jsonw_printf(&w, "]\n");
+  scps_error err;
+  if (t.json && !scps_jsonw_finish(&w, "the JSON output", &err)) fputs(w.buf, stdout);
+  else if (t.json) {
+    fprintf(stderr, "scps-admin: %s\n", err.msg);
+    status = 1;
+  }
+  scps_jsonw_free(&w);
   target_free(&t);
   return status;
 }
 
-static int show_health(const char *addr, const ProtobufCMessage *m) {
+static int health_fails(const ProtobufCMessage *m) {
+  return ((const Scps__V1__HealthResponse *)m)->status != SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING;
+}
+
+static void show_health(const char *addr, const ProtobufCMessage *m) {
   const Scps__V1__HealthResponse *h = (const Scps__V1__HealthResponse *)m;
   const char *s = h->status == SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING    ? "SERVING"
                   : h->status == SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING ? "DRAINING"
                                                                                     : "UNKNOWN";
   printf("server %s: %s, process %d, up %.1f s\n", addr, s, h->process_index, h->uptime_seconds);
-  return h->status != SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING;
 }
 
 int scps_admin_health(int argc, char **argv) {
   return for_each_server(argc, argv, scps_admin_health_usage, "Health", &scps__v1__health_response__descriptor,
-                         show_health);
+                         show_health, health_fails);
 }
 
 static int32_t max_of(const int32_t *v, size_t n) {
@@ -213,7 +265,7 @@ static void show_memory(const Scps__V1__MemoryStats *m) {
          (long long)m->requests_timed_out, (long long)m->answers_timed_out, (long long)m->trims);
 }
 
-static int show_stats(const char *addr, const ProtobufCMessage *answer) {
+static void show_stats(const char *addr, const ProtobufCMessage *answer) {
   const Scps__V1__StatsResponse *s = (const Scps__V1__StatsResponse *)answer;
   printf("server %s: process %d, up %.1f s\n", addr, s->process_index, s->uptime_seconds);
   for (size_t k = 0; k < s->n_sparse_cores; k++) {
@@ -257,12 +309,11 @@ static int show_stats(const char *addr, const ProtobufCMessage *answer) {
   if (s->pushes_updates_checked)
     printf("  pushes whose updates were computed first to check them finite: %lld\n",
            (long long)s->pushes_updates_checked);
-  return 0;
 }
 
 int scps_admin_stats(int argc, char **argv) {
   return for_each_server(argc, argv, scps_admin_stats_usage, "Stats", &scps__v1__stats_response__descriptor,
-                         show_stats);
+                         show_stats, NULL);
 }
 
 static void print_list(const char *what, char **names, size_t n) {
@@ -270,7 +321,7 @@ static void print_list(const char *what, char **names, size_t n) {
   for (size_t i = 0; i < n; i++) printf("%s%s", i ? ", " : " ", names[i]);
 }
 
-static int show_config(const char *addr, const ProtobufCMessage *answer) {
+static void show_config(const char *addr, const ProtobufCMessage *answer) {
   const Scps__V1__GetConfigResponse *g = (const Scps__V1__GetConfigResponse *)answer;
   printf("server %s:\n", addr);
   const Scps__V1__Topology *tp = g->cluster ? g->cluster->topology : NULL;
@@ -294,12 +345,11 @@ static int show_config(const char *addr, const ProtobufCMessage *answer) {
     print_list("; features", s->features, s->n_features);
     printf("\n");
   }
-  return 0;
 }
 
 int scps_admin_config(int argc, char **argv) {
   return for_each_server(argc, argv, scps_admin_config_usage, "GetConfig", &scps__v1__get_config_response__descriptor,
-                         show_config);
+                         show_config, NULL);
 }
 
 int scps_admin_save(int argc, char **argv) {
@@ -309,8 +359,12 @@ int scps_admin_save(int argc, char **argv) {
     target_free(&t);
     return rc;
   }
-  scps_client_options o = {.servers = t.addr, .n_servers = t.n, .connect_timeout_ms = 10000,
-                           .security = t.sec.security};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = t.addr;
+  o.n_servers = t.n;
+  o.connect_timeout_ms = 10000;
+  o.security = t.sec.security;
   scps_client *c = NULL;
   scps_error err;
   rc = scps_client_create(&o, &c, &err);

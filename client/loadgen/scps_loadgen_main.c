@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scps_client_flags.h"
+#include "scps_security_flags.h"
 #include "scps_loadgen.h"
 #include "scps_loadgen_report.h"
 #include "scps_memtune.h"
@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
     case ':': return bad_flag("%s needs a value", argv[optind - 1]);
     default: {
       scps_error fe;
-      int handled = scps_security_flag(&sec, "scps-loadgen", c, optarg, &fe);
+      int handled = scps_security_flags_parse(&sec, "scps-loadgen", c, optarg, &fe);
       if (handled < 0) return bad_flag("%s", fe.msg);
       if (!handled) return bad_flag("unknown option '%s'", argv[optind - 1]);
     }

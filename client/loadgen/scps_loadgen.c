@@ -86,6 +86,7 @@ typedef struct lg_client {
 struct lg {
   const scps_loadgen_options *o;
   int n_features;
+  scps_jsonw expected; /* the workload's tables and features, as each client expects them */
   lg_client *clients;
   int64_t t0, warm_end;
   atomic_int_fast64_t end; /* no request is sent from then on; INT64_MAX with a request count */
@@ -127,21 +128,20 @@ static int client_init(lg *g, int i, scps_error *err) {
   cl->index = i;
   cl->rng = 0x9E3779B97F4A7C15ull * (uint64_t)(i + 1);
   pthread_mutex_init(&cl->mu, NULL);
-  scps_client_options co = {.servers = o->servers,
-                            .n_servers = o->n_servers,
-                            .tables = w->tables,
-                            .n_tables = w->n_tables,
-                            .features = w->features,
-                            .n_features = w->n_features,
-                            .policy = SCPS_LIMIT_ERROR,
-                            .connect_timeout_ms = o->connect_timeout_ms,
-                            .wire_format = o->wire_format,
-                            .answer = o->answer,
-                            .gradients = o->gradients,
-                            .ignore_checkpoint_due = true,
-                            .own_connections = true,
-                            .cq_threads = o->cq_threads,
-                            .security = o->security};
+  scps_client_options co;
+  scps_client_options_init(&co);
+  co.servers = o->servers;
+  co.n_servers = o->n_servers;
+  co.expected_config = g->expected.buf;
+  co.policy = SCPS_LIMIT_ERROR;
+  co.connect_timeout_ms = o->connect_timeout_ms;
+  co.wire_format = o->wire_format;
+  co.answer = o->answer;
+  co.gradients = o->gradients;
+  co.ignore_checkpoint_due = true;
+  co.own_connections = true;
+  co.cq_threads = o->cq_threads;
+  co.security = o->security;
   int rc = scps_client_create(&co, &cl->c, err);
   if (rc) return rc;
   /* Training resumes after the step the servers hold (they agree), as a
@@ -152,12 +152,11 @@ static int client_init(lg *g, int i, scps_error *err) {
    * rather than as refused requests. The benchmark workloads keep the
    * declared defaults, which their batches exceed: their servers run with
    * --partition-limits. */
-  const scps_layout *l = scps_client_layout(cl->c);
   cl->acts = calloc((size_t)w->n_features, sizeof *cl->acts);
   cl->grads = calloc((size_t)w->n_features, sizeof *cl->grads);
   if (!rc && (!cl->acts || !cl->grads)) rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
   for (int f = 0; !rc && f < w->n_features; f++) {
-    size_t n = (size_t)w->batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
+    size_t n = (size_t)w->batch_size * (size_t)scps_client_feature_width(cl->c, f);
     cl->acts[f] = malloc(sizeof(float) * n);
     cl->grads[f] = malloc(sizeof(float) * n);
     if (!cl->acts[f] || !cl->grads[f]) {
@@ -421,7 +420,11 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
   pthread_condattr_destroy(&ca);
 
   int rc = 0, inited = 0, started = 0;
-  for (; inited < o->concurrency; inited++) {
+  scps_jsonw_init(&g->expected);
+  rc = scps_workload_write_specs(o->workload->tables, o->workload->n_tables, o->workload->features,
+                                 o->workload->n_features, &g->expected, err);
+  if (!rc) rc = scps_jsonw_finish(&g->expected, "the expected declaration", err);
+  for (; !rc && inited < o->concurrency; inited++) {
     scps_error e;
     scps_error_clear(&e);
     rc = client_init(g, inited, &e);
@@ -481,6 +484,7 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
   }
   for (int i = 0; i < inited; i++) client_free(&clients[i]);
   pthread_cond_destroy(&g->cv);
+  scps_jsonw_free(&g->expected);
   pthread_mutex_destroy(&g->mu);
   free(threads);
   free(clients);

@@ -12,9 +12,10 @@
 
 #include "scps_units.h"
 #include "scps_clock.h"
-#include "scps_client_flags.h"
+#include "scps_security_flags.h"
 #include "scps_confine.h"
 #include "scps_ctr.h"
+#include "scps_jsonw.h"
 #include "scps_mlp.h"
 #include "scps_memtune.h"
 #include "scps_train.h"
@@ -48,6 +49,11 @@ static const char usage[] =
     "                       GetConfig at start, retrying (default 10000)\n"
     "  --wire-format F      activations and gradients on the wire: float32\n"
     "                       (default) or bfloat16 (half the bytes)\n"
+    "  --policy P           ids over a partition's limits (the servers' max_ids\n"
+    "                       and max_unique_ids per partition): error (default)\n"
+    "                       stops with a message naming the stack, partition and\n"
+    "                       count; drop keeps the first ids of each partition and\n"
+    "                       goes on, the final line counting the ids dropped\n"
     "  --json FILE          also write the final figures as JSON to FILE\n"
     "  --checkpoint-every-steps N  after the push of global steps N-1, 2N-1, ...\n"
     "                       (also when resumed), save a cluster checkpoint of the\n"
@@ -68,7 +74,7 @@ static const char usage[] =
 #define MAX_HIDDEN 6
 
 typedef struct trainer {
-  const scps_layout *layout;
+  int n_features;
   scps_ctr *data;
   scps_mlp *mlp;
   int32_t batch, width;    /* samples per batch, concatenated embedding width */
@@ -96,7 +102,7 @@ static int hook_inputs(void *ud, int64_t batch, const scps_feature_input **in, s
 
 /* Row r of the MLP input is the concatenation of every feature's embedding. */
 static void gather_inputs(trainer *t, float *const *acts) {
-  for (int f = 0; f < t->layout->n_features; f++)
+  for (int f = 0; f < t->n_features; f++)
     for (int32_t r = 0; r < t->batch; r++)
       memcpy(t->x + (size_t)r * (size_t)t->width + (size_t)t->offsets[f], acts[f] + (size_t)r * (size_t)t->dims[f],
              sizeof(float) * (size_t)t->dims[f]);
@@ -134,7 +140,7 @@ static int hook_compute(void *ud, int64_t batch, float *const *acts, float *cons
   double loss = scps_bce_with_logits(t->logits, labels, t->batch, t->dlogits);
   scps_mlp_backward(t->mlp, t->dlogits, t->batch, t->dx);
   scps_mlp_step(t->mlp);
-  for (int f = 0; f < t->layout->n_features; f++)
+  for (int f = 0; f < t->n_features; f++)
     for (int32_t r = 0; r < t->batch; r++)
       memcpy(grads[f] + (size_t)r * (size_t)t->dims[f], t->dx + (size_t)r * (size_t)t->width + (size_t)t->offsets[f],
              sizeof(float) * (size_t)t->dims[f]);
@@ -176,9 +182,9 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
   int64_t n = (int64_t)batches * t->batch;
   float *scores = malloc(sizeof(float) * (size_t)n), *pscores = malloc(sizeof(float) * (size_t)n);
   float *labels = malloc(sizeof(float) * (size_t)n);
-  float **acts = calloc((size_t)t->layout->n_features, sizeof *acts);
+  float **acts = calloc((size_t)t->n_features, sizeof *acts);
   int rc = scores && pscores && labels && acts ? 0 : scps_error_set(err, SCPS_ENOMEM, "out of memory");
-  for (int f = 0; !rc && f < t->layout->n_features; f++)
+  for (int f = 0; !rc && f < t->n_features; f++)
     if (!(acts[f] = malloc(sizeof(float) * (size_t)t->batch * (size_t)t->dims[f])))
       rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
   if (!rc) rc = scps_ctr_create(w, 0x4e1d07, logit_std, &held, err);
@@ -207,7 +213,7 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
     *auc = scps_auc(scores, labels, n);
     *planted_auc = scps_auc(pscores, labels, n);
   }
-  for (int f = 0; acts && f < t->layout->n_features; f++) free(acts[f]);
+  for (int f = 0; acts && f < t->n_features; f++) free(acts[f]);
   free(acts);
   free(scores);
   free(pscores);
@@ -251,6 +257,7 @@ int main(int argc, char **argv) {
   long steps = 2000, eval_batches = 20, deadline = 30000, checkpoint_every = 0, connect_timeout = 10000;
   const char *checkpoint_dir = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
+  scps_limit_policy policy = SCPS_LIMIT_ERROR;
   scps_memtune_apply();
   double dense_lr = 0.003, logit_std = 1.5;
   int32_t hidden[MAX_HIDDEN] = {48, 24};
@@ -266,6 +273,7 @@ int main(int argc, char **argv) {
       {"checkpoint-dir", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, 'V'},
       {"wire-format", required_argument, 0, 'W'}, {"connect-timeout-ms", required_argument, 0, 'T'},
+      {"policy", required_argument, 0, 'P'},
       SCPS_SECURITY_LONG_OPTIONS,
       {0, 0, 0, 0}};
   static scps_security_flags sec; /* static: reachable whichever way main returns */
@@ -295,6 +303,12 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'P':
+      if (scps_limit_policy_from_name(optarg, &policy)) {
+        fprintf(stderr, "scps-trainer: --policy '%s': expected error or drop\n", optarg);
+        return 2;
+      }
+      break;
     case 'c': if (parse_long("--checkpoint-every-steps", optarg, 0, LONG_MAX, &checkpoint_every)) return 2; break;
     case 'C':
       /* Checked now, not at the first checkpoint after hundreds of steps. */
@@ -305,7 +319,7 @@ int main(int argc, char **argv) {
     case 'V': printf("scps-trainer %s\n", scps_version()); return 0;
     default: {
       scps_error e;
-      int handled = scps_security_flag(&sec, "scps-trainer", o, optarg, &e);
+      int handled = scps_security_flags_parse(&sec, "scps-trainer", o, optarg, &e);
       if (handled < 0) fprintf(stderr, "scps-trainer: %s\n", e.msg);
       if (handled <= 0) {
         if (!handled) fputs(usage, stderr);
@@ -334,22 +348,33 @@ int main(int argc, char **argv) {
   scps_client *c = NULL;
   trainer t;
   memset(&t, 0, sizeof t);
+  scps_jsonw expected;
+  scps_jsonw_init(&expected);
   int rc = scps_workload_load(workload, &w, &err);
+  /* The servers must serve the workload's tables and features: libscps
+   * compares them, in the workload format, with what the servers declare. */
+  if (!rc) rc = scps_workload_write_specs(w->tables, w->n_tables, w->features, w->n_features, &expected, &err);
+  if (!rc) rc = scps_jsonw_finish(&expected, "the expected declaration", &err);
   if (!rc) {
-    scps_client_options co = {.servers = servers, .n_servers = n_servers, .tables = w->tables,
-                              .n_tables = w->n_tables, .features = w->features, .n_features = w->n_features,
-                              .policy = SCPS_LIMIT_ERROR, .wire_format = wire,
-                              .connect_timeout_ms = connect_timeout, .security = sec.security};
+    scps_client_options co;
+    scps_client_options_init(&co);
+    co.servers = servers;
+    co.n_servers = n_servers;
+    co.expected_config = expected.buf;
+    co.policy = policy;
+    co.wire_format = wire;
+    co.connect_timeout_ms = connect_timeout;
+    co.security = sec.security;
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) {
-    t.layout = scps_client_layout(c);
-    t.batch = w->batch_size;
+    t.n_features = scps_client_n_features(c);
+    t.batch = scps_client_batch_size(c);
     t.steps = steps;
     t.offsets = calloc((size_t)w->n_features, sizeof *t.offsets);
     t.dims = calloc((size_t)w->n_features, sizeof *t.dims);
     for (int f = 0; t.offsets && t.dims && f < w->n_features; f++) {
-      t.dims[f] = t.layout->table_specs[t.layout->features[f].table].embedding_dim;
+      t.dims[f] = scps_client_feature_width(c, f);
       t.offsets[f] = t.width;
       t.width += t.dims[f];
     }
@@ -376,7 +401,14 @@ int main(int argc, char **argv) {
     int64_t first = scps_client_step(c) + 1;
     if (first > 0) fprintf(stderr, "scps-trainer: the servers hold step %lld; resuming at step %lld\n",
                            (long long)first - 1, (long long)first);
-    scps_train_options to = {mode, steps, first, -1.0, deadline, checkpoint_every, checkpoint_dir};
+    scps_train_options to;
+    scps_train_options_init(&to);
+    to.mode = mode;
+    to.steps = steps;
+    to.first_step = first;
+    to.deadline_ms = deadline;
+    to.checkpoint_every_steps = checkpoint_every;
+    to.checkpoint_dir = checkpoint_dir;
     scps_train_hooks hooks = {.inputs = hook_inputs, .compute = hook_compute, .checkpointed = hook_checkpointed};
     rc = scps_train_run(c, &to, &hooks, &t, &st, &err);
     progress(&t, 1);
@@ -392,6 +424,9 @@ int main(int argc, char **argv) {
            "%.2f s); held-out log-loss %.4f vs planted %.4f (%+.2f%%), AUC %.4f vs planted %.4f\n",
            mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential", (long long)st.steps, st.wall_seconds, sps,
            st.sc_busy_seconds, st.tc_busy_seconds, loss, ploss, 100.0 * (loss - ploss) / ploss, auc, pauc);
+    if (policy == SCPS_LIMIT_DROP)
+      printf("scps-trainer: %lld ids dropped over the partition limits (--policy drop)\n",
+             (long long)scps_client_ids_dropped(c));
     if (json) {
       FILE *f = fopen(json, "w");
       bool ok = f != NULL;
@@ -426,6 +461,7 @@ int main(int argc, char **argv) {
   free(t.dims);
   scps_client_destroy(c);
   scps_workload_destroy(w);
+  scps_jsonw_free(&expected);
   scps_security_flags_free(&sec);
   return rc ? 1 : 0;
 }

@@ -1,4 +1,4 @@
-#include "scps_client_flags.h"
+#include "scps_security_flags.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,7 +36,7 @@ static int read_token(const char *path, const char *program, char **out, scps_er
   return rc;
 }
 
-int scps_security_flag(scps_security_flags *f, const char *program, int opt, const char *arg, scps_error *err) {
+int scps_security_flags_parse(scps_security_flags *f, const char *program, int opt, const char *arg, scps_error *err) {
   scps_client_security *s = &f->security;
   switch (opt) {
   case SCPS_FLAG_TLS: s->tls = true; return 1;

@@ -1,4 +1,4 @@
-#include "scps_client_rows.h"
+#include "scps_rows.h"
 
 #include <stdlib.h>
 #include <string.h>

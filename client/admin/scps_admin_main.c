@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -331,8 +332,28 @@ static int matches(const command *c, int argc, char **argv) {
   return words;
 }
 
+/* Whether word is the first of some commands' names ("checkpoint"). */
+static bool is_group(const char *word) {
+  size_t len = strlen(word);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (!strncmp(commands[i].name, word, len) && commands[i].name[len] == ' ') return true;
+  return false;
+}
+
+/* The commands of group `word`, as usage() lists them all. */
+static void group_usage(FILE *out, const char *word) {
+  size_t len = strlen(word);
+  fprintf(out, "usage: scps-admin %s COMMAND [ARGS]   (scps-admin %s COMMAND --help for its options)\n", word,
+          word);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (!strncmp(commands[i].name, word, len) && commands[i].name[len] == ' ')
+      fprintf(out, "  %-20s %s\n", commands[i].name, commands[i].summary);
+}
+
+static bool is_help(const char *arg) { return !strcmp(arg, "--help") || !strcmp(arg, "-h"); }
+
 int main(int argc, char **argv) {
-  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+  if (argc < 2 || is_help(argv[1])) {
     usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
   }
@@ -349,6 +370,17 @@ int main(int argc, char **argv) {
     int status;
     if (wants_help(&commands[i], sub_argc, sub_argv, &status)) return status;
     return commands[i].run(sub_argc, sub_argv);
+  }
+  /* A group's name alone or with --help ("checkpoint --help") lists its
+   * commands; any other word after it is not one of them. */
+  if (is_group(argv[1])) {
+    if (argc == 2 || is_help(argv[2])) {
+      group_usage(argc == 2 ? stderr : stdout, argv[1]);
+      return argc == 2 ? 2 : 0;
+    }
+    fprintf(stderr, "scps-admin: unknown command '%s %s'\n", argv[1], argv[2]);
+    group_usage(stderr, argv[1]);
+    return 2;
   }
   fprintf(stderr, "scps-admin: unknown command '%s%s%s'\n", argv[1], argc > 2 ? " " : "",
           argc > 2 ? argv[2] : "");

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "scps_client.h"
+#include "scps_client_engine.h"
 #include "scps_jsonw.h"
 #include "scps_units.h"
 
@@ -173,7 +173,11 @@ int scps_admin_rows(int argc, char **argv) {
     free(ids);
     return bad("--servers: %s", list ? err.msg : "out of memory");
   }
-  scps_client_options o = {.servers = addr, .n_servers = n_servers, .connect_timeout_ms = deadline_ms};
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = addr;
+  o.n_servers = n_servers;
+  o.connect_timeout_ms = deadline_ms;
   scps_client *c = NULL;
   float *rows = NULL, *slots = NULL;
   int rc = scps_client_create(&o, &c, &err);

@@ -13,7 +13,7 @@
 
 #include "scps.pb-c.h"
 #include "scps_client.h"
-#include "scps_client_flags.h"
+#include "scps_security_flags.h"
 #include "scps_client_rpc.h"
 #include "scps_step.h"
 #include "scps_units.h"
@@ -64,7 +64,7 @@ typedef struct proc {
 
 static void *call_main(void *arg) {
   proc *p = arg;
-  p->rc = scps_rpc_call(p->addr, p->security, p->method, p->request, p->request_len, p->deadline_ms, &p->answer,
+  p->rc = scps_client_rpc_call(p->addr, p->security, p->method, p->request, p->request_len, p->deadline_ms, &p->answer,
                         &p->answer_len, &p->err);
   return NULL;
 }
@@ -235,7 +235,7 @@ static int parse(int argc, char **argv, char **list, const char **addr, int *n, 
       if (scps_parse_long("--deadline-ms", optarg, 1, 86400000, deadline_ms, &e)) goto bad;
       break;
     default: {
-      int rc = scps_security_flag(sec, "scps-admin", ch, optarg, &e);
+      int rc = scps_security_flags_parse(sec, "scps-admin", ch, optarg, &e);
       if (rc < 0) goto bad;
       if (rc == 0) {
         fputs(scps_admin_restore_usage, stderr);

@@ -1,7 +1,7 @@
-/* scps_client_rows: a (server, stack)'s partitions kept by distinct row, to
+/* scps_rows: a (server, stack)'s partitions kept by distinct row, to
  * pool a Lookup answered in distinct rows and to sum a push's gradients per row. */
-#ifndef SCPS_CLIENT_ROWS_H
-#define SCPS_CLIENT_ROWS_H
+#ifndef SCPS_ROWS_H
+#define SCPS_ROWS_H
 
 #include <stdbool.h>
 #include <stddef.h>

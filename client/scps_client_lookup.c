@@ -1,0 +1,355 @@
+/* scps_client_lookup: a Lookup sent to every server and its answers merged:
+ * partials summed in process order, answers in distinct rows pooled here. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "scps_bf16.h"
+#include "scps_client_int.h"
+
+/* read_lookup_reply's name for scps_client_addr. */
+static const char *addr_of(const scps_client *c, int p) { return scps_client_addr(c, p); }
+
+/* Keeps a LookupResponse's slices in the batch and checks its stacks
+ * against those the request listed; the merge then reads the activations
+ * where gRPC put them. */
+static int read_lookup_reply(rpc *r) {
+  op *o = r->op;
+  scps_client *c = o->c;
+  scps_batch *b = o->b;
+  const scps_layout *l = c->layout;
+  int p = r->server, ns = l->n_stacks;
+  scps_lookup_reply_stack *acts = &b->parsed[(size_t)p * (size_t)ns];
+  char why[SCPS_ERROR_MSG_MAX];
+  int rc = scps_lookup_reply_read(&b->reply[p], r->response, acts, ns, b->n_sent[p], why, sizeof why);
+  for (int st = 0; st < ns && !rc; st++) {
+    int k = b->slot[p * ns + st];
+    if (k < 0) continue;
+    const scps_stack_layout *sl = &l->stacks[st];
+    bool rows = b->distinct[st];
+    size_t values = rows ? scps_rows_count(&b->rows[p * ns + st]) : (size_t)sl->total_sample_count;
+    rc = scps_lookup_reply_check(&b->reply[p], &acts[k], k, sl->name, rows,
+                                 values * (size_t)sl->dim * c->value_bytes, why, sizeof why);
+  }
+  return rc ? scps_error_set(&r->err, rc, "server %d (%s): %s", p, addr_of(c, p), why) : 0;
+}
+
+/* Whether pool_rows pools stack st's answers straight into the caller's
+ * arrays, server after server in process order (the first written, each
+ * later one's added, sample by sample), so the merge skips the stack: its answers came in distinct rows and every feature of the stack
+ * is as wide as the stack. Otherwise each server's rows are pooled into its
+ * rows buffer, laid out as a pooled answer, for the merge to read. */
+static bool rows_in_place(const scps_client *c, const scps_batch *b, int st) {
+  const scps_layout *l = c->layout;
+  if (!b->distinct[st]) return false;
+  const scps_stack_layout *sl = &l->stacks[st];
+  for (int i = 0; i < sl->n_features; i++)
+    if (l->table_specs[l->features[sl->features[i]].table].embedding_dim != sl->dim) return false;
+  return true;
+}
+
+/* Rows of one feature a merge item covers: a few hundred KiB, so the pool's
+ * threads share a lookup's features evenly. */
+#define MERGE_ROWS 512
+
+/* Rows [r0, r1) of feature f: the servers' partials summed in process order
+ * (the first copied), each row read where it lies in the received slices (a
+ * row split between two slices is gathered into tmp first). A feature as
+ * wide as its stack is one contiguous range there, copied (float32) or
+ * widened (bfloat16) run by run. */
+static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
+  const scps_client *c = o->c;
+  const scps_layout *l = c->layout;
+  const scps_batch *b = o->b;
+  int ns = l->n_stacks;
+  const size_t vb = c->value_bytes;
+  uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
+  const scps_feature_layout *fl = &l->features[f];
+  const scps_stack_layout *sl = &l->stacks[fl->stack];
+  size_t width = (size_t)l->table_specs[fl->table].embedding_dim, dim = (size_t)sl->dim;
+  float *restrict dst = o->acts[f];
+  bool first = true;
+  for (int p = 0; p < c->n; p++) {
+    int k = b->slot[p * ns + fl->stack];
+    if (k < 0) continue;
+    if (rows_in_place(c, b, fl->stack)) {
+      first = false;
+      continue;
+    }
+    if (b->distinct[fl->stack]) {
+      /* Pooled by pool_rows into float32, laid out as a pooled answer. */
+      const float *src = b->rows[p * ns + fl->stack].pooled + ((size_t)fl->sample_offset + r0) * dim;
+      for (size_t r = r0; r < r1; r++, src += dim) {
+        float *restrict d = dst + r * width;
+        if (first) memcpy(d, src, width * sizeof(float));
+        else
+          for (size_t j = 0; j < width; j++) d[j] += src[j];
+      }
+      first = false;
+      continue;
+    }
+    const scps_slices *m = &b->reply[p];
+    size_t at = b->parsed[p * ns + k].off + ((size_t)fl->sample_offset + r0) * dim * vb;
+    if (first && vb == sizeof(float) && width == dim) {
+      uint8_t *d = (uint8_t *)(dst + r0 * width);
+      for (size_t left = (r1 - r0) * dim * vb, avail; left > 0; left -= avail, at += avail, d += avail) {
+        const uint8_t *s = scps_slices_at(m, at, &avail);
+        if (avail > left) avail = left;
+        memcpy(d, s, avail);
+      }
+      first = false;
+      continue;
+    }
+    if (first && width == dim) {
+      /* bfloat16, widened slice by slice; a value split between two slices
+       * is put together in tmp. */
+      float *d = dst + r0 * width;
+      for (size_t left = (r1 - r0) * dim, n, avail; left > 0; left -= n, at += 2 * n, d += n) {
+        const uint8_t *s = scps_slices_at(m, at, &avail);
+        n = avail / 2 < left ? avail / 2 : left;
+        if (!n) {
+          s = scps_slices_span(m, at, 2, tmp);
+          n = 1;
+        }
+        scps_bf16_decode(s, d, n);
+      }
+      first = false;
+      continue;
+    }
+    for (size_t r = r0; r < r1; r++, at += dim * vb) {
+      float *restrict d = dst + r * width;
+      /* Unaligned in the slices: read by memcpy, which compiles to plain
+       * (vector) loads. */
+      const uint8_t *restrict s = scps_slices_span(m, at, width * vb, tmp);
+      if (vb == 2 && first) {
+        scps_bf16_decode(s, d, width);
+      } else if (vb == 2) {
+        for (size_t j = 0; j < width; j++) d[j] += scps_bf16_to_f32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
+      } else if (first) {
+        memcpy(d, s, width * sizeof(float));
+      } else {
+        for (size_t j = 0; j < width; j++) {
+          float v;
+          memcpy(&v, s + j * sizeof(float), sizeof v);
+          d[j] += v;
+        }
+      }
+    }
+    first = false;
+  }
+  if (first) memset(dst + r0 * width, 0, (r1 - r0) * width * sizeof(float));
+}
+
+static size_t merge_chunks(const scps_layout *l) {
+  int32_t most = 1;
+  for (int f = 0; f < l->n_features; f++)
+    if (l->feature_specs[f].batch_size > most) most = l->feature_specs[f].batch_size;
+  return ((size_t)most + MERGE_ROWS - 1) / MERGE_ROWS;
+}
+
+typedef struct merge_job {
+  const op *o;
+  size_t chunks; /* items per feature */
+} merge_job;
+
+static void merge_item(void *ctx, int item) {
+  const merge_job *m = ctx;
+  const scps_layout *l = m->o->c->layout;
+  size_t f = (size_t)item / m->chunks, r0 = (size_t)item % m->chunks * MERGE_ROWS;
+  size_t rows = (size_t)l->feature_specs[f].batch_size, r1 = r0 + MERGE_ROWS < rows ? r0 + MERGE_ROWS : rows;
+  if (r0 < r1) merge_rows(m->o, (int)f, r0, r1);
+}
+
+/* Samples a pooling item covers: 4096 x 64 floats is 1 MiB of output. */
+#define POOL_SAMPLES 4096
+
+/* The answers in distinct rows of one lookup (b->rows indices, server *
+ * stacks + stack), each widened by an item of its own; then the pooling
+ * units: one answer pooled into its rows buffer (server >= 0), or a stack
+ * pooled in place from every server's answer (server -1), each in items of
+ * POOL_SAMPLES samples, unit u's first item items[u] (items[n_units] = all). */
+typedef struct pool_job {
+  const op *o;
+  int n_answers, n_units;
+  size_t *answer;
+  int *server, *stack, *items;
+  atomic_int failed;
+} pool_job;
+
+static void widen_item(void *ctx, int item) {
+  pool_job *j = ctx;
+  const op *o = j->o;
+  const scps_client *c = o->c;
+  scps_batch *b = o->b;
+  int ns = c->layout->n_stacks;
+  size_t i = j->answer[item];
+  int p = (int)(i / (size_t)ns), st = (int)(i % (size_t)ns);
+  const scps_stack_layout *sl = &c->layout->stacks[st];
+  const scps_lookup_reply_stack *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
+  if (scps_rows_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
+                      (size_t)sl->total_sample_count, !rows_in_place(c, b, st)))
+    atomic_store(&j->failed, 1);
+}
+
+/* Samples [first, end) of stack st from every server's distinct rows into
+ * the caller's arrays, each feature's share into its own: the first
+ * server's written, each later one's added, which is the merge's sum in
+ * process order bit for bit. */
+static void pool_in_place(const op *o, int st, uint32_t first, uint32_t end) {
+  const scps_client *c = o->c;
+  const scps_layout *l = c->layout;
+  const scps_batch *b = o->b;
+  const scps_stack_layout *sl = &l->stacks[st];
+  bool wrote = false;
+  for (int p = 0; p < c->n; p++) {
+    if (b->slot[p * l->n_stacks + st] < 0) continue;
+    const scps_rows *ra = &b->rows[p * l->n_stacks + st];
+    for (int k = 0; k < sl->n_features; k++) {
+      int f = sl->features[k];
+      uint32_t so = (uint32_t)l->features[f].sample_offset, se = so + (uint32_t)l->feature_specs[f].batch_size;
+      uint32_t lo = first > so ? first : so, hi = end < se ? end : se;
+      if (lo < hi) scps_rows_pool(ra, (size_t)sl->dim, lo, hi, o->acts[f], so, wrote);
+    }
+    wrote = true;
+  }
+}
+
+static void pool_item(void *ctx, int item) {
+  pool_job *j = ctx;
+  int u = 0;
+  while (j->items[u + 1] <= item) u++;
+  const scps_layout *l = j->o->c->layout;
+  int st = j->stack[u];
+  const scps_stack_layout *sl = &l->stacks[st];
+  uint32_t first = (uint32_t)(item - j->items[u]) * POOL_SAMPLES;
+  uint32_t end = first + POOL_SAMPLES < (uint64_t)sl->total_sample_count ? first + POOL_SAMPLES
+                                                                         : (uint32_t)sl->total_sample_count;
+  if (j->server[u] < 0)
+    pool_in_place(j->o, st, first, end);
+  else
+    scps_rows_pool(&j->o->b->rows[j->server[u] * l->n_stacks + st], (size_t)sl->dim, first, end, NULL, 0,
+                   false);
+}
+
+/* Answers in distinct rows become activations: each widened into a table of
+ * rows, then pooled by stack into the caller's arrays (rows_in_place) or
+ * into the float32 partial a pooled answer would have held, for the merge
+ * to read. */
+static int pool_rows(op *o, scps_error *err) {
+  scps_client *c = o->c;
+  scps_batch *b = o->b;
+  const scps_layout *l = c->layout;
+  int ns = l->n_stacks, n = 0;
+  for (size_t i = 0; i < (size_t)c->n * (size_t)ns; i++) n += b->distinct[i % (size_t)ns] && b->slot[i] >= 0;
+  if (!n) return 0;
+  /* At most one unit per answer. */
+  pool_job j = {.o = o,
+                .answer = malloc(sizeof *j.answer * (size_t)n),
+                .server = malloc(sizeof *j.server * (size_t)n),
+                .stack = malloc(sizeof *j.stack * (size_t)n),
+                .items = malloc(sizeof *j.items * ((size_t)n + 1))};
+  int rc = 0;
+  if (!j.answer || !j.server || !j.stack || !j.items) {
+    rc = scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory pooling distinct rows");
+    goto out;
+  }
+  atomic_init(&j.failed, 0);
+  j.items[0] = 0;
+  for (int st = 0; st < ns; st++) {
+    if (!b->distinct[st]) continue;
+    const bool in_place = rows_in_place(c, b, st);
+    int holders = 0;
+    for (int p = 0; p < c->n; p++) {
+      if (b->slot[p * ns + st] < 0) continue;
+      j.answer[j.n_answers++] = (size_t)p * (size_t)ns + (size_t)st;
+      holders++;
+      if (in_place) continue;
+      j.server[j.n_units] = p;
+      j.stack[j.n_units++] = st;
+    }
+    if (!holders || !in_place) continue;
+    j.server[j.n_units] = -1;
+    j.stack[j.n_units++] = st;
+  }
+  for (int u = 0; u < j.n_units; u++)
+    j.items[u + 1] =
+        j.items[u] + (int)((l->stacks[j.stack[u]].total_sample_count + POOL_SAMPLES - 1) / POOL_SAMPLES);
+  scps_client_prepare_parallel(c, j.n_answers, widen_item, &j);
+  if (atomic_load(&j.failed)) {
+    rc = scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory widening the distinct rows of an answer");
+    goto out;
+  }
+  scps_client_prepare_parallel(c, j.items[j.n_units], pool_item, &j);
+out:
+  free(j.answer);
+  free(j.server);
+  free(j.stack);
+  free(j.items);
+  return rc;
+}
+
+/* The merge is a pass over every activation byte, spread over the prep pool (scps_client_prepare_parallel). */
+static void merge_activations(op *o) {
+  scps_client *c = o->c;
+  merge_job m = {o, merge_chunks(c->layout)};
+  scps_client_prepare_parallel(c, (int)(m.chunks * (size_t)c->layout->n_features), merge_item, &m);
+}
+
+
+/* The lookup's result: when every server answered, their answers merged
+ * into the caller's arrays; the answers are let go either way. */
+static int lookup_outcome(op *o, int first, int failures, scps_error *err) {
+  int rc = first < 0 ? pool_rows(o, err) : 0;
+  if (first < 0 && !rc) merge_activations(o);
+  for (int p = 0; p < o->n_rpcs; p++) scps_slices_free(&o->b->reply[p]);
+  if (rc) return rc;
+  return scps_client_op_failure(o, first, failures, err);
+}
+
+static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms, bool blocking,
+                        scps_client_done done, void *ud, op **out, scps_error *err) {
+  const char *fn = blocking ? "scps_client_lookup" : "scps_client_lookup_async";
+  if (!acts) return scps_error_set(err, SCPS_EINVAL, "%s: acts is NULL", fn);
+  if (deadline_ms <= 0) return scps_error_set(err, SCPS_EINVAL, "%s: deadline_ms %lld must be > 0", fn, (long long)deadline_ms);
+  if (c)
+    for (int f = 0; f < c->layout->n_features; f++)
+      if (!acts[f])
+        return scps_error_set(err, SCPS_EINVAL, "%s: acts[%d] (feature '%s') is NULL", fn, f,
+                              c->layout->feature_specs[f].name);
+  int rc = scps_batch_claim(c, b, fn, err);
+  if (rc) return rc;
+  op *o = scps_client_op_create(c, SCPS_M_LOOKUP, c->n, deadline_ms);
+  if (o) o->acts = malloc(sizeof *o->acts * (size_t)c->layout->n_features);
+  for (int p = 0; o && o->acts && p < c->n; p++) {
+    rpc *r = &o->rpcs[p];
+    r->req = malloc(sizeof *r->req);
+    if (!r->req) break;
+    r->req[0] = grpc_slice_ref(b->lookup[p]);
+    r->n_req = 1;
+  }
+  if (!o || !o->acts || !o->rpcs[c->n - 1].n_req) {
+    if (o) scps_client_op_destroy(o);
+    atomic_store(&b->busy, false);
+    return scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
+  }
+  memcpy(o->acts, acts, sizeof *o->acts * (size_t)c->layout->n_features);
+  o->b = b;
+  o->read = read_lookup_reply;
+  o->outcome = lookup_outcome;
+  scps_client_op_launch(o, blocking, done, ud, out);
+  return 0;
+}
+
+int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms, scps_error *err) {
+  op *o;
+  int rc = lookup_start(c, b, acts, deadline_ms, true, NULL, NULL, &o, err);
+  if (rc) return rc;
+  scps_client_op_wait(o);
+  return scps_client_op_finish(o, err);
+}
+
+int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,
+                             scps_client_done done, void *ud) {
+  if (!done) return SCPS_EINVAL;
+  op *o;
+  return lookup_start(c, b, acts, deadline_ms, false, done, ud, &o, NULL);
+}
