@@ -5,8 +5,9 @@ A file's node is its name without .c/.h: a .c and its .h are one node. Checks
   1. no cycle among the nodes of server/ (an include path that comes back);
   2. proto/ includes nothing from server/ or client/;
   3. shard/ includes nothing from proto/, server/ or client/;
-  4. no .c/.h under server/ client/ proto/ shard/ is over MAX_LINES lines
-     (files in SPLITTING only warn: they are being split).
+  4. no .c/.h under server/ client/ proto/ shard/ is over MAX_LINES lines;
+  5. client/'s own folder holds only libscps: no main() (programs live in
+     its subfolders).
 Prints every violation and exits 1 if there is one.
 
 usage: layering.py [SOURCE_DIR]   (default: $SCPS_SOURCE_DIR, else ../.. of this file)
@@ -16,10 +17,6 @@ import re
 import sys
 
 MAX_LINES = 1000
-# Files other changes are splitting; over MAX_LINES they are reported, not failed.
-SPLITTING = {
-    "client/scps_client.c",
-}
 FOLDERS = ("server", "client", "proto", "shard")
 # folder -> folders whose files it may not include
 FORBIDDEN = {
@@ -120,14 +117,22 @@ def check_forbidden(src, owner, problems):
                                     % (rel, inc, other, folder, "/, ".join(banned)))
 
 
-def check_sizes(src, problems, warnings):
+def check_library_root(root, problems):
+    folder = os.path.join(root, "client")
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".c"):
+            with open(os.path.join(folder, name)) as f:
+                if re.search(r"^int\s+main\s*\(", f.read(), re.M):
+                    problems.append("client/%s: defines main(); programs belong in a subfolder of client/" % name)
+
+
+def check_sizes(src, problems):
     for folder in FOLDERS:
         for rel, text in sorted(src[folder].items()):
             n = text.count("\n")
             if n <= MAX_LINES:
                 continue
-            line = "%s: %d lines, over %d" % (rel, n, MAX_LINES)
-            (warnings if rel in SPLITTING else problems).append(line)
+            problems.append("%s: %d lines, over %d" % (rel, n, MAX_LINES))
 
 
 def main():
@@ -137,19 +142,18 @@ def main():
     if not src["server"]:
         print("layering: no server/ sources under " + root)
         return 1
-    problems, warnings = [], []
+    problems = []
     for folder in CYCLE_FREE:
         check_cycles(folder, src[folder], problems)
     check_forbidden(src, header_owner(src), problems)
-    check_sizes(src, problems, warnings)
-    for w in warnings:
-        print("warning (being split): " + w)
+    check_sizes(src, problems)
+    check_library_root(root, problems)
     for p in problems:
         print(p)
     if problems:
         return 1
-    print("layering: %d files of %s checked: no include cycle in %s, no forbidden include, none over %d lines "
-          "but those being split" % (sum(len(f) for f in src.values()), " ".join(f + "/" for f in FOLDERS),
+    print("layering: %d files of %s checked: no include cycle in %s, no forbidden include, none over %d lines, "
+          "no program in client/" % (sum(len(f) for f in src.values()), " ".join(f + "/" for f in FOLDERS),
                                      " ".join(f + "/" for f in CYCLE_FREE), MAX_LINES))
     return 0
 
