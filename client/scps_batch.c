@@ -39,7 +39,7 @@ int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err) {
   return 0;
 }
 
-void scps_batch_release(scps_batch *b) {
+void scps__batch_release(scps_batch *b) {
   for (int p = 0; b->lookup && p < b->c->n; p++) {
     grpc_slice_unref(b->lookup[p]);
     b->lookup[p] = grpc_empty_slice();
@@ -49,26 +49,26 @@ void scps_batch_release(scps_batch *b) {
 
 void scps_batch_destroy(scps_batch *b) {
   if (!b) return;
-  scps_batch_release(b);
+  scps__batch_release(b);
   free(b->lookup);
   free(b->parts_off);
   free(b->parts_len);
   free(b->slot);
   free(b->n_sent);
   free(b->stack_used);
-  for (int p = 0; b->lookup_buf && p < b->c->n; p++) scps_client_buf_release(&b->lookup_buf[p]);
-  for (int p = 0; b->reply && p < b->c->n; p++) scps_slices_free(&b->reply[p]);
-  for (int st = 0; b->grad_buf && st < b->c->layout->n_stacks; st++) scps_client_buf_release(&b->grad_buf[st]);
+  for (int p = 0; b->lookup_buf && p < b->c->n; p++) scps__client_buf_release(&b->lookup_buf[p]);
+  for (int p = 0; b->reply && p < b->c->n; p++) scps__slices_free(&b->reply[p]);
+  for (int st = 0; b->grad_buf && st < b->c->layout->n_stacks; st++) scps__client_buf_release(&b->grad_buf[st]);
   free(b->lookup_buf);
   free(b->reply);
   free(b->grad_buf);
   free(b->parsed);
   for (size_t i = 0; b->rows && i < (size_t)b->c->n * (size_t)b->c->layout->n_stacks; i++)
-    scps_rows_free(&b->rows[i]);
+    scps__rows_free(&b->rows[i]);
   free(b->rows);
   free(b->distinct);
   for (size_t i = 0; b->row_buf && i < (size_t)b->c->n * (size_t)b->c->layout->n_stacks; i++)
-    scps_client_buf_release(&b->row_buf[i]);
+    scps__client_buf_release(&b->row_buf[i]);
   free(b->row_buf);
   free(b->by_row);
   free(b->n_rows);
@@ -77,7 +77,7 @@ void scps_batch_destroy(scps_batch *b) {
 }
 
 
-int scps_batch_claim(scps_client *c, scps_batch *b, const char *fn, scps_error *err) {
+int scps__batch_claim(scps_client *c, scps_batch *b, const char *fn, scps_error *err) {
   if (!c || !b || b->c != c)
     return scps_error_set(err, SCPS_EINVAL, "%s: client or batch is NULL or the batch belongs to another client", fn);
   if (atomic_exchange(&b->busy, true))

@@ -129,7 +129,7 @@ static int check_expected(const scps_client_expected *e, scps_error *err) {
   return 0;
 }
 
-int scps_client_create_expecting(const scps_client_options *options, const scps_client_expected *expected,
+int scps__client_create_expecting(const scps_client_options *options, const scps_client_expected *expected,
                                  scps_client **out, scps_error *err) {
   if (!out) return scps_error_set(err, SCPS_EINVAL, "out is NULL");
   *out = NULL;
@@ -143,7 +143,7 @@ int scps_client_create_expecting(const scps_client_options *options, const scps_
   scps_workload *w = NULL;
   if (!rc && o->expected_config) {
     scps_error e;
-    rc = scps_workload_parse(o->expected_config, strlen(o->expected_config), &w, &e);
+    rc = scps__workload_parse(o->expected_config, strlen(o->expected_config), &w, &e);
     if (rc) scps_error_set(err, rc, "options: expected_config: %s", e.msg);
   }
   if (rc) return rc;
@@ -152,7 +152,7 @@ int scps_client_create_expecting(const scps_client_options *options, const scps_
   if (w) expected = &from_text;
   scps_client *c = calloc(1, sizeof *c);
   if (!c) {
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
   c->n = o->n_servers;
@@ -169,16 +169,16 @@ int scps_client_create_expecting(const scps_client_options *options, const scps_
   c->servers = calloc((size_t)c->n, sizeof *c->servers);
   if (!c->servers) {
     scps_client_destroy(c);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
   grpc_init();
   c->grpc_started = true;
-  rc = scps_client_op_threads_start(c, o->cq_threads ? o->cq_threads : CQ_THREADS_DEFAULT, err);
-  if (!rc) rc = scps_client_conn_create(&o->security, &c->conn, err);
-  if (!rc) rc = scps_client_connect_servers(c, o, err);
-  if (!rc) rc = scps_client_connect_configure(c, o, expected, err);
-  scps_workload_destroy(w);
+  rc = scps__client_op_threads_start(c, o->cq_threads ? o->cq_threads : CQ_THREADS_DEFAULT, err);
+  if (!rc) rc = scps__client_conn_create(&o->security, &c->conn, err);
+  if (!rc) rc = scps__client_connect_servers(c, o, err);
+  if (!rc) rc = scps__client_connect_configure(c, o, expected, err);
+  scps__workload_destroy(w);
   if (rc) {
     scps_client_destroy(c);
     return rc;
@@ -188,7 +188,7 @@ int scps_client_create_expecting(const scps_client_options *options, const scps_
 }
 
 int scps_client_create(const scps_client_options *o, scps_client **out, scps_error *err) {
-  return scps_client_create_expecting(o, NULL, out, err);
+  return scps__client_create_expecting(o, NULL, out, err);
 }
 
 void scps_client_destroy(scps_client *c) {
@@ -196,18 +196,18 @@ void scps_client_destroy(scps_client *c) {
   pthread_mutex_lock(&c->mu);
   while (c->in_flight) pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
-  scps_client_op_threads_stop(c);
+  scps__client_op_threads_stop(c);
   for (int p = 0; c->servers && p < c->n; p++) {
     if (c->servers[p].ch) grpc_channel_destroy(c->servers[p].ch);
     free(c->servers[p].addr);
   }
   if (c->cq) grpc_completion_queue_destroy(c->cq);
-  scps_client_conn_destroy(c->conn);
-  scps_prep_destroy(c->prep);
+  scps__client_conn_destroy(c->conn);
+  scps__prep_destroy(c->prep);
   for (int st = 0; c->sample_feature && st < c->layout->n_stacks; st++) free(c->sample_feature[st]);
   free(c->sample_feature);
-  scps_layout_destroy(c->layout);
-  scps_cluster_spec_free(&c->spec);
+  scps__layout_destroy(c->layout);
+  scps__cluster_spec_free(&c->spec);
   free(c->servers);
   if (c->grpc_started) grpc_shutdown();
   pthread_cond_destroy(&c->cv);
@@ -216,9 +216,9 @@ void scps_client_destroy(scps_client *c) {
   free(c);
 }
 
-const scps_layout *scps_client_layout(const scps_client *c) { return c->layout; }
+const scps_layout *scps__client_layout(const scps_client *c) { return c->layout; }
 
-scps_prep *scps_client_prep(scps_client *c) { return c->prep; }
+scps_prep *scps__client_prep(scps_client *c) { return c->prep; }
 
 int64_t scps_client_step(const scps_client *c) { return c->step; }
 
@@ -249,7 +249,7 @@ const char *scps_client_feature_name(const scps_client *c, int f) {
 }
 
 int scps_client_feature_index(const scps_client *c, const char *name) {
-  int f = name ? scps_find_feature(c->layout->feature_specs, c->layout->n_features, name) : -1;
+  int f = name ? scps__find_feature(c->layout->feature_specs, c->layout->n_features, name) : -1;
   return f >= 0 ? f : SCPS_ENOENT;
 }
 

@@ -30,7 +30,7 @@ static void buf_returned(void *ud) {
     buf_free(b);
 }
 
-void scps_client_buf_release(scps_client_buf **slot) {
+void scps__client_buf_release(scps_client_buf **slot) {
   scps_client_buf *b = *slot;
   *slot = NULL;
   if (!b) return;
@@ -59,12 +59,12 @@ static scps_client_buf *buf_idle(scps_client_buf **slot, size_t len) {
   if (b && atomic_load_explicit(&b->state, memory_order_acquire) == BUF_IDLE && b->cap >= len) return b;
   b = buf_create(len);
   if (!b) return NULL;
-  scps_client_buf_release(slot);
+  scps__client_buf_release(slot);
   *slot = b;
   return b;
 }
 
-void *scps_client_buf_lend(scps_client_buf **slot, size_t len, grpc_slice *out) {
+void *scps__client_buf_lend(scps_client_buf **slot, size_t len, grpc_slice *out) {
   scps_client_buf *b = buf_idle(slot, len);
   if (!b) return NULL;
   atomic_store_explicit(&b->state, BUF_LENT, memory_order_relaxed);

@@ -15,10 +15,10 @@ typedef struct scps_client_buf scps_client_buf;
  * gRPC or too small, lets it go and puts a new one in *slot. Returns the
  * slice's first byte (64-byte aligned), or NULL when out of memory (then
  * *slot is unchanged). */
-void *scps_client_buf_lend(scps_client_buf **slot, size_t len, grpc_slice *out);
+void *scps__client_buf_lend(scps_client_buf **slot, size_t len, grpc_slice *out);
 
 /* The owner lets go of *slot (NULL is fine): freed now, or when gRPC drops
  * its last reference. *slot becomes NULL. */
-void scps_client_buf_release(scps_client_buf **slot);
+void scps__client_buf_release(scps_client_buf **slot);
 
 #endif

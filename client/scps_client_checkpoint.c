@@ -33,8 +33,8 @@ static int checkpoint_outcome(op *o, int first, int failures, scps_error *err) {
   }
   const rpc *r = &o->rpcs[first];
   char bad[128], good[128];
-  scps_client_op_list_servers(o, true, bad, sizeof bad);
-  scps_client_op_list_servers(o, false, good, sizeof good);
+  scps__client_op_list_servers(o, true, bad, sizeof bad);
+  scps__client_op_list_servers(o, false, good, sizeof good);
   /* A deadline or a shutdown ends the call, not a save the server has
    * begun: that runs to completion, so only a refusal or a failed write
    * settles that the step is incomplete. */
@@ -83,20 +83,20 @@ static int checkpoint_start(scps_client *c, int64_t step, const char *directory,
     return scps_error_set(err, SCPS_EINVAL, "scps_client_checkpoint: directory of %zu bytes, longer than %d",
                           strlen(directory), MAX_DIRECTORY);
   /* Servers save only below their --checkpoint-dir. */
-  if (directory && scps_confine_check("scps_client_checkpoint: directory", directory, MAX_DIRECTORY, err))
+  if (directory && scps__confine_check("scps_client_checkpoint: directory", directory, MAX_DIRECTORY, err))
     return err ? err->code : SCPS_EINVAL;
   const scps_layout *l = c->layout;
   int ns = l->n_stacks;
   Scps__V1__StackLimits *lim = calloc((size_t)(ns ? ns : 1), sizeof *lim);
   Scps__V1__StackLimits **limp = calloc((size_t)(ns ? ns : 1), sizeof *limp);
-  op *o = lim && limp ? scps_client_op_create(c, SCPS_M_CHECKPOINT, c->n, deadline_ms) : NULL;
+  op *o = lim && limp ? scps__client_op_create(c, SCPS_M_CHECKPOINT, c->n, deadline_ms) : NULL;
   int rc = o ? 0 : scps_error_set(err, SCPS_ENOMEM, "scps_client_checkpoint: out of memory");
   /* The limits in force are the prep's, which FDO may have raised. */
   pthread_mutex_lock(&c->prep_mu);
   for (int st = 0; !rc && st < ns; st++) {
     scps__v1__stack_limits__init(&lim[st]);
     lim[st].stack = (char *)l->stacks[st].name;
-    scps_prep_get_limits(c->prep, st, &lim[st].max_ids_per_partition, &lim[st].max_unique_ids_per_partition);
+    scps__prep_get_limits(c->prep, st, &lim[st].max_ids_per_partition, &lim[st].max_unique_ids_per_partition);
     limp[st] = &lim[st];
   }
   pthread_mutex_unlock(&c->prep_mu);
@@ -123,13 +123,13 @@ static int checkpoint_start(scps_client *c, int64_t step, const char *directory,
   free(lim);
   free(limp);
   if (rc) {
-    if (o) scps_client_op_destroy(o);
+    if (o) scps__client_op_destroy(o);
     return rc;
   }
   o->step = step;
   o->outcome = checkpoint_outcome;
   if (!blocking) o->then = checkpoint_due_then; /* only automatic checkpoints are asynchronous */
-  scps_client_op_launch(o, blocking, done, ud, out);
+  scps__client_op_launch(o, blocking, done, ud, out);
   return 0;
 }
 
@@ -140,8 +140,8 @@ int scps_client_checkpoint(scps_client *c, int64_t step, const char *directory, 
   int rc = checkpoint_start(c, step, directory, deadline_ms, true, NULL, NULL, &o, err);
   if (rc) return rc;
   o->result = result;
-  scps_client_op_wait(o);
-  return scps_client_op_finish(o, err);
+  scps__client_op_wait(o);
+  return scps__client_op_finish(o, err);
 }
 
 int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *result, scps_error *err) {
@@ -154,7 +154,7 @@ int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoint_result *r
   return rc;
 }
 
-void scps_client_checkpoint_due(scps_client *c, int64_t step) {
+void scps__client_checkpoint_due(scps_client *c, int64_t step) {
   if (c->ignore_checkpoint_due) return;
   scps_client_checkpoint_result result;
   scps_error e;
@@ -163,7 +163,7 @@ void scps_client_checkpoint_due(scps_client *c, int64_t step) {
   record_auto_checkpoint(c, ck, &e, ck ? NULL : &result);
 }
 
-bool scps_client_checkpoint_due_async(scps_client *c, int64_t step, scps_client_done done, void *ud) {
+bool scps__client_checkpoint_due_async(scps_client *c, int64_t step, scps_client_done done, void *ud) {
   if (c->ignore_checkpoint_due) return false;
   op *ck;
   scps_error err;

@@ -21,9 +21,9 @@ static int tls_credentials(const scps_client_security *s, grpc_channel_credentia
     return scps_error_set(err, SCPS_EINVAL, "tls_cert_file and tls_key_file go together (%s given alone)",
                           s->tls_cert_file ? "tls_cert_file" : "tls_key_file");
   char *ca = NULL, *cert = NULL, *key = NULL;
-  int rc = s->tls_ca_file ? scps_credfile_read_certs("tls_ca_file", s->tls_ca_file, &ca, err) : 0;
+  int rc = s->tls_ca_file ? scps__credfile_read_certs("tls_ca_file", s->tls_ca_file, &ca, err) : 0;
   if (!rc && s->tls_cert_file)
-    rc = scps_credfile_read_pair("tls_cert_file", s->tls_cert_file, "tls_key_file", s->tls_key_file, &cert, &key,
+    rc = scps__credfile_read_pair("tls_cert_file", s->tls_cert_file, "tls_key_file", s->tls_key_file, &cert, &key,
                                  err);
   if (!rc) {
     /* gRPC keeps copies of the PEM texts. */
@@ -38,7 +38,7 @@ static int tls_credentials(const scps_client_security *s, grpc_channel_credentia
   return rc;
 }
 
-int scps_client_conn_create(const scps_client_security *s, scps_client_conn **out, scps_error *err) {
+int scps__client_conn_create(const scps_client_security *s, scps_client_conn **out, scps_error *err) {
   *out = NULL;
   scps_client_conn *c = calloc(1, sizeof *c);
   if (!c) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
@@ -53,7 +53,7 @@ int scps_client_conn_create(const scps_client_security *s, scps_client_conn **ou
   }
   if (!rc && s && s->token) {
     size_t n = strlen(s->token), bad;
-    if (!scps_credfile_token_chars_ok(s->token, n, &bad)) {
+    if (!scps__credfile_token_chars_ok(s->token, n, &bad)) {
       rc = scps_error_set(err, SCPS_EINVAL, n ? "token: character %zu is a space or not printable ASCII"
                                               : "token: empty (NULL for none)", bad + 1);
     } else {
@@ -71,14 +71,14 @@ int scps_client_conn_create(const scps_client_security *s, scps_client_conn **ou
     }
   }
   if (rc) {
-    scps_client_conn_destroy(c);
+    scps__client_conn_destroy(c);
     return rc;
   }
   *out = c;
   return 0;
 }
 
-grpc_channel *scps_client_conn_channel(const scps_client_conn *c, const char *addr, const grpc_channel_args *args) {
+grpc_channel *scps__client_conn_channel(const scps_client_conn *c, const char *addr, const grpc_channel_args *args) {
   if (!c->server_name) return grpc_channel_create(addr, c->creds, args);
   size_t n = args ? args->num_args : 0;
   grpc_arg *all = calloc(n + 1, sizeof *all);
@@ -93,7 +93,7 @@ grpc_channel *scps_client_conn_channel(const scps_client_conn *c, const char *ad
   return ch;
 }
 
-void scps_client_conn_metadata(const scps_client_conn *c, grpc_op *op, grpc_metadata *md) {
+void scps__client_conn_metadata(const scps_client_conn *c, grpc_op *op, grpc_metadata *md) {
   if (!c->has_token) return;
   memset(md, 0, sizeof *md);
   md->key = grpc_slice_from_static_string("authorization");
@@ -102,14 +102,14 @@ void scps_client_conn_metadata(const scps_client_conn *c, grpc_op *op, grpc_meta
   op->data.send_initial_metadata.metadata = md;
 }
 
-const char *scps_client_conn_why_unconnected(const scps_client_conn *c) {
+const char *scps__client_conn_why_unconnected(const scps_client_conn *c) {
   return c->tls ? "nothing listens there, it is unreachable, or the TLS handshake failed (a server without TLS, "
                   "roots that do not verify its certificate, a name it was not issued to, no client certificate "
                   "where one is required)"
                 : "nothing listens there, it is unreachable, or it serves TLS only (see the TLS settings)";
 }
 
-void scps_client_conn_destroy(scps_client_conn *c) {
+void scps__client_conn_destroy(scps_client_conn *c) {
   if (!c) return;
   if (c->creds) grpc_channel_credentials_release(c->creds);
   if (c->has_token) grpc_slice_unref(c->authorization);

@@ -18,7 +18,7 @@
 #define STEP_AGREE_ROUNDS 10
 #define STEP_AGREE_PAUSE_MS 100
 
-int scps_client_connect_servers(scps_client *c, const scps_client_options *o, scps_error *err) {
+int scps__client_connect_servers(scps_client *c, const scps_client_options *o, scps_error *err) {
   grpc_arg args[8];
   memset(args, 0, sizeof args);
   args[0].type = GRPC_ARG_INTEGER;
@@ -63,13 +63,13 @@ int scps_client_connect_servers(scps_client *c, const scps_client_options *o, sc
       rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
       break;
     }
-    s->ch = scps_client_conn_channel(c->conn, s->addr, &ca);
+    s->ch = scps__client_conn_channel(c->conn, s->addr, &ca);
     if (!s->ch) {
       rc = scps_error_set(err, SCPS_EINVAL, "server %d: cannot create a channel to '%s'", p, s->addr);
       break;
     }
     for (int m = 0; m < SCPS_M_COUNT; m++)
-      s->methods[m] = grpc_channel_register_call(s->ch, scps_method_path(m), NULL, NULL);
+      s->methods[m] = grpc_channel_register_call(s->ch, scps__method_path(m), NULL, NULL);
   }
   return rc;
 }
@@ -89,11 +89,11 @@ static grpc_slice config_request(Scps__V1__ClusterSpec *expected) {
  * every answer. Each server's outcome is in (*out)->rpcs[p]. */
 static int get_configs(scps_client *c, int from, int to, grpc_slice req, int64_t deadline_ns, op **out,
                        scps_error *err) {
-  op *o = scps_client_op_create(c, SCPS_M_GET_CONFIG, c->n, 0);
+  op *o = scps__client_op_create(c, SCPS_M_GET_CONFIG, c->n, 0);
   *out = o;
   if (!o) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   o->deadline_ns = deadline_ns;
-  o->deadline = scps_client_op_ts(deadline_ns);
+  o->deadline = scps__client_op_ts(deadline_ns);
   o->wait_for_ready = true; /* a server still starting is waited for, up to the deadline */
   o->blocking = true;
   for (int p = from; p < to; p++) {
@@ -103,14 +103,14 @@ static int get_configs(scps_client *c, int from, int to, grpc_slice req, int64_t
     r->req[0] = grpc_slice_ref(req);
     r->n_req = 1;
   }
-  scps_client_op_start_range(o, from, to);
-  scps_client_op_wait(o);
+  scps__client_op_start_range(o, from, to);
+  scps__client_op_wait(o);
   return 0;
 }
 
 static int check_stacks(const scps_client *c, int p, const Scps__V1__GetConfigResponse *m, scps_error *err) {
   const scps_layout *l = c->layout;
-  const char *a = scps_client_addr(c, p);
+  const char *a = scps__client_addr(c, p);
   if (m->n_stacks != (size_t)l->n_stacks)
     return scps_error_set(err, SCPS_EMISMATCH, "server %d (%s): lays the cluster out in %zu stacks, libscps in %d",
                           p, a, m->n_stacks, l->n_stacks);
@@ -162,7 +162,7 @@ static int check_stacks(const scps_client *c, int p, const Scps__V1__GetConfigRe
 /* The per-server checks of one GetConfig answer. */
 static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
   const Scps__V1__GetConfigResponse *m = (const Scps__V1__GetConfigResponse *)r->reply;
-  const char *a = scps_client_addr(c, p);
+  const char *a = scps__client_addr(c, p);
   if (r->rc) return scps_error_set(err, r->rc, "%s", r->err.msg);
   if (m->process_index != p)
     return scps_error_set(err, SCPS_EMISMATCH,
@@ -184,7 +184,7 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
     return scps_error_set(err, SCPS_EMISMATCH,
                           "server %d (%s): config_fingerprint differs from server 0's (%s): the processes were "
                           "started with different declarations",
-                          p, a, scps_client_addr(c, 0));
+                          p, a, scps__client_addr(c, 0));
   const uint32_t rev = m->wire_revision < SCPS_WIRE_REVISION ? m->wire_revision : SCPS_WIRE_REVISION;
   if (rev < 1 && c->gradients == SCPS_GRADIENTS_BY_ROW)
     return scps_error_set(err, SCPS_EMISMATCH,
@@ -223,7 +223,7 @@ static int check_steps(scps_client *c, int64_t deadline_ns, scps_error *err) {
   grpc_slice req = config_request(NULL);
   int rc = 0;
   for (int round = 0; !rc && !steps_agree(c) && round < STEP_AGREE_ROUNDS; round++) {
-    if (scps_client_op_now_ns() + STEP_AGREE_PAUSE_MS * 1000000 > deadline_ns) break;
+    if (scps__client_op_now_ns() + STEP_AGREE_PAUSE_MS * 1000000 > deadline_ns) break;
     struct timespec pause = {0, STEP_AGREE_PAUSE_MS * 1000000L};
     nanosleep(&pause, NULL);
     op *o = NULL;
@@ -239,7 +239,7 @@ static int check_steps(scps_client *c, int64_t deadline_ns, scps_error *err) {
         c->servers[p].state_id = m->state_id;
       }
     }
-    if (o) scps_client_op_destroy(o);
+    if (o) scps__client_op_destroy(o);
   }
   grpc_slice_unref(req);
   if (rc) return rc;
@@ -253,7 +253,7 @@ static int check_steps(scps_client *c, int64_t deadline_ns, scps_error *err) {
     char step[32];
     if (c->servers[p].step < 0) snprintf(step, sizeof step, "none");
     else snprintf(step, sizeof step, "step %lld", (long long)c->servers[p].step);
-    at += (size_t)snprintf(held + at, sizeof held - at, "%sserver %d (%.40s) %s", p ? ", " : "", p, scps_client_addr(c, p),
+    at += (size_t)snprintf(held + at, sizeof held - at, "%sserver %d (%.40s) %s", p ? ", " : "", p, scps__client_addr(c, p),
                            step);
   }
   if (at + 64 >= sizeof held) snprintf(held + at, sizeof held - at, ", ...");
@@ -268,13 +268,13 @@ static int check_steps(scps_client *c, int64_t deadline_ns, scps_error *err) {
 static int adopt_config(scps_client *c, const scps_client_options *o, const Scps__V1__GetConfigResponse *m,
                         scps_error *err) {
   scps_error e;
-  int rc = scps_cluster_spec_from_pb(m->cluster, &c->spec, &e);
-  if (rc) return scps_error_set(err, rc, "server 0 (%s): GetConfig declaration: %s", scps_client_addr(c, 0), e.msg);
-  rc = scps_layout_create(c->spec.tables, c->spec.n_tables, c->spec.features, c->spec.n_features,
+  int rc = scps__cluster_spec_from_pb(m->cluster, &c->spec, &e);
+  if (rc) return scps_error_set(err, rc, "server 0 (%s): GetConfig declaration: %s", scps__client_addr(c, 0), e.msg);
+  rc = scps__layout_create(c->spec.tables, c->spec.n_tables, c->spec.features, c->spec.n_features,
                           &c->spec.topology, NULL, &c->layout, &e);
-  if (rc) return scps_error_set(err, rc, "server 0 (%s): cannot lay out its declaration: %s", scps_client_addr(c, 0), e.msg);
+  if (rc) return scps_error_set(err, rc, "server 0 (%s): cannot lay out its declaration: %s", scps__client_addr(c, 0), e.msg);
   if (c->layout->topology.sc_per_process > MAX_SC_PER_PROCESS)
-    return scps_error_set(err, SCPS_EINVAL, "server 0 (%s): sc_per_process %d exceeds %d", scps_client_addr(c, 0),
+    return scps_error_set(err, SCPS_EINVAL, "server 0 (%s): sc_per_process %d exceeds %d", scps__client_addr(c, 0),
                           c->layout->topology.sc_per_process, MAX_SC_PER_PROCESS);
   c->S = c->layout->topology.sc_per_process;
   c->sample_feature = calloc((size_t)c->layout->n_stacks, sizeof *c->sample_feature);
@@ -291,7 +291,7 @@ static int adopt_config(scps_client *c, const scps_client_options *o, const Scps
     }
   }
   scps_prep_options po = {.policy = o->policy, .threads = o->prep_threads};
-  rc = scps_prep_create(c->layout, &po, &c->prep, err);
+  rc = scps__prep_create(c->layout, &po, &c->prep, err);
   if (rc) return rc;
   /* The servers report the limits in force, which FDO may have raised. */
   for (int st = 0; st < c->layout->n_stacks && (size_t)st < m->n_stacks; st++) {
@@ -299,7 +299,7 @@ static int adopt_config(scps_client *c, const scps_client_options *o, const Scps
     if (in->max_ids_per_partition > 0 && in->max_unique_ids_per_partition > 0 &&
         (in->max_ids_per_partition != c->layout->stacks[st].max_ids_per_partition ||
          in->max_unique_ids_per_partition != c->layout->stacks[st].max_unique_ids_per_partition)) {
-      rc = scps_prep_set_limits(c->prep, st, in->max_ids_per_partition, in->max_unique_ids_per_partition, err);
+      rc = scps__prep_set_limits(c->prep, st, in->max_ids_per_partition, in->max_unique_ids_per_partition, err);
       if (rc) return rc;
     }
   }
@@ -311,30 +311,30 @@ static int adopt_config(scps_client *c, const scps_client_options *o, const Scps
 static int check_declared(const scps_client *c, const scps_client_expected *e, const Scps__V1__ClusterSpec *pb,
                           scps_error *err) {
   scps_cluster_spec cs;
-  int rc = scps_cluster_spec_from_pb(pb, &cs, err);
+  int rc = scps__cluster_spec_from_pb(pb, &cs, err);
   if (rc) return rc;
   char diff[512];
-  if (scps_specs_diff(&cs.topology, e->tables, e->n_tables, e->features, e->n_features, &cs.topology, cs.tables,
+  if (scps__specs_diff(&cs.topology, e->tables, e->n_tables, e->features, e->n_features, &cs.topology, cs.tables,
                       cs.n_tables, cs.features, cs.n_features, "client", "server", diff, sizeof diff))
-    rc = scps_error_set(err, SCPS_EMISMATCH, "server 0 (%s) serves another cluster configuration: %s", scps_client_addr(c, 0),
+    rc = scps_error_set(err, SCPS_EMISMATCH, "server 0 (%s) serves another cluster configuration: %s", scps__client_addr(c, 0),
                         diff);
-  scps_cluster_spec_free(&cs);
+  scps__cluster_spec_free(&cs);
   return rc;
 }
 
-int scps_client_connect_configure(scps_client *c, const scps_client_options *o, const scps_client_expected *expected,
+int scps__client_connect_configure(scps_client *c, const scps_client_options *o, const scps_client_expected *expected,
                                   scps_error *err) {
   int64_t timeout = o->connect_timeout_ms ? o->connect_timeout_ms : DEFAULT_CONNECT_TIMEOUT_MS;
   /* As op_create: a timeout too large to add (INT64_MAX for "forever")
    * must not wrap into the past. */
-  int64_t deadline = timeout > INT64_MAX / 2000000 ? INT64_MAX / 2 : scps_client_op_now_ns() + timeout * 1000000;
+  int64_t deadline = timeout > INT64_MAX / 2000000 ? INT64_MAX / 2 : scps__client_op_now_ns() + timeout * 1000000;
   grpc_slice req = grpc_empty_slice();
   scps_cluster_pb *cpb = NULL;
   op *first = NULL, *rest = NULL;
   int rc = 0;
   if (expected && expected->topology) {
     /* Every server compares the trainer's declaration with its own. */
-    rc = scps_cluster_pb_create(expected->topology, expected->tables, expected->n_tables, expected->features,
+    rc = scps__cluster_pb_create(expected->topology, expected->tables, expected->n_tables, expected->features,
                                 expected->n_features, &cpb, err);
     if (!rc) req = config_request(&cpb->msg);
     if (!rc) rc = get_configs(c, 0, c->n, req, deadline, &first, err);
@@ -360,7 +360,7 @@ int scps_client_connect_configure(scps_client *c, const scps_client_options *o, 
           scps_error_set(err, rc,
                          "%s [the expected declaration is server 0's (%s): start every process with the same "
                          "--config and topology flags]",
-                         m, scps_client_addr(c, 0));
+                         m, scps__client_addr(c, 0));
         }
       }
     }
@@ -371,9 +371,9 @@ int scps_client_connect_configure(scps_client *c, const scps_client_options *o, 
     rc = check_stacks(c, p, (const Scps__V1__GetConfigResponse *)from->rpcs[p].reply, err);
   }
   if (!rc) rc = check_steps(c, deadline, err);
-  if (first) scps_client_op_destroy(first);
-  if (rest) scps_client_op_destroy(rest);
+  if (first) scps__client_op_destroy(first);
+  if (rest) scps__client_op_destroy(rest);
   grpc_slice_unref(req);
-  scps_cluster_pb_destroy(cpb);
+  scps__cluster_pb_destroy(cpb);
   return rc;
 }

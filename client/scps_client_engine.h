@@ -24,15 +24,15 @@ typedef struct scps_client_expected {
  * o->expected_config (giving both fails with SCPS_EINVAL); expected NULL:
  * none. A topology, and features whose output_dim is not their table's,
  * which the workload format cannot say, are declared this way. */
-int scps_client_create_expecting(const scps_client_options *o, const scps_client_expected *expected,
+int scps__client_create_expecting(const scps_client_options *o, const scps_client_expected *expected,
                                  scps_client **out, scps_error *err);
 
 /* The cluster's layout: tables, features, stacks and topology. */
-const scps_layout *scps_client_layout(const scps_client *c);
+const scps_layout *scps__client_layout(const scps_client *c);
 
 /* The preprocessing state: limits in force, last batch's stats (FDO). Its
  * limits start as the servers report them (GetConfig). Do not change them
  * while another thread prepares a batch. */
-scps_prep *scps_client_prep(scps_client *c);
+scps_prep *scps__client_prep(scps_client *c);
 
 #endif

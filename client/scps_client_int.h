@@ -152,7 +152,7 @@ struct op {
    * (NULL: the call layer's generic step). read: an OK answer, generic:
    * unpacked into r->reply. outcome: once every server answered, the
    * operation's result (first: the lowest server that failed, -1: none),
-   * generic: scps_client_op_failure. then: an asynchronous operation, after
+   * generic: scps__client_op_failure. then: an asynchronous operation, after
    * its outcome and before done; true when it has handed done on to an
    * operation of its own (o is then destroyed without calling done). */
   int (*read)(rpc *r);
@@ -163,81 +163,81 @@ struct op {
   rpc rpcs[];
 };
 
-static inline const char *scps_client_addr(const scps_client *c, int p) { return c->servers[p].addr; }
+static inline const char *scps__client_addr(const scps_client *c, int p) { return c->servers[p].addr; }
 
 /* ---- scps_client_op: operations fanned out to every server, one call each,
  * on the client's completion queue; retries; the queue threads. */
 
 /* gRPC's monotonic clock, in ns, and a deadline on it as gRPC takes it. */
-int64_t scps_client_op_now_ns(void);
-gpr_timespec scps_client_op_ts(int64_t ns);
+int64_t scps__client_op_now_ns(void);
+gpr_timespec scps__client_op_ts(int64_t ns);
 
 /* An operation of method with n_rpcs calls (rpcs[p] to server p), due
  * timeout_ms from now; counted in flight until destroyed. NULL: no memory. */
-op *scps_client_op_create(scps_client *c, int method, int n_rpcs, int64_t timeout_ms);
-void scps_client_op_destroy(op *o);
+op *scps__client_op_create(scps_client *c, int method, int n_rpcs, int64_t timeout_ms);
+void scps__client_op_destroy(op *o);
 
 /* Starts every server's call of an operation whose requests are set;
  * servers whose call cannot start count as answered with that error. A
- * blocking one is then waited for (scps_client_op_wait), an asynchronous
+ * blocking one is then waited for (scps__client_op_wait), an asynchronous
  * one finishes on a queue thread: outcome, then, done, destroy. */
-void scps_client_op_launch(op *o, bool blocking, scps_client_done done, void *ud, op **out);
+void scps__client_op_launch(op *o, bool blocking, scps_client_done done, void *ud, op **out);
 
 /* Starts the calls of servers [from, to) only (a blocking operation). */
-void scps_client_op_start_range(op *o, int from, int to);
+void scps__client_op_start_range(op *o, int from, int to);
 
 /* Waits until every call of a blocking operation has answered. */
-void scps_client_op_wait(op *o);
+void scps__client_op_wait(op *o);
 
 /* The operation's result once every server answered (its outcome hook, or
- * scps_client_op_failure). */
-int scps_client_op_outcome(op *o, scps_error *err);
+ * scps__client_op_failure). */
+int scps__client_op_outcome(op *o, scps_error *err);
 
 /* A blocking operation waited for: its outcome, its batch freed, o destroyed. */
-int scps_client_op_finish(op *o, scps_error *err);
+int scps__client_op_finish(op *o, scps_error *err);
 
 /* The generic result: 0 when no server failed (first < 0), else the lowest
  * failed server's error, listing the others that failed. */
-int scps_client_op_failure(const op *o, int first, int failures, scps_error *err);
+int scps__client_op_failure(const op *o, int first, int failures, scps_error *err);
 
 /* Lists the servers whose outcome is (failed ? an error : OK): "0, 2", "none". */
-void scps_client_op_list_servers(const op *o, bool failed, char *buf, size_t len);
+void scps__client_op_list_servers(const op *o, bool failed, char *buf, size_t len);
 
 /* r's answer unpacked as its method's response message (*out, freed by the
  * caller), or SCPS_EIO naming the server. */
-int scps_client_op_unpack(rpc *r, ProtobufCMessage **out);
+int scps__client_op_unpack(rpc *r, ProtobufCMessage **out);
 
 /* The client's completion queue and n threads taking its completions;
  * stop shuts the queue down and waits for them (every operation must have
  * ended); the queue is destroyed after the channels. */
-int scps_client_op_threads_start(scps_client *c, int n, scps_error *err);
-void scps_client_op_threads_stop(scps_client *c);
+int scps__client_op_threads_start(scps_client *c, int n, scps_error *err);
+void scps__client_op_threads_stop(scps_client *c);
 
 /* ---- scps_client_connect: channels, GetConfig and its cross-checks. */
 
 /* A channel to every server of o, each address checked. */
-int scps_client_connect_servers(scps_client *c, const scps_client_options *o, scps_error *err);
+int scps__client_connect_servers(scps_client *c, const scps_client_options *o, scps_error *err);
 
 /* Reads every server's configuration, checks them against each other and
  * against expected (NULL: none), adopts server 0's (layout, prep, limits in
  * force) and waits for the servers' steps to agree. */
-int scps_client_connect_configure(scps_client *c, const scps_client_options *o, const scps_client_expected *expected,
+int scps__client_connect_configure(scps_client *c, const scps_client_options *o, const scps_client_expected *expected,
                                   scps_error *err);
 
 /* ---- scps_batch: batches' memory and their use by one operation at a time. */
 
 /* Claims a prepared batch for one operation (fn names the caller in errors). */
-int scps_batch_claim(scps_client *c, scps_batch *b, const char *fn, scps_error *err);
+int scps__batch_claim(scps_client *c, scps_batch *b, const char *fn, scps_error *err);
 
 /* Lets go of the batch's requests: it must be prepared again. */
-void scps_batch_release(scps_batch *b);
+void scps__batch_release(scps_batch *b);
 
 /* ---- scps_client_prepare */
 
 /* Runs fn(ctx, i) for i in [0, items) on the preprocessing pool's threads
  * when no batch is being prepared, else on this thread alone rather than
  * waiting for it. */
-void scps_client_prepare_parallel(scps_client *c, int items, void (*fn)(void *, int), void *ctx);
+void scps__client_prepare_parallel(scps_client *c, int items, void (*fn)(void *, int), void *ctx);
 
 /* ---- scps_client_checkpoint: what a push asks of the checkpoint policy. */
 
@@ -245,12 +245,12 @@ void scps_client_prepare_parallel(scps_client *c, int items, void (*fn)(void *, 
  * checkpoint_due: saves the cluster checkpoint of step (unless the client
  * ignores those requests) and keeps its outcome for
  * scps_client_auto_checkpoint. Blocking. */
-void scps_client_checkpoint_due(scps_client *c, int64_t step);
+void scps__client_checkpoint_due(scps_client *c, int64_t step);
 
 /* The same after an asynchronous push: true when a save was started, which
  * then runs done(ud, 0, ...) once it has finished; false when none was
  * (ignored, or it could not start, which is kept as its outcome): the
  * caller runs done itself. */
-bool scps_client_checkpoint_due_async(scps_client *c, int64_t step, scps_client_done done, void *ud);
+bool scps__client_checkpoint_due_async(scps_client *c, int64_t step, scps_client_done done, void *ud);
 
 #endif

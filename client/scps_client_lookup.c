@@ -6,8 +6,8 @@
 #include "scps_bf16.h"
 #include "scps_client_int.h"
 
-/* read_lookup_reply's name for scps_client_addr. */
-static const char *addr_of(const scps_client *c, int p) { return scps_client_addr(c, p); }
+/* read_lookup_reply's name for scps__client_addr. */
+static const char *addr_of(const scps_client *c, int p) { return scps__client_addr(c, p); }
 
 /* Keeps a LookupResponse's slices in the batch and checks its stacks
  * against those the request listed; the merge then reads the activations
@@ -20,14 +20,14 @@ static int read_lookup_reply(rpc *r) {
   int p = r->server, ns = l->n_stacks;
   scps_lookup_reply_stack *acts = &b->parsed[(size_t)p * (size_t)ns];
   char why[SCPS_ERROR_MSG_MAX];
-  int rc = scps_lookup_reply_read(&b->reply[p], r->response, acts, ns, b->n_sent[p], why, sizeof why);
+  int rc = scps__lookup_reply_read(&b->reply[p], r->response, acts, ns, b->n_sent[p], why, sizeof why);
   for (int st = 0; st < ns && !rc; st++) {
     int k = b->slot[p * ns + st];
     if (k < 0) continue;
     const scps_stack_layout *sl = &l->stacks[st];
     bool rows = b->distinct[st];
-    size_t values = rows ? scps_rows_count(&b->rows[p * ns + st]) : (size_t)sl->total_sample_count;
-    rc = scps_lookup_reply_check(&b->reply[p], &acts[k], k, sl->name, rows,
+    size_t values = rows ? scps__rows_count(&b->rows[p * ns + st]) : (size_t)sl->total_sample_count;
+    rc = scps__lookup_reply_check(&b->reply[p], &acts[k], k, sl->name, rows,
                                  values * (size_t)sl->dim * c->value_bytes, why, sizeof why);
   }
   return rc ? scps_error_set(&r->err, rc, "server %d (%s): %s", p, addr_of(c, p), why) : 0;
@@ -92,7 +92,7 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
     if (first && vb == sizeof(float) && width == dim) {
       uint8_t *d = (uint8_t *)(dst + r0 * width);
       for (size_t left = (r1 - r0) * dim * vb, avail; left > 0; left -= avail, at += avail, d += avail) {
-        const uint8_t *s = scps_slices_at(m, at, &avail);
+        const uint8_t *s = scps__slices_at(m, at, &avail);
         if (avail > left) avail = left;
         memcpy(d, s, avail);
       }
@@ -104,13 +104,13 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
        * is put together in tmp. */
       float *d = dst + r0 * width;
       for (size_t left = (r1 - r0) * dim, n, avail; left > 0; left -= n, at += 2 * n, d += n) {
-        const uint8_t *s = scps_slices_at(m, at, &avail);
+        const uint8_t *s = scps__slices_at(m, at, &avail);
         n = avail / 2 < left ? avail / 2 : left;
         if (!n) {
-          s = scps_slices_span(m, at, 2, tmp);
+          s = scps__slices_span(m, at, 2, tmp);
           n = 1;
         }
-        scps_bf16_decode(s, d, n);
+        scps__bf16_decode(s, d, n);
       }
       first = false;
       continue;
@@ -119,11 +119,11 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
       float *restrict d = dst + r * width;
       /* Unaligned in the slices: read by memcpy, which compiles to plain
        * (vector) loads. */
-      const uint8_t *restrict s = scps_slices_span(m, at, width * vb, tmp);
+      const uint8_t *restrict s = scps__slices_span(m, at, width * vb, tmp);
       if (vb == 2 && first) {
-        scps_bf16_decode(s, d, width);
+        scps__bf16_decode(s, d, width);
       } else if (vb == 2) {
-        for (size_t j = 0; j < width; j++) d[j] += scps_bf16_to_f32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
+        for (size_t j = 0; j < width; j++) d[j] += scps__bf16_to_f32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
       } else if (first) {
         memcpy(d, s, width * sizeof(float));
       } else {
@@ -185,7 +185,7 @@ static void widen_item(void *ctx, int item) {
   int p = (int)(i / (size_t)ns), st = (int)(i % (size_t)ns);
   const scps_stack_layout *sl = &c->layout->stacks[st];
   const scps_lookup_reply_stack *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
-  if (scps_rows_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
+  if (scps__rows_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
                       (size_t)sl->total_sample_count, !rows_in_place(c, b, st)))
     atomic_store(&j->failed, 1);
 }
@@ -207,7 +207,7 @@ static void pool_in_place(const op *o, int st, uint32_t first, uint32_t end) {
       int f = sl->features[k];
       uint32_t so = (uint32_t)l->features[f].sample_offset, se = so + (uint32_t)l->feature_specs[f].batch_size;
       uint32_t lo = first > so ? first : so, hi = end < se ? end : se;
-      if (lo < hi) scps_rows_pool(ra, (size_t)sl->dim, lo, hi, o->acts[f], so, wrote);
+      if (lo < hi) scps__rows_pool(ra, (size_t)sl->dim, lo, hi, o->acts[f], so, wrote);
     }
     wrote = true;
   }
@@ -226,7 +226,7 @@ static void pool_item(void *ctx, int item) {
   if (j->server[u] < 0)
     pool_in_place(j->o, st, first, end);
   else
-    scps_rows_pool(&j->o->b->rows[j->server[u] * l->n_stacks + st], (size_t)sl->dim, first, end, NULL, 0,
+    scps__rows_pool(&j->o->b->rows[j->server[u] * l->n_stacks + st], (size_t)sl->dim, first, end, NULL, 0,
                    false);
 }
 
@@ -273,12 +273,12 @@ static int pool_rows(op *o, scps_error *err) {
   for (int u = 0; u < j.n_units; u++)
     j.items[u + 1] =
         j.items[u] + (int)((l->stacks[j.stack[u]].total_sample_count + POOL_SAMPLES - 1) / POOL_SAMPLES);
-  scps_client_prepare_parallel(c, j.n_answers, widen_item, &j);
+  scps__client_prepare_parallel(c, j.n_answers, widen_item, &j);
   if (atomic_load(&j.failed)) {
     rc = scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory widening the distinct rows of an answer");
     goto out;
   }
-  scps_client_prepare_parallel(c, j.items[j.n_units], pool_item, &j);
+  scps__client_prepare_parallel(c, j.items[j.n_units], pool_item, &j);
 out:
   free(j.answer);
   free(j.server);
@@ -287,11 +287,11 @@ out:
   return rc;
 }
 
-/* The merge is a pass over every activation byte, spread over the prep pool (scps_client_prepare_parallel). */
+/* The merge is a pass over every activation byte, spread over the prep pool (scps__client_prepare_parallel). */
 static void merge_activations(op *o) {
   scps_client *c = o->c;
   merge_job m = {o, merge_chunks(c->layout)};
-  scps_client_prepare_parallel(c, (int)(m.chunks * (size_t)c->layout->n_features), merge_item, &m);
+  scps__client_prepare_parallel(c, (int)(m.chunks * (size_t)c->layout->n_features), merge_item, &m);
 }
 
 
@@ -300,9 +300,9 @@ static void merge_activations(op *o) {
 static int lookup_outcome(op *o, int first, int failures, scps_error *err) {
   int rc = first < 0 ? pool_rows(o, err) : 0;
   if (first < 0 && !rc) merge_activations(o);
-  for (int p = 0; p < o->n_rpcs; p++) scps_slices_free(&o->b->reply[p]);
+  for (int p = 0; p < o->n_rpcs; p++) scps__slices_free(&o->b->reply[p]);
   if (rc) return rc;
-  return scps_client_op_failure(o, first, failures, err);
+  return scps__client_op_failure(o, first, failures, err);
 }
 
 static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms, bool blocking,
@@ -315,9 +315,9 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
       if (!acts[f])
         return scps_error_set(err, SCPS_EINVAL, "%s: acts[%d] (feature '%s') is NULL", fn, f,
                               c->layout->feature_specs[f].name);
-  int rc = scps_batch_claim(c, b, fn, err);
+  int rc = scps__batch_claim(c, b, fn, err);
   if (rc) return rc;
-  op *o = scps_client_op_create(c, SCPS_M_LOOKUP, c->n, deadline_ms);
+  op *o = scps__client_op_create(c, SCPS_M_LOOKUP, c->n, deadline_ms);
   if (o) o->acts = malloc(sizeof *o->acts * (size_t)c->layout->n_features);
   for (int p = 0; o && o->acts && p < c->n; p++) {
     rpc *r = &o->rpcs[p];
@@ -327,7 +327,7 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
     r->n_req = 1;
   }
   if (!o || !o->acts || !o->rpcs[c->n - 1].n_req) {
-    if (o) scps_client_op_destroy(o);
+    if (o) scps__client_op_destroy(o);
     atomic_store(&b->busy, false);
     return scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
   }
@@ -335,7 +335,7 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
   o->b = b;
   o->read = read_lookup_reply;
   o->outcome = lookup_outcome;
-  scps_client_op_launch(o, blocking, done, ud, out);
+  scps__client_op_launch(o, blocking, done, ud, out);
   return 0;
 }
 
@@ -343,8 +343,8 @@ int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_
   op *o;
   int rc = lookup_start(c, b, acts, deadline_ms, true, NULL, NULL, &o, err);
   if (rc) return rc;
-  scps_client_op_wait(o);
-  return scps_client_op_finish(o, err);
+  scps__client_op_wait(o);
+  return scps__client_op_finish(o, err);
 }
 
 int scps_client_lookup_async(scps_client *c, scps_batch *b, float *const *acts, int64_t deadline_ms,

@@ -18,12 +18,12 @@
 
 /* gRPC's monotonic clock, not scps_clock's: deadlines and retry times made
  * from it go back to gRPC as GPR_CLOCK_MONOTONIC timespecs. */
-int64_t scps_client_op_now_ns(void) {
+int64_t scps__client_op_now_ns(void) {
   gpr_timespec t = gpr_now(GPR_CLOCK_MONOTONIC);
   return t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-gpr_timespec scps_client_op_ts(int64_t ns) {
+gpr_timespec scps__client_op_ts(int64_t ns) {
   gpr_timespec t;
   t.tv_sec = ns / 1000000000;
   t.tv_nsec = (int32_t)(ns % 1000000000);
@@ -31,15 +31,15 @@ gpr_timespec scps_client_op_ts(int64_t ns) {
   return t;
 }
 
-op *scps_client_op_create(scps_client *c, int method, int n_rpcs, int64_t timeout_ms) {
+op *scps__client_op_create(scps_client *c, int method, int n_rpcs, int64_t timeout_ms) {
   op *o = calloc(1, sizeof *o + sizeof(rpc) * (size_t)n_rpcs);
   if (!o) return NULL;
   o->c = c;
   o->method = method;
   o->n_rpcs = n_rpcs;
-  o->start_ns = scps_client_op_now_ns();
+  o->start_ns = scps__client_op_now_ns();
   o->deadline_ns = timeout_ms > INT64_MAX / 2000000 ? INT64_MAX / 2 : o->start_ns + timeout_ms * 1000000;
-  o->deadline = scps_client_op_ts(o->deadline_ns);
+  o->deadline = scps__client_op_ts(o->deadline_ns);
   for (int i = 0; i < n_rpcs; i++) {
     o->rpcs[i].op = o;
     o->rpcs[i].server = i;
@@ -51,7 +51,7 @@ op *scps_client_op_create(scps_client *c, int method, int n_rpcs, int64_t timeou
   return o;
 }
 
-void scps_client_op_destroy(op *o) {
+void scps__client_op_destroy(op *o) {
   scps_client *c = o->c;
   for (int i = 0; i < o->n_rpcs; i++) {
     rpc *r = &o->rpcs[i];
@@ -82,14 +82,14 @@ static void op_complete(op *o) {
   }
   scps_error err;
   scps_error_clear(&err);
-  int rc = scps_client_op_outcome(o, &err);
+  int rc = scps__client_op_outcome(o, &err);
   if (o->b) atomic_store(&o->b->busy, false);
   if (o->then && o->then(o, &rc, &err)) {
-    scps_client_op_destroy(o);
+    scps__client_op_destroy(o);
     return;
   }
   o->done(o->ud, rc, &err);
-  scps_client_op_destroy(o);
+  scps__client_op_destroy(o);
 }
 
 static void rpc_finished(rpc *r) {
@@ -115,7 +115,7 @@ static int rpc_start(rpc *r) {
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
   if (o->wait_for_ready)
     ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
-  scps_client_conn_metadata(c->conn, &ops[0], &r->auth_md);
+  scps__client_conn_metadata(c->conn, &ops[0], &r->auth_md);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = r->sent;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -142,22 +142,22 @@ static int rpc_start(rpc *r) {
   grpc_metadata_array_destroy(&r->md_initial);
   grpc_metadata_array_destroy(&r->md_trailing);
   r->rc = scps_error_set(&r->err, SCPS_EINTERNAL, "server %d (%s): %s: cannot start the call (grpc_call_error %d)",
-                         r->server, scps_client_addr(c, r->server), scps_method_name(o->method), (int)e);
+                         r->server, scps__client_addr(c, r->server), scps__method_name(o->method), (int)e);
   return r->rc;
 }
 
 /* Starts an operation built by one of the *_start functions. */
-void scps_client_op_launch(op *o, bool blocking, scps_client_done done, void *ud, op **out) {
+void scps__client_op_launch(op *o, bool blocking, scps_client_done done, void *ud, op **out) {
   o->blocking = blocking;
   o->done = done;
   o->ud = ud;
   *out = o;
-  scps_client_op_start_range(o, 0, o->n_rpcs);
+  scps__client_op_start_range(o, 0, o->n_rpcs);
 }
 
 /* Once the last call is started an asynchronous o may complete and be
  * freed on a queue thread: nothing here reads o after that. */
-void scps_client_op_start_range(op *o, int from, int to) {
+void scps__client_op_start_range(op *o, int from, int to) {
   atomic_store(&o->pending, to - from);
   for (int i = from; i < to; i++) {
     rpc *r = &o->rpcs[i];
@@ -180,7 +180,7 @@ static void run_due_retries(scps_client *c) {
   for (;;) {
     pthread_mutex_lock(&c->mu);
     rpc *r = c->retries;
-    if (r && r->due_ns <= scps_client_op_now_ns())
+    if (r && r->due_ns <= scps__client_op_now_ns())
       c->retries = r->next_retry;
     else
       r = NULL;
@@ -190,15 +190,15 @@ static void run_due_retries(scps_client *c) {
   }
 }
 
-int scps_client_op_unpack(rpc *r, ProtobufCMessage **out) {
+int scps__client_op_unpack(rpc *r, ProtobufCMessage **out) {
   op *o = r->op;
   scps_client *c = o->c;
-  const ProtobufCMessageDescriptor *desc = scps_method_response(o->method);
+  const ProtobufCMessageDescriptor *desc = scps__method_response(o->method);
   *out = NULL;
   grpc_byte_buffer_reader rd;
   if (!grpc_byte_buffer_reader_init(&rd, r->response))
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: unreadable response", r->server,
-                          scps_client_addr(c, r->server), scps_method_name(o->method));
+                          scps__client_addr(c, r->server), scps__method_name(o->method));
   grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
   grpc_byte_buffer_reader_destroy(&rd);
   ProtobufCMessage *m = protobuf_c_message_unpack(desc, NULL, GRPC_SLICE_LENGTH(all), GRPC_SLICE_START_PTR(all));
@@ -206,7 +206,7 @@ int scps_client_op_unpack(rpc *r, ProtobufCMessage **out) {
   grpc_slice_unref(all);
   if (!m)
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: response of %zu bytes is not a valid %s",
-                          r->server, scps_client_addr(c, r->server), scps_method_name(o->method), len, desc->name);
+                          r->server, scps__client_addr(c, r->server), scps__method_name(o->method), len, desc->name);
   *out = m;
   return 0;
 }
@@ -217,9 +217,9 @@ static int read_reply(rpc *r) {
   scps_client *c = o->c;
   if (!r->response)
     return scps_error_set(&r->err, SCPS_EIO, "server %d (%s): %s: OK without a response message", r->server,
-                          scps_client_addr(c, r->server), scps_method_name(o->method));
+                          scps__client_addr(c, r->server), scps__method_name(o->method));
   if (o->read) return o->read(r);
-  return scps_client_op_unpack(r, &r->reply);
+  return scps__client_op_unpack(r, &r->reply);
 }
 
 /* One server's call completed (its tag came back on a queue thread). */
@@ -247,13 +247,13 @@ static void rpc_done(rpc *r) {
   if (st == GRPC_STATUS_OK) {
     r->rc = read_reply(r);
   } else if ((st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED) && o->method == SCPS_M_LOOKUP &&
-             scps_client_op_now_ns() + r->backoff_ms * 1000000 < o->deadline_ns) {
+             scps__client_op_now_ns() + r->backoff_ms * 1000000 < o->deadline_ns) {
     /* Lookups are idempotent: try again after a short backoff. CANCELLED
      * comes from a draining server cancelling calls that arrive after its
      * drain (this client cancels none), so it is retried like UNAVAILABLE. */
     if (r->response) grpc_byte_buffer_destroy(r->response);
     r->response = NULL;
-    int64_t due = scps_client_op_now_ns() + r->backoff_ms * 1000000;
+    int64_t due = scps__client_op_now_ns() + r->backoff_ms * 1000000;
     r->backoff_ms = r->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : r->backoff_ms * 2;
     schedule_retry(r, due);
     return;
@@ -261,13 +261,13 @@ static void rpc_done(rpc *r) {
     /* CANCELLED keeps its own code (a server draining for shutdown; the
      * call may go to the process that replaces it): callers and scps-loadgen
      * tell it from UNAVAILABLE. */
-    int code = scps_status_to_error(st);
+    int code = scps__status_to_error(st);
     const char *why = "";
     char unconnected[320];
     if (o->method == SCPS_M_GET_CONFIG && st == GRPC_STATUS_DEADLINE_EXCEEDED) {
       code = SCPS_EUNAVAIL;
       snprintf(unconnected, sizeof unconnected, " (no connection within the connect timeout: %s; an scps-server "
-               "listens once its tables are initialized)", scps_client_conn_why_unconnected(c->conn));
+               "listens once its tables are initialized)", scps__client_conn_why_unconnected(c->conn));
       why = grpc_channel_check_connectivity_state(c->servers[r->server].ch, 0) == GRPC_CHANNEL_READY
                 ? " (connected, but no answer within the connect timeout)"
                 : unconnected;
@@ -278,9 +278,9 @@ static void rpc_done(rpc *r) {
       why = " (after retries on UNAVAILABLE)";
     }
     r->rc = scps_error_set(&r->err, code, "server %d (%s): %s: %s: %s%s; %d attempt%s in %lld ms", r->server,
-                           scps_client_addr(c, r->server), scps_method_name(o->method), scps_status_name(st), text, why,
+                           scps__client_addr(c, r->server), scps__method_name(o->method), scps__status_name(st), text, why,
                            r->attempts, r->attempts == 1 ? "" : "s",
-                           (long long)((scps_client_op_now_ns() - o->start_ns) / 1000000));
+                           (long long)((scps__client_op_now_ns() - o->start_ns) / 1000000));
   }
   if (r->response) grpc_byte_buffer_destroy(r->response);
   r->response = NULL;
@@ -291,7 +291,7 @@ static void *cq_main(void *arg) {
   scps_client *c = arg;
   for (;;) {
     pthread_mutex_lock(&c->mu);
-    gpr_timespec until = c->retries ? scps_client_op_ts(c->retries->due_ns) : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+    gpr_timespec until = c->retries ? scps__client_op_ts(c->retries->due_ns) : gpr_inf_future(GPR_CLOCK_MONOTONIC);
     pthread_mutex_unlock(&c->mu);
     grpc_event ev = grpc_completion_queue_next(c->cq, until, NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) return NULL;
@@ -300,21 +300,21 @@ static void *cq_main(void *arg) {
   }
 }
 
-void scps_client_op_wait(op *o) {
+void scps__client_op_wait(op *o) {
   scps_client *c = o->c;
   pthread_mutex_lock(&c->mu);
   while (!o->finished) pthread_cond_wait(&c->cv, &c->mu);
   pthread_mutex_unlock(&c->mu);
 }
 
-int scps_client_op_finish(op *o, scps_error *err) {
-  int rc = scps_client_op_outcome(o, err);
+int scps__client_op_finish(op *o, scps_error *err) {
+  int rc = scps__client_op_outcome(o, err);
   if (o->b) atomic_store(&o->b->busy, false);
-  scps_client_op_destroy(o);
+  scps__client_op_destroy(o);
   return rc;
 }
 
-void scps_client_op_list_servers(const op *o, bool failed, char *buf, size_t len) {
+void scps__client_op_list_servers(const op *o, bool failed, char *buf, size_t len) {
   size_t used = 0;
   buf[0] = '\0';
   for (int p = 0; p < o->n_rpcs && used < len; p++)
@@ -323,28 +323,28 @@ void scps_client_op_list_servers(const op *o, bool failed, char *buf, size_t len
   if (!used) snprintf(buf, len, "none");
 }
 
-int scps_client_op_outcome(op *o, scps_error *err) {
+int scps__client_op_outcome(op *o, scps_error *err) {
   int first = -1, failures = 0;
   for (int i = 0; i < o->n_rpcs; i++)
     if (o->rpcs[i].rc) {
       if (first < 0) first = i;
       failures++;
     }
-  return o->outcome ? o->outcome(o, first, failures, err) : scps_client_op_failure(o, first, failures, err);
+  return o->outcome ? o->outcome(o, first, failures, err) : scps__client_op_failure(o, first, failures, err);
 }
 
-int scps_client_op_failure(const op *o, int first, int failures, scps_error *err) {
+int scps__client_op_failure(const op *o, int first, int failures, scps_error *err) {
   if (first < 0) return 0;
   const rpc *r = &o->rpcs[first];
   if (failures > 1) {
     char bad[128];
-    scps_client_op_list_servers(o, true, bad, sizeof bad);
+    scps__client_op_list_servers(o, true, bad, sizeof bad);
     return scps_error_set(err, r->rc, "%s [servers %s failed]", r->err.msg, bad);
   }
   return scps_error_set(err, r->rc, "%s", r->err.msg);
 }
 
-int scps_client_op_threads_start(scps_client *c, int n, scps_error *err) {
+int scps__client_op_threads_start(scps_client *c, int n, scps_error *err) {
   c->cq = grpc_completion_queue_create_for_next(NULL);
   for (int i = 0; i < n; i++) {
     if (pthread_create(&c->threads[i], NULL, cq_main, c))
@@ -354,7 +354,7 @@ int scps_client_op_threads_start(scps_client *c, int n, scps_error *err) {
   return 0;
 }
 
-void scps_client_op_threads_stop(scps_client *c) {
+void scps__client_op_threads_stop(scps_client *c) {
   if (!c->cq) return;
   grpc_completion_queue_shutdown(c->cq);
   for (int i = 0; i < c->n_threads; i++) pthread_join(c->threads[i], NULL);

@@ -7,9 +7,9 @@
 
 #include "scps_client_int.h"
 
-void scps_client_prepare_parallel(scps_client *c, int items, void (*fn)(void *, int), void *ctx) {
+void scps__client_prepare_parallel(scps_client *c, int items, void (*fn)(void *, int), void *ctx) {
   if (!pthread_mutex_trylock(&c->prep_mu)) {
-    scps_prep_parallel(c->prep, items, fn, ctx);
+    scps__prep_parallel(c->prep, items, fn, ctx);
     pthread_mutex_unlock(&c->prep_mu);
     return;
   }
@@ -31,9 +31,9 @@ static void choose_answers(scps_client *c, scps_batch *b) {
       size_t *n_rows = &b->n_rows[(size_t)p * (size_t)ns + (size_t)st];
       *n_rows = 0;
       for (int k = 0; k < S && count; k++) {
-        const scps_coo *coo = scps_prep_coo(c->prep, st, p * S + k);
+        const scps_coo *coo = scps__prep_coo(c->prep, st, p * S + k);
         sent |= coo->n > 0;
-        *n_rows += scps_coo_distinct_rows(coo);
+        *n_rows += scps__coo_distinct_rows(coo);
       }
       rows += *n_rows;
       if (sent) pooled += (size_t)c->layout->stacks[st].total_sample_count;
@@ -63,8 +63,8 @@ static void choose_gradients(const scps_client *c, scps_batch *b, int st, int p)
 static size_t server_partitions(const scps_client *c, int st, int p, const scps_coo **coo) {
   size_t exceptions = 0;
   for (int k = 0; k < c->S; k++) {
-    coo[k] = scps_prep_coo(c->prep, st, p * c->S + k);
-    exceptions += scps_prep_gain_exceptions(c->prep, st, p * c->S + k);
+    coo[k] = scps__prep_coo(c->prep, st, p * c->S + k);
+    exceptions += scps__prep_gain_exceptions(c->prep, st, p * c->S + k);
   }
   return exceptions;
 }
@@ -85,7 +85,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
   memset(b->stack_used, 0, sizeof *b->stack_used * (size_t)ns);
   choose_answers(c, b);
   for (int p = 0; p < c->n; p++) {
-    size_t total = scps_request_view_size(p) + scps_request_format_size(c->format);
+    size_t total = scps__request_view_size(p) + scps__request_format_size(c->format);
     bool any_distinct = false;
     b->n_sent[p] = 0;
     for (int st = 0; st < ns; st++) {
@@ -101,40 +101,40 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
         return scps_error_set(err, SCPS_ENOSPC, "stack '%s': %zu entries for server %d exceed the wire's 2^32 - 1",
                               l->stacks[st].name, entries, p);
       b->slot[i] = b->n_sent[p]++;
-      b->parts_len[i] = scps_request_partitions_size(l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
+      b->parts_len[i] = scps__request_partitions_size(l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
       b->stack_used[st] = true;
-      total += scps_request_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
+      total += scps__request_lookup_stack_prefix_size(b->parts_len[i]) + b->parts_len[i];
       choose_gradients(c, b, st, p);
       any_distinct |= b->distinct[st];
-      if ((b->distinct[st] || b->by_row[i]) && scps_rows_capture(&b->rows[i], coo, S))
+      if ((b->distinct[st] || b->by_row[i]) && scps__rows_capture(&b->rows[i], coo, S))
         return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the partitions of stack '%s' (server %d)",
                               l->stacks[st].name, p);
-      if (b->by_row[i]) b->row_parts_len[i] = scps_request_row_partitions_size(l->stacks[st].name, b->rows[i].row_start, S);
+      if (b->by_row[i]) b->row_parts_len[i] = scps__request_row_partitions_size(l->stacks[st].name, b->rows[i].row_start, S);
     }
-    if (any_distinct) total += scps_request_distinct_rows_size(b->n_sent[p]);
+    if (any_distinct) total += scps__request_distinct_rows_size(b->n_sent[p]);
     if (c->max_message_bytes > 0 && total > (size_t)c->max_message_bytes)
       return scps_error_set(err, SCPS_ENOSPC,
                             "batch: the Lookup request for server %d (%s) would be %zu bytes, over the server's "
                             "limit of %lld (--max-message-mb)",
-                            p, scps_client_addr(c, p), total, (long long)c->max_message_bytes);
+                            p, scps__client_addr(c, p), total, (long long)c->max_message_bytes);
     grpc_slice_unref(b->lookup[p]);
     b->lookup[p] = grpc_empty_slice();
     grpc_slice s;
-    uint8_t *start = scps_client_buf_lend(&b->lookup_buf[p], total, &s);
+    uint8_t *start = scps__client_buf_lend(&b->lookup_buf[p], total, &s);
     if (!start)
       return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the %zu-byte Lookup request of server %d", total,
                             p);
-    uint8_t *w = scps_request_put_view(start, c->fingerprint, p);
-    w = scps_request_put_lookup_format(w, c->format);
+    uint8_t *w = scps__request_put_view(start, c->fingerprint, p);
+    w = scps__request_put_lookup_format(w, c->format);
     for (int st = 0; st < ns; st++) {
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       if (b->slot[i] < 0) continue;
       const size_t exceptions = server_partitions(c, st, p, coo);
-      w = scps_request_put_lookup_stack_prefix(w, b->parts_len[i]);
+      w = scps__request_put_lookup_stack_prefix(w, b->parts_len[i]);
       b->parts_off[i] = (size_t)(w - start);
-      w = scps_request_put_partitions(w, l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
+      w = scps__request_put_partitions(w, l->stacks[st].name, coo, S, exceptions, narrow_samples(c, st));
     }
-    if (any_distinct) w = scps_request_put_distinct_rows(w, b->distinct, &b->slot[(size_t)p * (size_t)ns], ns, b->n_sent[p]);
+    if (any_distinct) w = scps__request_put_distinct_rows(w, b->distinct, &b->slot[(size_t)p * (size_t)ns], ns, b->n_sent[p]);
     b->lookup[p] = s;
   }
   return 0;
@@ -143,7 +143,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
 /* Adds the ids the last run dropped over the limits (policy DROP). */
 static void count_dropped(scps_client *c) {
   int64_t dropped = 0;
-  for (int st = 0; st < c->layout->n_stacks; st++) dropped += scps_prep_stats(c->prep, st)->id_drop_counter;
+  for (int st = 0; st < c->layout->n_stacks; st++) dropped += scps__prep_stats(c->prep, st)->id_drop_counter;
   if (dropped) atomic_fetch_add_explicit(&c->ids_dropped, (uint64_t)dropped, memory_order_relaxed);
 }
 
@@ -153,14 +153,14 @@ int scps_client_prepare(scps_client *c, const scps_feature_input *inputs, scps_b
                                             "belongs to another client");
   if (atomic_exchange(&b->busy, true))
     return scps_error_set(err, SCPS_ESTATE, "scps_client_prepare: the batch is in use by a lookup or apply in flight");
-  scps_batch_release(b);
+  scps__batch_release(b);
   pthread_mutex_lock(&c->prep_mu);
-  int rc = scps_prep_run(c->prep, inputs, err);
+  int rc = scps__prep_run(c->prep, inputs, err);
   if (!rc) count_dropped(c);
   if (!rc) rc = encode_batch(c, b, err);
   pthread_mutex_unlock(&c->prep_mu);
   if (rc)
-    scps_batch_release(b);
+    scps__batch_release(b);
   else
     b->prepared = true;
   atomic_store(&b->busy, false);

@@ -10,7 +10,7 @@
 #include "scps_client_int.h"
 
 /* A push's gradients laid out per stack, one feature per item of
- * scps_client_prepare_parallel: out[st] is stack st's [total_sample_count x dim] buffer (NULL
+ * scps__client_prepare_parallel: out[st] is stack st's [total_sample_count x dim] buffer (NULL
  * when the batch does not use the stack), bad_at[f] the first NaN or
  * infinity of feature f (once rounded, in bfloat16) or -1. */
 typedef struct grad_job {
@@ -40,7 +40,7 @@ static void grad_item(void *ctx, int f) {
     if (j->bf16) {
       uint16_t *restrict d = (uint16_t *)j->out[fl->stack] + first + r * dim;
       for (size_t c = 0; c < width; c++) {
-        uint16_t h = scps_bf16_from_f32(s[c]);
+        uint16_t h = scps__bf16_from_f32(s[c]);
         nonfinite |= (uint32_t)((h & 0x7f80u) == 0x7f80u);
         d[c] = h;
       }
@@ -57,13 +57,13 @@ static void grad_item(void *ctx, int f) {
     for (size_t c = width; c < dim; c++) d[c] = 0.0f;
   }
   for (size_t i = 0; nonfinite && i < rows * width; i++)
-    if (!isfinite(j->bf16 ? scps_bf16_to_f32(scps_bf16_from_f32(src[i])) : src[i])) {
+    if (!isfinite(j->bf16 ? scps__bf16_to_f32(scps__bf16_from_f32(src[i])) : src[i])) {
       j->bad_at[f] = (int64_t)i;
       break;
     }
 }
 
-/* Entries summed per item of scps_client_prepare_parallel (whole rows, so about this many):
+/* Entries summed per item of scps__client_prepare_parallel (whole rows, so about this many):
  * by entries, not rows, since a row of a small table may have thousands,
  * and items of equal work keep every thread busy to the end. */
 #define ROW_ITEM_ENTRIES 8192
@@ -74,7 +74,7 @@ static void grad_item(void *ctx, int f) {
 static uint32_t row_item_end(const scps_rows *ra, int k, uint32_t r) {
   const uint32_t end = ra->row_start[k + 1];
   size_t e0, e1;
-  scps_rows_entries(ra, r, &e0, &e1);
+  scps__rows_entries(ra, r, &e0, &e1);
   const size_t at = e0 + ROW_ITEM_ENTRIES;
   if (at >= ra->entry_start[k + 1]) return end;
   const uint32_t next = ra->urow[at] + 1;
@@ -98,7 +98,7 @@ static void row_item(void *ctx, int u) {
   row_job *j = ctx;
   const int ns = j->c->layout->n_stacks;
   const int st = (int)(j->pair[u] % (size_t)ns);
-  j->bad[u] = scps_rows_sum_gradients(&j->b->rows[j->pair[u]], &j->src[st], j->r0[u], j->r1[u],
+  j->bad[u] = scps__rows_sum_gradients(&j->b->rows[j->pair[u]], &j->src[st], j->r0[u], j->r1[u],
                                       (size_t)j->c->layout->stacks[st].dim, j->c->value_bytes, j->out[u]);
 }
 
@@ -110,7 +110,7 @@ static int bad_row_sum(const scps_client *c, const scps_batch *b, const float *c
   const int ns = l->n_stacks, st = (int)(i % (size_t)ns), p = (int)(i / (size_t)ns);
   const scps_rows *ra = &b->rows[i];
   size_t e0, e1;
-  scps_rows_entries(ra, r, &e0, &e1);
+  scps__rows_entries(ra, r, &e0, &e1);
   for (size_t e = e0; e < e1; e++) {
     const uint32_t sample = ra->samples[e];
     const int f = l->stacks[st].features[c->sample_feature[st][sample]];
@@ -132,7 +132,7 @@ static int bad_row_sum(const scps_client *c, const scps_batch *b, const float *c
 
 /* Sums the gradients of every (server, stack) pushed by row into that
  * pair's buffer, after its partitions and the row_gradients prefix, on
- * scps_client_prepare_parallel. rest[i] is where the sums go. */
+ * scps__client_prepare_parallel. rest[i] is where the sums go. */
 static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, uint8_t **rest, const char *fn,
                     scps_error *err) {
   const scps_layout *l = c->layout;
@@ -182,7 +182,7 @@ static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, ui
         j.out[u] = rest[i] + (size_t)r * row_bytes;
       }
   }
-  scps_client_prepare_parallel(c, (int)items, row_item, &j);
+  scps__client_prepare_parallel(c, (int)items, row_item, &j);
   for (u = 0; u < items && !rc; u++)
     if (j.bad[u] >= 0) rc = bad_row_sum(c, b, grads, j.pair[u], (uint32_t)j.bad[u], fn, err);
 out:
@@ -201,14 +201,14 @@ out:
 /* Bytes of pair i's row_gradients field body: a vector per distinct row. */
 static size_t row_gradients_len(const scps_client *c, const scps_batch *b, size_t i) {
   const size_t dim = (size_t)c->layout->stacks[i % (size_t)c->layout->n_stacks].dim;
-  return (size_t)scps_rows_count(&b->rows[i]) * dim * c->value_bytes;
+  return (size_t)scps__rows_count(&b->rows[i]) * dim * c->value_bytes;
 }
 
 /* A server's answer: whether it asks for a checkpoint (its
  * --checkpoint-every timer fired). */
 static int push_read(rpc *r) {
   ProtobufCMessage *m;
-  int rc = scps_client_op_unpack(r, &m);
+  int rc = scps__client_op_unpack(r, &m);
   if (rc) return rc;
   if (((const Scps__V1__ApplyGradientsResponse *)m)->checkpoint_due) atomic_store(&r->op->checkpoint_due, true);
   protobuf_c_message_free_unpacked(m, NULL);
@@ -219,8 +219,8 @@ static int push_read(rpc *r) {
 static int push_outcome(op *o, int first, int failures, scps_error *err) {
   if (first < 0) return 0;
   char bad[128], good[128];
-  scps_client_op_list_servers(o, true, bad, sizeof bad);
-  scps_client_op_list_servers(o, false, good, sizeof good);
+  scps__client_op_list_servers(o, true, bad, sizeof bad);
+  scps__client_op_list_servers(o, false, good, sizeof good);
   return scps_error_set(err, o->rpcs[first].rc, "%s [step %lld not confirmed by servers %s; applied on %s]",
                         o->rpcs[first].err.msg, (long long)o->step, bad, good);
 }
@@ -229,7 +229,7 @@ static int push_outcome(op *o, int first, int failures, scps_error *err) {
  * checkpoint: the checkpoint policy takes it from here. */
 static bool push_then(op *o, int *rc, scps_error *err) {
   if (*rc || !atomic_load(&o->checkpoint_due)) return false;
-  return scps_client_checkpoint_due_async(o->c, o->step, o->done, o->ud);
+  return scps__client_checkpoint_due_async(o->c, o->step, o->done, o->ud);
 }
 
 static int apply_start(scps_client *c, scps_batch *b, const float *const *grads, int64_t step, double learning_rate,
@@ -247,12 +247,12 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
       if (!grads[f])
         return scps_error_set(err, SCPS_EINVAL, "%s: grads[%d] (feature '%s') is NULL", fn, f,
                               c->layout->feature_specs[f].name);
-  int rc = scps_batch_claim(c, b, fn, err);
+  int rc = scps__batch_claim(c, b, fn, err);
   if (rc) return rc;
   const scps_layout *l = c->layout;
   int ns = l->n_stacks;
   grpc_slice *gs = calloc((size_t)ns, sizeof *gs);
-  op *o = gs ? scps_client_op_create(c, SCPS_M_APPLY_GRADIENTS, c->n, deadline_ms) : NULL;
+  op *o = gs ? scps__client_op_create(c, SCPS_M_APPLY_GRADIENTS, c->n, deadline_ms) : NULL;
   if (!o) {
     free(gs);
     atomic_store(&b->busy, false);
@@ -270,13 +270,13 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     }
     if (!by_sample) continue;
     const scps_stack_layout *sl = &l->stacks[st];
-    bufs[st] = scps_client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes,
+    bufs[st] = scps__client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes,
                                     &gs[st]);
     if (!bufs[st]) rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients", fn, sl->name);
   }
   if (!rc) {
     grad_job gj = {l, grads, bufs, c->format == SCPS_WIRE_BFLOAT16, bad_at};
-    scps_client_prepare_parallel(c, l->n_features, grad_item, &gj);
+    scps__client_prepare_parallel(c, l->n_features, grad_item, &gj);
   }
   /* The first bad value in stack order, then feature order. */
   for (int st = 0; st < ns && !rc; st++)
@@ -303,14 +303,14 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     const scps_stack_layout *sl = &l->stacks[i % (size_t)ns];
     const scps_rows *ra = &b->rows[i];
     const size_t glen = row_gradients_len(c, b, i);
-    const size_t len = b->row_parts_len[i] + 1 + scps_pbw_varint_size(glen) + glen;
-    uint8_t *w = scps_client_buf_lend(&b->row_buf[i], len, &rs[i]);
+    const size_t len = b->row_parts_len[i] + 1 + scps__pbw_varint_size(glen) + glen;
+    uint8_t *w = scps__client_buf_lend(&b->row_buf[i], len, &rs[i]);
     if (!w) {
       rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients by row", fn, sl->name);
       break;
     }
-    w = scps_request_put_row_partitions(w, sl->name, ra->row_start, ra->n_sc, ra->local);
-    rest[i] = scps_request_put_row_gradients_prefix(w, glen);
+    w = scps__request_put_row_partitions(w, sl->name, ra->row_start, ra->n_sc, ra->local);
+    rest[i] = scps__request_put_row_gradients_prefix(w, glen);
   }
   if (!rc) rc = sum_rows(c, b, grads, rest, fn, err);
   free(rest);
@@ -322,10 +322,10 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
       rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
       break;
     }
-    uint8_t *w = scps_request_put_view(head, c->fingerprint, p);
-    w = scps_request_put_step(w, step, learning_rate);
-    w = scps_request_put_state_id(w, c->servers[p].state_id);
-    w = scps_request_put_apply_format(w, c->format);
+    uint8_t *w = scps__request_put_view(head, c->fingerprint, p);
+    w = scps__request_put_step(w, step, learning_rate);
+    w = scps__request_put_state_id(w, c->servers[p].state_id);
+    w = scps__request_put_apply_format(w, c->format);
     r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)head, (size_t)(w - head));
     size_t total = (size_t)(w - head);
     for (int st = 0; st < ns; st++) {
@@ -336,18 +336,18 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
          * field, whose length the stack's prefix counts as a gradients
          * field of the same size would. */
         const size_t glen = row_gradients_len(c, b, i);
-        w = scps_request_put_apply_stack_prefix(pre, b->row_parts_len[i], glen);
+        w = scps__request_put_apply_stack_prefix(pre, b->row_parts_len[i], glen);
         r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
         r->req[r->n_req++] = grpc_slice_ref(rs[i]);
         total += (size_t)(w - pre) + GRPC_SLICE_LENGTH(rs[i]);
         continue;
       }
       size_t glen = GRPC_SLICE_LENGTH(gs[st]), plen = b->parts_len[i];
-      w = scps_request_put_apply_stack_prefix(pre, plen, glen);
+      w = scps__request_put_apply_stack_prefix(pre, plen, glen);
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
       total += (size_t)(w - pre);
       r->req[r->n_req++] = grpc_slice_sub(b->lookup[p], b->parts_off[i], b->parts_off[i] + plen);
-      w = scps_request_put_gradients_prefix(pre, glen);
+      w = scps__request_put_gradients_prefix(pre, glen);
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
       r->req[r->n_req++] = grpc_slice_ref(gs[st]);
       total += (size_t)(w - pre) + plen + glen;
@@ -356,14 +356,14 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
       rc = scps_error_set(err, SCPS_ENOSPC,
                           "%s: the ApplyGradients request for server %d (%s) would be %zu bytes, over the "
                           "server's limit of %lld (nothing was sent)",
-                          fn, p, scps_client_addr(c, p), total, (long long)c->max_message_bytes);
+                          fn, p, scps__client_addr(c, p), total, (long long)c->max_message_bytes);
   }
   for (int st = 0; st < ns; st++) grpc_slice_unref(gs[st]);
   free(gs);
   for (size_t i = 0; rs && i < pairs; i++) grpc_slice_unref(rs[i]);
   free(rs);
   if (rc) {
-    scps_client_op_destroy(o);
+    scps__client_op_destroy(o);
     atomic_store(&b->busy, false);
     return rc;
   }
@@ -372,7 +372,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   o->read = push_read;
   o->outcome = push_outcome;
   o->then = push_then;
-  scps_client_op_launch(o, blocking, done, ud, out);
+  scps__client_op_launch(o, blocking, done, ud, out);
   return 0;
 }
 
@@ -381,10 +381,10 @@ int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *cons
   op *o;
   int rc = apply_start(c, b, grads, step, learning_rate, deadline_ms, true, NULL, NULL, &o, err);
   if (rc) return rc;
-  scps_client_op_wait(o);
+  scps__client_op_wait(o);
   const bool due = atomic_load(&o->checkpoint_due);
-  rc = scps_client_op_finish(o, err);
-  if (!rc && due) scps_client_checkpoint_due(c, step);
+  rc = scps__client_op_finish(o, err);
+  if (!rc && due) scps__client_checkpoint_due(c, step);
   return rc;
 }
 

@@ -38,17 +38,17 @@ static int copy_answer(grpc_byte_buffer *bb, uint8_t **answer, size_t *answer_le
   return rc;
 }
 
-int scps_client_rpc_call(const char *address, const scps_client_security *security, const char *method,
+int scps__client_rpc_call(const char *address, const scps_client_security *security, const char *method,
                   const uint8_t *request, size_t request_len, int64_t deadline_ms, uint8_t **answer,
                   size_t *answer_len, scps_error *err) {
   *answer = NULL;
   *answer_len = 0;
   if (deadline_ms <= 0) return scps_error_set(err, SCPS_EINVAL, "deadline_ms %lld must be > 0", (long long)deadline_ms);
-  const char *path = scps_method_path(scps_method_from_name(method));
+  const char *path = scps__method_path(scps__method_from_name(method));
   if (!path) return scps_error_set(err, SCPS_EINVAL, "method '%s' is not a method of %s", method, SCPS_METHOD_SERVICE);
   grpc_init();
   scps_client_conn *conn;
-  int rc = scps_client_conn_create(security, &conn, err);
+  int rc = scps__client_conn_create(security, &conn, err);
   if (rc) {
     grpc_shutdown();
     return rc;
@@ -57,9 +57,9 @@ int scps_client_rpc_call(const char *address, const scps_client_security *securi
    * past gRPC's default 4 MiB receive limit for large ones. */
   grpc_arg arg = {.type = GRPC_ARG_INTEGER, .key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, .value.integer = -1};
   grpc_channel_args args = {1, &arg};
-  grpc_channel *ch = scps_client_conn_channel(conn, address, &args);
+  grpc_channel *ch = scps__client_conn_channel(conn, address, &args);
   if (!ch) {
-    scps_client_conn_destroy(conn);
+    scps__client_conn_destroy(conn);
     grpc_shutdown();
     return scps_error_set(err, SCPS_EINVAL, "%s: cannot create a channel to it", address);
   }
@@ -84,7 +84,7 @@ int scps_client_rpc_call(const char *address, const scps_client_security *securi
   /* A server still starting is waited for, within the deadline. */
   ops[0].flags = GRPC_INITIAL_METADATA_WAIT_FOR_READY | GRPC_INITIAL_METADATA_WAIT_FOR_READY_EXPLICITLY_SET;
   grpc_metadata auth_md;
-  scps_client_conn_metadata(conn, &ops[0], &auth_md);
+  scps__client_conn_metadata(conn, &ops[0], &auth_md);
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = sent;
   ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
@@ -107,9 +107,9 @@ int scps_client_rpc_call(const char *address, const scps_client_security *securi
       char why[320] = "";
       if (status == GRPC_STATUS_DEADLINE_EXCEEDED && grpc_channel_check_connectivity_state(ch, 0) != GRPC_CHANNEL_READY)
         snprintf(why, sizeof why, " (no connection within the deadline: %s; an scps-server listens once its tables "
-                 "are initialized)", scps_client_conn_why_unconnected(conn));
-      rc = scps_error_set(err, scps_status_to_error(status), "%s: %s: %s: %s%s", address, method,
-                          scps_status_name(status), text, why);
+                 "are initialized)", scps__client_conn_why_unconnected(conn));
+      rc = scps_error_set(err, scps__status_to_error(status), "%s: %s: %s: %s%s", address, method,
+                          scps__status_name(status), text, why);
       gpr_free(text);
     } else {
       rc = copy_answer(got, answer, answer_len, err);
@@ -126,7 +126,7 @@ int scps_client_rpc_call(const char *address, const scps_client_security *securi
   }
   grpc_completion_queue_destroy(cq);
   grpc_channel_destroy(ch);
-  scps_client_conn_destroy(conn);
+  scps__client_conn_destroy(conn);
   grpc_shutdown();
   return rc;
 }

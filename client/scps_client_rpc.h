@@ -15,11 +15,11 @@
  * reachable and to answer, over TLS and with a token as security says (NULL:
  * plaintext, no token; as scps_client_options.security). On OK: 0 and
  * *answer (malloc'ed, the caller frees it; NULL with *answer_len 0 for an
- * empty message). Otherwise the status's SCPS_E* code (scps_status_to_error:
+ * empty message). Otherwise the status's SCPS_E* code (scps__status_to_error:
  * SCPS_EUNAUTH, SCPS_EDENIED for a token refused) and a message naming the
  * address, the method, the status and the server's details; security's
  * errors as scps_client_create's. */
-int scps_client_rpc_call(const char *address, const scps_client_security *security, const char *method,
+int scps__client_rpc_call(const char *address, const scps_client_security *security, const char *method,
                   const uint8_t *request, size_t request_len, int64_t deadline_ms, uint8_t **answer,
                   size_t *answer_len, scps_error *err);
 

@@ -18,7 +18,7 @@ static int reserve(void **p, size_t *cap, size_t n, size_t sz) {
   return 0;
 }
 
-int scps_rows_capture(scps_rows *ra, const scps_coo *const *coo, int32_t n_sc) {
+int scps__rows_capture(scps_rows *ra, const scps_coo *const *coo, int32_t n_sc) {
   size_t n = 0;
   for (int32_t k = 0; k < n_sc; k++) n += coo[k]->n;
   /* One block for the three per-entry arrays and the distinct rows (no
@@ -48,29 +48,29 @@ int scps_rows_capture(scps_rows *ra, const scps_coo *const *coo, int32_t n_sc) {
   return 0;
 }
 
-int scps_rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
+int scps__rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
                     size_t total_samples, bool pooled) {
-  const size_t rows = scps_rows_count(ra), entries = ra->entry_start[ra->n_sc];
+  const size_t rows = scps__rows_count(ra), entries = ra->entry_start[ra->n_sc];
   if (reserve((void **)&ra->table, &ra->table_cap, rows * dim, sizeof(float)) ||
       (pooled && reserve((void **)&ra->pooled, &ra->pooled_cap, total_samples * dim, sizeof(float))) ||
-      reserve(&ra->by_sample_mem, &ra->by_sample_cap, scps_pool_list_bytes(entries, 0, (uint32_t)total_samples), 1))
+      reserve(&ra->by_sample_mem, &ra->by_sample_cap, scps__pool_list_bytes(entries, 0, (uint32_t)total_samples), 1))
     return SCPS_ENOMEM;
   uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
   const size_t row_bytes = dim * value_bytes;
   for (size_t r = 0; r < rows; r++) {
-    const uint8_t *s = scps_slices_span(m, off + r * row_bytes, row_bytes, tmp);
-    if (value_bytes == 2) scps_bf16_decode(s, ra->table + r * dim, dim);
+    const uint8_t *s = scps__slices_span(m, off + r * row_bytes, row_bytes, tmp);
+    if (value_bytes == 2) scps__bf16_decode(s, ra->table + r * dim, dim);
     else memcpy(ra->table + r * dim, s, row_bytes);
   }
   /* urow numbers the rows across partitions, so the entries, partition after
    * partition, are one partition of the widened table. */
   const float *table = ra->table;
   const scps_coo all = {entries, ra->urow, ra->samples, ra->gains};
-  ra->by_sample = scps_pool_list_make(&table, dim, &all, 1, 0, (uint32_t)total_samples, ra->by_sample_mem);
+  ra->by_sample = scps__pool_list_make(&table, dim, &all, 1, 0, (uint32_t)total_samples, ra->by_sample_mem);
   return 0;
 }
 
-void scps_rows_pool(const scps_rows *ra, size_t dim, uint32_t first, uint32_t end, float *out,
+void scps__rows_pool(const scps_rows *ra, size_t dim, uint32_t first, uint32_t end, float *out,
                     uint32_t out_first, bool add) {
   float *base = out ? out : ra->pooled;
   const uint32_t base_first = out ? out_first : 0;
@@ -78,15 +78,15 @@ void scps_rows_pool(const scps_rows *ra, size_t dim, uint32_t first, uint32_t en
   for (uint32_t s = first; s < end; s++) {
     float *o = base + (size_t)(s - base_first) * dim;
     if (!add) {
-      scps_pool_sample(&ra->by_sample, s, dim, o);
+      scps__pool_sample(&ra->by_sample, s, dim, o);
       continue;
     }
-    scps_pool_sample(&ra->by_sample, s, dim, tmp);
+    scps__pool_sample(&ra->by_sample, s, dim, tmp);
     for (size_t c = 0; c < dim; c++) o[c] += tmp[c];
   }
 }
 
-void scps_rows_entries(const scps_rows *ra, uint32_t r, size_t *begin, size_t *end) {
+void scps__rows_entries(const scps_rows *ra, uint32_t r, size_t *begin, size_t *end) {
   const size_t n = ra->entry_start[ra->n_sc];
   size_t lo = 0, hi = n;
   while (lo < hi) {
@@ -103,11 +103,11 @@ void scps_rows_entries(const scps_rows *ra, uint32_t r, size_t *begin, size_t *e
  * entries are scattered over the trainer's arrays. */
 #define SUM_PREFETCH_AHEAD 16
 
-int64_t scps_rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src, uint32_t r0, uint32_t r1,
+int64_t scps__rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src, uint32_t r0, uint32_t r1,
                                 size_t dim, size_t value_bytes, uint8_t *out) {
   const size_t n = ra->entry_start[ra->n_sc];
   size_t e, unused;
-  scps_rows_entries(ra, r0, &e, &unused);
+  scps__rows_entries(ra, r0, &e, &unused);
   float g[SCPS_DIM_MAX] __attribute__((aligned(64)));
   for (uint32_t r = r0; r < r1; r++) {
     memset(g, 0, dim * sizeof(float));
@@ -120,13 +120,13 @@ int64_t scps_rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src
       }
       const uint32_t s = ra->samples[e];
       const int32_t k = src->feature_of[s];
-      scps_coo_add_scaled(g, src->grads[k] + (size_t)(s - src->first[k]) * src->width[k], ra->gains[e],
+      scps__coo_add_scaled(g, src->grads[k] + (size_t)(s - src->first[k]) * src->width[k], ra->gains[e],
                           src->width[k]);
     }
     uint32_t nonfinite = 0;
     uint8_t *o = out + (size_t)(r - r0) * dim * value_bytes;
     if (value_bytes == 2) {
-      scps_bf16_encode(g, o, dim);
+      scps__bf16_encode(g, o, dim);
       for (size_t c = 0; c < dim; c++) {
         uint16_t h;
         memcpy(&h, o + 2 * c, sizeof h);
@@ -145,7 +145,7 @@ int64_t scps_rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src
   return -1;
 }
 
-void scps_rows_free(scps_rows *ra) {
+void scps__rows_free(scps_rows *ra) {
   free(ra->entries_mem);
   free(ra->by_sample_mem);
   free(ra->table);

@@ -38,27 +38,27 @@ typedef struct scps_rows {
 
 /* Takes the partitions coo[0 .. n_sc-1] of one server's stack. Returns 0 or
  * SCPS_ENOMEM. */
-int scps_rows_capture(scps_rows *ra, const scps_coo *const *coo, int32_t n_sc);
+int scps__rows_capture(scps_rows *ra, const scps_coo *const *coo, int32_t n_sc);
 
 /* Distinct rows the answer must hold. */
-static inline size_t scps_rows_count(const scps_rows *ra) { return ra->row_start[ra->n_sc]; }
+static inline size_t scps__rows_count(const scps_rows *ra) { return ra->row_start[ra->n_sc]; }
 
-/* Widens the answer's rows (off, in m, scps_rows_count x dim values of
+/* Widens the answer's rows (off, in m, scps__rows_count x dim values of
  * value_bytes 4 or 2) into ra->table, lists the entries of the stack's
  * total_samples samples by sample and, with pooled, makes room in
  * ra->pooled for the partial. Returns 0 or SCPS_ENOMEM. */
-int scps_rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
+int scps__rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
                     size_t total_samples, bool pooled);
 
 /* The samples [first, end) of the server's partial: bit for bit the pooled
- * answer it would have sent in float32 (scps_pool_sample, as the server's
+ * answer it would have sent in float32 (scps__pool_sample, as the server's
  * gather sums), into ra->pooled (out NULL, laid out as the stack's samples)
  * or into out, whose row 0 is sample out_first's (a feature's own array);
  * with add, added to what out holds, as a merge adds a later server's
  * partial (a sample without entries adds 0.0f). A sample's row is written
  * once, in sample order: the rows read are the answer's few, the rows
  * written as many as the batch's samples. */
-void scps_rows_pool(const scps_rows *ra, size_t dim, uint32_t first, uint32_t end, float *out,
+void scps__rows_pool(const scps_rows *ra, size_t dim, uint32_t first, uint32_t end, float *out,
                     uint32_t out_first, bool add);
 
 /* Where a stack's samples' gradients lie in a trainer's arrays: stack
@@ -73,16 +73,16 @@ typedef struct scps_rows_source {
 
 /* The gradients of the distinct rows [r0, r1) summed as a server sums them
  * by sample: for each row, zero, then gain x the gradient of each entry's
- * sample added in entry order (scps_coo_add_scaled), the columns past a
+ * sample added in entry order (scps__coo_add_scaled), the columns past a
  * feature's width staying zero. Row r is written at out + (r - r0) * dim *
  * value_bytes as float32 (value_bytes 4) or bfloat16 (2). Returns the first
  * row whose written values are not all finite, or -1. */
-int64_t scps_rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src, uint32_t r0, uint32_t r1,
+int64_t scps__rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src, uint32_t r0, uint32_t r1,
                                 size_t dim, size_t value_bytes, uint8_t *out);
 
 /* The first entry of distinct row r, and one past its last. */
-void scps_rows_entries(const scps_rows *ra, uint32_t r, size_t *begin, size_t *end);
+void scps__rows_entries(const scps_rows *ra, uint32_t r, size_t *begin, size_t *end);
 
-void scps_rows_free(scps_rows *ra);
+void scps__rows_free(scps_rows *ra);
 
 #endif

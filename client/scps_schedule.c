@@ -25,13 +25,13 @@ typedef struct lane {
 
 static int sc_iteration(lane *l, int64_t t, scps_error *err) {
   int rc = 0;
-  double t0 = scps_clock_s();
+  double t0 = scps__clock_s();
   if (t >= 2 && t - 2 < l->steps) {
     rc = l->ops->sc_push(l->ud, t - 2, err);
     l->pushed += !rc;
   }
   if (!rc && t < l->steps) rc = l->ops->sc_lookup(l->ud, t, err);
-  l->busy_seconds += scps_clock_s() - t0;
+  l->busy_seconds += scps__clock_s() - t0;
   return rc;
 }
 
@@ -61,13 +61,13 @@ static void *lane_main(void *arg) {
 static int run_sequential(const scps_schedule_ops *ops, void *ud, int64_t steps, scps_schedule_stats *st,
                           scps_error *err) {
   for (int64_t i = 0; i < steps; i++) {
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     int rc = ops->sc_lookup(ud, i, err);
-    double t1 = scps_clock_s();
+    double t1 = scps__clock_s();
     if (!rc) rc = ops->tc_compute(ud, i, err);
-    double t2 = scps_clock_s();
+    double t2 = scps__clock_s();
     if (!rc) rc = ops->sc_push(ud, i, err);
-    st->sc_busy_seconds += (t1 - t0) + (scps_clock_s() - t2);
+    st->sc_busy_seconds += (t1 - t0) + (scps__clock_s() - t2);
     st->tc_busy_seconds += t2 - t1;
     if (rc) return rc;
     st->steps++;
@@ -98,9 +98,9 @@ static int run_pipelined(const scps_schedule_ops *ops, void *ud, int64_t steps, 
     pthread_cond_broadcast(&l.cv);
     pthread_mutex_unlock(&l.mu);
     if (t >= 1 && t - 1 < steps) {
-      double t0 = scps_clock_s();
+      double t0 = scps__clock_s();
       rc = ops->tc_compute(ud, t - 1, err);
-      st->tc_busy_seconds += scps_clock_s() - t0;
+      st->tc_busy_seconds += scps__clock_s() - t0;
     }
     pthread_mutex_lock(&l.mu);
     while (l.busy) pthread_cond_wait(&l.cv, &l.mu);
@@ -122,15 +122,15 @@ static int run_pipelined(const scps_schedule_ops *ops, void *ud, int64_t steps, 
   return rc;
 }
 
-int scps_schedule_run(const scps_schedule_ops *ops, void *ud, int64_t steps, scps_schedule_mode mode,
+int scps__schedule_run(const scps_schedule_ops *ops, void *ud, int64_t steps, scps_schedule_mode mode,
                       scps_schedule_stats *stats, scps_error *err) {
   scps_schedule_stats local;
   scps_schedule_stats *st = stats ? stats : &local;
   memset(st, 0, sizeof *st);
   if (steps < 0) return scps_error_set(err, SCPS_EINVAL, "schedule: %lld steps", (long long)steps);
-  double t0 = scps_clock_s();
+  double t0 = scps__clock_s();
   int rc = mode == SCPS_SCHEDULE_PIPELINED ? run_pipelined(ops, ud, steps, st, err)
                                            : run_sequential(ops, ud, steps, st, err);
-  st->wall_seconds = scps_clock_s() - t0;
+  st->wall_seconds = scps__clock_s() - t0;
   return rc;
 }

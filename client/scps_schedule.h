@@ -41,7 +41,7 @@ typedef struct scps_schedule_stats {
 
 /* Runs `steps` batches. Stops at the first error (after the other lane has
  * finished its current call) and returns it; stats may be NULL. */
-int scps_schedule_run(const scps_schedule_ops *ops, void *ud, int64_t steps, scps_schedule_mode mode,
+int scps__schedule_run(const scps_schedule_ops *ops, void *ud, int64_t steps, scps_schedule_mode mode,
                       scps_schedule_stats *stats, scps_error *err);
 
 #endif

@@ -72,7 +72,7 @@ static void slots_free(run *r) {
 
 #define DEFAULT_DEADLINE_MS 30000
 
-void scps_train_options_init(scps_train_options *o) {
+void scps__train_options_init(scps_train_options *o) {
   memset(o, 0, sizeof *o);
   o->size = sizeof *o;
   o->mode = SCPS_SCHEDULE_SEQUENTIAL;
@@ -80,14 +80,14 @@ void scps_train_options_init(scps_train_options *o) {
   o->deadline_ms = DEFAULT_DEADLINE_MS;
 }
 
-int scps_train_run(scps_client *c, const scps_train_options *options, const scps_train_hooks *h, void *ud,
+int scps__train_run(scps_client *c, const scps_train_options *options, const scps_train_hooks *h, void *ud,
                    scps_schedule_stats *stats, scps_error *err) {
   if (!options || options->size < offsetof(scps_train_options, mode) + sizeof options->mode)
-    return scps_error_set(err, SCPS_EINVAL, "train options: size %zu: initialise them with scps_train_options_init",
+    return scps_error_set(err, SCPS_EINVAL, "train options: size %zu: initialise them with scps__train_options_init",
                           options ? options->size : 0);
   /* The fields inside the caller's size; the rest keep their defaults. */
   scps_train_options opts;
-  scps_train_options_init(&opts);
+  scps__train_options_init(&opts);
   memcpy(&opts, options, options->size < sizeof opts ? options->size : sizeof opts);
   const scps_train_options *o = &opts;
   run r;
@@ -129,7 +129,7 @@ int scps_train_run(scps_client *c, const scps_train_options *options, const scps
   }
   if (!rc) {
     scps_schedule_ops ops = {op_lookup, op_compute, op_push};
-    rc = scps_schedule_run(&ops, &r, o->steps, o->mode, stats, err);
+    rc = scps__schedule_run(&ops, &r, o->steps, o->mode, stats, err);
   }
   slots_free(&r);
   return rc;

@@ -25,11 +25,11 @@ typedef struct scps_train_hooks {
   void (*checkpointed)(void *ud, const scps_client_checkpoint_result *res);
 } scps_train_hooks;
 
-/* Options of scps_train_run, initialised by scps_train_options_init and
+/* Options of scps__train_run, initialised by scps__train_options_init and
  * extended the way scps_client_options is (scps_client.h): size tells the
  * library which fields the caller knows; later ones are only appended. */
 typedef struct scps_train_options {
-  size_t size; /* set by scps_train_options_init; 0 fails scps_train_run */
+  size_t size; /* set by scps__train_options_init; 0 fails scps__train_run */
   scps_schedule_mode mode;
   int64_t steps;
   int64_t first_step;   /* global step of batch 0, for the optimizers; first_step + steps <= 2^53 */
@@ -49,11 +49,11 @@ typedef struct scps_train_options {
 
 /* Zeroes o and sets its size and defaults: sequential, no steps, from step
  * 0, each stack's learning rate, 30 s deadlines, no checkpoints. */
-void scps_train_options_init(scps_train_options *o);
+void scps__train_options_init(scps_train_options *o);
 
 /* Runs o->steps batches. At most SCPS_SCHEDULE_SLOTS batches (partitions,
  * activations, gradients) are held at any time. */
-int scps_train_run(scps_client *c, const scps_train_options *o, const scps_train_hooks *h, void *ud,
+int scps__train_run(scps_client *c, const scps_train_options *o, const scps_train_hooks *h, void *ud,
                    scps_schedule_stats *stats, scps_error *err);
 
 #endif

@@ -6,48 +6,48 @@
 #include "scps_error.h"
 #include "scps_layout.h"
 
-size_t scps_lookup_reply_put_head(uint8_t *p, const char *stack, size_t name_len, bool rows, size_t len) {
+size_t scps__lookup_reply_put_head(uint8_t *p, const char *stack, size_t name_len, bool rows, size_t len) {
   /* LookupResponse.stacks = 1; StackActivations.stack = 1, .activations =
    * 2, .rows = 3. */
-  const size_t inner = scps_pbw_len_size(name_len) + scps_pbw_len_size(len);
-  uint8_t *w = scps_pbw_put_len(p, 1, inner);
-  w = scps_pbw_put_bytes(w, 1, stack, name_len);
-  w = scps_pbw_put_len(w, rows ? 3 : 2, len);
+  const size_t inner = scps__pbw_len_size(name_len) + scps__pbw_len_size(len);
+  uint8_t *w = scps__pbw_put_len(p, 1, inner);
+  w = scps__pbw_put_bytes(w, 1, stack, name_len);
+  w = scps__pbw_put_len(w, rows ? 3 : 2, len);
   return (size_t)(w - p);
 }
 
 /* The extent of a length-delimited field whose key was just read. */
 static int field_extent(scps_slices *m, size_t limit, size_t *off, size_t *len) {
-  if (scps_slices_len(m, limit, len)) return -1;
+  if (scps__slices_len(m, limit, len)) return -1;
   *off = m->pos;
-  return scps_slices_read(m, NULL, *len) ? -1 : 0;
+  return scps__slices_read(m, NULL, *len) ? -1 : 0;
 }
 
-int scps_lookup_reply_parse(scps_slices *m, scps_lookup_reply_stack *out, int max) {
+int scps__lookup_reply_parse(scps_slices *m, scps_lookup_reply_stack *out, int max) {
   int count = 0;
-  scps_slices_seek(m, 0);
+  scps__slices_seek(m, 0);
   while (m->pos < m->total) {
     uint32_t field;
     int wt;
-    if (scps_slices_key(m, &field, &wt)) return -1;
+    if (scps__slices_key(m, &field, &wt)) return -1;
     if (field != 1) {
-      if (scps_slices_skip_field(m, wt, m->total)) return -1;
+      if (scps__slices_skip_field(m, wt, m->total)) return -1;
       continue;
     }
     size_t body, body_len;
     if (wt != SCPS_WT_LEN || count == INT32_MAX || field_extent(m, m->total, &body, &body_len)) return -1;
     scps_lookup_reply_stack a = {0, 0, 0, 0, false};
     const size_t end = body + body_len;
-    scps_slices_seek(m, body);
+    scps__slices_seek(m, body);
     while (m->pos < end) {
-      if (scps_slices_key(m, &field, &wt)) return -1;
+      if (scps__slices_key(m, &field, &wt)) return -1;
       if ((field == 1 || field == 2 || field == 3) && wt != SCPS_WT_LEN) return -1;
       if (field == 1) {
         if (field_extent(m, end, &a.stack_off, &a.stack_len)) return -1;
       } else if (field == 2 || field == 3) {
         if (field_extent(m, end, &a.off, &a.len)) return -1;
         a.rows = field == 3;
-      } else if (scps_slices_skip_field(m, wt, end)) {
+      } else if (scps__slices_skip_field(m, wt, end)) {
         return -1;
       }
     }
@@ -58,15 +58,15 @@ int scps_lookup_reply_parse(scps_slices *m, scps_lookup_reply_stack *out, int ma
   return count;
 }
 
-int scps_lookup_reply_read(scps_slices *m, grpc_byte_buffer *bb, scps_lookup_reply_stack *out, int max, int want,
+int scps__lookup_reply_read(scps_slices *m, grpc_byte_buffer *bb, scps_lookup_reply_stack *out, int max, int want,
                            char *msg, size_t len) {
-  scps_slices_free(m);
-  int rc = scps_slices_init(m, bb);
+  scps__slices_free(m);
+  int rc = scps__slices_init(m, bb);
   if (rc) {
     snprintf(msg, len, "Lookup: cannot read a %zu-byte response", grpc_byte_buffer_length(bb));
     return rc == SCPS_ENOMEM ? SCPS_ENOMEM : SCPS_EIO;
   }
-  int got = scps_lookup_reply_parse(m, out, max);
+  int got = scps__lookup_reply_parse(m, out, max);
   if (got < 0) {
     snprintf(msg, len, "Lookup: response of %zu bytes is not a valid scps.v1.LookupResponse", m->total);
     return SCPS_EIO;
@@ -78,11 +78,11 @@ int scps_lookup_reply_read(scps_slices *m, grpc_byte_buffer *bb, scps_lookup_rep
   return 0;
 }
 
-int scps_lookup_reply_check(const scps_slices *m, const scps_lookup_reply_stack *a, int k, const char *name,
+int scps__lookup_reply_check(const scps_slices *m, const scps_lookup_reply_stack *a, int k, const char *name,
                             bool rows, size_t want, char *msg, size_t len) {
   uint8_t got[SCPS_STACK_NAME_MAX];
   size_t shown = a->stack_len < sizeof got ? a->stack_len : sizeof got;
-  const uint8_t *got_name = scps_slices_span(m, a->stack_off, shown, got);
+  const uint8_t *got_name = scps__slices_span(m, a->stack_off, shown, got);
   if (a->stack_len != strlen(name) || memcmp(got_name, name, a->stack_len)) {
     snprintf(msg, len, "Lookup answer stacks[%d] is '%.*s', requested '%s'", k, (int)shown,
              (const char *)got_name, name);

@@ -23,7 +23,7 @@
  * length, StackActivations.stack (the name_len bytes of stack), then the key
  * and length of .rows (rows) or .activations holding len bytes. Returns
  * the head's length. */
-size_t scps_lookup_reply_put_head(uint8_t *p, const char *stack, size_t name_len, bool rows, size_t len);
+size_t scps__lookup_reply_put_head(uint8_t *p, const char *stack, size_t name_len, bool rows, size_t len);
 
 /* Decoding (libscps). */
 
@@ -39,18 +39,18 @@ typedef struct scps_lookup_reply_stack {
  * the number of stacks it holds (which may exceed max), or -1 if the bytes
  * are not a valid encoding. Unknown fields are skipped, as protobuf
  * requires. */
-int scps_lookup_reply_parse(scps_slices *m, scps_lookup_reply_stack *out, int max);
+int scps__lookup_reply_parse(scps_slices *m, scps_lookup_reply_stack *out, int max);
 
 /* Takes the slices of bb into m (freeing what m held) and parses them into
  * out[0..max-1]. Returns 0 if they hold exactly `want` stacks, else
  * SCPS_ENOMEM or SCPS_EIO with msg saying what is wrong ("Lookup: ..."). */
-int scps_lookup_reply_read(scps_slices *m, grpc_byte_buffer *bb, scps_lookup_reply_stack *out, int max, int want,
+int scps__lookup_reply_read(scps_slices *m, grpc_byte_buffer *bb, scps_lookup_reply_stack *out, int max, int want,
                            char *msg, size_t len);
 
 /* Checks that a, the answer's stacks[k], is stack `name` and holds `want`
  * bytes of distinct rows (rows) or pooled activations, as the request asked.
  * Returns 0, or SCPS_EIO with msg naming the stack and what differs. */
-int scps_lookup_reply_check(const scps_slices *m, const scps_lookup_reply_stack *a, int k, const char *name,
+int scps__lookup_reply_check(const scps_slices *m, const scps_lookup_reply_stack *a, int k, const char *name,
                             bool rows, size_t want, char *msg, size_t len);
 
 #endif

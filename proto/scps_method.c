@@ -19,16 +19,16 @@ static const method_row methods[SCPS_M_COUNT] = {
 
 static const method_row *row_of(int m) { return m >= 0 && m < SCPS_M_COUNT ? &methods[m] : NULL; }
 
-const char *scps_method_name(int m) { return row_of(m) ? row_of(m)->name : "unknown"; }
+const char *scps__method_name(int m) { return row_of(m) ? row_of(m)->name : "unknown"; }
 
-const char *scps_method_path(int m) { return row_of(m) ? row_of(m)->path : NULL; }
+const char *scps__method_path(int m) { return row_of(m) ? row_of(m)->path : NULL; }
 
-int scps_method_from_name(const char *name) {
+int scps__method_from_name(const char *name) {
   for (int m = 0; name && m < SCPS_M_COUNT; m++)
     if (!strcmp(methods[m].name, name)) return m;
   return SCPS_M_UNKNOWN;
 }
 
-const ProtobufCMessageDescriptor *scps_method_request(int m) { return row_of(m) ? row_of(m)->request : NULL; }
+const ProtobufCMessageDescriptor *scps__method_request(int m) { return row_of(m) ? row_of(m)->request : NULL; }
 
-const ProtobufCMessageDescriptor *scps_method_response(int m) { return row_of(m) ? row_of(m)->response : NULL; }
+const ProtobufCMessageDescriptor *scps__method_response(int m) { return row_of(m) ? row_of(m)->response : NULL; }

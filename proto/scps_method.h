@@ -31,17 +31,17 @@ typedef enum scps_method {
 #define SCPS_METHOD_SERVICE "scps.v1.EmbeddingService"
 
 /* "GetConfig", ...; "unknown" for SCPS_M_UNKNOWN and anything else. */
-const char *scps_method_name(int m);
+const char *scps__method_name(int m);
 
 /* "/scps.v1.EmbeddingService/GetConfig", ...; NULL outside the table. */
-const char *scps_method_path(int m);
+const char *scps__method_path(int m);
 
 /* The method called `name` ("Lookup"), or SCPS_M_UNKNOWN. */
-int scps_method_from_name(const char *name);
+int scps__method_from_name(const char *name);
 
 /* The descriptors of m's request and response messages; NULL outside the
  * table. */
-const ProtobufCMessageDescriptor *scps_method_request(int m);
-const ProtobufCMessageDescriptor *scps_method_response(int m);
+const ProtobufCMessageDescriptor *scps__method_request(int m);
+const ProtobufCMessageDescriptor *scps__method_response(int m);
 
 #endif

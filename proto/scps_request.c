@@ -42,14 +42,14 @@ static int nomem(reader *rd, size_t bytes) {
 
 /* The scps_slices reads, with their failure described in rd->msg. */
 static int checked(reader *rd, int rc) { return rc ? fail(rd, "%s", rd->m.why) : 0; }
-static int read_varint(reader *rd, uint64_t *v) { return checked(rd, scps_slices_varint(&rd->m, v)); }
+static int read_varint(reader *rd, uint64_t *v) { return checked(rd, scps__slices_varint(&rd->m, v)); }
 static int read_key(reader *rd, uint32_t *field, int *wt) {
-  return checked(rd, scps_slices_key(&rd->m, field, wt));
+  return checked(rd, scps__slices_key(&rd->m, field, wt));
 }
-static int read_len(reader *rd, size_t limit, size_t *n) { return checked(rd, scps_slices_len(&rd->m, limit, n)); }
-static int read_bytes(reader *rd, void *dst, size_t n) { return checked(rd, scps_slices_read(&rd->m, dst, n)); }
+static int read_len(reader *rd, size_t limit, size_t *n) { return checked(rd, scps__slices_len(&rd->m, limit, n)); }
+static int read_bytes(reader *rd, void *dst, size_t n) { return checked(rd, scps__slices_read(&rd->m, dst, n)); }
 static int skip_field(reader *rd, int wt, size_t limit) {
-  return checked(rd, scps_slices_skip_field(&rd->m, wt, limit));
+  return checked(rd, scps__slices_skip_field(&rd->m, wt, limit));
 }
 
 static void bytes_free(scps_req_bytes *b) {
@@ -187,7 +187,7 @@ static void partitions_free(scps_req_partitions *p) {
   bytes_free(&p->samples_u16);
 }
 
-int scps_request_expand_samples(scps_req_partitions *p, size_t entries, char *msg, size_t len) {
+int scps__request_expand_samples(scps_req_partitions *p, size_t entries, char *msg, size_t len) {
   const scps_req_bytes *x = &p->samples_u16;
   if (!x->len) return 0;
   if (p->samples.len) {
@@ -214,7 +214,7 @@ int scps_request_expand_samples(scps_req_partitions *p, size_t entries, char *ms
   return 0;
 }
 
-int scps_request_expand_gains(scps_req_partitions *p, size_t entries, char *msg, size_t len) {
+int scps__request_expand_gains(scps_req_partitions *p, size_t entries, char *msg, size_t len) {
   const scps_req_bytes *x = &p->gain_exceptions;
   if (!x->len) return 0;
   if (p->gains.len) {
@@ -414,29 +414,29 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
   return 0;
 }
 
-int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, size_t max_stacks, size_t max_sc_offsets,
+int scps__request_decode(grpc_byte_buffer *bb, scps_request_kind kind, size_t max_stacks, size_t max_sc_offsets,
                         scps_request *r, char *msg, size_t len) {
   memset(r, 0, sizeof *r);
   r->config_fingerprint.data = empty_bytes;
   reader rd = {.msg = msg, .msg_len = len,
                .what = kind == SCPS_REQUEST_LOOKUP ? "scps.v1.LookupRequest" : "scps.v1.ApplyGradientsRequest",
                .max_stacks = max_stacks, .max_sc_offsets = max_sc_offsets};
-  int rc = scps_slices_init(&rd.m, bb);
+  int rc = scps__slices_init(&rd.m, bb);
   r->bytes = rd.m.total;
   if (rc == SCPS_ENOMEM) rc = nomem(&rd, rd.m.cap * sizeof(grpc_slice));
   else if (rc) rc = fail(&rd, "unreadable (compressed?) payload");
   if (!rc) rc = read_request(&rd, kind, r);
   if (kind == SCPS_REQUEST_APPLY) r->msg = rd.m;
-  else scps_slices_free(&rd.m);
+  else scps__slices_free(&rd.m);
   return rc;
 }
 
-void scps_request_free(scps_request *r) {
+void scps__request_free(scps_request *r) {
   for (size_t i = 0; i < r->n_stacks; i++) partitions_free(&r->stacks[i].partitions);
   free(r->stacks);
   free(r->distinct_rows);
   bytes_free(&r->config_fingerprint);
-  scps_slices_free(&r->msg);
+  scps__slices_free(&r->msg);
   memset(r, 0, sizeof *r);
 }
 
@@ -447,7 +447,7 @@ static size_t offsets_body_size(const scps_coo *const *coo, int n_sc) {
   size_t n = 1, total = 0; /* the leading 0 */
   for (int k = 0; k < n_sc; k++) {
     total += coo[k]->n;
-    n += scps_pbw_varint_size(total);
+    n += scps__pbw_varint_size(total);
   }
   return n;
 }
@@ -462,19 +462,19 @@ static size_t entry_count(const scps_coo *const *coo, int n_sc) {
  * else (entry, gain) pairs of the others or every gain. */
 static size_t gains_size(size_t n, size_t exceptions) {
   if (!exceptions) return 0;
-  return 8 * exceptions < 4 * n ? scps_pbw_len_size(8 * exceptions) : scps_pbw_len_size(4 * n);
+  return 8 * exceptions < 4 * n ? scps__pbw_len_size(8 * exceptions) : scps__pbw_len_size(4 * n);
 }
 
-size_t scps_request_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc,
+size_t scps__request_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc,
                                     size_t gain_exceptions, bool samples_u16) {
   size_t n = entry_count(coo, n_sc);
-  return scps_pbw_len_size(strlen(stack)) + scps_pbw_len_size(offsets_body_size(coo, n_sc)) +
-         scps_pbw_len_size(4 * n) + scps_pbw_len_size((samples_u16 ? 2 : 4) * n) + gains_size(n, gain_exceptions);
+  return scps__pbw_len_size(strlen(stack)) + scps__pbw_len_size(offsets_body_size(coo, n_sc)) +
+         scps__pbw_len_size(4 * n) + scps__pbw_len_size((samples_u16 ? 2 : 4) * n) + gains_size(n, gain_exceptions);
 }
 
 /* Field 7: the samples as little-endian uint16. */
 static uint8_t *put_samples_u16(uint8_t *p, const scps_coo *const *coo, int n_sc, size_t n) {
-  p = scps_pbw_put_len(p, 7, 2 * n);
+  p = scps__pbw_put_len(p, 7, 2 * n);
   for (int k = 0; k < n_sc; k++) {
     const uint32_t *restrict s = coo[k]->samples;
     for (size_t i = 0; i < coo[k]->n; i++) {
@@ -489,7 +489,7 @@ static uint8_t *put_samples_u16(uint8_t *p, const scps_coo *const *coo, int n_sc
 /* One of rows, samples, gains: the S partitions' arrays back to back. */
 static uint8_t *put_entries(uint8_t *p, int field, const scps_coo *const *coo, int n_sc, size_t n,
                             int which) {
-  p = scps_pbw_put_len(p, field, 4 * n);
+  p = scps__pbw_put_len(p, field, 4 * n);
   for (int k = 0; k < n_sc; k++) {
     const void *src = which == 0 ? (const void *)coo[k]->rows
                       : which == 1 ? (const void *)coo[k]->samples
@@ -504,7 +504,7 @@ static uint8_t *put_entries(uint8_t *p, int field, const scps_coo *const *coo, i
  * count of them. Blocks of 16 gains are tested at once, since nearly all
  * are 1.0. */
 static uint8_t *put_gain_exceptions(uint8_t *p, const scps_coo *const *coo, int n_sc, size_t count) {
-  p = scps_pbw_put_len(p, 6, 8 * count);
+  p = scps__pbw_put_len(p, 6, 8 * count);
   size_t base = 0, left = count;
   for (int k = 0; k < n_sc && left; k++) {
     const float *g = coo[k]->gains;
@@ -527,16 +527,16 @@ static uint8_t *put_gain_exceptions(uint8_t *p, const scps_coo *const *coo, int 
   return p;
 }
 
-uint8_t *scps_request_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo, int n_sc,
+uint8_t *scps__request_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo, int n_sc,
                                      size_t gain_exceptions, bool samples_u16) {
   size_t n = entry_count(coo, n_sc);
-  p = scps_pbw_put_bytes(p, 1, stack, strlen(stack));
-  p = scps_pbw_put_len(p, 2, offsets_body_size(coo, n_sc));
+  p = scps__pbw_put_bytes(p, 1, stack, strlen(stack));
+  p = scps__pbw_put_len(p, 2, offsets_body_size(coo, n_sc));
   size_t total = 0;
-  p = scps_pbw_put_varint(p, 0);
+  p = scps__pbw_put_varint(p, 0);
   for (int k = 0; k < n_sc; k++) {
     total += coo[k]->n;
-    p = scps_pbw_put_varint(p, total);
+    p = scps__pbw_put_varint(p, total);
   }
   p = put_entries(p, 3, coo, n_sc, n, 0);
   p = samples_u16 ? put_samples_u16(p, coo, n_sc, n) : put_entries(p, 4, coo, n_sc, n, 1);
@@ -547,86 +547,86 @@ uint8_t *scps_request_put_partitions(uint8_t *p, const char *stack, const scps_c
 
 static size_t row_offsets_body_size(const uint32_t *row_start, int n_sc) {
   size_t n = 0;
-  for (int k = 0; k <= n_sc; k++) n += scps_pbw_varint_size(row_start[k]);
+  for (int k = 0; k <= n_sc; k++) n += scps__pbw_varint_size(row_start[k]);
   return n;
 }
 
-size_t scps_request_row_partitions_size(const char *stack, const uint32_t *row_start, int n_sc) {
-  return scps_pbw_len_size(strlen(stack)) + scps_pbw_len_size(row_offsets_body_size(row_start, n_sc)) +
-         scps_pbw_len_size(4 * (size_t)row_start[n_sc]);
+size_t scps__request_row_partitions_size(const char *stack, const uint32_t *row_start, int n_sc) {
+  return scps__pbw_len_size(strlen(stack)) + scps__pbw_len_size(row_offsets_body_size(row_start, n_sc)) +
+         scps__pbw_len_size(4 * (size_t)row_start[n_sc]);
 }
 
-uint8_t *scps_request_put_row_partitions(uint8_t *p, const char *stack, const uint32_t *row_start, int n_sc,
+uint8_t *scps__request_put_row_partitions(uint8_t *p, const char *stack, const uint32_t *row_start, int n_sc,
                                          const uint32_t *rows) {
-  p = scps_pbw_put_bytes(p, 1, stack, strlen(stack));
-  p = scps_pbw_put_len(p, 2, row_offsets_body_size(row_start, n_sc));
-  for (int k = 0; k <= n_sc; k++) p = scps_pbw_put_varint(p, row_start[k]);
-  return scps_pbw_put_bytes(p, 3, rows, 4 * (size_t)row_start[n_sc]);
+  p = scps__pbw_put_bytes(p, 1, stack, strlen(stack));
+  p = scps__pbw_put_len(p, 2, row_offsets_body_size(row_start, n_sc));
+  for (int k = 0; k <= n_sc; k++) p = scps__pbw_put_varint(p, row_start[k]);
+  return scps__pbw_put_bytes(p, 3, rows, 4 * (size_t)row_start[n_sc]);
 }
 
 /* int32 and int64 fields are varints of the sign-extended 64-bit value. */
 static uint64_t int_varint(int64_t v) { return (uint64_t)v; }
 
-size_t scps_request_view_size(int32_t process_index) {
-  return scps_pbw_len_size(SCPS_FINGERPRINT_BYTES) + 1 + scps_pbw_varint_size(int_varint(process_index));
+size_t scps__request_view_size(int32_t process_index) {
+  return scps__pbw_len_size(SCPS_FINGERPRINT_BYTES) + 1 + scps__pbw_varint_size(int_varint(process_index));
 }
 
-uint8_t *scps_request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index) {
-  p = scps_pbw_put_bytes(p, 1, fingerprint, SCPS_FINGERPRINT_BYTES);
-  p = scps_pbw_put_key(p, 2, SCPS_WT_VARINT);
-  return scps_pbw_put_varint(p, int_varint(process_index));
+uint8_t *scps__request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index) {
+  p = scps__pbw_put_bytes(p, 1, fingerprint, SCPS_FINGERPRINT_BYTES);
+  p = scps__pbw_put_key(p, 2, SCPS_WT_VARINT);
+  return scps__pbw_put_varint(p, int_varint(process_index));
 }
 
-size_t scps_request_format_size(int format) { return format ? 1 + scps_pbw_varint_size((uint64_t)format) : 0; }
+size_t scps__request_format_size(int format) { return format ? 1 + scps__pbw_varint_size((uint64_t)format) : 0; }
 
 static uint8_t *put_format(uint8_t *p, int field, int format) {
   if (!format) return p;
-  p = scps_pbw_put_key(p, field, SCPS_WT_VARINT);
-  return scps_pbw_put_varint(p, (uint64_t)format);
+  p = scps__pbw_put_key(p, field, SCPS_WT_VARINT);
+  return scps__pbw_put_varint(p, (uint64_t)format);
 }
 
-uint8_t *scps_request_put_lookup_format(uint8_t *p, int format) { return put_format(p, 4, format); }
-uint8_t *scps_request_put_apply_format(uint8_t *p, int format) { return put_format(p, 6, format); }
+uint8_t *scps__request_put_lookup_format(uint8_t *p, int format) { return put_format(p, 4, format); }
+uint8_t *scps__request_put_apply_format(uint8_t *p, int format) { return put_format(p, 6, format); }
 
-size_t scps_request_lookup_stack_prefix_size(size_t len) { return 1 + scps_pbw_varint_size(len); }
+size_t scps__request_lookup_stack_prefix_size(size_t len) { return 1 + scps__pbw_varint_size(len); }
 
-uint8_t *scps_request_put_lookup_stack_prefix(uint8_t *p, size_t len) { return scps_pbw_put_len(p, 3, len); }
+uint8_t *scps__request_put_lookup_stack_prefix(uint8_t *p, size_t len) { return scps__pbw_put_len(p, 3, len); }
 
-uint8_t *scps_request_put_step(uint8_t *p, int64_t step, double learning_rate) {
-  p = scps_pbw_put_key(p, 3, SCPS_WT_VARINT);
-  p = scps_pbw_put_varint(p, int_varint(step));
+uint8_t *scps__request_put_step(uint8_t *p, int64_t step, double learning_rate) {
+  p = scps__pbw_put_key(p, 3, SCPS_WT_VARINT);
+  p = scps__pbw_put_varint(p, int_varint(step));
   if (learning_rate >= 0) {
-    p = scps_pbw_put_key(p, 4, SCPS_WT_I64);
+    p = scps__pbw_put_key(p, 4, SCPS_WT_I64);
     memcpy(p, &learning_rate, 8);
     p += 8;
   }
   return p;
 }
 
-uint8_t *scps_request_put_state_id(uint8_t *p, uint64_t state_id) {
+uint8_t *scps__request_put_state_id(uint8_t *p, uint64_t state_id) {
   if (!state_id) return p;
-  p = scps_pbw_put_key(p, 7, SCPS_WT_I64);
+  p = scps__pbw_put_key(p, 7, SCPS_WT_I64);
   memcpy(p, &state_id, 8); /* little-endian host, as the learning rate */
   return p + 8;
 }
 
-uint8_t *scps_request_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len) {
-  p = scps_pbw_put_len(p, 5, scps_pbw_len_size(parts_len) + scps_pbw_len_size(grads_len));
-  return scps_pbw_put_len(p, 1, parts_len);
+uint8_t *scps__request_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len) {
+  p = scps__pbw_put_len(p, 5, scps__pbw_len_size(parts_len) + scps__pbw_len_size(grads_len));
+  return scps__pbw_put_len(p, 1, parts_len);
 }
 
-uint8_t *scps_request_put_gradients_prefix(uint8_t *p, size_t grads_len) { return scps_pbw_put_len(p, 2, grads_len); }
+uint8_t *scps__request_put_gradients_prefix(uint8_t *p, size_t grads_len) { return scps__pbw_put_len(p, 2, grads_len); }
 
-uint8_t *scps_request_put_row_gradients_prefix(uint8_t *p, size_t len) { return scps_pbw_put_len(p, 3, len); }
+uint8_t *scps__request_put_row_gradients_prefix(uint8_t *p, size_t len) { return scps__pbw_put_len(p, 3, len); }
 
-size_t scps_request_distinct_rows_size(int n_sent) {
-  return n_sent > 0 ? scps_pbw_len_size((size_t)n_sent) : 0;
+size_t scps__request_distinct_rows_size(int n_sent) {
+  return n_sent > 0 ? scps__pbw_len_size((size_t)n_sent) : 0;
 }
 
-uint8_t *scps_request_put_distinct_rows(uint8_t *p, const bool *distinct, const int *slot, int n_stacks,
+uint8_t *scps__request_put_distinct_rows(uint8_t *p, const bool *distinct, const int *slot, int n_stacks,
                                         int n_sent) {
   if (n_sent <= 0) return p;
-  p = scps_pbw_put_len(p, 5, (size_t)n_sent);
+  p = scps__pbw_put_len(p, 5, (size_t)n_sent);
   for (int st = 0; st < n_stacks; st++)
     if (slot[st] >= 0) *p++ = distinct[st] ? 1 : 0;
   return p;

@@ -32,7 +32,7 @@ typedef struct scps_req_bytes {
 /* scps.v1.StackPartitions. */
 typedef struct scps_req_partitions {
   char *stack; /* NUL-terminated; "" when absent */
-  /* The first max_sc_offsets values of the field (scps_request_decode):
+  /* The first max_sc_offsets values of the field (scps__request_decode):
    * n_sc_offsets counts them all, so a request can be told it has too
    * many without the server keeping them. */
   uint32_t *sc_offsets;
@@ -84,22 +84,22 @@ typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_
  * once), or SCPS_ENOMEM. Memory taken is bounded by the request's size (a
  * repeated field frees its earlier value; at most max_sc_offsets values of
  * each sc_offsets are kept). r must be freed either way. */
-int scps_request_decode(grpc_byte_buffer *bb, scps_request_kind kind, size_t max_stacks, size_t max_sc_offsets,
+int scps__request_decode(grpc_byte_buffer *bb, scps_request_kind kind, size_t max_stacks, size_t max_sc_offsets,
                         scps_request *r, char *msg, size_t len);
 
-void scps_request_free(scps_request *r);
+void scps__request_free(scps_request *r);
 
 /* Replaces p's samples_u16, if any, by the uint32 samples they stand for.
  * Returns 0, SCPS_EINVAL with msg if samples is set too or the length is
  * not 2 per entry, or SCPS_ENOMEM. */
-int scps_request_expand_samples(scps_req_partitions *p, size_t entries, char *msg, size_t len);
+int scps__request_expand_samples(scps_req_partitions *p, size_t entries, char *msg, size_t len);
 
 /* Replaces p's gain_exceptions, if any, by the dense gains they stand for:
  * entries values, 1.0 where no pair names the entry. Returns 0, SCPS_EINVAL
  * with msg naming the first bad pair (entry not ascending or not below
  * entries, gain not finite), a length not a multiple of 8 or gains set too,
  * or SCPS_ENOMEM. */
-int scps_request_expand_gains(scps_req_partitions *p, size_t entries, char *msg, size_t len);
+int scps__request_expand_gains(scps_req_partitions *p, size_t entries, char *msg, size_t len);
 
 /* Encoding (libscps): each request is written by the caller as a sequence
  * of the pieces below, sized first; bulk arrays are copied once. */
@@ -110,62 +110,62 @@ int scps_request_expand_gains(scps_req_partitions *p, size_t entries, char *msg,
  * no gains if none, the (entry, gain) pairs of those if that is smaller
  * (gain_exceptions), else every gain. samples_u16: the samples as uint16
  * (samples_u16), for a stack of at most 65536 samples. */
-size_t scps_request_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc,
+size_t scps__request_partitions_size(const char *stack, const scps_coo *const *coo, int n_sc,
                                     size_t gain_exceptions, bool samples_u16);
 
 /* Writes that message at p; returns the end. */
-uint8_t *scps_request_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo, int n_sc,
+uint8_t *scps__request_put_partitions(uint8_t *p, const char *stack, const scps_coo *const *coo, int n_sc,
                                      size_t gain_exceptions, bool samples_u16);
 
 /* Size of the fields every data request starts with (config_fingerprint,
  * SCPS_FINGERPRINT_BYTES long, and process_index), which are fields 1 and
  * 2 of both requests. */
-size_t scps_request_view_size(int32_t process_index);
-uint8_t *scps_request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index);
+size_t scps__request_view_size(int32_t process_index);
+uint8_t *scps__request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t process_index);
 
 /* LookupRequest.activation_format (field 4) or
  * ApplyGradientsRequest.gradient_format (field 6): nothing for float32 (0,
  * the default), else 2 bytes. */
-size_t scps_request_format_size(int format);
-uint8_t *scps_request_put_lookup_format(uint8_t *p, int format);
-uint8_t *scps_request_put_apply_format(uint8_t *p, int format);
+size_t scps__request_format_size(int format);
+uint8_t *scps__request_put_lookup_format(uint8_t *p, int format);
+uint8_t *scps__request_put_apply_format(uint8_t *p, int format);
 
 /* Prefix of LookupRequest.stacks[i] (field 3) whose body has len bytes;
  * at most 1 + SCPS_PBW_VARINT_MAX bytes. */
-uint8_t *scps_request_put_lookup_stack_prefix(uint8_t *p, size_t len);
-size_t scps_request_lookup_stack_prefix_size(size_t len);
+uint8_t *scps__request_put_lookup_stack_prefix(uint8_t *p, size_t len);
+size_t scps__request_lookup_stack_prefix_size(size_t len);
 
 /* ApplyGradientsRequest fields 3 (step) and 4 (learning_rate, written only
  * when learning_rate >= 0); at most 2 + 2 * SCPS_PBW_VARINT_MAX bytes. */
-uint8_t *scps_request_put_step(uint8_t *p, int64_t step, double learning_rate);
+uint8_t *scps__request_put_step(uint8_t *p, int64_t step, double learning_rate);
 
 /* ApplyGradientsRequest field 7 (state_id), written only when not 0; at
  * most 9 bytes. */
-uint8_t *scps_request_put_state_id(uint8_t *p, uint64_t state_id);
+uint8_t *scps__request_put_state_id(uint8_t *p, uint64_t state_id);
 
 /* One ApplyGradientsRequest.stacks[i] (field 5) is, in order: the prefix
  * below, the partitions body (parts_len bytes), then the gradients prefix
  * and grads_len bytes of gradients. Each prefix is at most
  * 2 + 2 * SCPS_PBW_VARINT_MAX bytes. */
-uint8_t *scps_request_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len);
-uint8_t *scps_request_put_gradients_prefix(uint8_t *p, size_t grads_len);
+uint8_t *scps__request_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len);
+uint8_t *scps__request_put_gradients_prefix(uint8_t *p, size_t grads_len);
 
 /* StackGradients.partitions of a stack pushed by row (StackGradients.
  * row_gradients): stack, the n_sc + 1 offsets row_start[0..n_sc] and the
  * row_start[n_sc] distinct rows. */
-size_t scps_request_row_partitions_size(const char *stack, const uint32_t *row_start, int n_sc);
-uint8_t *scps_request_put_row_partitions(uint8_t *p, const char *stack, const uint32_t *row_start, int n_sc,
+size_t scps__request_row_partitions_size(const char *stack, const uint32_t *row_start, int n_sc);
+uint8_t *scps__request_put_row_partitions(uint8_t *p, const char *stack, const uint32_t *row_start, int n_sc,
                                          const uint32_t *rows);
 
 /* The prefix of StackGradients.row_gradients (field 3), which takes the
  * place of the gradients prefix after a by-row stack's partitions; at most
  * 1 + SCPS_PBW_VARINT_MAX bytes. */
-uint8_t *scps_request_put_row_gradients_prefix(uint8_t *p, size_t len);
+uint8_t *scps__request_put_row_gradients_prefix(uint8_t *p, size_t len);
 
 /* LookupRequest.distinct_rows, packed: one flag per stack sent (n_sent of
  * them), in stack order, distinct[st] for each stack st whose slot[st] is
  * not negative. */
-size_t scps_request_distinct_rows_size(int n_sent);
-uint8_t *scps_request_put_distinct_rows(uint8_t *p, const bool *distinct, const int *slot, int n_stacks, int n_sent);
+size_t scps__request_distinct_rows_size(int n_sent);
+uint8_t *scps__request_put_distinct_rows(uint8_t *p, const bool *distinct, const int *slot, int n_stacks, int n_sent);
 
 #endif

@@ -11,7 +11,7 @@ static int failed(scps_slices *m, const char *why) {
   return SCPS_EPARSE;
 }
 
-int scps_slices_init(scps_slices *m, grpc_byte_buffer *bb) {
+int scps__slices_init(scps_slices *m, grpc_byte_buffer *bb) {
   memset(m, 0, sizeof *m);
   grpc_byte_buffer_reader br;
   if (!grpc_byte_buffer_reader_init(&br, bb)) return SCPS_EINVAL;
@@ -44,14 +44,14 @@ int scps_slices_init(scps_slices *m, grpc_byte_buffer *bb) {
   return rc;
 }
 
-void scps_slices_free(scps_slices *m) {
+void scps__slices_free(scps_slices *m) {
   for (size_t i = 0; i < m->n; i++) grpc_slice_unref(m->s[i]);
   free(m->s);
   free(m->start);
   memset(m, 0, sizeof *m);
 }
 
-const uint8_t *scps_slices_at(const scps_slices *m, size_t off, size_t *avail) {
+const uint8_t *scps__slices_at(const scps_slices *m, size_t off, size_t *avail) {
   if (off >= m->total) {
     *avail = 0;
     return NULL;
@@ -66,25 +66,25 @@ const uint8_t *scps_slices_at(const scps_slices *m, size_t off, size_t *avail) {
   return GRPC_SLICE_START_PTR(m->s[lo]) + (off - m->start[lo]);
 }
 
-void scps_slices_seek(scps_slices *m, size_t off) {
+void scps__slices_seek(scps_slices *m, size_t off) {
   m->pos = off < m->total ? off : m->total;
   m->cur = 0;
   while (m->cur < m->n && m->start[m->cur + 1] <= m->pos) m->cur++;
 }
 
-const uint8_t *scps_slices_span(const scps_slices *m, size_t off, size_t n, uint8_t *tmp) {
+const uint8_t *scps__slices_span(const scps_slices *m, size_t off, size_t n, uint8_t *tmp) {
   size_t avail;
-  const uint8_t *p = scps_slices_at(m, off, &avail);
+  const uint8_t *p = scps__slices_at(m, off, &avail);
   if (avail >= n) return p;
   for (size_t done = 0; done < n; done += avail) {
-    p = scps_slices_at(m, off + done, &avail);
+    p = scps__slices_at(m, off + done, &avail);
     if (avail > n - done) avail = n - done;
     memcpy(tmp + done, p, avail);
   }
   return tmp;
 }
 
-int scps_slices_read(scps_slices *m, void *dst, size_t n) {
+int scps__slices_read(scps_slices *m, void *dst, size_t n) {
   if (n > m->total - m->pos) return failed(m, "truncated");
   uint8_t *d = dst;
   while (n > 0) {
@@ -101,11 +101,11 @@ int scps_slices_read(scps_slices *m, void *dst, size_t n) {
   return 0;
 }
 
-int scps_slices_varint(scps_slices *m, uint64_t *v) {
+int scps__slices_varint(scps_slices *m, uint64_t *v) {
   uint64_t x = 0;
   for (int shift = 0; shift < 64; shift += 7) {
     uint8_t b = 0;
-    int rc = scps_slices_read(m, &b, 1);
+    int rc = scps__slices_read(m, &b, 1);
     if (rc) return rc;
     x |= (uint64_t)(b & 0x7f) << shift;
     if (!(b & 0x80)) {
@@ -116,9 +116,9 @@ int scps_slices_varint(scps_slices *m, uint64_t *v) {
   return failed(m, "varint longer than 10 bytes");
 }
 
-int scps_slices_key(scps_slices *m, uint32_t *field, int *wire_type) {
+int scps__slices_key(scps_slices *m, uint32_t *field, int *wire_type) {
   uint64_t key = 0;
-  int rc = scps_slices_varint(m, &key);
+  int rc = scps__slices_varint(m, &key);
   if (rc) return rc;
   if (key >> 3 == 0 || key >> 3 > 0x1fffffff) return failed(m, "field number 0 or above 2^29 - 1");
   *field = (uint32_t)(key >> 3);
@@ -126,28 +126,28 @@ int scps_slices_key(scps_slices *m, uint32_t *field, int *wire_type) {
   return 0;
 }
 
-int scps_slices_len(scps_slices *m, size_t limit, size_t *len) {
+int scps__slices_len(scps_slices *m, size_t limit, size_t *len) {
   uint64_t v = 0;
-  int rc = scps_slices_varint(m, &v);
+  int rc = scps__slices_varint(m, &v);
   if (rc) return rc;
   if (m->pos > limit || v > limit - m->pos) return failed(m, "field runs past its message");
   *len = (size_t)v;
   return 0;
 }
 
-int scps_slices_skip_field(scps_slices *m, int wire_type, size_t limit) {
+int scps__slices_skip_field(scps_slices *m, int wire_type, size_t limit) {
   uint64_t v = 0;
   size_t n = 0;
   int rc;
   switch (wire_type) {
-  case SCPS_WT_VARINT: return scps_slices_varint(m, &v);
+  case SCPS_WT_VARINT: return scps__slices_varint(m, &v);
   case SCPS_WT_I64:
-    return m->pos > limit || limit - m->pos < 8 ? failed(m, "truncated") : scps_slices_read(m, NULL, 8);
+    return m->pos > limit || limit - m->pos < 8 ? failed(m, "truncated") : scps__slices_read(m, NULL, 8);
   case SCPS_WT_I32:
-    return m->pos > limit || limit - m->pos < 4 ? failed(m, "truncated") : scps_slices_read(m, NULL, 4);
+    return m->pos > limit || limit - m->pos < 4 ? failed(m, "truncated") : scps__slices_read(m, NULL, 4);
   case SCPS_WT_LEN:
-    rc = scps_slices_len(m, limit, &n);
-    return rc ? rc : scps_slices_read(m, NULL, n);
+    rc = scps__slices_len(m, limit, &n);
+    return rc ? rc : scps__slices_read(m, NULL, n);
   default: return failed(m, "wire type 3, 4, 6 or 7 (groups are not used by scps.proto)");
   }
 }

@@ -7,7 +7,7 @@
 
 /* ---- enums ---- */
 
-int scps_combiner_from_pb(Scps__V1__Combiner v, scps_combiner *out) {
+int scps__combiner_from_pb(Scps__V1__Combiner v, scps_combiner *out) {
   switch (v) {
   case SCPS__V1__COMBINER__COMBINER_SUM: *out = SCPS_COMBINER_SUM; return 0;
   case SCPS__V1__COMBINER__COMBINER_MEAN: *out = SCPS_COMBINER_MEAN; return 0;
@@ -16,7 +16,7 @@ int scps_combiner_from_pb(Scps__V1__Combiner v, scps_combiner *out) {
   }
 }
 
-Scps__V1__Combiner scps_combiner_to_pb(scps_combiner c) {
+Scps__V1__Combiner scps__combiner_to_pb(scps_combiner c) {
   switch (c) {
   case SCPS_COMBINER_SUM: return SCPS__V1__COMBINER__COMBINER_SUM;
   case SCPS_COMBINER_MEAN: return SCPS__V1__COMBINER__COMBINER_MEAN;
@@ -25,7 +25,7 @@ Scps__V1__Combiner scps_combiner_to_pb(scps_combiner c) {
   return SCPS__V1__COMBINER__COMBINER_UNSPECIFIED;
 }
 
-int scps_optimizer_type_from_pb(Scps__V1__OptimizerType v, scps_optimizer_type *out) {
+int scps__optimizer_type_from_pb(Scps__V1__OptimizerType v, scps_optimizer_type *out) {
   switch (v) {
   case SCPS__V1__OPTIMIZER_TYPE__OPTIMIZER_TYPE_SGD: *out = SCPS_OPT_SGD; return 0;
   case SCPS__V1__OPTIMIZER_TYPE__OPTIMIZER_TYPE_ADAGRAD: *out = SCPS_OPT_ADAGRAD; return 0;
@@ -40,7 +40,7 @@ int scps_optimizer_type_from_pb(Scps__V1__OptimizerType v, scps_optimizer_type *
   }
 }
 
-Scps__V1__OptimizerType scps_optimizer_type_to_pb(scps_optimizer_type t) {
+Scps__V1__OptimizerType scps__optimizer_type_to_pb(scps_optimizer_type t) {
   switch (t) {
   case SCPS_OPT_SGD: return SCPS__V1__OPTIMIZER_TYPE__OPTIMIZER_TYPE_SGD;
   case SCPS_OPT_ADAGRAD: return SCPS__V1__OPTIMIZER_TYPE__OPTIMIZER_TYPE_ADAGRAD;
@@ -53,7 +53,7 @@ Scps__V1__OptimizerType scps_optimizer_type_to_pb(scps_optimizer_type t) {
   return SCPS__V1__OPTIMIZER_TYPE__OPTIMIZER_TYPE_UNSPECIFIED;
 }
 
-int scps_initializer_type_from_pb(Scps__V1__InitializerType v, scps_initializer_type *out) {
+int scps__initializer_type_from_pb(Scps__V1__InitializerType v, scps_initializer_type *out) {
   switch (v) {
   case SCPS__V1__INITIALIZER_TYPE__INITIALIZER_TYPE_ZEROS: *out = SCPS_INIT_ZEROS; return 0;
   case SCPS__V1__INITIALIZER_TYPE__INITIALIZER_TYPE_CONSTANT: *out = SCPS_INIT_CONSTANT; return 0;
@@ -66,7 +66,7 @@ int scps_initializer_type_from_pb(Scps__V1__InitializerType v, scps_initializer_
   }
 }
 
-Scps__V1__InitializerType scps_initializer_type_to_pb(scps_initializer_type t) {
+Scps__V1__InitializerType scps__initializer_type_to_pb(scps_initializer_type t) {
   switch (t) {
   case SCPS_INIT_ZEROS: return SCPS__V1__INITIALIZER_TYPE__INITIALIZER_TYPE_ZEROS;
   case SCPS_INIT_CONSTANT: return SCPS__V1__INITIALIZER_TYPE__INITIALIZER_TYPE_CONSTANT;
@@ -88,9 +88,9 @@ Scps__V1__InitializerType scps_initializer_type_to_pb(scps_initializer_type t) {
     out->field = o->field;                                                                     \
   } while (0)
 
-void scps_optimizer_spec_to_pb(const scps_optimizer_spec *o, Scps__V1__OptimizerSpec *out) {
+void scps__optimizer_spec_to_pb(const scps_optimizer_spec *o, Scps__V1__OptimizerSpec *out) {
   scps__v1__optimizer_spec__init(out);
-  out->type = scps_optimizer_type_to_pb(o->type);
+  out->type = scps__optimizer_type_to_pb(o->type);
   HP_TO_PB(learning_rate, LEARNING_RATE);
   HP_TO_PB(initial_accumulator, INITIAL_ACCUMULATOR);
   HP_TO_PB(momentum, MOMENTUM);
@@ -109,9 +109,9 @@ void scps_optimizer_spec_to_pb(const scps_optimizer_spec *o, Scps__V1__Optimizer
   HP_TO_PB(max_lr_multiplier, MAX_LR_MULTIPLIER);
 }
 
-void scps_initializer_spec_to_pb(const scps_initializer_spec *in, Scps__V1__InitializerSpec *out) {
+void scps__initializer_spec_to_pb(const scps_initializer_spec *in, Scps__V1__InitializerSpec *out) {
   scps__v1__initializer_spec__init(out);
-  out->type = scps_initializer_type_to_pb(in->type);
+  out->type = scps__initializer_type_to_pb(in->type);
   out->value = in->value;
   out->scale = in->scale;
   out->stddev = in->stddev;
@@ -120,16 +120,16 @@ void scps_initializer_spec_to_pb(const scps_initializer_spec *in, Scps__V1__Init
 
 /* The messages only read these strings (pack); the casts drop const for
  * protoc-c's char * fields, they never lead to a write. */
-void scps_table_spec_to_pb(const scps_table_spec *t, scps_table_pb *out) {
+void scps__table_spec_to_pb(const scps_table_spec *t, scps_table_pb *out) {
   scps__v1__table_spec__init(&out->msg);
-  scps_initializer_spec_to_pb(&t->initializer, &out->initializer);
-  scps_optimizer_spec_to_pb(&t->optimizer, &out->optimizer);
+  scps__initializer_spec_to_pb(&t->initializer, &out->initializer);
+  scps__optimizer_spec_to_pb(&t->optimizer, &out->optimizer);
   out->msg.name = (char *)t->name;
   out->msg.vocabulary_size = t->vocabulary_size;
   out->msg.embedding_dim = t->embedding_dim;
   out->msg.initializer = &out->initializer;
   out->msg.optimizer = &out->optimizer;
-  out->msg.combiner = scps_combiner_to_pb(t->combiner);
+  out->msg.combiner = scps__combiner_to_pb(t->combiner);
   out->msg.max_ids_per_partition = t->max_ids_per_partition;
   out->msg.max_unique_ids_per_partition = t->max_unique_ids_per_partition;
   out->msg.clip = t->clip;
@@ -138,7 +138,7 @@ void scps_table_spec_to_pb(const scps_table_spec *t, scps_table_pb *out) {
   out->msg.stack = (char *)t->stack;
 }
 
-void scps_feature_spec_to_pb(const scps_feature_spec *f, Scps__V1__FeatureSpec *out) {
+void scps__feature_spec_to_pb(const scps_feature_spec *f, Scps__V1__FeatureSpec *out) {
   scps__v1__feature_spec__init(out);
   out->name = (char *)f->name;
   out->table = (char *)f->table;
@@ -147,14 +147,14 @@ void scps_feature_spec_to_pb(const scps_feature_spec *f, Scps__V1__FeatureSpec *
   out->output_dim = f->output_dim;
 }
 
-void scps_topology_to_pb(const scps_topology *t, Scps__V1__Topology *out) {
+void scps__topology_to_pb(const scps_topology *t, Scps__V1__Topology *out) {
   scps__v1__topology__init(out);
   out->num_processes = t->num_processes;
   out->sc_per_process = t->sc_per_process;
   out->sc_memory_bytes = t->sc_memory_bytes;
 }
 
-int scps_cluster_pb_create(const scps_topology *topology, const scps_table_spec *tables,
+int scps__cluster_pb_create(const scps_topology *topology, const scps_table_spec *tables,
                            int n_tables, const scps_feature_spec *features, int n_features,
                            scps_cluster_pb **out, scps_error *err) {
   *out = NULL;
@@ -176,19 +176,19 @@ int scps_cluster_pb_create(const scps_topology *topology, const scps_table_spec 
   }
   if ((n_tables > 0 && (!c->tables || !c->table_ptrs)) ||
       (n_features > 0 && (!c->features || !c->feature_ptrs))) {
-    scps_cluster_pb_destroy(c);
+    scps__cluster_pb_destroy(c);
     return scps_error_set(err, SCPS_ENOMEM, "cluster spec: out of memory for %d tables, %d features",
                           n_tables, n_features);
   }
   scps__v1__cluster_spec__init(&c->msg);
-  scps_topology_to_pb(topology, &c->topology);
+  scps__topology_to_pb(topology, &c->topology);
   c->msg.topology = &c->topology;
   for (int i = 0; i < n_tables; i++) {
-    scps_table_spec_to_pb(&tables[i], &c->tables[i]);
+    scps__table_spec_to_pb(&tables[i], &c->tables[i]);
     c->table_ptrs[i] = &c->tables[i].msg;
   }
   for (int i = 0; i < n_features; i++) {
-    scps_feature_spec_to_pb(&features[i], &c->features[i]);
+    scps__feature_spec_to_pb(&features[i], &c->features[i]);
     c->feature_ptrs[i] = &c->features[i];
   }
   c->msg.n_tables = (size_t)n_tables;
@@ -199,7 +199,7 @@ int scps_cluster_pb_create(const scps_topology *topology, const scps_table_spec 
   return 0;
 }
 
-void scps_cluster_pb_destroy(scps_cluster_pb *c) {
+void scps__cluster_pb_destroy(scps_cluster_pb *c) {
   if (!c) return;
   free(c->tables);
   free(c->table_ptrs);
@@ -235,14 +235,14 @@ static int copy_name(char dst[SCPS_NAME_MAX], const char *src, const char *what,
     }                                                                                          \
   } while (0)
 
-int scps_optimizer_spec_from_pb(const Scps__V1__OptimizerSpec *pb, const char *table,
+int scps__optimizer_spec_from_pb(const Scps__V1__OptimizerSpec *pb, const char *table,
                                 scps_optimizer_spec *out, scps_error *err) {
   if (!pb) return scps_error_set(err, SCPS_EINVAL, "table '%s': optimizer missing", table);
   scps_optimizer_type type;
-  if (scps_optimizer_type_from_pb(pb->type, &type) != 0)
+  if (scps__optimizer_type_from_pb(pb->type, &type) != 0)
     return scps_error_set(err, SCPS_EINVAL, "table '%s': optimizer.type %d is %s", table,
                           (int)pb->type, pb->type == 0 ? "unspecified" : "not a known OptimizerType");
-  scps_optimizer_spec_init(out, type);
+  scps__optimizer_spec_init(out, type);
   HP_FROM_PB(learning_rate);
   HP_FROM_PB(initial_accumulator);
   HP_FROM_PB(momentum);
@@ -270,11 +270,11 @@ int scps_optimizer_spec_from_pb(const Scps__V1__OptimizerSpec *pb, const char *t
     out->field = pb->field;                                                                    \
   } while (0)
 
-int scps_initializer_spec_from_pb(const Scps__V1__InitializerSpec *pb, const char *table,
+int scps__initializer_spec_from_pb(const Scps__V1__InitializerSpec *pb, const char *table,
                                   scps_initializer_spec *out, scps_error *err) {
   if (!pb) return scps_error_set(err, SCPS_EINVAL, "table '%s': initializer missing", table);
   memset(out, 0, sizeof *out);
-  if (scps_initializer_type_from_pb(pb->type, &out->type) != 0)
+  if (scps__initializer_type_from_pb(pb->type, &out->type) != 0)
     return scps_error_set(err, SCPS_EINVAL, "table '%s': initializer.type %d is %s", table,
                           (int)pb->type,
                           pb->type == 0 ? "unspecified" : "not a known InitializerType");
@@ -285,8 +285,8 @@ int scps_initializer_spec_from_pb(const Scps__V1__InitializerSpec *pb, const cha
   return 0;
 }
 
-int scps_table_spec_from_pb(const Scps__V1__TableSpec *pb, scps_table_spec *out, scps_error *err) {
-  scps_table_spec_init(out);
+int scps__table_spec_from_pb(const Scps__V1__TableSpec *pb, scps_table_spec *out, scps_error *err) {
+  scps__table_spec_init(out);
   if (!pb) return scps_error_set(err, SCPS_EINVAL, "table missing");
   int rc = copy_name(out->name, pb->name, "table name", err);
   if (rc) return rc;
@@ -297,15 +297,15 @@ int scps_table_spec_from_pb(const Scps__V1__TableSpec *pb, scps_table_spec *out,
   if (rc) return rc;
   out->vocabulary_size = pb->vocabulary_size;
   out->embedding_dim = pb->embedding_dim;
-  rc = scps_initializer_spec_from_pb(pb->initializer, table, &out->initializer, err);
+  rc = scps__initializer_spec_from_pb(pb->initializer, table, &out->initializer, err);
   if (rc) return rc;
-  rc = scps_optimizer_spec_from_pb(pb->optimizer, table, &out->optimizer, err);
+  rc = scps__optimizer_spec_from_pb(pb->optimizer, table, &out->optimizer, err);
   if (rc) return rc;
-  if (scps_combiner_from_pb(pb->combiner, &out->combiner) != 0)
+  if (scps__combiner_from_pb(pb->combiner, &out->combiner) != 0)
     return scps_error_set(err, SCPS_EINVAL, "table '%s': combiner %d is %s", table,
                           (int)pb->combiner,
                           pb->combiner == 0 ? "unspecified" : "not a known Combiner");
-  /* 0 keeps scps_table_spec_init's default, as the proto promises. */
+  /* 0 keeps scps__table_spec_init's default, as the proto promises. */
   if (pb->max_ids_per_partition != 0) out->max_ids_per_partition = pb->max_ids_per_partition;
   if (pb->max_unique_ids_per_partition != 0)
     out->max_unique_ids_per_partition = pb->max_unique_ids_per_partition;
@@ -315,9 +315,9 @@ int scps_table_spec_from_pb(const Scps__V1__TableSpec *pb, scps_table_spec *out,
   return 0;
 }
 
-int scps_feature_spec_from_pb(const Scps__V1__FeatureSpec *pb, scps_feature_spec *out,
+int scps__feature_spec_from_pb(const Scps__V1__FeatureSpec *pb, scps_feature_spec *out,
                               scps_error *err) {
-  scps_feature_spec_init(out);
+  scps__feature_spec_init(out);
   if (!pb) return scps_error_set(err, SCPS_EINVAL, "feature missing");
   int rc = copy_name(out->name, pb->name, "feature name", err);
   if (rc) return rc;
@@ -331,7 +331,7 @@ int scps_feature_spec_from_pb(const Scps__V1__FeatureSpec *pb, scps_feature_spec
   return 0;
 }
 
-int scps_topology_from_pb(const Scps__V1__Topology *pb, scps_topology *out, scps_error *err) {
+int scps__topology_from_pb(const Scps__V1__Topology *pb, scps_topology *out, scps_error *err) {
   if (!pb) return scps_error_set(err, SCPS_EINVAL, "topology missing");
   out->num_processes = pb->num_processes;
   out->sc_per_process = pb->sc_per_process;
@@ -339,7 +339,7 @@ int scps_topology_from_pb(const Scps__V1__Topology *pb, scps_topology *out, scps
   return 0;
 }
 
-int scps_cluster_spec_from_pb(const Scps__V1__ClusterSpec *pb, scps_cluster_spec *out,
+int scps__cluster_spec_from_pb(const Scps__V1__ClusterSpec *pb, scps_cluster_spec *out,
                               scps_error *err) {
   memset(out, 0, sizeof *out);
   if (pb->n_tables > SCPS_CLUSTER_MAX_TABLES)
@@ -350,7 +350,7 @@ int scps_cluster_spec_from_pb(const Scps__V1__ClusterSpec *pb, scps_cluster_spec
                           pb->n_features, SCPS_CLUSTER_MAX_FEATURES);
   scps_cluster_spec c = {0};
   scps_error sub;
-  int rc = scps_topology_from_pb(pb->topology, &c.topology, &sub);
+  int rc = scps__topology_from_pb(pb->topology, &c.topology, &sub);
   if (rc) return scps_error_set(err, rc, "cluster spec: %s", sub.msg);
   if (pb->n_tables > 0) {
     c.tables = calloc(pb->n_tables, sizeof *c.tables);
@@ -360,25 +360,25 @@ int scps_cluster_spec_from_pb(const Scps__V1__ClusterSpec *pb, scps_cluster_spec
   }
   c.n_tables = (int)pb->n_tables;
   for (int i = 0; i < c.n_tables; i++) {
-    rc = scps_table_spec_from_pb(pb->tables[i], &c.tables[i], &sub);
+    rc = scps__table_spec_from_pb(pb->tables[i], &c.tables[i], &sub);
     if (rc) {
-      scps_cluster_spec_free(&c);
+      scps__cluster_spec_free(&c);
       return scps_error_set(err, rc, "tables[%d]: %s", i, sub.msg);
     }
   }
   if (pb->n_features > 0) {
     c.features = calloc(pb->n_features, sizeof *c.features);
     if (!c.features) {
-      scps_cluster_spec_free(&c);
+      scps__cluster_spec_free(&c);
       return scps_error_set(err, SCPS_ENOMEM, "cluster spec: out of memory for %zu features",
                             pb->n_features);
     }
   }
   c.n_features = (int)pb->n_features;
   for (int i = 0; i < c.n_features; i++) {
-    rc = scps_feature_spec_from_pb(pb->features[i], &c.features[i], &sub);
+    rc = scps__feature_spec_from_pb(pb->features[i], &c.features[i], &sub);
     if (rc) {
-      scps_cluster_spec_free(&c);
+      scps__cluster_spec_free(&c);
       return scps_error_set(err, rc, "features[%d]: %s", i, sub.msg);
     }
   }
@@ -386,7 +386,7 @@ int scps_cluster_spec_from_pb(const Scps__V1__ClusterSpec *pb, scps_cluster_spec
   return 0;
 }
 
-void scps_cluster_spec_free(scps_cluster_spec *c) {
+void scps__cluster_spec_free(scps_cluster_spec *c) {
   if (!c) return;
   free(c->tables);
   free(c->features);

@@ -2,7 +2,7 @@
 
 #include "scps_error.h"
 
-const char *scps_status_name(grpc_status_code s) {
+const char *scps__status_name(grpc_status_code s) {
   static const char *const names[] = {
       "OK",        "CANCELLED",         "UNKNOWN",           "INVALID_ARGUMENT", "DEADLINE_EXCEEDED",
       "NOT_FOUND", "ALREADY_EXISTS",    "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
@@ -22,14 +22,14 @@ static const code_status table[] = {
 #undef XX
 };
 
-grpc_status_code scps_status_from_error(int code) {
+grpc_status_code scps__status_from_error(int code) {
   if (code == 0) return GRPC_STATUS_OK;
   for (size_t i = 0; i < sizeof table / sizeof *table; i++)
     if (table[i].code == code) return table[i].status;
   return GRPC_STATUS_INTERNAL;
 }
 
-int scps_status_to_error(grpc_status_code s) {
+int scps__status_to_error(grpc_status_code s) {
   if (s == GRPC_STATUS_OK) return 0;
   for (size_t i = 0; i < sizeof table / sizeof *table; i++)
     if (table[i].status == s) return table[i].code;

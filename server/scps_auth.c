@@ -21,7 +21,7 @@ struct scps_token {
   int line;
 };
 
-const char *scps_role_name(scps_role r) {
+const char *scps__role_name(scps_role r) {
   return r == SCPS_ROLE_ADMIN ? "admin" : r == SCPS_ROLE_TRAINING ? "training" : "none";
 }
 
@@ -42,7 +42,7 @@ static int parse_token_line(scps_auth *a, const char *path, int line, char *text
     return scps_error_set(err, SCPS_EINVAL, "--token-file '%s' line %d: role '%.32s' is neither training nor admin",
                           path, line, role);
   size_t n = strlen(token), bad;
-  if (!scps_credfile_token_chars_ok(token, n, &bad))
+  if (!scps__credfile_token_chars_ok(token, n, &bad))
     return scps_error_set(err, SCPS_EINVAL,
                           "--token-file '%s' line %d: character %zu of the token is not printable ASCII", path, line,
                           bad + 1);
@@ -53,7 +53,7 @@ static int parse_token_line(scps_auth *a, const char *path, int line, char *text
   if (!grown) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   a->tokens = grown;
   scps_token *t = &a->tokens[a->n_tokens];
-  scps_sha256(token, n, t->sha);
+  scps__sha256(token, n, t->sha);
   t->role = r;
   t->line = line;
   for (int i = 0; i < a->n_tokens; i++)
@@ -66,7 +66,7 @@ static int parse_token_line(scps_auth *a, const char *path, int line, char *text
 
 static int load_tokens(scps_auth *a, const char *path, scps_error *err) {
   char *text;
-  int rc = scps_credfile_read("--token-file", path, &text, err);
+  int rc = scps__credfile_read("--token-file", path, &text, err);
   if (rc) return rc;
   int line = 0;
   for (char *p = text; *p && !rc;) {
@@ -82,13 +82,13 @@ static int load_tokens(scps_auth *a, const char *path, scps_error *err) {
     rc = scps_error_set(err, SCPS_EINVAL, "--token-file '%s': no token in it (lines 'training TOKEN' or 'admin "
                         "TOKEN')", path);
   unsigned mode;
-  if (!rc && scps_credfile_exposed(path, &mode))
+  if (!rc && scps__credfile_exposed(path, &mode))
     fprintf(stderr, "scps-server: warning: --token-file '%s' is readable by group or others (mode %04o): "
             "chmod 600 it\n", path, mode);
   return rc;
 }
 
-int scps_auth_load(scps_auth *a, const char *cert_file, const char *key_file, const char *client_ca_file,
+int scps__auth_load(scps_auth *a, const char *cert_file, const char *key_file, const char *client_ca_file,
                    const char *token_file, scps_error *err) {
   memset(a, 0, sizeof *a);
   if (!cert_file != !key_file)
@@ -98,14 +98,14 @@ int scps_auth_load(scps_auth *a, const char *cert_file, const char *key_file, co
     return scps_error_set(err, SCPS_EINVAL, "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
   int rc = 0;
   if (cert_file)
-    rc = scps_credfile_read_pair("--tls-cert", cert_file, "--tls-key", key_file, &a->cert_pem, &a->key_pem, err);
-  if (!rc && client_ca_file) rc = scps_credfile_read_certs("--tls-client-ca", client_ca_file, &a->client_ca_pem, err);
+    rc = scps__credfile_read_pair("--tls-cert", cert_file, "--tls-key", key_file, &a->cert_pem, &a->key_pem, err);
+  if (!rc && client_ca_file) rc = scps__credfile_read_certs("--tls-client-ca", client_ca_file, &a->client_ca_pem, err);
   if (!rc && token_file) rc = load_tokens(a, token_file, err);
-  if (rc) scps_auth_free(a);
+  if (rc) scps__auth_free(a);
   return rc;
 }
 
-grpc_server_credentials *scps_auth_server_credentials(const scps_auth *a) {
+grpc_server_credentials *scps__auth_server_credentials(const scps_auth *a) {
   if (!a->cert_pem) return grpc_insecure_server_credentials_create();
   grpc_ssl_pem_key_cert_pair pair = {a->key_pem, a->cert_pem};
   grpc_ssl_client_certificate_request_type ask = a->client_ca_pem
@@ -132,13 +132,13 @@ static bool bearer_token(const grpc_metadata_array *md, const char **token, size
   return false;
 }
 
-scps_role scps_auth_role(const scps_auth *a, const grpc_metadata_array *md) {
+scps_role scps__auth_role(const scps_auth *a, const grpc_metadata_array *md) {
   if (!a->tokens) return SCPS_ROLE_ADMIN;
   const char *token;
   size_t len;
   if (!bearer_token(md, &token, &len)) return SCPS_ROLE_NONE;
   uint8_t sha[SCPS_SHA256_DIGEST_LEN];
-  scps_sha256(token, len, sha);
+  scps__sha256(token, len, sha);
   /* Every stored digest is compared in full, with no branch on the bytes:
    * how long this takes says nothing about which token matched, or how
    * nearly. */
@@ -152,7 +152,7 @@ scps_role scps_auth_role(const scps_auth *a, const grpc_metadata_array *md) {
   return (scps_role)role;
 }
 
-void scps_auth_free(scps_auth *a) {
+void scps__auth_free(scps_auth *a) {
   free(a->cert_pem);
   if (a->key_pem) explicit_bzero(a->key_pem, strlen(a->key_pem));
   free(a->key_pem);
@@ -171,7 +171,7 @@ static bool addr_is_loopback(const struct sockaddr *sa) {
   return false;
 }
 
-bool scps_listen_is_loopback(const char *listen) {
+bool scps__listen_is_loopback(const char *listen) {
   char host[256];
   size_t n;
   if (listen[0] == '[') {

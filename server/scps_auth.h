@@ -18,11 +18,11 @@ typedef enum scps_role {
 } scps_role;
 
 /* "none", "training" or "admin". */
-const char *scps_role_name(scps_role r);
+const char *scps__role_name(scps_role r);
 
 typedef struct scps_token scps_token;
 
-/* What scps_auth_load read: NULL fields are not configured. */
+/* What scps__auth_load read: NULL fields are not configured. */
 typedef struct scps_auth {
   char *cert_pem, *key_pem; /* the server's certificate chain and key: TLS */
   char *client_ca_pem;      /* roots client certificates must chain to: mutual TLS */
@@ -37,24 +37,24 @@ typedef struct scps_auth {
  * characters, no spaces), blank lines and lines starting with `#`; a
  * malformed line fails naming the file and line; a token file readable by
  * group or others is loaded with a warning on stderr. */
-int scps_auth_load(scps_auth *a, const char *cert_file, const char *key_file, const char *client_ca_file,
+int scps__auth_load(scps_auth *a, const char *cert_file, const char *key_file, const char *client_ca_file,
                    const char *token_file, scps_error *err);
 
 /* The credentials of the listening port: TLS (mutual TLS with client_ca)
  * or plaintext. After grpc_init; the caller releases them. */
-grpc_server_credentials *scps_auth_server_credentials(const scps_auth *a);
+grpc_server_credentials *scps__auth_server_credentials(const scps_auth *a);
 
 /* The role of a call's `authorization: Bearer <token>` metadata: the
  * token's, SCPS_ROLE_NONE when it is missing or unknown, SCPS_ROLE_ADMIN
  * without a token file. Takes the same time whichever stored token matches,
  * if any (each is compared through its SHA-256, all of them every time). */
-scps_role scps_auth_role(const scps_auth *a, const grpc_metadata_array *md);
+scps_role scps__auth_role(const scps_auth *a, const grpc_metadata_array *md);
 
-void scps_auth_free(scps_auth *a);
+void scps__auth_free(scps_auth *a);
 
 /* Whether a --listen address (host:port, [v6]:port) reaches only this
  * machine: its host is a loopback address, or a name all of whose
  * addresses are. An empty host (every interface) is not. */
-bool scps_listen_is_loopback(const char *listen);
+bool scps__listen_is_loopback(const char *listen);
 
 #endif

@@ -79,10 +79,10 @@ static void run_list(scps_budget_waiter *w, bool admitted, size_t in_use, size_t
 static void *budget_main(void *arg) {
   scps_budget *b = arg;
   pthread_mutex_lock(&b->mu);
-  int64_t next_tick = scps_clock_ns() + b->period_ns;
+  int64_t next_tick = scps__clock_ns() + b->period_ns;
   while (!b->stop) {
     b->kick = false;
-    int64_t now = scps_clock_ns();
+    int64_t now = scps__clock_ns();
     wait_list admitted = {0}, refused = {0};
     decide_locked(b, now, &admitted, &refused);
     size_t in_use = b->in_use;
@@ -108,13 +108,13 @@ static void *budget_main(void *arg) {
     for (scps_budget_waiter *w = b->head; w; w = w->next)
       if (w->deadline_ns < wake) wake = w->deadline_ns;
     struct timespec ts = {(time_t)(wake / 1000000000), (long)(wake % 1000000000)};
-    if (wake > scps_clock_ns()) pthread_cond_timedwait(&b->cv, &b->mu, &ts);
+    if (wake > scps__clock_ns()) pthread_cond_timedwait(&b->cv, &b->mu, &ts);
   }
   pthread_mutex_unlock(&b->mu);
   return NULL;
 }
 
-int scps_budget_create(size_t limit, scps_budget **out) {
+int scps__budget_create(size_t limit, scps_budget **out) {
   *out = NULL;
   scps_budget *b = calloc(1, sizeof *b);
   if (!b) return SCPS_ENOMEM;
@@ -142,7 +142,7 @@ static void kick_locked(scps_budget *b) {
   pthread_cond_signal(&b->cv);
 }
 
-void scps_budget_refuse_waiting(scps_budget *b) {
+void scps__budget_refuse_waiting(scps_budget *b) {
   pthread_mutex_lock(&b->mu);
   scps_budget_waiter *run = b->head;
   size_t in_use = b->in_use;
@@ -153,9 +153,9 @@ void scps_budget_refuse_waiting(scps_budget *b) {
   run_list(run, false, in_use, b->limit);
 }
 
-void scps_budget_destroy(scps_budget *b) {
+void scps__budget_destroy(scps_budget *b) {
   if (!b) return;
-  scps_budget_refuse_waiting(b);
+  scps__budget_refuse_waiting(b);
   pthread_mutex_lock(&b->mu);
   b->stop = true;
   kick_locked(b);
@@ -166,14 +166,14 @@ void scps_budget_destroy(scps_budget *b) {
   free(b);
 }
 
-void scps_budget_set_reclaim(scps_budget *b, size_t (*reclaim)(void *ud, size_t want), void *ud) {
+void scps__budget_set_reclaim(scps_budget *b, size_t (*reclaim)(void *ud, size_t want), void *ud) {
   pthread_mutex_lock(&b->mu);
   b->reclaim = reclaim;
   b->reclaim_ud = ud;
   pthread_mutex_unlock(&b->mu);
 }
 
-void scps_budget_set_tick(scps_budget *b, void (*tick)(void *ud, int64_t now_ns), void *ud, int64_t period_ns) {
+void scps__budget_set_tick(scps_budget *b, void (*tick)(void *ud, int64_t now_ns), void *ud, int64_t period_ns) {
   pthread_mutex_lock(&b->mu);
   b->tick = tick;
   b->tick_ud = ud;
@@ -182,7 +182,7 @@ void scps_budget_set_tick(scps_budget *b, void (*tick)(void *ud, int64_t now_ns)
   pthread_mutex_unlock(&b->mu);
 }
 
-bool scps_budget_reserve(scps_budget *b, size_t n) {
+bool scps__budget_reserve(scps_budget *b, size_t n) {
   for (int attempt = 0;; attempt++) {
     pthread_mutex_lock(&b->mu);
     if (fits_locked(b, n)) {
@@ -197,13 +197,13 @@ bool scps_budget_reserve(scps_budget *b, size_t n) {
   }
 }
 
-void scps_budget_charge(scps_budget *b, size_t n) {
+void scps__budget_charge(scps_budget *b, size_t n) {
   pthread_mutex_lock(&b->mu);
   take_locked(b, n);
   pthread_mutex_unlock(&b->mu);
 }
 
-void scps_budget_release(scps_budget *b, size_t n) {
+void scps__budget_release(scps_budget *b, size_t n) {
   if (!n) return;
   pthread_mutex_lock(&b->mu);
   b->in_use = n < b->in_use ? b->in_use - n : 0;
@@ -211,10 +211,10 @@ void scps_budget_release(scps_budget *b, size_t n) {
   pthread_mutex_unlock(&b->mu);
 }
 
-void scps_budget_wait(scps_budget *b, scps_budget_waiter *w) {
+void scps__budget_wait(scps_budget *b, scps_budget_waiter *w) {
   w->next = NULL;
   w->since_ns = 0;
-  if (w->need <= b->limit && scps_budget_reserve(b, w->need)) {
+  if (w->need <= b->limit && scps__budget_reserve(b, w->need)) {
     w->done(w, true, 0, b->limit);
     return;
   }
@@ -226,7 +226,7 @@ void scps_budget_wait(scps_budget *b, scps_budget_waiter *w) {
     w->done(w, false, in_use, b->limit);
     return;
   }
-  w->since_ns = scps_clock_ns();
+  w->since_ns = scps__clock_ns();
   if (b->tail) b->tail->next = w;
   else b->head = w;
   b->tail = w;
@@ -236,9 +236,9 @@ void scps_budget_wait(scps_budget *b, scps_budget_waiter *w) {
   pthread_mutex_unlock(&b->mu);
 }
 
-size_t scps_budget_limit(const scps_budget *b) { return b->limit; }
+size_t scps__budget_limit(const scps_budget *b) { return b->limit; }
 
-void scps_budget_get_stats(scps_budget *b, scps_budget_stats *out) {
+void scps__budget_get_stats(scps_budget *b, scps_budget_stats *out) {
   pthread_mutex_lock(&b->mu);
   out->limit = (int64_t)b->limit;
   out->in_use = (int64_t)b->in_use;

@@ -23,33 +23,33 @@ static scps_role least_role(int method) {
   return method_role[method] != SCPS_ROLE_NONE ? method_role[method] : SCPS_ROLE_ADMIN;
 }
 
-bool scps_call_may(const scps_call *c, int method) { return c->role >= least_role(method); }
+bool scps__call_may(const scps_call *c, int method) { return c->role >= least_role(method); }
 
-void scps_call_free(scps_call *c) {
+void scps__call_free(scps_call *c) {
   if (c->call) grpc_call_unref(c->call);
   grpc_metadata_array_destroy(&c->md);
   if (c->method == SCPS_M_UNKNOWN) grpc_call_details_destroy(&c->details);
   if (c->payload) grpc_byte_buffer_destroy(c->payload);
   if (c->response) grpc_byte_buffer_destroy(c->response);
   if (c->request) protobuf_c_message_free_unpacked(c->request, NULL);
-  scps_request_free(&c->req);
+  scps__request_free(&c->req);
   free(c->stacks);
   free(c->limit_mem);
-  if (c->scratch) scps_scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
-  if (c->charged) scps_budget_release(c->srv->budget, c->charged);
+  if (c->scratch) scps__scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
+  if (c->charged) scps__budget_release(c->srv->budget, c->charged);
   free(c);
 }
 
-void scps_call_release(scps_call *c) {
+void scps__call_release(scps_call *c) {
   scps_server *s = c->srv;
   bool counted = c->counted;
-  scps_call_free(c);
-  if (counted) scps_call_note_activity(s);
+  scps__call_free(c);
+  if (counted) scps__call_note_activity(s);
   if (counted && atomic_fetch_sub(&s->active, 1) == 1 && atomic_load(&s->draining) && !atomic_load(&s->pushes_open))
     s->calls_done(s);
 }
 
-int scps_call_read_payload(scps_call *c, uint8_t **data, size_t *len) {
+int scps__call_read_payload(scps_call *c, uint8_t **data, size_t *len) {
   *data = NULL;
   *len = 0;
   if (!c->payload) return SCPS_EINVAL;
@@ -101,24 +101,24 @@ static void send_final(scps_call *c, grpc_status_code status, const char *detail
     if (status != GRPC_STATUS_OK) atomic_fetch_add(&m->errors, 1);
     atomic_fetch_add(&m->bytes_in, (long long)c->bytes_in);
     atomic_fetch_add(&m->bytes_out, (long long)(c->response ? len : 0));
-    atomic_fetch_add(&m->ns, (long long)(scps_clock_ns() - c->t0_ns));
+    atomic_fetch_add(&m->ns, (long long)(scps__clock_ns() - c->t0_ns));
   }
   /* The call is freed by its completion-queue thread after the send tag; a
    * release on refs pairs with that thread's acq_rel decrement, making the
    * hand-off through gRPC's (uninstrumented) queue visible to ThreadSanitizer.
    * Every read of c must come before it, c->call included. */
   grpc_call *call = c->call;
-  if (c->response) scps_call_watch(c, SCPS_WATCH_SENDING);
+  if (c->response) scps__call_watch(c, SCPS_WATCH_SENDING);
   atomic_fetch_add_explicit(&c->refs, 0, memory_order_release);
   grpc_call_error e = grpc_call_start_batch(call, ops, (size_t)n, &c->t_send, NULL);
   grpc_slice_unref(msg);
   if (e != GRPC_CALL_OK) {
-    scps_call_unwatch(c);
-    scps_call_unref(c); /* the send tag will never come */
+    scps__call_unwatch(c);
+    scps__call_unref(c); /* the send tag will never come */
   }
 }
 
-void scps_call_finish(scps_call *c, grpc_status_code status, const char *details, const uint8_t *response,
+void scps__call_finish(scps_call *c, grpc_status_code status, const char *details, const uint8_t *response,
                       size_t len) {
   if (status == GRPC_STATUS_OK && response) {
     grpc_slice sl = grpc_slice_malloc(len);
@@ -129,7 +129,7 @@ void scps_call_finish(scps_call *c, grpc_status_code status, const char *details
   send_final(c, status, details, len);
 }
 
-void scps_call_finish_packed(scps_call *c, const ProtobufCMessage *msg) {
+void scps__call_finish_packed(scps_call *c, const ProtobufCMessage *msg) {
   size_t len = protobuf_c_message_get_packed_size(msg);
   grpc_slice sl = grpc_slice_malloc(len);
   protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(sl));
@@ -138,7 +138,7 @@ void scps_call_finish_packed(scps_call *c, const ProtobufCMessage *msg) {
   send_final(c, GRPC_STATUS_OK, "", len);
 }
 
-void scps_call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t len) {
+void scps__call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t len) {
   c->response = response;
   send_final(c, GRPC_STATUS_OK, "", len);
 }
@@ -146,19 +146,19 @@ void scps_call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t le
 /* Checks the caller's bearer token (every call, before anything else
  * answers it) and records its role in c; answers the call and returns false
  * when it may not go on. Neither answer tells which tokens exist. */
-bool scps_call_authorize(scps_call *c) {
-  c->role = scps_auth_role(&c->srv->auth, &c->md);
+bool scps__call_authorize(scps_call *c) {
+  c->role = scps__auth_role(&c->srv->auth, &c->md);
   if (c->role == SCPS_ROLE_NONE) {
-    scps_call_finish(c, GRPC_STATUS_UNAUTHENTICATED,
+    scps__call_finish(c, GRPC_STATUS_UNAUTHENTICATED,
                      "no valid bearer token: send metadata 'authorization: Bearer TOKEN' with a token of the "
                      "server's --token-file", NULL, 0);
     return false;
   }
-  if (c->method == SCPS_M_UNKNOWN || scps_call_may(c, c->method)) return true;
+  if (c->method == SCPS_M_UNKNOWN || scps__call_may(c, c->method)) return true;
   char msg[256];
-  snprintf(msg, sizeof msg, "%s needs the %s role; this caller's token has the %s role", scps_method_name(c->method),
-           scps_role_name(least_role(c->method)), scps_role_name(c->role));
-  scps_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, msg, NULL, 0);
+  snprintf(msg, sizeof msg, "%s needs the %s role; this caller's token has the %s role", scps__method_name(c->method),
+           scps__role_name(least_role(c->method)), scps__role_name(c->role));
+  scps__call_finish(c, GRPC_STATUS_PERMISSION_DENIED, msg, NULL, 0);
   return false;
 }
 
@@ -195,21 +195,21 @@ static size_t unpack_limit(size_t len) {
   return len < (UNPACK_MAX - UNPACK_FLOOR) / UNPACK_PER_BYTE ? UNPACK_FLOOR + UNPACK_PER_BYTE * len : UNPACK_MAX;
 }
 
-size_t scps_call_request_memory(const scps_call *c, size_t len) {
-  /* scps_request_decode copies every array but the gradients once. */
+size_t scps__call_request_memory(const scps_call *c, size_t len) {
+  /* scps__request_decode copies every array but the gradients once. */
   if (c->method == SCPS_M_LOOKUP || c->method == SCPS_M_APPLY_GRADIENTS) return 2 * len;
-  /* scps_call_read_payload's copy, then protobuf-c's structs. */
+  /* scps__call_read_payload's copy, then protobuf-c's structs. */
   return len + unpack_limit(len);
 }
 
-ProtobufCMessage *scps_call_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc) {
+ProtobufCMessage *scps__call_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc) {
   uint8_t *data;
   size_t len;
   char msg[256];
-  int rc = scps_call_read_payload(c, &data, &len);
+  int rc = scps__call_read_payload(c, &data, &len);
   if (rc) {
-    snprintf(msg, sizeof msg, "%s: no request message received", scps_method_name(c->method));
-    scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    snprintf(msg, sizeof msg, "%s: no request message received", scps__method_name(c->method));
+    scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return NULL;
   }
   size_t budget = unpack_limit(len);
@@ -221,12 +221,12 @@ ProtobufCMessage *scps_call_read_request(scps_call *c, const ProtobufCMessageDes
   free(data);
   if (!m && b.exceeded) {
     snprintf(msg, sizeof msg, "%s: request of %zu bytes needs more than %zu bytes of memory to decode (at most %dx "
-             "its size plus 1 MiB, and 256 MiB)", scps_method_name(c->method), len, budget, UNPACK_PER_BYTE);
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
+             "its size plus 1 MiB, and 256 MiB)", scps__method_name(c->method), len, budget, UNPACK_PER_BYTE);
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
   } else if (!m) {
-    snprintf(msg, sizeof msg, "%s: request of %zu bytes is not a valid %s message", scps_method_name(c->method),
+    snprintf(msg, sizeof msg, "%s: request of %zu bytes is not a valid %s message", scps__method_name(c->method),
              len, desc->name);
-    scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
   }
   c->request = m;
   return m;
@@ -242,7 +242,7 @@ static void hex12(const uint8_t *d, size_t n, char out[13]) {
   out[k] = '\0';
 }
 
-grpc_status_code scps_call_check_view(scps_call *c, const uint8_t *fp, size_t fp_len, int32_t process_index,
+grpc_status_code scps__call_check_view(scps_call *c, const uint8_t *fp, size_t fp_len, int32_t process_index,
                                       char *msg, size_t len) {
   scps_server *s = c->srv;
   if (fp_len != sizeof s->fingerprint || memcmp(fp, s->fingerprint, sizeof s->fingerprint)) {
@@ -289,27 +289,27 @@ static void sweep(scps_server *s, int list, int64_t now) {
     char msg[200];
     if (list == SCPS_WATCH_ARRIVING) {
       snprintf(msg, sizeof msg, "%s: request message not received within %d s of its headers (--transfer-timeout)",
-               c->method < SCPS_M_COUNT ? scps_method_name(c->method) : "call", s->opts.transfer_timeout_s);
+               c->method < SCPS_M_COUNT ? scps__method_name(c->method) : "call", s->opts.transfer_timeout_s);
       atomic_fetch_add(&s->requests_timed_out, 1);
     } else {
       snprintf(msg, sizeof msg, "%s: answer not taken by the client within %d s (--transfer-timeout)",
-               c->method < SCPS_M_COUNT ? scps_method_name(c->method) : "call", s->opts.transfer_timeout_s);
+               c->method < SCPS_M_COUNT ? scps__method_name(c->method) : "call", s->opts.transfer_timeout_s);
       atomic_fetch_add(&s->answers_timed_out, 1);
     }
     grpc_call_cancel_with_status(c->call, GRPC_STATUS_DEADLINE_EXCEEDED, msg, NULL);
-    scps_call_unref(c);
+    scps__call_unref(c);
   }
 }
 
 
-void scps_call_sweep(scps_server *s, int64_t now) {
+void scps__call_sweep(scps_server *s, int64_t now) {
   sweep(s, SCPS_WATCH_ARRIVING, now);
   sweep(s, SCPS_WATCH_SENDING, now);
 }
 
-void scps_call_watch(scps_call *c, int list) {
+void scps__call_watch(scps_call *c, int list) {
   scps_server *s = c->srv;
-  c->watch_deadline_ns = scps_clock_ns() + (int64_t)s->opts.transfer_timeout_s * 1000000000;
+  c->watch_deadline_ns = scps__clock_ns() + (int64_t)s->opts.transfer_timeout_s * 1000000000;
   c->watch_expired = false;
   pthread_mutex_lock(&s->watch_mu);
   c->watch_list = list;
@@ -321,7 +321,7 @@ void scps_call_watch(scps_call *c, int list) {
   pthread_mutex_unlock(&s->watch_mu);
 }
 
-bool scps_call_unwatch(scps_call *c) {
+bool scps__call_unwatch(scps_call *c) {
   scps_server *s = c->srv;
   pthread_mutex_lock(&s->watch_mu);
   int list = c->watch_list;
@@ -338,7 +338,7 @@ bool scps_call_unwatch(scps_call *c) {
   return expired;
 }
 
-void scps_call_note_activity(scps_server *s) {
-  atomic_store(&s->last_call_ns, scps_clock_ns());
+void scps__call_note_activity(scps_server *s) {
+  atomic_store(&s->last_call_ns, scps__clock_ns());
   atomic_store(&s->trim_due, true);
 }

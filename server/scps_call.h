@@ -59,7 +59,7 @@ struct scps_call {
   uint32_t grad_mag[64];
   scps_step step;
   scps_call *next;          /* in the saver's parked or checkpoint queue */
-  scps_role role;           /* the caller's, from its bearer token (scps_auth_role) */
+  scps_role role;           /* the caller's, from its bearer token (scps__auth_role) */
 
   /* Memory and transfer limits (scps_limits.c; the transfer watch is
    * scps_call.c's). */
@@ -71,7 +71,7 @@ struct scps_call {
   int watch_list;           /* 0: none, or SCPS_WATCH_ARRIVING or SCPS_WATCH_SENDING */
   bool watch_expired;       /* cancelled by the watch */
   /* Lookup and ApplyGradients: partitions dropped to the limits in force
-   * (scps_partlimits_apply), which the stacks' coo views then point into. */
+   * (scps__partlimits_apply), which the stacks' coo views then point into. */
   void *limit_mem;
   /* ApplyGradients: the largest |gradient| of the stacks by row worker k
    * read, as float32 bits (grad_mag holds those by sample). */
@@ -84,75 +84,75 @@ struct scps_call {
 
 /* Finishes a call: status, optional message text, optional packed response
  * (copied). Safe from any thread, once per call. */
-void scps_call_finish(scps_call *c, grpc_status_code status, const char *details,
+void scps__call_finish(scps_call *c, grpc_status_code status, const char *details,
                       const uint8_t *response, size_t len);
 
 /* Finishes a call with OK and msg packed straight into the send buffer. */
-void scps_call_finish_packed(scps_call *c, const ProtobufCMessage *msg);
+void scps__call_finish_packed(scps_call *c, const ProtobufCMessage *msg);
 
 /* Finishes a call with OK and a response the caller built (owned by the
  * call from now on); len is its size, for the counters. */
-void scps_call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t len);
+void scps__call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t len);
 
 /* The call whose wait for memory w is. */
-static inline scps_call *scps_call_of_wait(scps_budget_waiter *w) {
+static inline scps_call *scps__call_of_wait(scps_budget_waiter *w) {
   return (scps_call *)(void *)((char *)w - offsetof(scps_call, wait));
 }
 
 /* Frees a call and what it holds, now; for a call that never counted
  * (a posted request gRPC never matched). */
-void scps_call_free(scps_call *c);
+void scps__call_free(scps_call *c);
 
 /* The last reference to c is gone: frees it and, when it was the last call
  * in flight of a drain with pushes closed, tells the transport (calls_done). */
-void scps_call_release(scps_call *c);
+void scps__call_release(scps_call *c);
 
 /* Drops a reference to a call (the last one frees it). */
-static inline void scps_call_unref(scps_call *c) {
-  if (atomic_fetch_sub(&c->refs, 1) == 1) scps_call_release(c);
+static inline void scps__call_unref(scps_call *c) {
+  if (atomic_fetch_sub(&c->refs, 1) == 1) scps__call_release(c);
 }
 
 /* What a call's request holds of the memory budget once it has arrived
  * (len bytes): the message and, for Lookup and ApplyGradients, its decoded
  * copy; for the other methods the most their decoding may take. */
-size_t scps_call_request_memory(const scps_call *c, size_t len);
+size_t scps__call_request_memory(const scps_call *c, size_t len);
 
 /* Reads the request into a single buffer; *data is malloc'd. */
-int scps_call_read_payload(scps_call *c, uint8_t **data, size_t *len);
+int scps__call_read_payload(scps_call *c, uint8_t **data, size_t *len);
 
 /* Unpacks the call's request as `desc` within the decode budget; on
  * failure answers the call and returns NULL. The message is the call's
  * (freed with it). */
-ProtobufCMessage *scps_call_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc);
+ProtobufCMessage *scps__call_read_request(scps_call *c, const ProtobufCMessageDescriptor *desc);
 
 /* Checks a data request's config_fingerprint and process_index; fills msg
  * and returns FAILED_PRECONDITION when the client's view differs. */
-grpc_status_code scps_call_check_view(scps_call *c, const uint8_t *fp, size_t fp_len, int32_t process_index,
+grpc_status_code scps__call_check_view(scps_call *c, const uint8_t *fp, size_t fp_len, int32_t process_index,
                                       char *msg, size_t len);
 
 /* Whether the caller of c may call method (the least role of each method is
  * scps_call.c's method_role table). */
-bool scps_call_may(const scps_call *c, int method);
+bool scps__call_may(const scps_call *c, int method);
 
 /* Checks the caller's bearer token (every call, before anything else
  * answers it) and records its role in c; answers the call and returns false
  * when it may not go on. */
-bool scps_call_authorize(scps_call *c);
+bool scps__call_authorize(scps_call *c);
 
 /* Puts a call on a transfer watch (SCPS_WATCH_ARRIVING: its request must
  * arrive; SCPS_WATCH_SENDING: its answer must be taken), due in
- * --transfer-timeout seconds; past that, scps_call_sweep cancels it. */
-void scps_call_watch(scps_call *c, int list);
+ * --transfer-timeout seconds; past that, scps__call_sweep cancels it. */
+void scps__call_watch(scps_call *c, int list);
 
 /* Takes the call off its watch, if any; returns whether the watch expired
  * (the call was cancelled, or is being). */
-bool scps_call_unwatch(scps_call *c);
+bool scps__call_unwatch(scps_call *c);
 
 /* Cancels the watched calls whose deadline has passed (the budget's thread,
  * scps_limits.c, runs it on its tick). */
-void scps_call_sweep(scps_server *s, int64_t now);
+void scps__call_sweep(scps_server *s, int64_t now);
 
 /* A call arrived or ended: the server is not idle. */
-void scps_call_note_activity(scps_server *s);
+void scps__call_note_activity(scps_server *s);
 
 #endif

@@ -34,13 +34,13 @@ static grpc_status_code check_checkpoint(scps_server *s, const Scps__V1__Checkpo
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   size_t room = PATH_MAX - SCPS_SAVER_PATH_RESERVE - 1, used = strlen(root) + 1;
-  if (scps_confine_check("directory", req->directory, used < room ? room - used : 0, &e)) {
+  if (scps__confine_check("directory", req->directory, used < room ? room - used : 0, &e)) {
     snprintf(msg, len, "%.300s (below --checkpoint-dir '%.200s')", e.msg, root);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   for (size_t i = 0; i < req->n_limits; i++) {
     const Scps__V1__StackLimits *lim = req->limits[i];
-    int stack = scps_layout_find_stack(s->layout, lim->stack);
+    int stack = scps__layout_find_stack(s->layout, lim->stack);
     if (stack < 0) {
       snprintf(msg, len, "limits[%zu].stack: unknown stack '%.200s' (GetConfig lists the stacks)", i, lim->stack);
       return GRPC_STATUS_INVALID_ARGUMENT;
@@ -68,25 +68,25 @@ static grpc_status_code check_checkpoint(scps_server *s, const Scps__V1__Checkpo
   return GRPC_STATUS_OK;
 }
 
-void scps_cmd_checkpoint_save(scps_call *c) {
+void scps__cmd_checkpoint_save(scps_call *c) {
   scps_server *s = c->srv;
   Scps__V1__CheckpointRequest *req =
-      (Scps__V1__CheckpointRequest *)scps_call_read_request(c, &scps__v1__checkpoint_request__descriptor);
+      (Scps__V1__CheckpointRequest *)scps__call_read_request(c, &scps__v1__checkpoint_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX + 128];
-  grpc_status_code st = scps_call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
+  grpc_status_code st = scps__call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
                                              req->process_index, msg, sizeof msg);
   if (st == GRPC_STATUS_OK && req->step < 0) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (st == GRPC_STATUS_OK) st = scps_saver_check_step(s, req->step, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = scps__saver_check_step(s, req->step, msg, sizeof msg);
   if (st == GRPC_STATUS_OK) st = check_checkpoint(s, req, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
+    scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
-  scps_saver_checkpoint(c);
+  scps__saver_checkpoint(c);
 }
 
 /* ------------------------------------------- ListCheckpoints and Restore */
@@ -96,7 +96,7 @@ void scps_cmd_checkpoint_save(scps_call *c) {
 static grpc_status_code check_dir_view(scps_call *c, const ProtobufCBinaryData *fp, int32_t process_index,
                                        char *msg, size_t len) {
   scps_server *s = c->srv;
-  grpc_status_code st = scps_call_check_view(c, fp->data, fp->len, process_index, msg, len);
+  grpc_status_code st = scps__call_check_view(c, fp->data, fp->len, process_index, msg, len);
   if (st == GRPC_STATUS_OK && !s->opts.checkpoint_dir) {
     snprintf(msg, len, "process %d has no --checkpoint-dir: it keeps no checkpoints to list or restore",
              s->opts.process_index);
@@ -130,17 +130,17 @@ static int collect_parts(scps_server *s, const scps_checkpoint_entry *v, int n, 
     scps_checkpoint *ck = NULL;
     scps_error e;
     char why[SCPS_ERROR_MSG_MAX + 64] = "";
-    if (scps_checkpoint_open_part(v[i].dir, s->opts.process_index, &ck, &e))
+    if (scps__checkpoint_open_part(v[i].dir, s->opts.process_index, &ck, &e))
       snprintf(why, sizeof why, "step %lld: %s", (long long)v[i].step, e.msg);
-    else if (scps_checkpoint_step(ck) != v[i].step)
+    else if (scps__checkpoint_step(ck) != v[i].step)
       snprintf(why, sizeof why, "step %lld: its manifest says step %lld", (long long)v[i].step,
-               (long long)scps_checkpoint_step(ck));
-    else if (!scps_restore_part_of_ours(s, ck, e.msg, sizeof e.msg))
+               (long long)scps__checkpoint_step(ck));
+    else if (!scps__restore_part_of_ours(s, ck, e.msg, sizeof e.msg))
       snprintf(why, sizeof why, "step %lld: written by another cluster configuration: %s", (long long)v[i].step,
                e.msg);
     if (why[0]) {
       if (!(pl->skipped[pl->n_skipped] = strdup(why))) {
-        scps_checkpoint_close(ck);
+        scps__checkpoint_close(ck);
         return SCPS_ENOMEM;
       }
       pl->n_skipped++;
@@ -149,34 +149,34 @@ static int collect_parts(scps_server *s, const scps_checkpoint_entry *v, int n, 
       scps__v1__checkpoint_part__init(p);
       p->step = v[i].step;
       p->path = strdup(v[i].dir);
-      p->bytes = scps_checkpoint_bytes(ck);
+      p->bytes = scps__checkpoint_bytes(ck);
       p->complete = v[i].complete;
       pl->part_ptrs[pl->n_parts++] = p;
       if (!p->path) {
-        scps_checkpoint_close(ck);
+        scps__checkpoint_close(ck);
         return SCPS_ENOMEM;
       }
     }
-    scps_checkpoint_close(ck);
+    scps__checkpoint_close(ck);
   }
   return 0;
 }
 
-void scps_cmd_checkpoint_list(scps_call *c) {
+void scps__cmd_checkpoint_list(scps_call *c) {
   scps_server *s = c->srv;
-  Scps__V1__ListCheckpointsRequest *req = (Scps__V1__ListCheckpointsRequest *)scps_call_read_request(
+  Scps__V1__ListCheckpointsRequest *req = (Scps__V1__ListCheckpointsRequest *)scps__call_read_request(
       c, &scps__v1__list_checkpoints_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX + 128];
   grpc_status_code st = check_dir_view(c, &req->config_fingerprint, req->process_index, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
+    scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
   scps_checkpoint_entry *v = NULL;
   int n = 0;
   scps_error e;
-  int rc = scps_checkpoint_root_list(s->opts.checkpoint_dir, &v, &n, &e);
+  int rc = scps__checkpoint_root_list(s->opts.checkpoint_dir, &v, &n, &e);
   if (rc == SCPS_ENOENT) rc = 0; /* no save yet: nothing to list */
   part_list pl = {0};
   if (!rc) rc = collect_parts(s, v, n, &pl);
@@ -185,7 +185,7 @@ void scps_cmd_checkpoint_list(scps_call *c) {
     part_list_free(&pl, pl.n_parts + 1);
     snprintf(msg, sizeof msg, "process %d: cannot list its checkpoints: %s", s->opts.process_index,
              rc == SCPS_ENOMEM ? "out of memory" : e.msg);
-    scps_call_finish(c, rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_FAILED_PRECONDITION, msg,
+    scps__call_finish(c, rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_FAILED_PRECONDITION, msg,
                      NULL, 0);
     return;
   }
@@ -194,14 +194,14 @@ void scps_cmd_checkpoint_list(scps_call *c) {
   r.parts = pl.part_ptrs;
   r.n_skipped = pl.n_skipped;
   r.skipped = pl.skipped;
-  scps_call_finish_packed(c, &r.base);
+  scps__call_finish_packed(c, &r.base);
   part_list_free(&pl, pl.n_parts);
 }
 
-void scps_cmd_checkpoint_restore(scps_call *c) {
+void scps__cmd_checkpoint_restore(scps_call *c) {
   scps_server *s = c->srv;
   Scps__V1__RestoreRequest *req =
-      (Scps__V1__RestoreRequest *)scps_call_read_request(c, &scps__v1__restore_request__descriptor);
+      (Scps__V1__RestoreRequest *)scps__call_read_request(c, &scps__v1__restore_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX + 128];
   grpc_status_code st = check_dir_view(c, &req->config_fingerprint, req->process_index, msg, sizeof msg);
@@ -210,8 +210,8 @@ void scps_cmd_checkpoint_restore(scps_call *c) {
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
   if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
+    scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
-  scps_saver_queue(s, c);
+  scps__saver_queue(s, c);
 }

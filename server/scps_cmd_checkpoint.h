@@ -6,14 +6,14 @@
 #include "scps_call.h"
 
 /* The Checkpoint method (a dispatch table entry): validates, then the
- * saver queues, answers or refuses it (scps_saver_checkpoint). */
-void scps_cmd_checkpoint_save(scps_call *c);
+ * saver queues, answers or refuses it (scps__saver_checkpoint). */
+void scps__cmd_checkpoint_save(scps_call *c);
 
 /* The ListCheckpoints method (a dispatch table entry). */
-void scps_cmd_checkpoint_list(scps_call *c);
+void scps__cmd_checkpoint_list(scps_call *c);
 
 /* The Restore method (a dispatch table entry): validates and queues the
- * call for the save thread, which runs scps_restore_run. */
-void scps_cmd_checkpoint_restore(scps_call *c);
+ * call for the save thread, which runs scps__restore_run. */
+void scps__cmd_checkpoint_restore(scps_call *c);
 
 #endif

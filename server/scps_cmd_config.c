@@ -32,16 +32,16 @@ static void config_pb_free(struct scps_config_pb *g) {
   free(g->infos);
   free(g->ptrs);
   free(g->names);
-  scps_cluster_pb_destroy(g->cluster);
+  scps__cluster_pb_destroy(g->cluster);
   free(g);
 }
 
-int scps_cmd_config_init(scps_server *s, scps_error *err) {
+int scps__cmd_config_init(scps_server *s, scps_error *err) {
   const scps_layout *l = s->layout;
   struct scps_config_pb *g = calloc(1, sizeof *g);
   if (!g) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   s->config = g;
-  int rc = scps_cluster_pb_create(&s->opts.topology, s->tables, s->opts.n_tables, s->features,
+  int rc = scps__cluster_pb_create(&s->opts.topology, s->tables, s->opts.n_tables, s->features,
                                   s->opts.n_features, &g->cluster, err);
   if (rc) return rc;
 
@@ -97,43 +97,43 @@ int scps_cmd_config_init(scps_server *s, scps_error *err) {
   return 0;
 }
 
-void scps_cmd_config_free(scps_server *s) {
+void scps__cmd_config_free(scps_server *s) {
   config_pb_free(s->config);
   s->config = NULL;
 }
 
-void scps_cmd_config_get(scps_call *c) {
+void scps__cmd_config_get(scps_call *c) {
   scps_server *s = c->srv;
   Scps__V1__GetConfigRequest *req =
-      (Scps__V1__GetConfigRequest *)scps_call_read_request(c, &scps__v1__get_config_request__descriptor);
+      (Scps__V1__GetConfigRequest *)scps__call_read_request(c, &scps__v1__get_config_request__descriptor);
   if (!req) return;
   if (req->expected) {
     scps_cluster_spec cs;
     scps_error err;
     char msg[SCPS_ERROR_MSG_MAX + 64];
-    if (scps_cluster_spec_from_pb(req->expected, &cs, &err)) {
+    if (scps__cluster_spec_from_pb(req->expected, &cs, &err)) {
       snprintf(msg, sizeof msg, "expected: %s", err.msg);
-      scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+      scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
       return;
     }
     /* A configuration no server could serve is the client's mistake, not
      * another cluster's: say what is wrong with it. */
-    if (scps_topology_validate(&cs.topology, &err) ||
-        scps_specs_validate(cs.tables, cs.n_tables, cs.features, cs.n_features, &err)) {
-      scps_cluster_spec_free(&cs);
+    if (scps__topology_validate(&cs.topology, &err) ||
+        scps__specs_validate(cs.tables, cs.n_tables, cs.features, cs.n_features, &err)) {
+      scps__cluster_spec_free(&cs);
       snprintf(msg, sizeof msg, "expected: %s", err.msg);
-      scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+      scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
       return;
     }
     char diff[512];
-    int d = scps_specs_diff(&cs.topology, cs.tables, cs.n_tables, cs.features, cs.n_features,
+    int d = scps__specs_diff(&cs.topology, cs.tables, cs.n_tables, cs.features, cs.n_features,
                             &s->opts.topology, s->tables, s->opts.n_tables, s->features, s->opts.n_features,
                             "expected", "this process", diff, sizeof diff);
-    scps_cluster_spec_free(&cs);
+    scps__cluster_spec_free(&cs);
     if (d) {
       snprintf(msg, sizeof msg, "process %d serves another cluster configuration: %s", s->opts.process_index,
                diff);
-      scps_call_finish(c, GRPC_STATUS_FAILED_PRECONDITION, msg, NULL, 0);
+      scps__call_finish(c, GRPC_STATUS_FAILED_PRECONDITION, msg, NULL, 0);
       return;
     }
   }
@@ -157,9 +157,9 @@ void scps_cmd_config_get(scps_call *c) {
   if (buf) scps__v1__get_config_response__pack(&g->resp, buf);
   pthread_mutex_unlock(&sv->mu);
   if (!buf) {
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "GetConfig: out of memory", NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "GetConfig: out of memory", NULL, 0);
     return;
   }
-  scps_call_finish(c, GRPC_STATUS_OK, NULL, buf, len);
+  scps__call_finish(c, GRPC_STATUS_OK, NULL, buf, len);
   free(buf);
 }

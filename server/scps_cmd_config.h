@@ -7,10 +7,10 @@
 #include "scps_error.h"
 
 /* Builds the GetConfigResponse (after s->fingerprint is set). */
-int scps_cmd_config_init(scps_server *s, scps_error *err);
-void scps_cmd_config_free(scps_server *s);
+int scps__cmd_config_init(scps_server *s, scps_error *err);
+void scps__cmd_config_free(scps_server *s);
 
 /* The GetConfig method (a dispatch table entry). */
-void scps_cmd_config_get(scps_call *c);
+void scps__cmd_config_get(scps_call *c);
 
 #endif

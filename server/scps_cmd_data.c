@@ -11,9 +11,9 @@
 
 /* The stack a StackPartitions names (into cs->stack) and the number of
  * its sc_offsets. */
-grpc_status_code scps_cmd_data_check_head(const scps_call *c, const scps_req_partitions *sp, const char *field,
+grpc_status_code scps__cmd_data_check_head(const scps_call *c, const scps_req_partitions *sp, const char *field,
                                           call_stack *cs, char *msg, size_t len) {
-  int st = sp->stack ? scps_layout_find_stack(c->srv->layout, sp->stack) : -1;
+  int st = sp->stack ? scps__layout_find_stack(c->srv->layout, sp->stack) : -1;
   if (st < 0) {
     snprintf(msg, len, "%s.stack: unknown stack '%s' (GetConfig lists the stacks)", field, sp->stack ? sp->stack : "");
     return GRPC_STATUS_INVALID_ARGUMENT;
@@ -31,7 +31,7 @@ grpc_status_code scps_cmd_data_check_head(const scps_call *c, const scps_req_par
  * never falling. All are checked before any SparseCore's view is built: an
  * offset beyond n followed by a smaller one would otherwise let that view
  * run past the arrays. */
-grpc_status_code scps_cmd_data_check_offsets(const scps_call *c, const scps_req_partitions *sp, size_t n,
+grpc_status_code scps__cmd_data_check_offsets(const scps_call *c, const scps_req_partitions *sp, size_t n,
                                              const char *what, const char *field, char *msg, size_t len) {
   const int32_t S = c->srv->S;
   if (sp->sc_offsets[0] != 0 || sp->sc_offsets[S] != n) {
@@ -51,10 +51,10 @@ grpc_status_code scps_cmd_data_check_offsets(const scps_call *c, const scps_req_
 /* Checks one StackPartitions against the layout and turns it into per
  * SparseCore COO views, its gain_exceptions expanded into sp's gains.
  * Returns a gRPC status; msg names field and value. */
-grpc_status_code scps_cmd_data_check_partitions(scps_call *c, scps_req_partitions *sp, const char *field,
+grpc_status_code scps__cmd_data_check_partitions(scps_call *c, scps_req_partitions *sp, const char *field,
                                                 call_stack *cs, char *msg, size_t len) {
   scps_server *s = c->srv;
-  grpc_status_code bad = scps_cmd_data_check_head(c, sp, field, cs, msg, len);
+  grpc_status_code bad = scps__cmd_data_check_head(c, sp, field, cs, msg, len);
   if (bad != GRPC_STATUS_OK) return bad;
   const int st = cs->stack;
   size_t n = sp->rows.len / 4;
@@ -63,7 +63,7 @@ grpc_status_code scps_cmd_data_check_partitions(scps_call *c, scps_req_partition
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   char why[160];
-  int rc = scps_request_expand_samples(sp, n, why, sizeof why);
+  int rc = scps__request_expand_samples(sp, n, why, sizeof why);
   if (rc) {
     snprintf(msg, len, "%s: %s", field, why);
     return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
@@ -75,12 +75,12 @@ grpc_status_code scps_cmd_data_check_partitions(scps_call *c, scps_req_partition
              field, sp->rows.len, sp->samples.len, sp->gains.len);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
-  rc = scps_request_expand_gains(sp, n, why, sizeof why);
+  rc = scps__request_expand_gains(sp, n, why, sizeof why);
   if (rc) {
     snprintf(msg, len, "%s: %s", field, why);
     return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
   }
-  bad = scps_cmd_data_check_offsets(c, sp, n, "entry", field, msg, len);
+  bad = scps__cmd_data_check_offsets(c, sp, n, "entry", field, msg, len);
   if (bad != GRPC_STATUS_OK) return bad;
   const uint32_t *rows = (const uint32_t *)(const void *)sp->rows.data;
   const uint32_t *samples = (const uint32_t *)(const void *)sp->samples.data;
@@ -89,7 +89,7 @@ grpc_status_code scps_cmd_data_check_partitions(scps_call *c, scps_req_partition
     uint32_t a = sp->sc_offsets[k], b = sp->sc_offsets[k + 1];
     cs->coo[k] = (scps_coo){b - a, rows + a, samples + a, gains ? gains + a : NULL};
     scps_error err;
-    if (scps_engine_check_coo(s->engine, st, k, &cs->coo[k], &err)) {
+    if (scps__engine_check_coo(s->engine, st, k, &cs->coo[k], &err)) {
       snprintf(msg, len, "%s: %s", field, err.msg);
       return GRPC_STATUS_INVALID_ARGUMENT;
     }
@@ -97,13 +97,13 @@ grpc_status_code scps_cmd_data_check_partitions(scps_call *c, scps_req_partition
   return GRPC_STATUS_OK;
 }
 
-int scps_cmd_data_alloc_stacks(scps_call *c, size_t n) {
+int scps__cmd_data_alloc_stacks(scps_call *c, size_t n) {
   c->n_stacks = (int)n;
   c->stacks = calloc(n ? n : 1, sizeof *c->stacks);
   return c->stacks ? 0 : SCPS_ENOMEM;
 }
 
-grpc_status_code scps_cmd_data_check_format(scps_call *c, int format, const char *field, char *msg, size_t len) {
+grpc_status_code scps__cmd_data_check_format(scps_call *c, int format, const char *field, char *msg, size_t len) {
   if (format != SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_FLOAT32 && format != SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
     snprintf(msg, len, "%s %d: unknown FloatFormat (0 float32, 1 bfloat16)", field, format);
     return GRPC_STATUS_INVALID_ARGUMENT;
@@ -114,21 +114,21 @@ grpc_status_code scps_cmd_data_check_format(scps_call *c, int format, const char
 
 /* Decodes the call's Lookup or ApplyGradients request into c->req; on
  * failure answers the call and returns false. */
-bool scps_cmd_data_read(scps_call *c, scps_request_kind kind) {
+bool scps__cmd_data_read(scps_call *c, scps_request_kind kind) {
   char msg[512];
   if (!c->payload) {
-    snprintf(msg, sizeof msg, "%s: no request message received", scps_method_name(c->method));
-    scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    snprintf(msg, sizeof msg, "%s: no request message received", scps__method_name(c->method));
+    scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return false;
   }
   scps_server *s = c->srv;
-  int rc = scps_request_decode(c->payload, kind, (size_t)s->layout->n_stacks, (size_t)s->S + 1, &c->req, msg,
+  int rc = scps__request_decode(c->payload, kind, (size_t)s->layout->n_stacks, (size_t)s->S + 1, &c->req, msg,
                                sizeof msg);
   c->bytes_in = c->req.bytes;
   if (rc) {
     char full[600];
-    snprintf(full, sizeof full, "%s: %s", scps_method_name(c->method), msg);
-    scps_call_finish(c, rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT, full,
+    snprintf(full, sizeof full, "%s: %s", scps__method_name(c->method), msg);
+    scps__call_finish(c, rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT, full,
                      NULL, 0);
     return false;
   }
@@ -138,16 +138,16 @@ bool scps_cmd_data_read(scps_call *c, scps_request_kind kind) {
 /* The scratch a call needs (floats) is reserved in the memory budget
  * before it is taken (scps_scratch.h): done runs once it is, or once the
  * call is refused. */
-void scps_cmd_data_wait_scratch(scps_call *c, size_t floats,
+void scps__cmd_data_wait_scratch(scps_call *c, size_t floats,
                                 void (*done)(scps_budget_waiter *, bool, size_t, size_t)) {
   c->wait.need = (floats ? floats : 1) * sizeof(float);
-  c->wait.deadline_ns = scps_limits_wait_deadline(c);
+  c->wait.deadline_ns = scps__limits_wait_deadline(c);
   c->wait.done = done;
-  scps_budget_wait(c->srv->budget, &c->wait);
+  scps__budget_wait(c->srv->budget, &c->wait);
 }
 
-void scps_cmd_data_refuse_memory(scps_call *c, const char *what, size_t in_use, size_t limit) {
+void scps__cmd_data_refuse_memory(scps_call *c, const char *what, size_t in_use, size_t limit) {
   char msg[512];
-  scps_limits_refusal(c, what, c->wait.need, in_use, limit, msg, sizeof msg);
-  scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
+  scps__limits_refusal(c, what, c->wait.need, in_use, limit, msg, sizeof msg);
+  scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
 }

@@ -15,7 +15,7 @@ typedef struct call_stack {
   scps_coo coo[64];         /* per local SparseCore; arrays point into the request */
   float *grads;             /* ApplyGradients: total_sample_count x dim float32, in the call's scratch */
   /* ApplyGradients by sample in bfloat16: grads holds the values as they
-   * came, 2 bytes each (scps_engine_update_bf16 widens them as it reads). */
+   * came, 2 bytes each (scps__engine_update_bf16 widens them as it reads). */
   bool grads_bf16;
   scps_req_span grad_src;   /* ApplyGradients: where they lie in the request */
   float *act;               /* Lookup in float32: total_sample_count x dim, the process's partial */
@@ -34,23 +34,23 @@ typedef struct call_stack {
   /* The stack's limits in force when the request was validated. */
   int32_t max_ids, max_unique;
   /* ApplyGradients: what is known of the values of each local SparseCore's
-   * shard before this update (scps_engine_value_bounds), taken by its
+   * shard before this update (scps__engine_value_bounds), taken by its
    * worker before the gang synchronises. */
   scps_value_bounds bounds[64][1 + SCPS_MAX_SLOTS];
 } call_stack;
 
 /* Decodes the call's Lookup or ApplyGradients request into c->req; on
  * failure answers the call and returns false. */
-bool scps_cmd_data_read(scps_call *c, scps_request_kind kind);
+bool scps__cmd_data_read(scps_call *c, scps_request_kind kind);
 
 /* A FloatFormat (field names it in msg) into c->format. */
-grpc_status_code scps_cmd_data_check_format(scps_call *c, int format, const char *field, char *msg, size_t len);
+grpc_status_code scps__cmd_data_check_format(scps_call *c, int format, const char *field, char *msg, size_t len);
 
 /* c->stacks: n zeroed stacks. Returns 0 or SCPS_ENOMEM. */
-int scps_cmd_data_alloc_stacks(scps_call *c, size_t n);
+int scps__cmd_data_alloc_stacks(scps_call *c, size_t n);
 
 /* Whether one of the first `upto` stacks of the call is `stack`. */
-static inline bool scps_cmd_data_duplicate(const scps_call *c, int upto, int stack) {
+static inline bool scps__cmd_data_duplicate(const scps_call *c, int upto, int stack) {
   for (int i = 0; i < upto; i++)
     if (c->stacks[i].stack == stack) return true;
   return false;
@@ -58,27 +58,27 @@ static inline bool scps_cmd_data_duplicate(const scps_call *c, int upto, int sta
 
 /* The stack a StackPartitions names (into cs->stack) and the number of
  * its sc_offsets. */
-grpc_status_code scps_cmd_data_check_head(const scps_call *c, const scps_req_partitions *sp, const char *field,
+grpc_status_code scps__cmd_data_check_head(const scps_call *c, const scps_req_partitions *sp, const char *field,
                                           call_stack *cs, char *msg, size_t len);
 
 /* sc_offsets: S + 1 of them, from 0 to n (of `what`: entries or rows),
  * never falling. */
-grpc_status_code scps_cmd_data_check_offsets(const scps_call *c, const scps_req_partitions *sp, size_t n,
+grpc_status_code scps__cmd_data_check_offsets(const scps_call *c, const scps_req_partitions *sp, size_t n,
                                              const char *what, const char *field, char *msg, size_t len);
 
 /* Checks one StackPartitions against the layout and turns it into per
  * SparseCore COO views, its gain_exceptions expanded into sp's gains.
  * Returns a gRPC status; msg names field and value. */
-grpc_status_code scps_cmd_data_check_partitions(scps_call *c, scps_req_partitions *sp, const char *field,
+grpc_status_code scps__cmd_data_check_partitions(scps_call *c, scps_req_partitions *sp, const char *field,
                                                 call_stack *cs, char *msg, size_t len);
 
 /* The scratch a call needs (floats) is reserved in the memory budget
  * before it is taken (scps_scratch.h): done runs once it is, or once the
  * call is refused. */
-void scps_cmd_data_wait_scratch(scps_call *c, size_t floats,
+void scps__cmd_data_wait_scratch(scps_call *c, size_t floats,
                                 void (*done)(scps_budget_waiter *, bool, size_t, size_t));
 
 /* Answers a call the budget refused: RESOURCE_EXHAUSTED naming `what`. */
-void scps_cmd_data_refuse_memory(scps_call *c, const char *what, size_t in_use, size_t limit);
+void scps__cmd_data_refuse_memory(scps_call *c, const char *what, size_t in_use, size_t limit);
 
 #endif

@@ -21,7 +21,7 @@ static void record_partition_stats(scps_server *s, const call_stack *cs, int32_t
   int32_t N = s->layout->num_sc;
   int32_t small[2 * 64];
   int32_t *ids = N <= 64 ? small : malloc(sizeof *ids * 2 * (size_t)N);
-  if (!ids || scps_fdo_count_sources(&cs->coo[k], s->sample_src[cs->stack], N, ids, ids + N)) goto out;
+  if (!ids || scps__fdo_count_sources(&cs->coo[k], s->sample_src[cs->stack], N, ids, ids + N)) goto out;
   int32_t mx = 0, mu = 0;
   for (int32_t i = 0; i < N; i++) {
     if (ids[i] > mx) mx = ids[i];
@@ -64,16 +64,16 @@ static void lookup_sc(scps_job *job, int32_t k) {
     const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
     if (cs->distinct) {
       const uint32_t first = cs->row_start[k];
-      if (bf16) scps_engine_copy_rows_bf16(s->engine, cs->stack, k, &cs->coo[k], cs->encoded + first * dim * 2);
-      else scps_engine_copy_rows(s->engine, cs->stack, k, &cs->coo[k], cs->act + first * dim);
+      if (bf16) scps__engine_copy_rows_bf16(s->engine, cs->stack, k, &cs->coo[k], cs->encoded + first * dim * 2);
+      else scps__engine_copy_rows(s->engine, cs->stack, k, &cs->coo[k], cs->act + first * dim);
     } else {
       uint32_t first, end;
       sample_slice(sl->total_sample_count, s->S, k, &first, &end);
       if (bf16)
-        scps_engine_gather_bf16(s->engine, cs->stack, cs->coo, s->S, first, end, cs->encoded,
+        scps__engine_gather_bf16(s->engine, cs->stack, cs->coo, s->S, first, end, cs->encoded,
                                 c->gather_scratch + (size_t)k * c->gather_stride);
       else
-        scps_engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act,
+        scps__engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act,
                            c->gather_scratch + (size_t)k * c->gather_stride);
     }
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);
@@ -93,19 +93,19 @@ typedef struct scratch_owner {
 static void scratch_release(void *p) {
   scratch_owner *o = p;
   if (atomic_fetch_sub(&o->refs, 1) == 1) {
-    scps_scratch_give(o->pool, o->mem, o->cap);
+    scps__scratch_give(o->pool, o->mem, o->cap);
     free(o);
   }
 }
 
 /* The LookupResponse goes out without a copy of the activations: per stack
- * a small slice with its framing (scps_lookup_reply_put_head) and a slice
+ * a small slice with its framing (scps__lookup_reply_put_head) and a slice
  * that points at the activations themselves. */
 static void lookup_tc(scps_job *job) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
   if (atomic_load(&s->cancelling)) {
-    scps_call_finish(c, GRPC_STATUS_CANCELLED, "Lookup: cancelled by the server's shutdown", NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_CANCELLED, "Lookup: cancelled by the server's shutdown", NULL, 0);
     return;
   }
   grpc_slice *slices = malloc(sizeof *slices * 2 * (size_t)(c->n_stacks ? c->n_stacks : 1));
@@ -113,7 +113,7 @@ static void lookup_tc(scps_job *job) {
   if (!slices || !owner) {
     free(slices);
     free(owner);
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory encoding the response", NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory encoding the response", NULL, 0);
     return;
   }
   owner->mem = c->scratch;
@@ -133,7 +133,7 @@ static void lookup_tc(scps_job *job) {
       act_len = block * 2;
     }
     uint8_t head[SCPS_LOOKUP_REPLY_HEAD_MAX(SCPS_STACK_NAME_MAX)];
-    size_t h = scps_lookup_reply_put_head(head, sl->name, name_len, cs->distinct, act_len);
+    size_t h = scps__lookup_reply_put_head(head, sl->name, name_len, cs->distinct, act_len);
     slices[2 * i] = grpc_slice_from_copied_buffer((const char *)head, h);
     slices[2 * i + 1] = grpc_slice_new_with_user_data(act, act_len, scratch_release, owner);
     total += h + act_len;
@@ -142,7 +142,7 @@ static void lookup_tc(scps_job *job) {
   for (int i = 0; i < 2 * c->n_stacks; i++) grpc_slice_unref(slices[i]);
   free(slices);
   scratch_release(owner);
-  scps_call_finish_buffer(c, bb, total);
+  scps__call_finish_buffer(c, bb, total);
 }
 
 /* Floats of scratch a stack's answer takes: its values, 4 or 2 bytes each. */
@@ -153,7 +153,7 @@ static size_t lookup_scratch(const scps_call *c, const call_stack *cs) {
   return c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : block;
 }
 
-/* Floats of gather scratch (scps_engine_gather, scps_engine_gather_bf16)
+/* Floats of gather scratch (scps__engine_gather, scps__engine_gather_bf16)
  * one SparseCore worker needs for its slice of each stack answered pooled,
  * one stack after another: the largest. */
 static size_t lookup_gather_scratch(const scps_call *c) {
@@ -168,7 +168,7 @@ static size_t lookup_gather_scratch(const scps_call *c) {
     for (int k = 0; k < s->S; k++) {
       uint32_t first, end;
       sample_slice(sl->total_sample_count, s->S, k, &first, &end);
-      size_t b = scps_engine_gather_scratch(entries, first, end);
+      size_t b = scps__engine_gather_scratch(entries, first, end);
       if (b > most) most = b;
     }
   }
@@ -181,28 +181,28 @@ static size_t lookup_gather_scratch(const scps_call *c) {
  * busy handing work to each other. */
 static void lookup_inline(scps_call *c) {
   scps_server *s = c->srv;
-  int64_t t0 = scps_clock_ns();
+  int64_t t0 = scps__clock_ns();
   for (int k = 0; k < s->S; k++) pthread_rwlock_rdlock(&s->sc_locks[k]);
   for (int k = 0; k < s->S; k++) lookup_sc(&c->job, k);
   for (int k = s->S - 1; k >= 0; k--) pthread_rwlock_unlock(&s->sc_locks[k]);
   atomic_fetch_add(&s->inline_lookups, 1);
-  atomic_fetch_add(&s->inline_ns, (long long)(scps_clock_ns() - t0));
+  atomic_fetch_add(&s->inline_ns, (long long)(scps__clock_ns() - t0));
   lookup_tc(&c->job);
 }
 
 static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit);
 
-void scps_cmd_lookup(scps_call *c) {
+void scps__cmd_lookup(scps_call *c) {
   scps_server *s = c->srv;
-  if (scps_restore_refused(c)) return;
-  if (!scps_cmd_data_read(c, SCPS_REQUEST_LOOKUP)) return;
+  if (scps__restore_refused(c)) return;
+  if (!scps__cmd_data_read(c, SCPS_REQUEST_LOOKUP)) return;
   const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
-  grpc_status_code st = scps_call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
+  grpc_status_code st = scps__call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
                                              req->process_index, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK) st = scps_cmd_data_check_format(c, (int)req->format, "activation_format", msg, sizeof msg);
-  if (st == GRPC_STATUS_OK && scps_cmd_data_alloc_stacks(c, req->n_stacks)) {
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory", NULL, 0);
+  if (st == GRPC_STATUS_OK) st = scps__cmd_data_check_format(c, (int)req->format, "activation_format", msg, sizeof msg);
+  if (st == GRPC_STATUS_OK && scps__cmd_data_alloc_stacks(c, req->n_stacks)) {
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory", NULL, 0);
     return;
   }
   if (st == GRPC_STATUS_OK && req->n_distinct_rows && req->n_distinct_rows != req->n_stacks) {
@@ -214,8 +214,8 @@ void scps_cmd_lookup(scps_call *c) {
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
     call_stack *cs = &c->stacks[i];
-    st = scps_cmd_data_check_partitions(c, &req->stacks[i].partitions, field, cs, msg, sizeof msg);
-    if (st == GRPC_STATUS_OK && scps_cmd_data_duplicate(c, (int)i, cs->stack)) {
+    st = scps__cmd_data_check_partitions(c, &req->stacks[i].partitions, field, cs, msg, sizeof msg);
+    if (st == GRPC_STATUS_OK && scps__cmd_data_duplicate(c, (int)i, cs->stack)) {
       snprintf(msg, sizeof msg, "%s.stack: stack '%s' listed twice", field, req->stacks[i].partitions.stack);
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
@@ -224,31 +224,31 @@ void scps_cmd_lookup(scps_call *c) {
     if (cs->distinct) {
       cs->row_start[0] = 0;
       for (int k = 0; k < s->S; k++)
-        cs->row_start[k + 1] = cs->row_start[k] + (uint32_t)scps_coo_distinct_rows(&cs->coo[k]);
+        cs->row_start[k + 1] = cs->row_start[k] + (uint32_t)scps__coo_distinct_rows(&cs->coo[k]);
     }
     scratch += lookup_scratch(c, cs);
   }
-  if (st == GRPC_STATUS_OK) st = scps_partlimits_apply(c, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = scps__partlimits_apply(c, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
+    scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
   c->gather_stride = lookup_gather_scratch(c);
-  scps_cmd_data_wait_scratch(c, scratch + (size_t)s->S * c->gather_stride, lookup_admitted);
+  scps__cmd_data_wait_scratch(c, scratch + (size_t)s->S * c->gather_stride, lookup_admitted);
 }
 
 /* A Lookup once its answer and scratch are reserved in the memory budget
  * (on the thread that admitted it), or refused. */
 static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit) {
-  scps_call *c = scps_call_of_wait(w);
+  scps_call *c = scps__call_of_wait(w);
   scps_server *s = c->srv;
   if (!admitted) {
-    scps_cmd_data_refuse_memory(c, "its answer and scratch", in_use, limit);
+    scps__cmd_data_refuse_memory(c, "its answer and scratch", in_use, limit);
     return;
   }
-  c->scratch = scps_scratch_take(s->scratch, w->need / sizeof(float), &c->scratch_cap);
+  c->scratch = scps__scratch_take(s->scratch, w->need / sizeof(float), &c->scratch_cap);
   if (!c->scratch) {
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory for activations", NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory for activations", NULL, 0);
     return;
   }
   size_t off = 0;
@@ -269,5 +269,5 @@ static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use,
     lookup_inline(c);
     return;
   }
-  scps_pipeline_submit(s->pipeline, &c->job);
+  scps__pipeline_submit(s->pipeline, &c->job);
 }

@@ -1,4 +1,4 @@
-/* scps_cmd_lookup: the Lookup method: validate, gather on the SparseCore
+/* scps__cmd_lookup: the Lookup method: validate, gather on the SparseCore
  * workers (or inline), answer with the activations framed without a copy. */
 #ifndef SCPS_CMD_LOOKUP_H
 #define SCPS_CMD_LOOKUP_H
@@ -6,6 +6,6 @@
 #include "scps_call.h"
 
 /* The Lookup method (a dispatch table entry). */
-void scps_cmd_lookup(scps_call *c);
+void scps__cmd_lookup(scps_call *c);
 
 #endif

@@ -37,7 +37,7 @@ static bool read_gradients(scps_call *c, int32_t k) {
     const size_t n = cs->grad_src.len / width, end = n * (size_t)(k + 1) / (size_t)S;
     for (size_t at = n * (size_t)k / (size_t)S; at < end; at += GRAD_BLOCK) {
       const size_t m = end - at < GRAD_BLOCK ? end - at : GRAD_BLOCK;
-      const uint8_t *src = scps_slices_span(&c->req.msg, cs->grad_src.off + at * width, m * width, tmp);
+      const uint8_t *src = scps__slices_span(&c->req.msg, cs->grad_src.off + at * width, m * width, tmp);
       uint32_t high = 0;
       if (cs->grads_bf16) {
         uint16_t *raw = (uint16_t *)(void *)cs->grads + at;
@@ -50,7 +50,7 @@ static bool read_gradients(scps_call *c, int32_t k) {
         high <<= 16;
       } else {
         float *dst = cs->grads + at;
-        if (bf16) scps_bf16_decode(src, dst, m);
+        if (bf16) scps__bf16_decode(src, dst, m);
         else memcpy(dst, src, m * sizeof(float));
         for (size_t j = 0; j < m; j++) {
           uint32_t u;
@@ -106,15 +106,15 @@ static int64_t apply_updates(scps_call *c, int32_t sc) {
     int64_t distinct = 0;
     if (cs->by_row) {
       const size_t dim = (size_t)s->layout->stacks[cs->stack].dim;
-      scps_engine_update_rows(s->engine, cs->stack, sc, coo->rows, coo->n, cs->grads + cs->row_start[sc] * dim,
+      scps__engine_update_rows(s->engine, cs->stack, sc, coo->rows, coo->n, cs->grads + cs->row_start[sc] * dim,
                               &c->step);
       distinct = (int64_t)coo->n;
     } else {
       if (cs->grads_bf16)
-        scps_engine_update_bf16(s->engine, cs->stack, sc, coo, (const uint16_t *)(void *)cs->grads, &c->step);
+        scps__engine_update_bf16(s->engine, cs->stack, sc, coo, (const uint16_t *)(void *)cs->grads, &c->step);
       else
-        scps_engine_update(s->engine, cs->stack, sc, coo, cs->grads, &c->step);
-      distinct = (int64_t)scps_coo_distinct_rows(coo);
+        scps__engine_update(s->engine, cs->stack, sc, coo, cs->grads, &c->step);
+      distinct = (int64_t)scps__coo_distinct_rows(coo);
     }
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + sc].rows_updated, (long long)distinct);
     rows += distinct;
@@ -133,7 +133,7 @@ static bool sums_finite(scps_call *c) {
     if (cs->by_row) continue;
     for (int k = 0; k < s->S; k++) {
       uint32_t row;
-      if (scps_engine_sums_finite(s->engine, cs->stack, &cs->coo[k], cs->grads, cs->grads_bf16, &row)) continue;
+      if (scps__engine_sums_finite(s->engine, cs->stack, &cs->coo[k], cs->grads, cs->grads_bf16, &row)) continue;
       c->sum_stack = i;
       c->sum_sc = k;
       c->sum_row = row;
@@ -164,7 +164,7 @@ static double row_gradient_bound(const scps_call *c, const call_stack *cs, int32
 }
 
 /* Whether every row update of the call is proven finite
- * (scps_optimizer_update_bounded) from the shards' bounds the workers took
+ * (scps__optimizer_update_bounded) from the shards' bounds the workers took
  * and the gradients' size. The same answer on every thread once all
  * workers have read their gradients. */
 static bool updates_bounded(const scps_call *c) {
@@ -172,16 +172,16 @@ static bool updates_bounded(const scps_call *c) {
   for (int i = 0; i < c->n_stacks; i++) {
     const call_stack *cs = &c->stacks[i];
     scps_opt_step ost;
-    scps_optimizer_prepare(&s->layout->stacks[cs->stack].optimizer, &c->step, &ost);
+    scps__optimizer_prepare(&s->layout->stacks[cs->stack].optimizer, &c->step, &ost);
     for (int32_t k = 0; k < s->S; k++)
-      if (cs->coo[k].n && !scps_optimizer_update_bounded(&ost, cs->bounds[k], row_gradient_bound(c, cs, k)))
+      if (cs->coo[k].n && !scps__optimizer_update_bounded(&ost, cs->bounds[k], row_gradient_bound(c, cs, k)))
         return false;
   }
   return true;
 }
 
 /* With the bound not proving it: every row update computed without
- * writing (scps_engine_update_finite); the first that would leave a value
+ * writing (scps__engine_update_finite); the first that would leave a value
  * that is not finite goes to c->fault_stack, fault_sc and fault. */
 static bool updates_finite(scps_call *c) {
   scps_server *s = c->srv;
@@ -190,7 +190,7 @@ static bool updates_finite(scps_call *c) {
     const size_t dim = (size_t)s->layout->stacks[cs->stack].dim;
     for (int32_t k = 0; k < s->S; k++) {
       const void *grads = cs->by_row ? (const void *)(cs->grads + cs->row_start[k] * dim) : (const void *)cs->grads;
-      if (scps_engine_update_finite(s->engine, cs->stack, k, &cs->coo[k], grads, cs->grads_bf16, cs->by_row,
+      if (scps__engine_update_finite(s->engine, cs->stack, k, &cs->coo[k], grads, cs->grads_bf16, cs->by_row,
                                     &c->step, &c->fault))
         continue;
       c->fault_stack = i;
@@ -235,8 +235,8 @@ static void apply_sc(scps_job *job, int32_t sc) {
     cs->gain_mag[sc] = mag;
   }
   /* What this worker's SparseCore holds, before any worker writes. */
-  for (int i = 0; i < c->n_stacks; i++) scps_engine_value_bounds(s->engine, c->stacks[i].stack, sc, c->stacks[i].bounds[sc]);
-  scps_pipeline_gang_sync(s->pipeline, job);
+  for (int i = 0; i < c->n_stacks; i++) scps__engine_value_bounds(s->engine, c->stacks[i].stack, sc, c->stacks[i].bounds[sc]);
+  scps__pipeline_gang_sync(s->pipeline, job);
   if (atomic_load(&c->grads_bad)) return;
   const bool sums_ok = sums_bounded(c), updates_ok = updates_bounded(c);
   if (sums_ok && updates_ok) {
@@ -257,7 +257,7 @@ static void apply_sc(scps_job *job, int32_t sc) {
 
 /* Gradient j of a stack as the worker read it. */
 static float grad_value(const call_stack *cs, size_t j) {
-  return cs->grads_bf16 ? scps_bf16_to_f32(((const uint16_t *)(const void *)cs->grads)[j]) : cs->grads[j];
+  return cs->grads_bf16 ? scps__bf16_to_f32(((const uint16_t *)(const void *)cs->grads)[j]) : cs->grads[j];
 }
 
 /* The first value that is not finite, in request order, named. */
@@ -302,12 +302,12 @@ static grpc_status_code name_fault(const scps_call *c, char *msg, size_t len) {
   char row[SCPS_NAME_MAX + 96];
   int t;
   int64_t id;
-  if (scps_layout_row_to_id(l, cs->stack, sc, f->row, &t, &id))
+  if (scps__layout_row_to_id(l, cs->stack, sc, f->row, &t, &id))
     snprintf(row, sizeof row, "local row %u of SparseCore %d", f->row, sc);
   else
     snprintf(row, sizeof row, "local row %u of SparseCore %d (table '%s' id %lld)", f->row, sc, l->table_specs[t].name,
              (long long)id);
-  const char *what = f->array ? scps_optimizer_slot_name(type, f->array - 1) : "row";
+  const char *what = f->array ? scps__optimizer_slot_name(type, f->array - 1) : "row";
   if (f->already) {
     snprintf(msg, len,
              "stacks[%d] (stack '%s'): %s already holds a value that is not finite (%s column %d is %g), written "
@@ -328,8 +328,8 @@ static void apply_tc(scps_job *job) {
   char msg[SCPS_ERROR_MSG_MAX + 512]; /* name_fault names a stack, a table and a slot */
   if (atomic_load(&c->grads_bad)) {
     name_bad_gradient(c, msg, sizeof msg);
-    scps_saver_apply_rejected(c->srv);
-    scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    scps__saver_apply_rejected(c->srv);
+    scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return;
   }
   if (c->sum_stack >= 0) {
@@ -337,22 +337,22 @@ static void apply_tc(scps_job *job) {
              "stacks[%d].gradients: the sum of gain x gradient over the entries of row %u of local SparseCore %d "
              "overflows float32 (each gradient is finite, their sum is not); scale the loss or the gradients down",
              c->sum_stack, c->sum_row, c->sum_sc);
-    scps_saver_apply_rejected(c->srv);
-    scps_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    scps__saver_apply_rejected(c->srv);
+    scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return;
   }
   if (c->fault_stack >= 0) {
     const grpc_status_code st = name_fault(c, msg, sizeof msg);
-    scps_saver_apply_rejected(c->srv);
-    scps_call_finish(c, st, msg, NULL, 0);
+    scps__saver_apply_rejected(c->srv);
+    scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
   Scps__V1__ApplyGradientsResponse r = SCPS__V1__APPLY_GRADIENTS_RESPONSE__INIT;
   for (int k = 0; k < c->srv->S; k++) r.rows_updated += c->rows_updated[k];
   /* Asked only of callers that may answer with a Checkpoint; for the
    * others the server's solo save covers the period. */
-  r.checkpoint_due = scps_saver_apply_done(c->srv, c->step.step) && scps_call_may(c, SCPS_M_CHECKPOINT);
-  scps_call_finish_packed(c, &r.base);
+  r.checkpoint_due = scps__saver_apply_done(c->srv, c->step.step) && scps__call_may(c, SCPS_M_CHECKPOINT);
+  scps__call_finish_packed(c, &r.base);
 }
 
 /* A by-row stack's partitions (StackGradients.row_gradients): a known
@@ -361,7 +361,7 @@ static void apply_tc(scps_job *job) {
 static grpc_status_code check_row_partitions(scps_call *c, scps_req_partitions *sp, const char *field,
                                              call_stack *cs, char *msg, size_t len) {
   scps_server *s = c->srv;
-  grpc_status_code bad = scps_cmd_data_check_head(c, sp, field, cs, msg, len);
+  grpc_status_code bad = scps__cmd_data_check_head(c, sp, field, cs, msg, len);
   if (bad != GRPC_STATUS_OK) return bad;
   const int st = cs->stack;
   cs->by_row = true;
@@ -378,7 +378,7 @@ static grpc_status_code check_row_partitions(scps_call *c, scps_req_partitions *
     snprintf(msg, len, "%s.rows: %zu bytes, not 4 per row", field, sp->rows.len);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
-  bad = scps_cmd_data_check_offsets(c, sp, n, "row", field, msg, len);
+  bad = scps__cmd_data_check_offsets(c, sp, n, "row", field, msg, len);
   if (bad != GRPC_STATUS_OK) return bad;
   const uint32_t *rows = (const uint32_t *)(const void *)sp->rows.data;
   for (int k = 0; k < s->S; k++) {
@@ -386,7 +386,7 @@ static grpc_status_code check_row_partitions(scps_call *c, scps_req_partitions *
     cs->coo[k] = (scps_coo){b - a, rows + a, NULL, NULL};
     cs->row_start[k] = a;
     scps_error err;
-    if (scps_engine_check_rows(s->engine, st, k, rows + a, b - a, &err)) {
+    if (scps__engine_check_rows(s->engine, st, k, rows + a, b - a, &err)) {
       snprintf(msg, len, "%s: %s", field, err.msg);
       return GRPC_STATUS_INVALID_ARGUMENT;
     }
@@ -430,20 +430,20 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
 
 static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit);
 
-void scps_cmd_push(scps_call *c) {
+void scps__cmd_push(scps_call *c) {
   scps_server *s = c->srv;
-  if (scps_restore_refused(c)) return;
-  if (!scps_cmd_data_read(c, SCPS_REQUEST_APPLY)) return;
+  if (scps__restore_refused(c)) return;
+  if (!scps__cmd_data_read(c, SCPS_REQUEST_APPLY)) return;
   const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128];
-  grpc_status_code st = scps_call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
+  grpc_status_code st = scps__call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
                                              req->process_index, msg, sizeof msg);
   if (st == GRPC_STATUS_OK && req->step < 0) {
     snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (st == GRPC_STATUS_OK) st = scps_saver_check_step(s, req->step, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK) st = scps_restore_check_state(c, req->state_id, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = scps__saver_check_step(s, req->step, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = scps__restore_check_state(c, req->state_id, msg, sizeof msg);
   bool has_lr = req->has_learning_rate;
   /* The optimizers take the rate as float32: above FLT_MAX it would be
    * infinite there. */
@@ -452,9 +452,9 @@ void scps_cmd_push(scps_call *c) {
              (double)FLT_MAX);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (st == GRPC_STATUS_OK) st = scps_cmd_data_check_format(c, (int)req->format, "gradient_format", msg, sizeof msg);
-  if (st == GRPC_STATUS_OK && scps_cmd_data_alloc_stacks(c, req->n_stacks)) {
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory", NULL, 0);
+  if (st == GRPC_STATUS_OK) st = scps__cmd_data_check_format(c, (int)req->format, "gradient_format", msg, sizeof msg);
+  if (st == GRPC_STATUS_OK && scps__cmd_data_alloc_stacks(c, req->n_stacks)) {
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory", NULL, 0);
     return;
   }
   /* The gradients as float32: bounded by what the request itself holds
@@ -462,19 +462,19 @@ void scps_cmd_push(scps_call *c) {
    * more than twice its message. */
   const size_t width = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : sizeof(float);
   if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
+    scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
   size_t values = 0;
   for (size_t i = 0; i < req->n_stacks; i++)
     values += (req->stacks[i].gradients.len + req->stacks[i].row_gradients.len) / width;
-  scps_cmd_data_wait_scratch(c, values, apply_admitted);
+  scps__cmd_data_wait_scratch(c, values, apply_admitted);
 }
 
 /* An ApplyGradients once its gradients' scratch is reserved in the memory
  * budget (on the thread that admitted it), or refused. */
 static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit) {
-  scps_call *c = scps_call_of_wait(w);
+  scps_call *c = scps__call_of_wait(w);
   scps_server *s = c->srv;
   const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
@@ -482,12 +482,12 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
   const bool has_lr = req->has_learning_rate;
   const size_t width = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : sizeof(float);
   if (!admitted) {
-    scps_cmd_data_refuse_memory(c, "its gradients' scratch", in_use, limit);
+    scps__cmd_data_refuse_memory(c, "its gradients' scratch", in_use, limit);
     return;
   }
-  c->scratch = scps_scratch_take(s->scratch, w->need / sizeof(float), &c->scratch_cap);
+  c->scratch = scps__scratch_take(s->scratch, w->need / sizeof(float), &c->scratch_cap);
   if (!c->scratch) {
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
     return;
   }
   size_t grads_at = 0;
@@ -506,10 +506,10 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
       break;
     }
     snprintf(field, sizeof field, "stacks[%zu].partitions", i);
-    st = sg->gradients.len ? scps_cmd_data_check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg)
+    st = sg->gradients.len ? scps__cmd_data_check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg)
                            : check_row_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg);
     snprintf(field, sizeof field, "stacks[%zu]", i);
-    if (st == GRPC_STATUS_OK && scps_cmd_data_duplicate(c, (int)i, c->stacks[i].stack)) {
+    if (st == GRPC_STATUS_OK && scps__cmd_data_duplicate(c, (int)i, c->stacks[i].stack)) {
       snprintf(msg, sizeof msg, "%s: stack '%s' listed twice", field, sg->partitions.stack);
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
@@ -526,9 +526,9 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
       grads_at += (sg->gradients.len + sg->row_gradients.len) / width;
     }
   }
-  if (st == GRPC_STATUS_OK) st = scps_partlimits_apply(c, msg, sizeof msg);
+  if (st == GRPC_STATUS_OK) st = scps__partlimits_apply(c, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
+    scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
   c->step.step = req->step;
@@ -540,5 +540,5 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
   c->job.tc_fn = apply_tc;
   c->job.data = c;
   c->job.gang = true;
-  scps_saver_submit_apply(s, c);
+  scps__saver_submit_apply(s, c);
 }

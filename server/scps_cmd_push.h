@@ -1,4 +1,4 @@
-/* scps_cmd_push: the ApplyGradients method: validate, read and check the
+/* scps__cmd_push: the ApplyGradients method: validate, read and check the
  * gradients on the SparseCore workers, update every SparseCore or none. */
 #ifndef SCPS_CMD_PUSH_H
 #define SCPS_CMD_PUSH_H
@@ -6,6 +6,6 @@
 #include "scps_call.h"
 
 /* The ApplyGradients method (a dispatch table entry). */
-void scps_cmd_push(scps_call *c);
+void scps__cmd_push(scps_call *c);
 
 #endif

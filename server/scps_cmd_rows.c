@@ -42,7 +42,7 @@ static grpc_status_code ids_to_read(const scps_call *c, const Scps__V1__ReadRows
                  (long long)vocab, spec->name);
         return GRPC_STATUS_INVALID_ARGUMENT;
       }
-      const int32_t sc = scps_layout_sc_of(l, t, id), p = scps_layout_process_of_sc(l, sc);
+      const int32_t sc = scps__layout_sc_of(l, t, id), p = scps__layout_process_of_sc(l, sc);
       if (p != s->opts.process_index) {
         snprintf(msg, len, "ids[%zu] = %lld of table '%s' lives on process %d (SparseCore %d), not on this process "
                  "%d: send each id to the process that holds it", i, (long long)id, spec->name, p, sc,
@@ -60,7 +60,7 @@ static grpc_status_code ids_to_read(const scps_call *c, const Scps__V1__ReadRows
     int64_t start;
     for (int32_t k = 0; k < s->S; k++) *n += (size_t)held_in_range(s, t, k, req->first_id, req->count, &start);
   }
-  const int slots = scps_optimizer_num_slots(spec->optimizer.type);
+  const int slots = scps__optimizer_num_slots(spec->optimizer.type);
   const double bytes = (double)*n * ((1.0 + slots) * spec->embedding_dim * 4.0 + 10.0);
   if (bytes > (double)s->opts.max_message_bytes) {
     snprintf(msg, len, "ReadRows: %zu ids x (1 + %d slots) x embedding_dim %d x 4 bytes: %.0f bytes, over this "
@@ -86,18 +86,18 @@ static grpc_status_code ids_to_read(const scps_call *c, const Scps__V1__ReadRows
   return GRPC_STATUS_OK;
 }
 
-void scps_cmd_rows_read(scps_call *c) {
+void scps__cmd_rows_read(scps_call *c) {
   scps_server *s = c->srv;
   const scps_layout *l = s->layout;
   Scps__V1__ReadRowsRequest *req =
-      (Scps__V1__ReadRowsRequest *)scps_call_read_request(c, &scps__v1__read_rows_request__descriptor);
+      (Scps__V1__ReadRowsRequest *)scps__call_read_request(c, &scps__v1__read_rows_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX];
-  grpc_status_code st = scps_call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
+  grpc_status_code st = scps__call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
                                              req->process_index, msg, sizeof msg);
   int t = -1;
   if (st == GRPC_STATUS_OK) {
-    t = req->table ? scps_find_table(l->table_specs, l->n_tables, req->table) : -1;
+    t = req->table ? scps__find_table(l->table_specs, l->n_tables, req->table) : -1;
     if (t < 0) {
       snprintf(msg, sizeof msg, "table: unknown table '%.200s' (GetConfig lists the tables)",
                req->table ? req->table : "");
@@ -108,18 +108,18 @@ void scps_cmd_rows_read(scps_call *c) {
   size_t n = 0;
   if (st == GRPC_STATUS_OK) st = ids_to_read(c, req, t, &ids, &n, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
-    scps_call_finish(c, st, msg, NULL, 0);
+    scps__call_finish(c, st, msg, NULL, 0);
     free(ids);
     return;
   }
   const scps_table_spec *spec = &l->table_specs[t];
   const size_t dim = (size_t)spec->embedding_dim;
-  const int slots = scps_optimizer_num_slots(spec->optimizer.type);
+  const int slots = scps__optimizer_num_slots(spec->optimizer.type);
   /* The rows, then each slot's values, then one id's slots as the engine
    * reads them. */
   float *values = malloc(sizeof *values * (n * dim * (size_t)(1 + slots) + (size_t)slots * dim + 1));
   if (!values) {
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ReadRows: out of memory for the answer", NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ReadRows: out of memory for the answer", NULL, 0);
     free(ids);
     return;
   }
@@ -128,7 +128,7 @@ void scps_cmd_rows_read(scps_call *c) {
   for (size_t i = 0; i < n; i++) {
     scps_error err;
     /* Checked above: in range and held here, so it cannot fail. */
-    if (scps_engine_read_row(s->engine, t, ids[i], values + i * dim, one, &err)) memset(one, 0, sizeof *one * dim);
+    if (scps__engine_read_row(s->engine, t, ids[i], values + i * dim, one, &err)) memset(one, 0, sizeof *one * dim);
     for (int k = 0; k < slots; k++)
       memcpy(values + ((size_t)(1 + k) * n + i) * dim, one + (size_t)k * dim, sizeof *one * dim);
   }
@@ -142,14 +142,14 @@ void scps_cmd_rows_read(scps_call *c) {
   r.rows.len = n * dim * sizeof *values;
   for (int k = 0; k < slots; k++) {
     scps__v1__slot_values__init(&sv[k]);
-    sv[k].name = (char *)scps_optimizer_slot_name(spec->optimizer.type, k);
+    sv[k].name = (char *)scps__optimizer_slot_name(spec->optimizer.type, k);
     sv[k].values.data = (uint8_t *)(values + (size_t)(1 + k) * n * dim);
     sv[k].values.len = n * dim * sizeof *values;
     svp[k] = &sv[k];
   }
   r.n_slots = (size_t)slots;
   r.slots = svp;
-  scps_call_finish_packed(c, &r.base);
+  scps__call_finish_packed(c, &r.base);
   free(values);
   free(ids);
 }

@@ -7,6 +7,6 @@
 
 /* Decodes, validates (scps.proto ReadRowsRequest) and answers the call on
  * this thread, under read locks of the SparseCores. */
-void scps_cmd_rows_read(scps_call *c);
+void scps__cmd_rows_read(scps_call *c);
 
 #endif

@@ -7,24 +7,24 @@
 
 #include "scps_limits.h"
 
-void scps_cmd_stats_health(scps_call *c) {
+void scps__cmd_stats_health(scps_call *c) {
   scps_server *s = c->srv;
-  if (!scps_call_read_request(c, &scps__v1__health_request__descriptor)) return;
+  if (!scps__call_read_request(c, &scps__v1__health_request__descriptor)) return;
   Scps__V1__HealthResponse r = SCPS__V1__HEALTH_RESPONSE__INIT;
   r.status = atomic_load(&s->draining) ? SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_DRAINING
                                        : SCPS__V1__HEALTH_RESPONSE__STATUS__STATUS_SERVING;
   r.process_index = s->opts.process_index;
-  r.uptime_seconds = (double)scps_clock_ns() * 1e-9 - s->start_time;
-  scps_call_finish_packed(c, &r.base);
+  r.uptime_seconds = (double)scps__clock_ns() * 1e-9 - s->start_time;
+  scps__call_finish_packed(c, &r.base);
 }
 
-void scps_cmd_stats_get(scps_call *c) {
+void scps__cmd_stats_get(scps_call *c) {
   scps_server *s = c->srv;
   const scps_layout *l = s->layout;
-  if (!scps_call_read_request(c, &scps__v1__stats_request__descriptor)) return;
+  if (!scps__call_read_request(c, &scps__v1__stats_request__descriptor)) return;
   Scps__V1__StatsResponse r = SCPS__V1__STATS_RESPONSE__INIT;
   r.process_index = s->opts.process_index;
-  r.uptime_seconds = (double)scps_clock_ns() * 1e-9 - s->start_time;
+  r.uptime_seconds = (double)scps__clock_ns() * 1e-9 - s->start_time;
   int S = s->S, ns = l->n_stacks;
   Scps__V1__SparseCoreStats *scs = calloc((size_t)S, sizeof *scs), **scp = calloc((size_t)S, sizeof *scp);
   Scps__V1__StackStats *sts = calloc((size_t)ns, sizeof *sts), **stp = calloc((size_t)ns, sizeof *stp);
@@ -33,11 +33,11 @@ void scps_cmd_stats_get(scps_call *c) {
   scps_stage_stats stages[SCPS_MAX_SC_PER_PROCESS + 1];
   Scps__V1__StageStats sgs[SCPS_MAX_SC_PER_PROCESS + 2], *sgp[SCPS_MAX_SC_PER_PROCESS + 2];
   if (!scs || !scp || !sts || !stp || !counts) {
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Stats: out of memory", NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Stats: out of memory", NULL, 0);
     goto out;
   }
   for (int k = 0; k < S; k++) {
-    const scps_hbm *h = scps_engine_hbm(s->engine, k);
+    const scps_hbm *h = scps__engine_hbm(s->engine, k);
     scps__v1__sparse_core_stats__init(&scs[k]);
     scs[k].sparse_core = h->sc;
     scs[k].memory_used_bytes = h->used;
@@ -85,12 +85,12 @@ void scps_cmd_stats_get(scps_call *c) {
   r.checkpoints = &ck;
   r.pushes_sums_checked = atomic_load(&s->pushes_sums_checked);
   Scps__V1__MemoryStats mem = SCPS__V1__MEMORY_STATS__INIT;
-  scps_limits_stats(s, &mem);
+  scps__limits_stats(s, &mem);
   r.memory = &mem;
   r.pushes_updates_checked = atomic_load(&s->pushes_updates_checked);
   for (int m = 0; m < SCPS_M_COUNT; m++) {
     scps__v1__method_stats__init(&ms[m]);
-    ms[m].method = (char *)scps_method_name(m);
+    ms[m].method = (char *)scps__method_name(m);
     ms[m].calls = atomic_load(&s->methods[m].calls);
     ms[m].errors = atomic_load(&s->methods[m].errors);
     ms[m].bytes_received = atomic_load(&s->methods[m].bytes_in);
@@ -100,7 +100,7 @@ void scps_cmd_stats_get(scps_call *c) {
   }
   r.n_methods = SCPS_M_COUNT;
   r.methods = msp;
-  int n = scps_pipeline_stats(s->pipeline, stages, SCPS_MAX_SC_PER_PROCESS + 1);
+  int n = scps__pipeline_stats(s->pipeline, stages, SCPS_MAX_SC_PER_PROCESS + 1);
   for (int i = 0; i < n; i++) {
     scps__v1__stage_stats__init(&sgs[i]);
     sgs[i].stage = stages[i].name;
@@ -116,7 +116,7 @@ void scps_cmd_stats_get(scps_call *c) {
   sgp[n] = &sgs[n];
   r.n_stages = (size_t)n + 1;
   r.stages = sgp;
-  scps_call_finish_packed(c, &r.base);
+  scps__call_finish_packed(c, &r.base);
 out:
   free(scs);
   free(scp);

@@ -6,9 +6,9 @@
 #include "scps_call.h"
 
 /* The Health method (a dispatch table entry). */
-void scps_cmd_stats_health(scps_call *c);
+void scps__cmd_stats_health(scps_call *c);
 
 /* The Stats method (a dispatch table entry). */
-void scps_cmd_stats_get(scps_call *c);
+void scps__cmd_stats_get(scps_call *c);
 
 #endif

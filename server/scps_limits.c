@@ -130,12 +130,12 @@ static int64_t default_budget(char *how, size_t len) {
  * (scps_memtune.h) avoid. */
 static void trim(scps_server *s, int64_t now) {
   scps_budget_stats st;
-  scps_budget_get_stats(s->budget, &st);
+  scps__budget_get_stats(s->budget, &st);
   if (st.in_use > s->trim_peak) s->trim_peak = st.in_use;
   bool idle = atomic_load(&s->active) == 0 && now - atomic_load(&s->last_call_ns) >= IDLE_TRIM_NS;
   if (idle && atomic_exchange(&s->trim_due, false)) {
-    scps_scratch_drop_idle(s->scratch, SIZE_MAX);
-    scps_memtune_trim();
+    scps__scratch_drop_idle(s->scratch, SIZE_MAX);
+    scps__memtune_trim();
     atomic_fetch_add(&s->trims, 1);
     s->trim_peak = 0;
     s->next_periodic_trim_ns = now + PERIODIC_TRIM_NS;
@@ -144,7 +144,7 @@ static void trim(scps_server *s, int64_t now) {
   if (now < s->next_periodic_trim_ns) return;
   s->next_periodic_trim_ns = now + PERIODIC_TRIM_NS;
   if (s->trim_peak > st.in_use + PERIODIC_TRIM_SLACK) {
-    scps_memtune_trim();
+    scps__memtune_trim();
     atomic_fetch_add(&s->trims, 1);
   }
   s->trim_peak = st.in_use;
@@ -152,13 +152,13 @@ static void trim(scps_server *s, int64_t now) {
 
 static void tick(void *ud, int64_t now) {
   scps_server *s = ud;
-  scps_call_sweep(s, now);
+  scps__call_sweep(s, now);
   trim(s, now);
 }
 
-static size_t reclaim(void *ud, size_t want) { return scps_scratch_drop_idle(ud, want); }
+static size_t reclaim(void *ud, size_t want) { return scps__scratch_drop_idle(ud, want); }
 
-int scps_limits_init(scps_server *s, scps_error *err) {
+int scps__limits_init(scps_server *s, scps_error *err) {
   const scps_server_options *o = &s->opts;
   if (o->memory_budget < 0 || o->memory_wait_ms < 0 || o->max_streams < 1 || o->idle_timeout_s < 1 ||
       o->transfer_timeout_s < 1)
@@ -173,20 +173,20 @@ int scps_limits_init(scps_server *s, scps_error *err) {
   if (budget) snprintf(s->budget_how, sizeof s->budget_how, "--memory-budget");
   else budget = default_budget(s->budget_how, sizeof s->budget_how);
   s->opts.memory_budget = budget;
-  if (scps_budget_create((size_t)budget, &s->budget))
+  if (scps__budget_create((size_t)budget, &s->budget))
     return scps_error_set(err, SCPS_ENOMEM, "cannot start the memory budget's thread");
-  scps_scratch_set_budget(s->scratch, s->budget);
-  scps_budget_set_reclaim(s->budget, reclaim, s->scratch);
-  atomic_store(&s->last_call_ns, scps_clock_ns());
-  s->next_periodic_trim_ns = scps_clock_ns() + PERIODIC_TRIM_NS;
-  scps_budget_set_tick(s->budget, tick, s, TICK_NS);
+  scps__scratch_set_budget(s->scratch, s->budget);
+  scps__budget_set_reclaim(s->budget, reclaim, s->scratch);
+  atomic_store(&s->last_call_ns, scps__clock_ns());
+  s->next_periodic_trim_ns = scps__clock_ns() + PERIODIC_TRIM_NS;
+  scps__budget_set_tick(s->budget, tick, s, TICK_NS);
   return 0;
 }
 
-void scps_limits_free(scps_server *s) {
+void scps__limits_free(scps_server *s) {
   if (s->budget) {
-    scps_budget_destroy(s->budget);
-    if (s->scratch) scps_scratch_set_budget(s->scratch, NULL);
+    scps__budget_destroy(s->budget);
+    if (s->scratch) scps__scratch_set_budget(s->scratch, NULL);
     s->budget = NULL;
   }
   if (s->quota) grpc_resource_quota_unref(s->quota);
@@ -201,14 +201,14 @@ static void int_arg(grpc_arg *a, const char *key, int v) {
   a->value.integer = v;
 }
 
-int64_t scps_limits_quota(const scps_server_options *o) {
+int64_t scps__limits_quota(const scps_server_options *o) {
   /* At least one request of the largest size accepted may arrive whole:
    * a smaller quota would reset it instead of letting the budget refuse it
    * with a message. */
   return o->memory_budget / 2 > o->max_message_bytes ? o->memory_budget / 2 : o->max_message_bytes;
 }
 
-int scps_limits_channel_args(scps_server *s, grpc_arg *args) {
+int scps__limits_channel_args(scps_server *s, grpc_arg *args) {
   const scps_server_options *o = &s->opts;
   int n = 0;
   int_arg(&args[n++], GRPC_ARG_MAX_CONCURRENT_STREAMS, o->max_streams);
@@ -223,7 +223,7 @@ int scps_limits_channel_args(scps_server *s, grpc_arg *args) {
    * resort, resets streams. */
   s->quota = grpc_resource_quota_create("scps-server");
   if (s->quota) {
-    grpc_resource_quota_resize(s->quota, (size_t)scps_limits_quota(o));
+    grpc_resource_quota_resize(s->quota, (size_t)scps__limits_quota(o));
     args[n].type = GRPC_ARG_POINTER;
     args[n].key = (char *)GRPC_ARG_RESOURCE_QUOTA;
     args[n].value.pointer.p = s->quota;
@@ -233,8 +233,8 @@ int scps_limits_channel_args(scps_server *s, grpc_arg *args) {
   return n;
 }
 
-int64_t scps_limits_wait_deadline(const scps_call *c) {
-  int64_t now = scps_clock_ns(), d = now + (int64_t)c->srv->opts.memory_wait_ms * 1000000;
+int64_t scps__limits_wait_deadline(const scps_call *c) {
+  int64_t now = scps__clock_ns(), d = now + (int64_t)c->srv->opts.memory_wait_ms * 1000000;
   gpr_timespec dl = gpr_convert_clock_type(c->deadline, GPR_CLOCK_MONOTONIC);
   if (gpr_time_cmp(dl, gpr_inf_future(GPR_CLOCK_MONOTONIC)) < 0) {
     gpr_timespec left = gpr_time_sub(dl, gpr_now(GPR_CLOCK_MONOTONIC));
@@ -245,13 +245,13 @@ int64_t scps_limits_wait_deadline(const scps_call *c) {
   return d;
 }
 
-void scps_limits_refusal(const scps_call *c, const char *what, size_t need, size_t in_use, size_t limit, char *msg,
+void scps__limits_refusal(const scps_call *c, const char *what, size_t need, size_t in_use, size_t limit, char *msg,
                          size_t len) {
   char n[32], u[32], l[32];
   format_bytes((double)need, n, sizeof n);
   format_bytes((double)in_use, u, sizeof u);
   format_bytes((double)limit, l, sizeof l);
-  const char *m = c->method < SCPS_M_COUNT ? scps_method_name(c->method) : "call";
+  const char *m = c->method < SCPS_M_COUNT ? scps__method_name(c->method) : "call";
   if (need > limit)
     snprintf(msg, len, "%s: needs %s (%s), more than the server's whole memory budget of %s (--memory-budget); "
              "send smaller batches or raise the budget", m, n, what, l);
@@ -259,16 +259,16 @@ void scps_limits_refusal(const scps_call *c, const char *what, size_t need, size
     snprintf(msg, len, "%s: needs %s (%s) of the server's memory budget of %s (--memory-budget); other calls "
              "held %s in use throughout a wait of %.1f s (--memory-wait-ms or the call's deadline); retry later", m, n,
              what, l, u,
-             c->wait.since_ns ? (double)(scps_clock_ns() - c->wait.since_ns) * 1e-9 : 0.0);
+             c->wait.since_ns ? (double)(scps__clock_ns() - c->wait.since_ns) * 1e-9 : 0.0);
 }
 
-void scps_limits_stats(scps_server *s, Scps__V1__MemoryStats *out) {
+void scps__limits_stats(scps_server *s, Scps__V1__MemoryStats *out) {
   scps_budget_stats st;
-  scps_budget_get_stats(s->budget, &st);
+  scps__budget_get_stats(s->budget, &st);
   out->budget_bytes = st.limit;
   out->in_use_bytes = st.in_use;
   out->peak_bytes = st.peak;
-  out->scratch_idle_bytes = (int64_t)scps_scratch_idle_bytes(s->scratch);
+  out->scratch_idle_bytes = (int64_t)scps__scratch_idle_bytes(s->scratch);
   out->calls_waited = st.waited;
   out->calls_refused = st.refused;
   out->calls_waiting = st.waiting;

@@ -7,7 +7,7 @@
 #include "scps_cmd_data.h"
 #include "scps_fdo.h"
 
-void scps_partlimits_override(scps_server *s) {
+void scps__partlimits_override(scps_server *s) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   for (int st = 0; st < s->layout->n_stacks; st++) {
@@ -88,7 +88,7 @@ static grpc_status_code check_by_row(const scps_call *c, int i, char *msg, size_
   return GRPC_STATUS_OK;
 }
 
-grpc_status_code scps_partlimits_apply(scps_call *c, char *msg, size_t len) {
+grpc_status_code scps__partlimits_apply(scps_call *c, char *msg, size_t len) {
   scps_server *s = c->srv;
   const int32_t N = s->layout->num_sc, S = s->S;
   scps_saver *sv = &s->saver;
@@ -103,7 +103,7 @@ grpc_status_code scps_partlimits_apply(scps_call *c, char *msg, size_t len) {
   uint64_t *over = NULL; /* [stack]: bit k, local SparseCore k's partition is dropped to the limits */
   size_t dropped = 0;    /* entries of those partitions */
   grpc_status_code st = ids ? GRPC_STATUS_OK : GRPC_STATUS_RESOURCE_EXHAUSTED;
-  if (!ids) snprintf(msg, len, "%s: out of memory counting partitions", scps_method_name(c->method));
+  if (!ids) snprintf(msg, len, "%s: out of memory counting partitions", scps__method_name(c->method));
   for (int i = 0; st == GRPC_STATUS_OK && i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     if (cs->by_row) {
@@ -115,8 +115,8 @@ grpc_status_code scps_partlimits_apply(scps_call *c, char *msg, size_t len) {
       const scps_coo *coo = &cs->coo[k];
       /* A partition no larger than the smaller limit fits whatever its sources. */
       if (coo->n <= (size_t)(cs->max_ids < cs->max_unique ? cs->max_ids : cs->max_unique)) continue;
-      if (scps_fdo_count_sources(coo, s->sample_src[cs->stack], N, ids, uniq)) {
-        snprintf(msg, len, "%s: out of memory counting partitions", scps_method_name(c->method));
+      if (scps__fdo_count_sources(coo, s->sample_src[cs->stack], N, ids, uniq)) {
+        snprintf(msg, len, "%s: out of memory counting partitions", scps__method_name(c->method));
         st = GRPC_STATUS_RESOURCE_EXHAUSTED;
         break;
       }
@@ -138,7 +138,7 @@ grpc_status_code scps_partlimits_apply(scps_call *c, char *msg, size_t len) {
         break;
       }
       if (!over && !(over = calloc((size_t)c->n_stacks, sizeof *over))) {
-        snprintf(msg, len, "%s: out of memory dropping ids over the limits", scps_method_name(c->method));
+        snprintf(msg, len, "%s: out of memory dropping ids over the limits", scps__method_name(c->method));
         st = GRPC_STATUS_RESOURCE_EXHAUSTED;
         break;
       }
@@ -162,7 +162,7 @@ grpc_status_code scps_partlimits_apply(scps_call *c, char *msg, size_t len) {
      * gains of every partition dropped. */
     c->limit_mem = malloc(sizeof(int64_t) * 3 * (size_t)N + dropped * 3 * sizeof(uint32_t));
     if (!c->limit_mem) {
-      snprintf(msg, len, "%s: out of memory dropping ids over the limits", scps_method_name(c->method));
+      snprintf(msg, len, "%s: out of memory dropping ids over the limits", scps__method_name(c->method));
       st = GRPC_STATUS_RESOURCE_EXHAUSTED;
     }
     int64_t *scratch = c->limit_mem;

@@ -10,7 +10,7 @@
 
 /* --partition-limits: every stack's limits in force set to the options'
  * (after a restore, before serving). */
-void scps_partlimits_override(scps_server *s);
+void scps__partlimits_override(scps_server *s);
 
 /* The call's stacks, validated: each (source, destination) partition of the
  * local SparseCores against the limits in force, read once under the
@@ -24,6 +24,6 @@ void scps_partlimits_override(scps_server *s);
  * SparseCore's rows are checked against the most a batch within the limits
  * can touch, num_sc x max_unique_ids_per_partition, under either policy.
  * Returns OK or the status, msg naming the field. */
-grpc_status_code scps_partlimits_apply(scps_call *c, char *msg, size_t len);
+grpc_status_code scps__partlimits_apply(scps_call *c, char *msg, size_t len);
 
 #endif

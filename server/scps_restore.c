@@ -13,12 +13,12 @@
 
 /* The part's cluster is this process's: same topology and specs, which is
  * what the config_fingerprint digests. */
-bool scps_restore_part_of_ours(const scps_server *s, const scps_checkpoint *ck, char *diff, size_t len) {
+bool scps__restore_part_of_ours(const scps_server *s, const scps_checkpoint *ck, char *diff, size_t len) {
   const scps_table_spec *t;
   const scps_feature_spec *f;
   int nt, nf;
-  scps_checkpoint_specs(ck, &t, &nt, &f, &nf);
-  return !scps_specs_diff(scps_checkpoint_topology(ck), t, nt, f, nf, &s->opts.topology, s->tables,
+  scps__checkpoint_specs(ck, &t, &nt, &f, &nf);
+  return !scps__specs_diff(scps__checkpoint_topology(ck), t, nt, f, nf, &s->opts.topology, s->tables,
                           s->opts.n_tables, s->features, s->opts.n_features, "checkpoint", "this process", diff,
                           len);
 }
@@ -66,12 +66,12 @@ static int load_paused(scps_server *s, const scps_checkpoint *ck, scps_checkpoin
   p.job.tc_fn = pause_tc;
   p.job.data = &p;
   p.job.gang = true;
-  scps_pipeline_submit(s->pipeline, &p.job);
+  scps__pipeline_submit(s->pipeline, &p.job);
   pthread_mutex_lock(&p.mu);
   while (p.arrived < s->S) pthread_cond_wait(&p.cv, &p.mu);
   pthread_mutex_unlock(&p.mu);
   for (int k = 0; k < s->S; k++) pthread_rwlock_wrlock(&s->sc_locks[k]);
-  int rc = scps_checkpoint_load(ck, s->engine, st, err);
+  int rc = scps__checkpoint_load(ck, s->engine, st, err);
   for (int k = s->S - 1; k >= 0; k--) pthread_rwlock_unlock(&s->sc_locks[k]);
   pthread_mutex_lock(&p.mu);
   p.resume = true;
@@ -88,16 +88,16 @@ static grpc_status_code open_verified(scps_server *s, const char *dir, scps_chec
                                       scps_checkpoint_stats *vs, char *msg, size_t len) {
   const int p = s->opts.process_index;
   scps_error e;
-  int rc = scps_checkpoint_open_part(dir, p, ck, &e);
+  int rc = scps__checkpoint_open_part(dir, p, ck, &e);
   if (rc == SCPS_ENOENT) {
     snprintf(msg, len, "process %d holds no part of this step under its --checkpoint-dir: %s", p, e.msg);
     return GRPC_STATUS_NOT_FOUND;
   }
-  if (!rc && !scps_restore_part_of_ours(s, *ck, e.msg, sizeof e.msg)) {
+  if (!rc && !scps__restore_part_of_ours(s, *ck, e.msg, sizeof e.msg)) {
     snprintf(msg, len, "'%s' was written by another cluster configuration: %s", dir, e.msg);
     return GRPC_STATUS_FAILED_PRECONDITION;
   }
-  if (!rc) rc = scps_checkpoint_verify(*ck, vs, &e);
+  if (!rc) rc = scps__checkpoint_verify(*ck, vs, &e);
   if (rc) {
     snprintf(msg, len, "process %d, '%s': %s", p, dir, e.msg);
     return rc == SCPS_ECORRUPT ? GRPC_STATUS_DATA_LOSS : GRPC_STATUS_FAILED_PRECONDITION;
@@ -117,12 +117,12 @@ static void refuse_parked(scps_server *s, int64_t step) {
   for (scps_call *c = sv->parked, *next; c; c = next) {
     next = c->next;
     c->next = NULL;
-    scps_call_finish(c, GRPC_STATUS_FAILED_PRECONDITION, msg, NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_FAILED_PRECONDITION, msg, NULL, 0);
   }
   sv->parked = sv->parked_tail = NULL;
 }
 
-void scps_restore_run(scps_server *s, scps_call *c, grpc_status_code *status, char *msg, size_t len, char *path,
+void scps__restore_run(scps_server *s, scps_call *c, grpc_status_code *status, char *msg, size_t len, char *path,
                       size_t path_cap, Scps__V1__RestoreResponse *resp) {
   scps_saver *sv = &s->saver;
   const Scps__V1__RestoreRequest *req = (const Scps__V1__RestoreRequest *)c->request;
@@ -131,7 +131,7 @@ void scps_restore_run(scps_server *s, scps_call *c, grpc_status_code *status, ch
   sv->restore_running = true;
   pthread_mutex_unlock(&sv->mu);
 
-  const double t0 = scps_clock_s();
+  const double t0 = scps__clock_s();
   scps_checkpoint *ck = NULL;
   scps_checkpoint_stats vs = {0}, ls = {0};
   *status = open_verified(s, path, &ck, &vs, msg, len);
@@ -151,7 +151,7 @@ void scps_restore_run(scps_server *s, scps_call *c, grpc_status_code *status, ch
     }
     atomic_store(&s->restoring, 0);
   }
-  const double seconds = scps_clock_s() - t0;
+  const double seconds = scps__clock_s() - t0;
 
   pthread_mutex_lock(&sv->mu);
   sv->restore_running = false;
@@ -169,31 +169,31 @@ void scps_restore_run(scps_server *s, scps_call *c, grpc_status_code *status, ch
             "verified and loaded in %.3f s\n",
             s->opts.process_index, (long long)req->step, path, (long long)sv->last_step, (long long)vs.bytes,
             seconds);
-    scps_saver_adopt(s, ck, path, &ls);
+    scps__saver_adopt(s, ck, path, &ls);
     sv->dirty = false;
     sv->due = false;
     sv->grid_left = 0;
     atomic_store(&s->damaged, 0);
-    scps_restore_new_state(s);
+    scps__restore_new_state(s);
   }
   if (load && *status != GRPC_STATUS_OK && *status != GRPC_STATUS_INTERNAL)
     fprintf(stderr, "scps-server: Restore of step %lld refused, nothing changed: %s\n", (long long)req->step, msg);
   else if (*status == GRPC_STATUS_INTERNAL)
     fprintf(stderr, "scps-server: Restore of step %lld: %s\n", (long long)req->step, msg);
   if (load && (*status == GRPC_STATUS_OK || *status == GRPC_STATUS_INTERNAL)) refuse_parked(s, req->step);
-  scps_checkpoint_close(ck);
+  scps__checkpoint_close(ck);
 }
 
-void scps_restore_new_state(scps_server *s) {
+void scps__restore_new_state(scps_server *s) {
   uint64_t id = 0;
   /* getrandom, else a mix of the clock and the process id: distinct across
    * restarts either way, which is all the id is for. */
   if (getrandom(&id, sizeof id, GRND_NONBLOCK) != (ssize_t)sizeof id)
-    id = ((uint64_t)scps_clock_ns() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)getpid() << 32) ^ atomic_load(&s->state_id);
+    id = ((uint64_t)scps__clock_ns() * 0x9e3779b97f4a7c15ull) ^ ((uint64_t)getpid() << 32) ^ atomic_load(&s->state_id);
   atomic_store(&s->state_id, id ? id : 1);
 }
 
-grpc_status_code scps_restore_check_state(scps_call *c, uint64_t state_id, char *msg, size_t len) {
+grpc_status_code scps__restore_check_state(scps_call *c, uint64_t state_id, char *msg, size_t len) {
   scps_server *s = c->srv;
   uint64_t now = atomic_load(&s->state_id);
   if (!state_id || state_id == now) return GRPC_STATUS_OK;
@@ -209,7 +209,7 @@ grpc_status_code scps_restore_check_state(scps_call *c, uint64_t state_id, char 
   return GRPC_STATUS_FAILED_PRECONDITION;
 }
 
-bool scps_restore_refused(scps_call *c) {
+bool scps__restore_refused(scps_call *c) {
   scps_server *s = c->srv;
   char msg[256];
   if (atomic_load(&s->damaged)) {
@@ -217,12 +217,12 @@ bool scps_restore_refused(scps_call *c) {
              "process %d: a Restore failed after verification and left its tables undefined; Restore a step "
              "('scps-admin checkpoint restore') or restart it",
              s->opts.process_index);
-    scps_call_finish(c, GRPC_STATUS_FAILED_PRECONDITION, msg, NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_FAILED_PRECONDITION, msg, NULL, 0);
     return true;
   }
   if (c->method == SCPS_M_LOOKUP && atomic_load(&s->restoring)) {
     snprintf(msg, sizeof msg, "process %d is loading a checkpoint (Restore); retry", s->opts.process_index);
-    scps_call_finish(c, GRPC_STATUS_UNAVAILABLE, msg, NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_UNAVAILABLE, msg, NULL, 0);
     return true;
   }
   return false;

@@ -38,7 +38,7 @@ static int restore(scps_server *s, scps_error *err) {
      * root is never restored without --restore naming it. */
     scps_checkpoint_owner own;
     owner_of(s, &own);
-    int rc = scps_checkpoint_root_latest_own(s->opts.checkpoint_dir, &own, found, sizeof found, &e);
+    int rc = scps__checkpoint_root_latest_own(s->opts.checkpoint_dir, &own, found, sizeof found, &e);
     if (rc == SCPS_ENOENT) return 0;
     if (rc) return scps_error_set(err, rc, "--checkpoint-dir '%s': %s", s->opts.checkpoint_dir, e.msg);
     dir = found;
@@ -46,39 +46,39 @@ static int restore(scps_server *s, scps_error *err) {
   if (!dir) return 0;
   scps_checkpoint *ck = NULL;
   scps_checkpoint_stats st = {0};
-  int rc = scps_checkpoint_open(dir, &ck, &e);
-  if (!rc) rc = scps_checkpoint_load(ck, s->engine, &st, &e);
+  int rc = scps__checkpoint_open(dir, &ck, &e);
+  if (!rc) rc = scps__checkpoint_load(ck, s->engine, &st, &e);
   if (rc) {
-    scps_checkpoint_close(ck);
+    scps__checkpoint_close(ck);
     return scps_error_set(err, rc, "cannot restore checkpoint '%s': %s", dir, e.msg);
   }
-  scps_saver_adopt(s, ck, dir, &st);
-  scps_checkpoint_close(ck);
+  scps__saver_adopt(s, ck, dir, &st);
+  scps__checkpoint_close(ck);
   return 0;
 }
 
-void scps_saver_adopt(scps_server *s, const scps_checkpoint *ck, const char *dir, const scps_checkpoint_stats *st) {
+void scps__saver_adopt(scps_server *s, const scps_checkpoint *ck, const char *dir, const scps_checkpoint_stats *st) {
   scps_saver *sv = &s->saver;
   /* A checkpoint written with another topology may stack the tables
    * differently; stacks it does not know keep the declaration's limits. */
   for (int st_i = 0; st_i < s->layout->n_stacks; st_i++) {
     int32_t a, b;
-    if (!scps_checkpoint_limits_of(ck, sv->limits[st_i].stack, &a, &b) && a > 0 && b > 0) {
+    if (!scps__checkpoint_limits_of(ck, sv->limits[st_i].stack, &a, &b) && a > 0 && b > 0) {
       sv->limits[st_i].max_ids_per_partition = a;
       sv->limits[st_i].max_unique_ids_per_partition = b;
     }
   }
   bound_restored_limits(s);
-  sv->last_step = sv->restored_step = scps_checkpoint_step(ck);
+  sv->last_step = sv->restored_step = scps__checkpoint_step(ck);
   sv->restored_bytes = st->bytes;
   sv->restored_seconds = st->seconds;
-  sv->restored_topology = *scps_checkpoint_topology(ck);
+  sv->restored_topology = *scps__checkpoint_topology(ck);
   snprintf(sv->restored_from, sizeof sv->restored_from, "%s", dir);
 }
 
 static void *saver_main(void *arg);
 
-int scps_saver_init(scps_server *s, scps_saver_run_fn run_restore, scps_error *err) {
+int scps__saver_init(scps_server *s, scps_saver_run_fn run_restore, scps_error *err) {
   scps_saver *sv = &s->saver;
   sv->run_restore = run_restore;
   const scps_layout *l = s->layout;
@@ -102,7 +102,7 @@ int scps_saver_init(scps_server *s, scps_saver_run_fn run_restore, scps_error *e
   return 0;
 }
 
-void scps_saver_free(scps_server *s) {
+void scps__saver_free(scps_server *s) {
   scps_saver *sv = &s->saver;
   if (!sv->inited) return;
   pthread_mutex_lock(&sv->mu);
@@ -116,7 +116,7 @@ void scps_saver_free(scps_server *s) {
   free(sv->limits);
   free(sv->bounds);
   noted_free(sv);
-  scps_checkpoint_snapshot_free(sv->snapshot);
+  scps__checkpoint_snapshot_free(sv->snapshot);
   pthread_cond_destroy(&sv->cv);
   pthread_mutex_destroy(&sv->mu);
   sv->inited = false;
@@ -147,19 +147,19 @@ static bool grid_cut(scps_server *s, const scps_call *c) {
   return true;
 }
 
-void scps_saver_submit_apply(scps_server *s, scps_call *c) {
+void scps__saver_submit_apply(scps_server *s, scps_call *c) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   if (sv->gate_closed || grid_cut(s, c)) {
     append(&sv->parked, &sv->parked_tail, c);
   } else {
     sv->applies_running++;
-    scps_pipeline_submit(s->pipeline, &c->job);
+    scps__pipeline_submit(s->pipeline, &c->job);
   }
   pthread_mutex_unlock(&sv->mu);
 }
 
-bool scps_saver_apply_done(scps_server *s, int64_t step) {
+bool scps__saver_apply_done(scps_server *s, int64_t step) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   if (step > sv->last_step) sv->last_step = step;
@@ -170,7 +170,7 @@ bool scps_saver_apply_done(scps_server *s, int64_t step) {
   return due;
 }
 
-void scps_saver_apply_rejected(scps_server *s) {
+void scps__saver_apply_rejected(scps_server *s) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   if (--sv->applies_running == 0) pthread_cond_broadcast(&sv->cv);
@@ -188,14 +188,14 @@ static void open_gate(scps_server *s) {
     sv->parked = c->next;
     c->next = NULL;
     sv->applies_running++;
-    scps_pipeline_submit(s->pipeline, &c->job);
+    scps__pipeline_submit(s->pipeline, &c->job);
   }
   sv->parked = sv->parked_tail = NULL;
 }
 
 /* ------------------------------------------------------------- requests */
 
-void scps_saver_checkpoint(scps_call *c) {
+void scps__saver_checkpoint(scps_call *c) {
   scps_server *s = c->srv;
   scps_saver *sv = &s->saver;
   const Scps__V1__CheckpointRequest *req = (const Scps__V1__CheckpointRequest *)c->request;
@@ -211,11 +211,11 @@ void scps_saver_checkpoint(scps_call *c) {
     pthread_cond_broadcast(&sv->cv);
   }
   pthread_mutex_unlock(&sv->mu);
-  if (v == CK_ANSWER) scps_call_finish_packed(c, &resp.base);
-  if (v == CK_REFUSE) scps_call_finish(c, st, msg, NULL, 0);
+  if (v == CK_ANSWER) scps__call_finish_packed(c, &resp.base);
+  if (v == CK_REFUSE) scps__call_finish(c, st, msg, NULL, 0);
 }
 
-void scps_saver_queue(scps_server *s, scps_call *c) {
+void scps__saver_queue(scps_server *s, scps_call *c) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   append(&sv->queue, &sv->queue_tail, c);
@@ -224,7 +224,7 @@ void scps_saver_queue(scps_server *s, scps_call *c) {
   pthread_mutex_unlock(&sv->mu);
 }
 
-void scps_saver_tick(scps_server *s, int64_t tick) {
+void scps__saver_tick(scps_server *s, int64_t tick) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   /* Asking and saving alone alternate by the tick's number, not by this
@@ -251,13 +251,13 @@ void scps_saver_tick(scps_server *s, int64_t tick) {
   pthread_mutex_unlock(&sv->mu);
 }
 
-grpc_status_code scps_saver_check_step(scps_server *s, int64_t step, char *msg, size_t len) {
+grpc_status_code scps__saver_check_step(scps_server *s, int64_t step, char *msg, size_t len) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   int64_t held = sv->last_step;
   pthread_mutex_unlock(&sv->mu);
   scps_error e;
-  int rc = scps_step_check(step, held, s->opts.max_step_advance, &e);
+  int rc = scps__step_check(step, held, s->opts.max_step_advance, &e);
   if (!rc) return GRPC_STATUS_OK;
   snprintf(msg, len, "process %d: %s", s->opts.process_index, e.msg);
   return rc == SCPS_EINVAL ? GRPC_STATUS_INVALID_ARGUMENT : GRPC_STATUS_FAILED_PRECONDITION;
@@ -335,7 +335,7 @@ static void run_save(scps_server *s, save_job *j) {
   }
   memcpy(limits, sv->limits, sizeof *limits * (size_t)l->n_stacks);
   for (size_t i = 0; req && i < req->n_limits; i++) {
-    int st = scps_layout_find_stack(l, req->limits[i]->stack);
+    int st = scps__layout_find_stack(l, req->limits[i]->stack);
     limits[st].max_ids_per_partition = req->limits[i]->max_ids_per_partition;
     limits[st].max_unique_ids_per_partition = req->limits[i]->max_unique_ids_per_partition;
   }
@@ -346,7 +346,7 @@ static void run_save(scps_server *s, save_job *j) {
   snprintf(sv->saving_root, sizeof sv->saving_root, "%s", j->root);
   pthread_mutex_unlock(&sv->mu);
 
-  double t0 = scps_clock_s(), held = 0;
+  double t0 = scps__clock_s(), held = 0;
   scps_checkpoint_stats cs = {0};
   scps_error e;
   scps_checkpoint_owner own;
@@ -360,11 +360,11 @@ static void run_save(scps_server *s, save_job *j) {
     pthread_mutex_lock(&sv->mu);
     if (!sv->queue && !sv->solo_pending) open_gate(s);
     pthread_mutex_unlock(&sv->mu);
-    held = scps_clock_s() - t0;
+    held = scps__clock_s() - t0;
   }
   if (j->status == GRPC_STATUS_OK) {
     scps_checkpoint_save_opts so = {.snapshot = snap, .owner = &own};
-    int rc = scps_checkpoint_save_at(fd, j->root, s->engine, step, limits, &so, &cs, &e);
+    int rc = scps__checkpoint_save_at(fd, j->root, s->engine, step, limits, &so, &cs, &e);
     if (rc) {
       j->status = rc == SCPS_ENOSPC                        ? GRPC_STATUS_RESOURCE_EXHAUSTED
                   : rc == SCPS_EIO || rc == SCPS_EMISMATCH ? GRPC_STATUS_FAILED_PRECONDITION
@@ -375,7 +375,7 @@ static void run_save(scps_server *s, save_job *j) {
   }
   /* Kept for the next save: refilling pages the system has not reclaimed
    * costs no page fault. */
-  scps_checkpoint_snapshot_idle(snap);
+  scps__checkpoint_snapshot_idle(snap);
   if (j->status == GRPC_STATUS_OK) {
     char how[64];
     if (snap)
@@ -387,7 +387,7 @@ static void run_save(scps_server *s, save_job *j) {
             req ? "checkpointed" : j->why,
             (long long)step, j->path, (long long)cs.bytes, cs.files, cs.seconds,
             cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0, how);
-    if (scps_checkpoint_root_retain(fd, j->root, &own, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1,
+    if (scps__checkpoint_root_retain(fd, j->root, &own, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1,
                                &e))
       fprintf(stderr, "scps-server: keeping the last %d checkpoints under %s: %s\n", s->opts.checkpoint_keep,
               j->root, e.msg);
@@ -398,7 +398,7 @@ static void run_save(scps_server *s, save_job *j) {
 
   pthread_mutex_lock(&sv->mu);
   sv->saving = false;
-  sv->last_save_end = scps_clock_s();
+  sv->last_save_end = scps__clock_s();
   sv->last_attempt_step = step;
   sv->last_attempt_ok = j->status == GRPC_STATUS_OK;
   snprintf(sv->last_root, sizeof sv->last_root, "%s", j->root);
@@ -433,7 +433,7 @@ static void take_solo(scps_server *s, save_job *j) {
   if (j->solo_step >= 0 && --sv->grid_left > 0) sv->grid_at += s->opts.checkpoint_grid;
 }
 
-int scps_saver_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
+int scps__saver_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   /* The save supersedes the timer's grid saves still to come. */
@@ -490,13 +490,13 @@ static void *saver_main(void *arg) {
     else
       run_save(s, j);
     if (!sv->queue && !sv->solo_pending) open_gate(s);
-    /* scps_saver_save_held waits for the thread to be idle. */
+    /* scps__saver_save_held waits for the thread to be idle. */
     pthread_cond_broadcast(&sv->cv);
     pthread_mutex_unlock(&sv->mu);
     if (j->call && j->status == GRPC_STATUS_OK)
-      scps_call_finish_packed(j->call, restore ? &j->restore.base : &j->resp.base);
+      scps__call_finish_packed(j->call, restore ? &j->restore.base : &j->resp.base);
     else if (j->call)
-      scps_call_finish(j->call, j->status, j->msg, NULL, 0);
+      scps__call_finish(j->call, j->status, j->msg, NULL, 0);
     pthread_mutex_lock(&sv->mu);
   }
   pthread_mutex_unlock(&sv->mu);
@@ -514,24 +514,24 @@ static void *saver_main(void *arg) {
 /* A limit in force may not go below the declaration's (every batch the
  * declaration admits must still be admitted) nor above what FDO may raise
  * it to: the SparseCore memory left after rows and slots, shared by the
- * stacks, as COO entries of every destination (scps_fdo_limit_cap). */
+ * stacks, as COO entries of every destination (scps__fdo_limit_cap). */
 static int bounds_init(scps_server *s, scps_error *err) {
   scps_saver *sv = &s->saver;
   const scps_layout *l = s->layout;
   sv->bounds = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *sv->bounds);
   if (!sv->bounds) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   scps_fdo *f = NULL;
-  int rc = scps_fdo_create(l, NULL, &f, err);
+  int rc = scps__fdo_create(l, NULL, &f, err);
   if (rc) return rc;
   for (int st = 0; st < l->n_stacks; st++) {
     scps_limit_bounds *b = &sv->bounds[st];
-    int32_t cap = scps_fdo_limit_cap(f, st);
+    int32_t cap = scps__fdo_limit_cap(f, st);
     b->lo_ids = l->stacks[st].max_ids_per_partition;
     b->lo_unique = l->stacks[st].max_unique_ids_per_partition;
     b->hi_ids = cap > b->lo_ids ? cap : b->lo_ids;
     b->hi_unique = cap > b->lo_unique ? cap : b->lo_unique;
   }
-  scps_fdo_destroy(f);
+  scps__fdo_destroy(f);
   return 0;
 }
 
@@ -602,14 +602,14 @@ static void request_root(const scps_server *s, const char *rel, char *out, size_
 static bool interval_passed(const scps_server *s) {
   const scps_saver *sv = &s->saver;
   return s->opts.checkpoint_min_interval <= 0 || sv->last_save_end <= 0 ||
-         scps_clock_s() - sv->last_save_end >= s->opts.checkpoint_min_interval;
+         scps__clock_s() - sv->last_save_end >= s->opts.checkpoint_min_interval;
 }
 
 /* Whether every limit the request lists is the one in force (the last
  * save's, when it succeeded). */
 static bool limits_in_force(const scps_server *s, const Scps__V1__CheckpointRequest *req) {
   for (size_t i = 0; i < req->n_limits; i++) {
-    const scps_checkpoint_limits *in_force = &s->saver.limits[scps_layout_find_stack(s->layout, req->limits[i]->stack)];
+    const scps_checkpoint_limits *in_force = &s->saver.limits[scps__layout_find_stack(s->layout, req->limits[i]->stack)];
     if (in_force->max_ids_per_partition != req->limits[i]->max_ids_per_partition ||
         in_force->max_unique_ids_per_partition != req->limits[i]->max_unique_ids_per_partition)
       return false;
@@ -655,7 +655,7 @@ static ck_verdict admit(scps_server *s, const Scps__V1__CheckpointRequest *req, 
     return CK_REFUSE;
   }
   if (interval_passed(s)) return CK_QUEUE;
-  double since = scps_clock_s() - sv->last_save_end;
+  double since = scps__clock_s() - sv->last_save_end;
   if (sv->last_attempt_ok && req->step == sv->last_attempt_step && !sv->dirty && !strcmp(root, sv->last_root) &&
       limits_in_force(s, req)) {
     /* The save just made, asked again (a retry, a second client): its result. */
@@ -678,7 +678,7 @@ static grpc_status_code errno_status(int e);
 static grpc_status_code open_target(scps_server *s, const char *rel, int *fd, char *msg, size_t len) {
   scps_error e;
   int os_errno = 0;
-  int rc = scps_confine_open(s->opts.checkpoint_dir, rel, true, fd, &os_errno, &e);
+  int rc = scps__confine_open(s->opts.checkpoint_dir, rel, true, fd, &os_errno, &e);
   if (rc) {
     snprintf(msg, len, "checkpoint directory: %s", e.msg);
     return rc == SCPS_EINVAL ? GRPC_STATUS_INVALID_ARGUMENT : errno_status(os_errno);
@@ -715,7 +715,7 @@ static int64_t mem_available(void) {
 static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step) {
   scps_saver *sv = &s->saver;
   if (s->opts.checkpoint_snapshot_max == 0) return NULL; /* the operator's choice: not worth a line per save */
-  const int64_t bytes = scps_checkpoint_snapshot_bytes(s->engine);
+  const int64_t bytes = scps__checkpoint_snapshot_bytes(s->engine);
   int64_t limit = s->opts.checkpoint_snapshot_max;
   const char *what = "--checkpoint-snapshot-max";
   if (limit < 0) {
@@ -727,9 +727,9 @@ static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step) {
   if (bytes > limit) {
     fprintf(stderr, "scps-server: checkpoint of step %lld: a snapshot would take %lld bytes, more than %s (%lld); "
             "ApplyGradients wait for the whole save\n", (long long)step, (long long)bytes, what, (long long)limit);
-    scps_checkpoint_snapshot_free(sv->snapshot);
+    scps__checkpoint_snapshot_free(sv->snapshot);
     sv->snapshot = NULL;
-  } else if (scps_checkpoint_snapshot_take(s->engine, &sv->snapshot, &e)) {
+  } else if (scps__checkpoint_snapshot_take(s->engine, &sv->snapshot, &e)) {
     fprintf(stderr, "scps-server: checkpoint of step %lld: %s; ApplyGradients wait for the whole save\n",
             (long long)step, e.msg);
   }

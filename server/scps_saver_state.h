@@ -26,7 +26,7 @@ typedef struct scps_limit_bounds {
   int32_t lo_ids, hi_ids, lo_unique, hi_unique;
 } scps_limit_bounds;
 
-/* Runs a queued Restore call on the save thread (scps_restore_run is the
+/* Runs a queued Restore call on the save thread (scps__restore_run is the
  * one): entered and left with mu held; fills *status and msg, or path and
  * resp. */
 typedef void (*scps_saver_run_fn)(struct scps_server *s, struct scps_call *c, grpc_status_code *status, char *msg,
@@ -68,7 +68,7 @@ typedef struct scps_saver {
   /* Where saves may go, how often, and the limits they may carry (issue
    * 26; see scps_saver.c's last section). */
   scps_limit_bounds *bounds;       /* [n_stacks]: the range each limit in force may take */
-  double last_save_end;             /* scps_clock_s() when the last save attempt ended; 0: none */
+  double last_save_end;             /* scps__clock_s() when the last save attempt ended; 0: none */
   int64_t last_attempt_step;
   bool last_attempt_ok;
   int32_t last_files;
@@ -88,7 +88,7 @@ typedef struct scps_saver {
   int64_t solo_step;
   const char *solo_why;
   bool restore_running; /* a Restore is verifying or loading, mu released */
-  scps_saver_run_fn run_restore; /* runs a queued Restore call (scps_saver_init) */
+  scps_saver_run_fn run_restore; /* runs a queued Restore call (scps__saver_init) */
 } scps_saver;
 
 #endif

@@ -21,10 +21,10 @@ struct scps_scratch {
 
 /* Under s->mu, so the budget cannot go meanwhile (set_budget takes mu). */
 static void release_locked(scps_scratch *s, size_t floats) {
-  if (s->budget) scps_budget_release(s->budget, floats * sizeof(float));
+  if (s->budget) scps__budget_release(s->budget, floats * sizeof(float));
 }
 
-int scps_scratch_create(int max_idle, scps_scratch **out) {
+int scps__scratch_create(int max_idle, scps_scratch **out) {
   *out = NULL;
   scps_scratch *s = calloc(1, sizeof *s);
   if (!s) return SCPS_ENOMEM;
@@ -50,7 +50,7 @@ static void destroy(scps_scratch *s) {
 /* Drops one reference, under s->mu; true when the pool is to go. */
 static int unref_locked(scps_scratch *s) { return --s->refs == 0; }
 
-void scps_scratch_release(scps_scratch *s) {
+void scps__scratch_release(scps_scratch *s) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   int last = unref_locked(s);
@@ -58,7 +58,7 @@ void scps_scratch_release(scps_scratch *s) {
   if (last) destroy(s);
 }
 
-float *scps_scratch_take(scps_scratch *s, size_t n, size_t *cap) {
+float *scps__scratch_take(scps_scratch *s, size_t n, size_t *cap) {
   if (!n) n = 1;
   pthread_mutex_lock(&s->mu);
   int best = -1;
@@ -80,13 +80,13 @@ float *scps_scratch_take(scps_scratch *s, size_t n, size_t *cap) {
       pthread_mutex_lock(&s->mu);
       release_locked(s, n);
       pthread_mutex_unlock(&s->mu);
-      scps_scratch_release(s);
+      scps__scratch_release(s);
     }
   }
   return mem;
 }
 
-void scps_scratch_give(scps_scratch *s, float *mem, size_t cap) {
+void scps__scratch_give(scps_scratch *s, float *mem, size_t cap) {
   float *drop = mem;
   size_t drop_cap = cap;
   pthread_mutex_lock(&s->mu);
@@ -110,13 +110,13 @@ void scps_scratch_give(scps_scratch *s, float *mem, size_t cap) {
   if (last) destroy(s);
 }
 
-void scps_scratch_set_budget(scps_scratch *s, scps_budget *budget) {
+void scps__scratch_set_budget(scps_scratch *s, scps_budget *budget) {
   pthread_mutex_lock(&s->mu);
   s->budget = budget;
   pthread_mutex_unlock(&s->mu);
 }
 
-size_t scps_scratch_drop_idle(scps_scratch *s, size_t want) {
+size_t scps__scratch_drop_idle(scps_scratch *s, size_t want) {
   size_t freed = 0;
   pthread_mutex_lock(&s->mu);
   while (freed < want && s->n_idle > 0) {
@@ -133,7 +133,7 @@ size_t scps_scratch_drop_idle(scps_scratch *s, size_t want) {
   return freed;
 }
 
-size_t scps_scratch_idle_bytes(scps_scratch *s) {
+size_t scps__scratch_idle_bytes(scps_scratch *s) {
   size_t n = 0;
   pthread_mutex_lock(&s->mu);
   for (int i = 0; i < s->n_idle; i++) n += s->idle[i].cap * sizeof(float);

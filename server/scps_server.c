@@ -25,24 +25,24 @@
 
 /* The dispatch table: each method's handler, handed to the transport. */
 static const scps_call_handler dispatch[SCPS_M_COUNT] = {
-    [SCPS_M_GET_CONFIG] = scps_cmd_config_get,
-    [SCPS_M_LOOKUP] = scps_cmd_lookup,
-    [SCPS_M_APPLY_GRADIENTS] = scps_cmd_push,
-    [SCPS_M_STATS] = scps_cmd_stats_get,
-    [SCPS_M_HEALTH] = scps_cmd_stats_health,
-    [SCPS_M_CHECKPOINT] = scps_cmd_checkpoint_save,
-    [SCPS_M_READ_ROWS] = scps_cmd_rows_read,
-    [SCPS_M_LIST_CHECKPOINTS] = scps_cmd_checkpoint_list,
-    [SCPS_M_RESTORE] = scps_cmd_checkpoint_restore,
+    [SCPS_M_GET_CONFIG] = scps__cmd_config_get,
+    [SCPS_M_LOOKUP] = scps__cmd_lookup,
+    [SCPS_M_APPLY_GRADIENTS] = scps__cmd_push,
+    [SCPS_M_STATS] = scps__cmd_stats_get,
+    [SCPS_M_HEALTH] = scps__cmd_stats_health,
+    [SCPS_M_CHECKPOINT] = scps__cmd_checkpoint_save,
+    [SCPS_M_READ_ROWS] = scps__cmd_rows_read,
+    [SCPS_M_LIST_CHECKPOINTS] = scps__cmd_checkpoint_list,
+    [SCPS_M_RESTORE] = scps__cmd_checkpoint_restore,
 };
 
 /* The CPUs of scps_server_options.pin_sparsecores, into s->sc_cpus. */
 static int plan_sc_cpus(scps_server *s, scps_error *err) {
   int allowed[SCPS_CPUS_MAX];
-  int n = scps_cpus_allowed(allowed, SCPS_CPUS_MAX, err);
+  int n = scps__cpus_allowed(allowed, SCPS_CPUS_MAX, err);
   if (n < 0) return n;
   if (n < 2) return 0;
-  scps_cpus_assign(allowed, n, s->opts.process_index, s->S, s->sc_cpus);
+  scps__cpus_assign(allowed, n, s->opts.process_index, s->S, s->sc_cpus);
   s->sc_pinned = true;
   return 0;
 }
@@ -52,10 +52,10 @@ static int plan_sc_cpus(scps_server *s, scps_error *err) {
 static int state_init(scps_server *s, scps_error *err) {
   const scps_layout *l = s->layout;
   /* Idle blocks kept: two clients with two batches in flight each. */
-  if (scps_scratch_create(4, &s->scratch)) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  if (scps__scratch_create(4, &s->scratch)) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   /* Of the canonical declaration: processes started from files that differ
    * only in what they do not read serve one cluster. */
-  int rc = scps_fingerprint(&s->opts.topology, s->tables, s->opts.n_tables, s->features, s->opts.n_features,
+  int rc = scps__fingerprint(&s->opts.topology, s->tables, s->opts.n_tables, s->features, s->opts.n_features,
                             s->fingerprint, err);
   if (rc) return rc;
   /* Which source SparseCore each sample comes from (the reference's even
@@ -94,11 +94,11 @@ static void state_free(scps_server *s) {
   for (int k = 0; k < s->n_sc_locks; k++) pthread_rwlock_destroy(&s->sc_locks[k]);
   free(s->sc_locks);
   s->n_sc_locks = 0;
-  scps_scratch_release(s->scratch);
+  scps__scratch_release(s->scratch);
   s->scratch = NULL;
 }
 
-int scps_server_create(const scps_server_options *o, scps_server **out, scps_error *err) {
+int scps__server_create(const scps_server_options *o, scps_server **out, scps_error *err) {
   *out = NULL;
   if (o->cq_threads < 1 || o->cq_threads > 64 || o->tc_threads < 1 || o->tc_threads > 64)
     return scps_error_set(err, SCPS_EINVAL, "--cq-threads %d and --tc-threads %d must be in [1, 64]",
@@ -129,43 +129,43 @@ int scps_server_create(const scps_server_options *o, scps_server **out, scps_err
     if (o->n_features) memcpy(s->features, o->features, sizeof *s->features * (size_t)o->n_features);
     s->opts.tables = s->tables;
     s->opts.features = s->features;
-    rc = scps_layout_create(s->tables, o->n_tables, s->features, o->n_features, &o->topology, NULL, &s->layout,
+    rc = scps__layout_create(s->tables, o->n_tables, s->features, o->n_features, &o->topology, NULL, &s->layout,
                             err);
   }
-  if (!rc) rc = scps_transport_probe(o->listen, err);
+  if (!rc) rc = scps__transport_probe(o->listen, err);
   if (!rc)
-    rc = scps_auth_load(&s->auth, o->tls_cert_file, o->tls_key_file, o->tls_client_ca_file, o->token_file, err);
-  if (!rc) rc = scps_engine_create(s->layout, o->process_index, &s->engine, err);
+    rc = scps__auth_load(&s->auth, o->tls_cert_file, o->tls_key_file, o->tls_client_ca_file, o->token_file, err);
+  if (!rc) rc = scps__engine_create(s->layout, o->process_index, &s->engine, err);
   if (!rc && o->pin_sparsecores) rc = plan_sc_cpus(s, err);
-  if (!rc) rc = scps_pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
+  if (!rc) rc = scps__pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
   if (!rc) rc = state_init(s, err);
-  if (!rc) rc = scps_cmd_config_init(s, err);
-  if (!rc) rc = scps_saver_init(s, scps_restore_run, err);
-  if (!rc) rc = scps_limits_init(s, err);
-  if (!rc && o->partition_limits[0] > 0) scps_partlimits_override(s);
-  if (!rc) scps_restore_new_state(s);
-  if (!rc) rc = scps_transport_create(s, dispatch, err);
+  if (!rc) rc = scps__cmd_config_init(s, err);
+  if (!rc) rc = scps__saver_init(s, scps__restore_run, err);
+  if (!rc) rc = scps__limits_init(s, err);
+  if (!rc && o->partition_limits[0] > 0) scps__partlimits_override(s);
+  if (!rc) scps__restore_new_state(s);
+  if (!rc) rc = scps__transport_create(s, dispatch, err);
   if (rc) {
-    scps_server_destroy(s);
+    scps__server_destroy(s);
     return rc;
   }
   *out = s;
   return 0;
 }
 
-int scps_server_port(const scps_server *s) { return s->port; }
+int scps__server_port(const scps_server *s) { return s->port; }
 
-int64_t scps_server_memory_budget(const scps_server *s, const char **how, int64_t *grpc_quota) {
+int64_t scps__server_memory_budget(const scps_server *s, const char **how, int64_t *grpc_quota) {
   *how = s->budget_how;
-  *grpc_quota = scps_limits_quota(&s->opts);
+  *grpc_quota = scps__limits_quota(&s->opts);
   return s->opts.memory_budget;
 }
 
-const int *scps_server_sc_cpus(const scps_server *s) { return s->sc_pinned ? s->sc_cpus : NULL; }
+const int *scps__server_sc_cpus(const scps_server *s) { return s->sc_pinned ? s->sc_cpus : NULL; }
 
-void scps_server_checkpoint_tick(scps_server *s, int64_t tick) { scps_saver_tick(s, tick); }
+void scps__server_checkpoint_tick(scps_server *s, int64_t tick) { scps__saver_tick(s, tick); }
 
-const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *bytes, double *seconds,
+const char *scps__server_restored(const scps_server *s, int64_t *step, int64_t *bytes, double *seconds,
                                  scps_topology *from) {
   const scps_saver *sv = &s->saver;
   if (from) *from = sv->restored_topology;
@@ -176,44 +176,44 @@ const char *scps_server_restored(const scps_server *s, int64_t *step, int64_t *b
 }
 
 
-int scps_server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
+int scps__server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
                       scps_error *err) {
-  return scps_transport_start(s, on_stopped, ud, threads_started, err);
+  return scps__transport_start(s, on_stopped, ud, threads_started, err);
 }
 
-void scps_server_shutdown(scps_server *s) { scps_transport_shutdown(s); }
+void scps__server_shutdown(scps_server *s) { scps__transport_shutdown(s); }
 
-void scps_server_cancel_all(scps_server *s) { scps_transport_cancel_all(s); }
+void scps__server_cancel_all(scps_server *s) { scps__transport_cancel_all(s); }
 
-int64_t scps_server_push_quiet_ms(scps_server *s) { return scps_transport_push_quiet_ms(s); }
+int64_t scps__server_push_quiet_ms(scps_server *s) { return scps__transport_push_quiet_ms(s); }
 
-void scps_server_close_pushes(scps_server *s) { scps_transport_close_pushes(s); }
+void scps__server_close_pushes(scps_server *s) { scps__transport_close_pushes(s); }
 
-int scps_server_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
-  return scps_saver_save_held(s, step, path, cap, err);
+int scps__server_save_held(scps_server *s, int64_t *step, char *path, size_t cap, scps_error *err) {
+  return scps__saver_save_held(s, step, path, cap, err);
 }
 
-void scps_server_destroy(scps_server *s) {
+void scps__server_destroy(scps_server *s) {
   if (!s) return;
   if (s->server) {
-    scps_transport_quiesce(s);
+    scps__transport_quiesce(s);
     /* Every call has finished (the shutdown tag came), so no job is left in
      * the pipeline that could still start a batch on a call, and no
      * ApplyGradients is parked; a save of the timer's may still run. */
-    scps_saver_free(s);
-    scps_pipeline_destroy(s->pipeline);
+    scps__saver_free(s);
+    scps__pipeline_destroy(s->pipeline);
     s->pipeline = NULL;
   }
-  scps_transport_destroy(s);
-  scps_saver_free(s);
-  scps_pipeline_destroy(s->pipeline);
-  scps_limits_free(s);
-  scps_cmd_config_free(s);
+  scps__transport_destroy(s);
+  scps__saver_free(s);
+  scps__pipeline_destroy(s->pipeline);
+  scps__limits_free(s);
+  scps__cmd_config_free(s);
   state_free(s);
-  scps_engine_destroy(s->engine);
-  scps_layout_destroy(s->layout);
+  scps__engine_destroy(s->engine);
+  scps__layout_destroy(s->layout);
   free(s->tables);
   free(s->features);
-  scps_auth_free(&s->auth);
+  scps__auth_free(&s->auth);
   free(s);
 }

@@ -110,7 +110,7 @@ struct scps_server {
   int64_t next_periodic_trim_ns; /* budget thread */
   grpc_resource_quota *quota;    /* while the server is created */
   /* Draining with a checkpoint_dir and drain_quiet_ms: ApplyGradients are
-   * still taken while pushes_open (scps_server_close_pushes ends it);
+   * still taken while pushes_open (scps__server_close_pushes ends it);
    * last_push_ns is when the last one arrived. */
   atomic_int pushes_open;
   atomic_llong last_push_ns;
@@ -118,7 +118,7 @@ struct scps_server {
    * verification and left the tables undefined (scps_restore.h). */
   atomic_int restoring;
   atomic_int damaged;
-  atomic_ullong state_id; /* GetConfigResponse.state_id (scps_restore_new_state) */
+  atomic_ullong state_id; /* GetConfigResponse.state_id (scps__restore_new_state) */
 };
 
 #endif

@@ -225,7 +225,7 @@ static void on_drain_timeout(uv_timer_t *t) {
   app *ap = t->data;
   fprintf(stderr, "scps-server: calls still in flight after %.3f s; cancelling them\n", since(ap->signalled_at));
   uv_timer_stop(&ap->quiet);
-  scps_server_cancel_all(ap->server);
+  scps__server_cancel_all(ap->server);
 }
 
 /* Milliseconds to the next multiple of period_ms of the wall clock: every
@@ -251,7 +251,7 @@ static int64_t tick_number(uint64_t period_ms) {
 
 static void on_checkpoint_timer(uv_timer_t *t) {
   app *ap = t->data;
-  scps_server_checkpoint_tick(ap->server, tick_number(ap->checkpoint_every_ms));
+  scps__server_checkpoint_tick(ap->server, tick_number(ap->checkpoint_every_ms));
   uv_timer_start(&ap->checkpoint, on_checkpoint_timer, ms_to_next_tick(ap->checkpoint_every_ms), 0);
 }
 
@@ -259,13 +259,13 @@ static void on_checkpoint_timer(uv_timer_t *t) {
  * for --drain-quiet-ms, it takes no more, and the drain goes on. */
 static void on_quiet_timer(uv_timer_t *t) {
   app *ap = t->data;
-  int64_t quiet = scps_server_push_quiet_ms(ap->server);
+  int64_t quiet = scps__server_push_quiet_ms(ap->server);
   if (quiet >= 0 && quiet < ap->drain_quiet_ms) return;
   uv_timer_stop(&ap->quiet);
   if (quiet < 0) return;
   fprintf(stderr, "scps-server: no ApplyGradients for %lld ms, %.3f s after the signal; taking no more\n",
           (long long)quiet, since(ap->signalled_at));
-  scps_server_close_pushes(ap->server);
+  scps__server_close_pushes(ap->server);
 }
 
 /* The first SIGTERM/SIGINT drains; a second one cancels what is left at
@@ -277,15 +277,15 @@ static void on_signal(uv_signal_t *h, int signum) {
             signum == SIGTERM ? "SIGTERM" : "SIGINT", since(ap->signalled_at));
     uv_timer_stop(&ap->drain);
     uv_timer_stop(&ap->quiet);
-    scps_server_cancel_all(ap->server);
+    scps__server_cancel_all(ap->server);
     return;
   }
   ap->shutting_down = 1;
   ap->signalled_at = uv_hrtime();
   fprintf(stderr, "scps-server: %s: finishing calls in flight\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
   uv_timer_stop(&ap->checkpoint);
-  scps_server_shutdown(ap->server);
-  if (scps_server_push_quiet_ms(ap->server) >= 0) {
+  scps__server_shutdown(ap->server);
+  if (scps__server_push_quiet_ms(ap->server) >= 0) {
     fprintf(stderr, "scps-server: taking ApplyGradients (no Lookups) until none arrives for %ld ms, so pushes in "
             "flight reach every process; then saving the step held\n", ap->drain_quiet_ms);
     uint64_t poll = ap->drain_quiet_ms >= 200 ? 50 : (uint64_t)(ap->drain_quiet_ms / 4 + 1);
@@ -295,12 +295,12 @@ static void on_signal(uv_signal_t *h, int signum) {
 }
 
 /* With --checkpoint-dir, after every call finished: the step held is saved
- * (scps_server_save_held), and the log says so. */
+ * (scps__server_save_held), and the log says so. */
 static int save_at_exit(app *ap) {
   int64_t step;
   char path[4096];
   scps_error err;
-  int rc = scps_server_save_held(ap->server, &step, path, sizeof path, &err);
+  int rc = scps__server_save_held(ap->server, &step, path, sizeof path, &err);
   if (rc < 0) {
     fprintf(stderr, "scps-server: the save of the step held before exiting failed: %s\n", err.msg);
     return 1;
@@ -354,7 +354,7 @@ static int check_exposure(const scps_server_options *o, bool insecure) {
     return -1;
   }
   bool tls = o->tls_cert_file != NULL, callers_known = o->token_file || o->tls_client_ca_file;
-  if ((tls && callers_known) || scps_listen_is_loopback(o->listen)) return 0;
+  if ((tls && callers_known) || scps__listen_is_loopback(o->listen)) return 0;
   if (insecure) {
     fprintf(stderr,
             "scps-server: WARNING: --insecure: serving %s %s: anyone who can reach this port can read and "
@@ -380,7 +380,7 @@ static int check_exposure(const scps_server_options *o, bool insecure) {
 static void log_limits(const scps_server *s, const scps_server_options *o) {
   const char *how;
   int64_t quota;
-  double budget = (double)scps_server_memory_budget(s, &how, &quota);
+  double budget = (double)scps__server_memory_budget(s, &how, &quota);
   fprintf(stderr,
           "scps-server: memory budget %.1f MiB (%s), gRPC buffers up to %.1f MiB more; %d streams per "
           "connection, idle connections closed after %d s, transfers cancelled after %d s\n",
@@ -390,7 +390,7 @@ static void log_limits(const scps_server *s, const scps_server_options *o) {
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
   scps_error e;
-  if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
+  if (!scps__parse_long(flag, s, lo, hi, out, &e)) return 0;
   fprintf(stderr, "scps-server: %s\n", e.msg);
   return -1;
 }
@@ -417,7 +417,7 @@ int main(int argc, char **argv) {
   const char *config = NULL, *port_file = NULL;
   scps_server_options o = {0};
   o.listen = "127.0.0.1:50051";
-  scps_memtune_apply();
+  scps__memtune_apply();
   o.topology = (scps_topology){1, 2, (int64_t)4 << 30};
   o.cq_threads = 2;
   o.tc_threads = 1;
@@ -477,7 +477,7 @@ int main(int argc, char **argv) {
     case 'M': if (parse_int("--max-message-mb", optarg, 1, 2047, &v)) return 2; o.max_message_bytes = (int64_t)v << 20; break;
     case 'd': if (parse_int("--drain-seconds", optarg, 0, 3600, &v)) return 2; drain = (double)v; break;
     case 'm':
-      if (scps_parse_bytes(optarg, &o.topology.sc_memory_bytes)) {
+      if (scps__parse_bytes(optarg, &o.topology.sc_memory_bytes)) {
         fprintf(stderr, "scps-server: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
         return 2;
       }
@@ -501,7 +501,7 @@ int main(int argc, char **argv) {
     case 1004: o.token_file = optarg; break;
     case 1005: insecure = true; break;
     case 'B':
-      if (scps_parse_bytes(optarg, &o.memory_budget) || o.memory_budget < (1 << 20)) {
+      if (scps__parse_bytes(optarg, &o.memory_budget) || o.memory_budget < (1 << 20)) {
         fprintf(stderr, "scps-server: --memory-budget '%s': expected bytes of at least 1M, like 512M or 4G\n", optarg);
         return 2;
       }
@@ -516,7 +516,7 @@ int main(int argc, char **argv) {
         o.checkpoint_snapshot_max = -1;
       else if (!strcmp(optarg, "0"))
         o.checkpoint_snapshot_max = 0;
-      else if (scps_parse_bytes(optarg, &o.checkpoint_snapshot_max)) {
+      else if (scps__parse_bytes(optarg, &o.checkpoint_snapshot_max)) {
         fprintf(stderr, "scps-server: --checkpoint-snapshot-max '%s': expected auto, 0 or bytes like 512M or 4G\n",
                 optarg);
         return 2;
@@ -569,7 +569,7 @@ int main(int argc, char **argv) {
   signal(SIGXFSZ, SIG_IGN);
   scps_error err;
   scps_workload *w = NULL;
-  if (scps_workload_load(config, &w, &err)) {
+  if (scps__workload_load(config, &w, &err)) {
     fprintf(stderr, "scps-server: %s\n", err.msg);
     return 1;
   }
@@ -595,8 +595,8 @@ int main(int argc, char **argv) {
   ap.quiet.data = &ap;
   uv_signal_start(&ap.sigterm, on_signal, SIGTERM);
   uv_signal_start(&ap.sigint, on_signal, SIGINT);
-  int rc = scps_server_create(&o, &ap.server, &err);
-  scps_workload_destroy(w);
+  int rc = scps__server_create(&o, &ap.server, &err);
+  scps__workload_destroy(w);
   if (rc) {
     fprintf(stderr, "scps-server: %s\n", err.msg);
     return 1;
@@ -605,7 +605,7 @@ int main(int argc, char **argv) {
   double restored_seconds;
   scps_topology written_by;
   const char *restored =
-      scps_server_restored(ap.server, &restored_step, &restored_bytes, &restored_seconds, &written_by);
+      scps__server_restored(ap.server, &restored_step, &restored_bytes, &restored_seconds, &written_by);
   if (restored) {
     fprintf(stderr, "scps-server: restored step %lld from %s: %lld bytes in %.3f s (%.2f GB/s)",
             (long long)restored_step, restored, (long long)restored_bytes, restored_seconds,
@@ -626,33 +626,33 @@ int main(int argc, char **argv) {
     uv_timer_start(&ap.checkpoint, on_checkpoint_timer, ms_to_next_tick(ap.checkpoint_every_ms), 0);
   }
   int threads = 0;
-  bool failed = scps_server_start(ap.server, on_stopped, &ap, &threads, &err) != 0;
+  bool failed = scps__server_start(ap.server, on_stopped, &ap, &threads, &err) != 0;
   if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);
   /* A port nobody can find serves no one. */
-  if (!failed && port_file && write_port_file(port_file, scps_server_port(ap.server))) {
+  if (!failed && port_file && write_port_file(port_file, scps__server_port(ap.server))) {
     fprintf(stderr, "scps-server: cannot write --port-file '%s': %s\n", port_file, strerror(errno));
     failed = true;
   }
   if (failed) {
-    scps_server_shutdown(ap.server);
-    scps_server_close_pushes(ap.server);
+    scps__server_shutdown(ap.server);
+    scps__server_close_pushes(ap.server);
     /* With no completion-queue thread nothing calls on_stopped: close the
      * loop's handles here. */
     if (!threads) on_stopped_async(&ap.stopped);
     uv_run(ap.loop, UV_RUN_DEFAULT);
-    scps_server_destroy(ap.server);
+    scps__server_destroy(ap.server);
     return 1;
   }
   char pinned[400] = ""; /* up to 64 CPUs of 5 digits */
-  const int *cpus = scps_server_sc_cpus(ap.server);
+  const int *cpus = scps__server_sc_cpus(ap.server);
   for (int k = 0, at = 0; cpus && k < o.topology.sc_per_process && at < (int)sizeof pinned; k++)
     at += snprintf(pinned + at, sizeof pinned - (size_t)at, "%s%d", k ? "," : " on CPUs ", cpus[k]);
   fprintf(stderr, "scps-server: process %d of %d serving on port %d (%d SparseCores%s)\n", o.process_index,
-          o.topology.num_processes, scps_server_port(ap.server), o.topology.sc_per_process, pinned);
+          o.topology.num_processes, scps__server_port(ap.server), o.topology.sc_per_process, pinned);
   log_limits(ap.server, &o);
   uv_run(ap.loop, UV_RUN_DEFAULT);
   int status = ap.shutting_down && o.checkpoint_dir ? save_at_exit(&ap) : 0;
-  scps_server_destroy(ap.server);
+  scps__server_destroy(ap.server);
   uv_loop_close(ap.loop);
   if (ap.shutting_down)
     fprintf(stderr, "scps-server: process %d stopped %.3f s after the signal\n", o.process_index,

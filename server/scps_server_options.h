@@ -1,5 +1,5 @@
 /* scps_server_options: what one scps-server process is started with (the
- * options of scps_server_create), and the server's opaque type. */
+ * options of scps__server_create), and the server's opaque type. */
 #ifndef SCPS_SERVER_OPTIONS_H
 #define SCPS_SERVER_OPTIONS_H
 
@@ -26,7 +26,7 @@ typedef struct scps_server_options {
    * never. */
   int64_t inline_lookup_entries;
   /* Pin SparseCore worker k of process p to CPU (p * S + k) mod n of the n
-   * CPUs the process may use (scps_cpus_assign); ignored when n < 2. */
+   * CPUs the process may use (scps__cpus_assign); ignored when n < 2. */
   bool pin_sparsecores;
   /* Checkpoints. checkpoint_dir: the root every checkpoint is saved below:
    * Checkpoint requests name a directory relative to it (empty: the root
@@ -82,17 +82,17 @@ typedef struct scps_server_options {
   int32_t partition_limits[2];
   /* An ApplyGradients or Checkpoint step may be at most this far above the
    * step the process holds, or at most this when it holds none
-   * (scps_step_check); 0: SCPS_STEP_ADVANCE_DEFAULT. */
+   * (scps__step_check); 0: SCPS_STEP_ADVANCE_DEFAULT. */
   int64_t max_step_advance;
   /* > 0 with a checkpoint_dir: a shutdown first goes on taking
    * ApplyGradients (but no other data calls) until none has arrived for
-   * this many milliseconds (scps_server_push_quiet_ms, then
-   * scps_server_close_pushes), so the pushes in flight reach every process
+   * this many milliseconds (scps__server_push_quiet_ms, then
+   * scps__server_close_pushes), so the pushes in flight reach every process
    * of a cluster stopped together before each saves the step it holds
-   * (scps_server_save_held). 0: refused at once, like the other calls. */
+   * (scps__server_save_held). 0: refused at once, like the other calls. */
   int32_t drain_quiet_ms;
   /* The timer's solo saves land on multiples of this many steps
-   * (scps_server_checkpoint_tick); the processes of a cluster must agree.
+   * (scps__server_checkpoint_tick); the processes of a cluster must agree.
    * 0: 100. */
   int64_t checkpoint_grid;
 } scps_server_options;

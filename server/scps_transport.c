@@ -55,7 +55,7 @@ static void post_request(scps_server *s, int cq, int method) {
   }
   if (e != GRPC_CALL_OK) {
     c->call = NULL;
-    scps_call_free(c);
+    scps__call_free(c);
   }
 }
 
@@ -64,22 +64,22 @@ static void post_request(scps_server *s, int cq, int method) {
 static void dispatch(scps_call *c) {
   scps_call_handler h = c->method < SCPS_M_COUNT ? c->srv->handlers[c->method] : NULL;
   if (h) h(c);
-  else scps_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL, 0);
+  else scps__call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method", NULL, 0);
 }
 
 /* A call admitted to the budget for its request (or refused): runs the
  * method, on the thread that admitted it. */
 static void request_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit) {
-  scps_call *c = scps_call_of_wait(w);
+  scps_call *c = scps__call_of_wait(w);
   if (admitted) {
     c->charged = w->need;
     dispatch(c);
   } else {
     char msg[512];
-    scps_limits_refusal(c, "its request message and its decoding", w->need, in_use, limit, msg, sizeof msg);
-    scps_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
+    scps__limits_refusal(c, "its request message and its decoding", w->need, in_use, limit, msg, sizeof msg);
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg, NULL, 0);
   }
-  scps_call_unref(c); /* the reference held while it waited */
+  scps__call_unref(c); /* the reference held while it waited */
 }
 
 /* The request has arrived (TAG_RECV): its bytes are counted in the budget
@@ -87,23 +87,23 @@ static void request_admitted(scps_budget_waiter *w, bool admitted, size_t in_use
  * are counted without waiting, so a server out of memory can be watched. */
 static void on_recv(scps_call *c, int ok) {
   scps_server *s = c->srv;
-  if (scps_call_unwatch(c) || !ok) {
+  if (scps__call_unwatch(c) || !ok) {
     /* Cancelled, by the transfer deadline or the client: nothing to answer. */
-    scps_call_unref(c); /* the send that is never started */
-    scps_call_unref(c); /* this tag's */
+    scps__call_unref(c); /* the send that is never started */
+    scps__call_unref(c); /* this tag's */
     return;
   }
-  c->wait.need = scps_call_request_memory(c, c->payload ? grpc_byte_buffer_length(c->payload) : 0);
-  c->wait.deadline_ns = scps_limits_wait_deadline(c);
+  c->wait.need = scps__call_request_memory(c, c->payload ? grpc_byte_buffer_length(c->payload) : 0);
+  c->wait.deadline_ns = scps__limits_wait_deadline(c);
   c->wait.done = request_admitted;
   atomic_fetch_add(&c->refs, 1); /* until request_admitted */
   if ((c->method == SCPS_M_HEALTH || c->method == SCPS_M_STATS) && c->wait.need <= SCPS_FREE_PASS_BYTES) {
-    scps_budget_charge(s->budget, c->wait.need);
+    scps__budget_charge(s->budget, c->wait.need);
     request_admitted(&c->wait, true, 0, 0);
   } else {
-    scps_budget_wait(s->budget, &c->wait);
+    scps__budget_wait(s->budget, &c->wait);
   }
-  scps_call_unref(c);
+  scps__call_unref(c);
 }
 
 /* Receives the request message, due within --transfer-timeout. */
@@ -113,11 +113,11 @@ static void receive_request(scps_call *c) {
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &c->payload;
   atomic_fetch_add(&c->refs, 1); /* the receive tag's */
-  scps_call_watch(c, SCPS_WATCH_ARRIVING);
+  scps__call_watch(c, SCPS_WATCH_ARRIVING);
   if (grpc_call_start_batch(c->call, &op, 1, &c->t_recv, NULL) != GRPC_CALL_OK) {
-    scps_call_unwatch(c);
-    scps_call_unref(c);
-    scps_call_finish(c, GRPC_STATUS_INTERNAL, "cannot receive the request message", NULL, 0);
+    scps__call_unwatch(c);
+    scps__call_unref(c);
+    scps__call_finish(c, GRPC_STATUS_INTERNAL, "cannot receive the request message", NULL, 0);
   }
 }
 
@@ -125,7 +125,7 @@ static void on_new_call(scps_call *c, int ok) {
   scps_server *s = c->srv;
   if (!ok) { /* server shutting down: the request was never matched */
     c->call = NULL;
-    scps_call_free(c);
+    scps__call_free(c);
     return;
   }
   if (!atomic_load(&s->grpc_stopping)) post_request(s, c->cq, c->method);
@@ -138,23 +138,23 @@ static void on_new_call(scps_call *c, int ok) {
     c->counted = 1;
     atomic_fetch_add(&s->active, 1);
   }
-  c->t0_ns = scps_clock_ns();
-  if (c->counted) scps_call_note_activity(s);
+  c->t0_ns = scps__clock_ns();
+  if (c->counted) scps__call_note_activity(s);
   atomic_store(&c->refs, 2);
   grpc_op op;
   memset(&op, 0, sizeof op);
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
   op.data.recv_close_on_server.cancelled = &c->cancelled;
-  if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) scps_call_unref(c);
-  if (!scps_call_authorize(c)) return;
+  if (grpc_call_start_batch(c->call, &op, 1, &c->t_close, NULL) != GRPC_CALL_OK) scps__call_unref(c);
+  if (!scps__call_authorize(c)) return;
   /* Only a push the caller may make keeps the drain's quiet period from
    * ending: a caller without a token cannot hold a stopping server. */
-  if (drain_push) atomic_store(&s->last_push_ns, scps_clock_ns());
+  if (drain_push) atomic_store(&s->last_push_ns, scps__clock_ns());
   if (refuse) {
     char msg[128];
     snprintf(msg, sizeof msg, "process %d is shutting down: finishing the calls in flight, taking no new ones",
              s->opts.process_index);
-    scps_call_finish(c, GRPC_STATUS_UNAVAILABLE, msg, NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_UNAVAILABLE, msg, NULL, 0);
     return;
   }
   if (c->method == SCPS_M_UNKNOWN) {
@@ -162,7 +162,7 @@ static void on_new_call(scps_call *c, int ok) {
     char *m = grpc_slice_to_c_string(c->details.method);
     snprintf(msg, sizeof msg, "method %s is not served here; scps-server serves scps.v1.EmbeddingService", m);
     gpr_free(m);
-    scps_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, msg, NULL, 0);
+    scps__call_finish(c, GRPC_STATUS_UNIMPLEMENTED, msg, NULL, 0);
     return;
   }
   receive_request(c);
@@ -180,10 +180,10 @@ static void *cq_main(void *arg) {
     scps_tag *t = ev.tag;
     switch (t->kind) {
     case TAG_NEW: on_new_call(t->call, ev.success); break;
-    case TAG_CLOSE: scps_call_unref(t->call); break;
+    case TAG_CLOSE: scps__call_unref(t->call); break;
     case TAG_SEND:
-      scps_call_unwatch(t->call);
-      scps_call_unref(t->call);
+      scps__call_unwatch(t->call);
+      scps__call_unref(t->call);
       break;
     case TAG_RECV: on_recv(t->call, ev.success); break;
     case TAG_SHUTDOWN:
@@ -198,7 +198,7 @@ static void *cq_main(void *arg) {
  * large ones), when another process already listens on a host:port or
  * [v6]:port address; gRPC binds it only once they are ready. Anything this
  * cannot parse or resolve is left to gRPC. */
-int scps_transport_probe(const char *listen, scps_error *err) {
+int scps__transport_probe(const char *listen, scps_error *err) {
   char host[256];
   const char *port;
   if (listen[0] == '[') {
@@ -234,7 +234,7 @@ int scps_transport_probe(const char *listen, scps_error *err) {
 /* The gRPC server, its methods and queues, bound to o->listen: last, once
  * the tables are ready, so a client never connects to a server that cannot
  * answer yet (it is refused and retries instead). */
-int scps_transport_create(scps_server *s, const scps_call_handler *handlers, scps_error *err) {
+int scps__transport_create(scps_server *s, const scps_call_handler *handlers, scps_error *err) {
   const scps_server_options *o = &s->opts;
   s->handlers = handlers;
   s->calls_done = stop_grpc;
@@ -263,18 +263,18 @@ int scps_transport_create(scps_server *s, const scps_call_handler *handlers, scp
   args[4].type = GRPC_ARG_INTEGER;
   args[4].key = GRPC_ARG_HTTP2_MAX_FRAME_SIZE;
   args[4].value.integer = (1 << 24) - 1;
-  int n_args = 5 + scps_limits_channel_args(s, args + 5);
+  int n_args = 5 + scps__limits_channel_args(s, args + 5);
   grpc_channel_args ca = {(size_t)n_args, args};
   s->server = grpc_server_create(&ca, NULL);
   if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own */
   s->quota = NULL;
   for (int m = 0; m < SCPS_M_COUNT; m++)
-    s->handles[m] = grpc_server_register_method(s->server, scps_method_path(m), NULL, GRPC_SRM_PAYLOAD_NONE, 0);
+    s->handles[m] = grpc_server_register_method(s->server, scps__method_path(m), NULL, GRPC_SRM_PAYLOAD_NONE, 0);
   for (int i = 0; i < o->cq_threads; i++) {
     s->cqs[i] = grpc_completion_queue_create_for_next(NULL);
     grpc_server_register_completion_queue(s->server, s->cqs[i], NULL);
   }
-  grpc_server_credentials *creds = scps_auth_server_credentials(&s->auth);
+  grpc_server_credentials *creds = scps__auth_server_credentials(&s->auth);
   s->port = grpc_server_add_http2_port(s->server, o->listen, creds);
   grpc_server_credentials_release(creds);
   if (s->port == 0)
@@ -282,11 +282,11 @@ int scps_transport_create(scps_server *s, const scps_call_handler *handlers, scp
   return 0;
 }
 
-int scps_transport_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
+int scps__transport_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
                          scps_error *err) {
   s->on_stopped = on_stopped;
   s->on_stopped_ud = ud;
-  s->start_time = (double)scps_clock_ns() * 1e-9;
+  s->start_time = (double)scps__clock_ns() * 1e-9;
   grpc_server_start(s->server);
   for (int i = 0; i < s->opts.cq_threads; i++) {
     for (int m = 0; m < SCPS_M_COUNT; m++)
@@ -317,32 +317,32 @@ int scps_transport_start(scps_server *s, void (*on_stopped)(void *), void *ud, i
 /* gRPC's own shutdown is deferred until the calls in flight are done: from
  * the moment it starts, calls arriving on open connections are cancelled
  * (CANCELLED, which clients do not retry) rather than refused. */
-void scps_transport_shutdown(scps_server *s) {
+void scps__transport_shutdown(scps_server *s) {
   if (atomic_load(&s->draining)) return;
   /* Pushes stay open first (with somewhere to save to): set before draining,
    * so no push arriving meanwhile is refused. */
   if (s->opts.drain_quiet_ms > 0 && s->opts.checkpoint_dir) {
-    atomic_store(&s->last_push_ns, scps_clock_ns());
+    atomic_store(&s->last_push_ns, scps__clock_ns());
     atomic_store(&s->pushes_open, 1);
   }
   if (atomic_exchange(&s->draining, 1)) return;
   if (atomic_load(&s->active) == 0 && !atomic_load(&s->pushes_open)) stop_grpc(s);
 }
 
-void scps_transport_cancel_all(scps_server *s) {
+void scps__transport_cancel_all(scps_server *s) {
   atomic_store(&s->pushes_open, 0);
   atomic_store(&s->cancelling, 1);
   stop_grpc(s);
   grpc_server_cancel_all_calls(s->server);
-  if (s->budget) scps_budget_refuse_waiting(s->budget);
+  if (s->budget) scps__budget_refuse_waiting(s->budget);
 }
 
-int64_t scps_transport_push_quiet_ms(scps_server *s) {
+int64_t scps__transport_push_quiet_ms(scps_server *s) {
   if (!atomic_load(&s->pushes_open)) return -1;
-  return (scps_clock_ns() - atomic_load(&s->last_push_ns)) / 1000000;
+  return (scps__clock_ns() - atomic_load(&s->last_push_ns)) / 1000000;
 }
 
-void scps_transport_close_pushes(scps_server *s) {
+void scps__transport_close_pushes(scps_server *s) {
   atomic_store(&s->pushes_open, 0);
   if (atomic_load(&s->draining) && atomic_load(&s->active) == 0) stop_grpc(s);
 }
@@ -356,20 +356,20 @@ static void drain_queue(grpc_completion_queue *cq) {
     scps_tag *t = ev.tag;
     if (ev.type == GRPC_OP_COMPLETE && t->kind == TAG_NEW && !ev.success) {
       t->call->call = NULL;
-      scps_call_free(t->call);
+      scps__call_free(t->call);
     }
   }
 }
 
-void scps_transport_quiesce(scps_server *s) {
+void scps__transport_quiesce(scps_server *s) {
   if (!s->server || s->n_threads_started) return;
   /* Never served (bind or start failed): shut down here, no thread waits. */
-  scps_transport_shutdown(s);
-  scps_transport_close_pushes(s);
+  scps__transport_shutdown(s);
+  scps__transport_close_pushes(s);
   grpc_server_cancel_all_calls(s->server);
 }
 
-void scps_transport_destroy(scps_server *s) {
+void scps__transport_destroy(scps_server *s) {
   if (s->server) {
     for (int i = 0; i < s->opts.cq_threads; i++) grpc_completion_queue_shutdown(s->cqs[i]);
     for (int i = 0; i < s->n_threads_started; i++) pthread_join(s->threads[i], NULL);

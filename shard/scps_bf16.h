@@ -9,7 +9,7 @@
 
 /* Round to nearest, ties to even; NaN stays a (quiet) NaN instead of being
  * rounded into infinity. */
-static inline uint16_t scps_bf16_from_f32(float f) {
+static inline uint16_t scps__bf16_from_f32(float f) {
   uint32_t u;
   memcpy(&u, &f, sizeof u);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
@@ -17,7 +17,7 @@ static inline uint16_t scps_bf16_from_f32(float f) {
   return (uint16_t)(u >> 16);
 }
 
-static inline float scps_bf16_to_f32(uint16_t h) {
+static inline float scps__bf16_to_f32(uint16_t h) {
   uint32_t u = (uint32_t)h << 16;
   float f;
   memcpy(&f, &u, sizeof f);
@@ -25,17 +25,17 @@ static inline float scps_bf16_to_f32(uint16_t h) {
 }
 
 /* n values to little-endian bfloat16 at dst (2n bytes, any alignment). */
-static inline void scps_bf16_encode(const float *restrict src, uint8_t *restrict dst, size_t n) {
+static inline void scps__bf16_encode(const float *restrict src, uint8_t *restrict dst, size_t n) {
   for (size_t i = 0; i < n; i++) {
-    uint16_t h = scps_bf16_from_f32(src[i]);
+    uint16_t h = scps__bf16_from_f32(src[i]);
     dst[2 * i] = (uint8_t)h;
     dst[2 * i + 1] = (uint8_t)(h >> 8);
   }
 }
 
 /* n little-endian bfloat16 values at src (any alignment), widened exactly. */
-static inline void scps_bf16_decode(const uint8_t *restrict src, float *restrict dst, size_t n) {
-  for (size_t i = 0; i < n; i++) dst[i] = scps_bf16_to_f32((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
+static inline void scps__bf16_decode(const uint8_t *restrict src, float *restrict dst, size_t n) {
+  for (size_t i = 0; i < n; i++) dst[i] = scps__bf16_to_f32((uint16_t)(src[2 * i] | src[2 * i + 1] << 8));
 }
 
 #endif

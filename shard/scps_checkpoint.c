@@ -46,78 +46,78 @@ typedef struct save_ctx {
 } save_ctx;
 
 /* Writes files[i] (its stack and SparseCore set) under its .tmp name and
- * records its size and checksum; scps_checkpoint_save renames it. */
+ * records its size and checksum; scps__checkpoint_save renames it. */
 static int save_file(void *arg, int i, scps_error *err) {
   save_ctx *x = arg;
   scps_ckpt_datafile *f = &x->files[i];
-  const scps_layout *l = scps_engine_layout(x->e);
+  const scps_layout *l = scps__engine_layout(x->e);
   const scps_stack_layout *st = &l->stacks[f->stack];
-  const int32_t ls = f->sc - scps_engine_process_index(x->e) * l->topology.sc_per_process;
-  const size_t region = (size_t)scps_ckpt_manifest_layout_region_bytes(st);
-  const int slots = scps_optimizer_num_slots(st->optimizer.type);
+  const int32_t ls = f->sc - scps__engine_process_index(x->e) * l->topology.sc_per_process;
+  const size_t region = (size_t)scps__ckpt_manifest_layout_region_bytes(st);
+  const int slots = scps__optimizer_num_slots(st->optimizer.type);
   scps_ckpt_file_writer o = {.fd = -1};
-  int rc = scps_ckpt_file_create_at(&o, x->dirfd, x->dir, f->name, err);
+  int rc = scps__ckpt_file_create_at(&o, x->dirfd, x->dir, f->name, err);
   if (rc) return rc;
   scps_hash64_ctx h;
-  scps_hash64_init(&h, 0);
+  scps__hash64_init(&h, 0);
   if (x->snap) {
     size_t len;
-    const void *data = scps_checkpoint_snapshot_file(x->snap, i, &len);
-    rc = scps_ckpt_file_write(&o, data, len, &h, err);
+    const void *data = scps__checkpoint_snapshot_file(x->snap, i, &len);
+    rc = scps__ckpt_file_write(&o, data, len, &h, err);
   } else {
-    rc = scps_ckpt_file_write(&o, scps_engine_shard(x->e, f->stack, ls), region, &h, err);
+    rc = scps__ckpt_file_write(&o, scps__engine_shard(x->e, f->stack, ls), region, &h, err);
     for (int k = 0; k < slots && !rc; k++)
-      rc = scps_ckpt_file_write(&o, scps_engine_slot(x->e, f->stack, ls, k), region, &h, err);
+      rc = scps__ckpt_file_write(&o, scps__engine_slot(x->e, f->stack, ls, k), region, &h, err);
   }
-  if (!rc) rc = scps_ckpt_file_sync(&o, err);
+  if (!rc) rc = scps__ckpt_file_sync(&o, err);
   if (rc) {
-    scps_ckpt_file_abort(&o);
+    scps__ckpt_file_abort(&o);
     return rc;
   }
   f->bytes = (int64_t)region * (1 + slots);
-  f->xxh64 = scps_hash64_digest(&h);
+  f->xxh64 = scps__hash64_digest(&h);
   return 0;
 }
 
-int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
+int scps__checkpoint_save(const scps_engine *e, const char *root, int64_t step,
                          const scps_checkpoint_limits *limits, scps_checkpoint_stats *stats,
                          scps_error *err) {
   if (step < 0) return scps_error_set(err, SCPS_EINVAL, "checkpoint step %lld is negative", (long long)step);
-  int rc = check_limits(scps_engine_layout(e), limits, err);
-  if (!rc) rc = scps_ckpt_file_make_dirs(root, err);
+  int rc = check_limits(scps__engine_layout(e), limits, err);
+  if (!rc) rc = scps__ckpt_file_make_dirs(root, err);
   if (rc) return rc;
   int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return scps_ckpt_file_error(err, errno, "cannot open directory", root);
-  rc = scps_checkpoint_save_at(fd, root, e, step, limits, NULL, stats, err);
+  if (fd < 0) return scps__ckpt_file_error(err, errno, "cannot open directory", root);
+  rc = scps__checkpoint_save_at(fd, root, e, step, limits, NULL, stats, err);
   close(fd);
   return rc;
 }
 
-int scps_checkpoint_save_at(int root_fd, const char *root, const scps_engine *e, int64_t step,
+int scps__checkpoint_save_at(int root_fd, const char *root, const scps_engine *e, int64_t step,
                             const scps_checkpoint_limits *limits, const scps_checkpoint_save_opts *opts,
                             scps_checkpoint_stats *stats, scps_error *err) {
-  double t0 = scps_clock_s();
-  const scps_layout *l = scps_engine_layout(e);
-  const int32_t S = l->topology.sc_per_process, p = scps_engine_process_index(e);
+  double t0 = scps__clock_s();
+  const scps_layout *l = scps__engine_layout(e);
+  const int32_t S = l->topology.sc_per_process, p = scps__engine_process_index(e);
   /* The engine's accessors hand out writable pointers; save only reads them. */
   scps_engine *me = (scps_engine *)e;
   const scps_checkpoint_snapshot *snap = opts ? opts->snapshot : NULL;
   const scps_checkpoint_owner *own = opts ? opts->owner : NULL;
   if (step < 0) return scps_error_set(err, SCPS_EINVAL, "checkpoint step %lld is negative", (long long)step);
-  if (snap && scps_checkpoint_snapshot_engine(snap) != e)
+  if (snap && scps__checkpoint_snapshot_engine(snap) != e)
     return scps_error_set(err, SCPS_EINVAL, "checkpoint: the snapshot is of another engine");
   int rc = check_limits(l, limits, err);
   if (rc) return rc;
   char dir[PATH_CAP], manifest_name[FILE_NAME_CAP], step_name[FILE_NAME_CAP];
-  scps_ckpt_manifest_step_dir(root, step, dir, sizeof dir);
+  scps__ckpt_manifest_step_dir(root, step, dir, sizeof dir);
   if (strlen(dir) >= sizeof dir - FILE_NAME_CAP - 8)
     return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s' is too long", root);
-  scps_ckpt_manifest_name(p, manifest_name);
+  scps__ckpt_manifest_name(p, manifest_name);
   snprintf(step_name, sizeof step_name, SCPS_CKPT_STEP_PREFIX "%012lld", (long long)step);
   int dfd = -1, os_errno;
 
   scps_jsonw w;
-  scps_jsonw_init(&w);
+  scps__jsonw_init(&w);
   const int n_files = l->n_stacks * S;
   scps_ckpt_datafile *files = calloc((size_t)(n_files ? n_files : 1), sizeof *files);
   char *specs = NULL;
@@ -126,60 +126,60 @@ int scps_checkpoint_save_at(int root_fd, const char *root, const scps_engine *e,
   int64_t bytes = 0;
   if (!files) return scps_error_set(err, SCPS_ENOMEM, "checkpoint: out of memory");
   /* Specs first: a set the manifest cannot describe fails before any I/O. */
-  if ((rc = scps_workload_write_specs(l->table_specs, l->n_tables, l->feature_specs, l->n_features,
+  if ((rc = scps__workload_write_specs(l->table_specs, l->n_tables, l->feature_specs, l->n_features,
                                       &w, err)))
     goto out;
   specs = w.buf;
   w.buf = NULL;
-  scps_jsonw_free(&w);
-  if ((rc = scps_confine_subdir(root_fd, root, step_name, true, &dfd, &os_errno, err))) goto out;
-  if (own && (rc = scps_ckpt_owner_refuse_foreign(dfd, dir, own, err))) goto out;
+  scps__jsonw_free(&w);
+  if ((rc = scps__confine_subdir(root_fd, root, step_name, true, &dfd, &os_errno, err))) goto out;
+  if (own && (rc = scps__ckpt_owner_refuse_foreign(dfd, dir, own, err))) goto out;
   for (int s = 0, i = 0; s < l->n_stacks; s++)
     for (int32_t ls = 0; ls < S; ls++, i++) {
       files[i].stack = s;
       files[i].sc = p * S + ls;
-      scps_ckpt_manifest_data_name(s, files[i].sc, files[i].name);
+      scps__ckpt_manifest_data_name(s, files[i].sc, files[i].name);
     }
   save_ctx x = {.e = me, .dir = dir, .dirfd = dfd, .snap = snap, .files = files};
   attempted = true;
   /* Every data file is written in full under a temporary name before
    * anything of an earlier save of this step is touched: a save that fails
    * there (a full disk, a size limit, a crash) leaves that one as it was. */
-  if ((rc = scps_ckpt_file_for_each(n_files, save_file, &x, err))) goto out;
+  if ((rc = scps__ckpt_file_for_each(n_files, save_file, &x, err))) goto out;
   for (int i = 0; i < n_files; i++) bytes += files[i].bytes;
   {
     /* An earlier manifest of this step would describe the files about to
      * be replaced: it goes first, durably. */
     char old[PATH_CAP];
-    if ((rc = scps_ckpt_file_join(old, sizeof old, dir, manifest_name, err))) goto out;
+    if ((rc = scps__ckpt_file_join(old, sizeof old, dir, manifest_name, err))) goto out;
     if (unlinkat(dfd, manifest_name, 0) == 0) {
-      if ((rc = scps_ckpt_file_fsync_dir(dfd, dir, err))) goto out;
+      if ((rc = scps__ckpt_file_fsync_dir(dfd, dir, err))) goto out;
     } else if (errno != ENOENT) {
-      rc = scps_ckpt_file_error(err, errno, "cannot remove", old);
+      rc = scps__ckpt_file_error(err, errno, "cannot remove", old);
       goto out;
     }
   }
   replacing = true;
   for (int i = 0; i < n_files; i++) {
     char path[PATH_CAP], tmp[FILE_NAME_CAP + 8];
-    if ((rc = scps_ckpt_file_join(path, sizeof path, dir, files[i].name, err))) goto out;
+    if ((rc = scps__ckpt_file_join(path, sizeof path, dir, files[i].name, err))) goto out;
     snprintf(tmp, sizeof tmp, "%s.tmp", files[i].name);
     if (renameat(dfd, tmp, dfd, files[i].name)) {
-      rc = scps_ckpt_file_error(err, errno, "cannot rename to", path);
+      rc = scps__ckpt_file_error(err, errno, "cannot rename to", path);
       goto out;
     }
   }
-  if ((rc = scps_ckpt_file_fsync_dir(dfd, dir, err))) goto out;
-  if ((rc = scps_ckpt_manifest_write(&w, l, p, step, limits, files, n_files,
+  if ((rc = scps__ckpt_file_fsync_dir(dfd, dir, err))) goto out;
+  if ((rc = scps__ckpt_manifest_write(&w, l, p, step, limits, files, n_files,
                                      own && own->has_fingerprint ? own->fingerprint : NULL, specs, err)))
     goto out;
-  if ((rc = scps_ckpt_file_create_at(&o, dfd, dir, manifest_name, err))) goto out;
-  if ((rc = scps_ckpt_file_write(&o, w.buf, w.len, NULL, err))) goto out;
-  if ((rc = scps_ckpt_file_commit(&o, err))) goto out;
-  rc = scps_ckpt_file_fsync_dir(dfd, dir, err);
+  if ((rc = scps__ckpt_file_create_at(&o, dfd, dir, manifest_name, err))) goto out;
+  if ((rc = scps__ckpt_file_write(&o, w.buf, w.len, NULL, err))) goto out;
+  if ((rc = scps__ckpt_file_commit(&o, err))) goto out;
+  rc = scps__ckpt_file_fsync_dir(dfd, dir, err);
 out:
   if (rc) {
-    scps_ckpt_file_abort(&o);
+    scps__ckpt_file_abort(&o);
     /* Before the swap only the temporary files are this save's; after it,
      * data files without their manifest are useless: give the space back. */
     for (int i = 0; attempted && i < n_files; i++) {
@@ -191,20 +191,20 @@ out:
   } else if (stats) {
     stats->bytes = bytes;
     stats->files = n_files;
-    stats->seconds = scps_clock_s() - t0;
+    stats->seconds = scps__clock_s() - t0;
   }
   if (dfd >= 0) close(dfd);
   free(specs);
   free(files);
-  scps_jsonw_free(&w);
+  scps__jsonw_free(&w);
   return rc;
 }
 
 /* ---- open ---- */
 
-void scps_checkpoint_close(scps_checkpoint *c) {
+void scps__checkpoint_close(scps_checkpoint *c) {
   if (!c) return;
-  scps_workload_destroy(c->specs);
+  scps__workload_destroy(c->specs);
   for (int s = 0; s < c->n_stacks; s++) free(c->stacks[s].tables);
   free(c->stacks);
   free(c->files);
@@ -236,10 +236,10 @@ static int take_files(scps_checkpoint *c, const char *dir, const scps_ckpt_manif
     *slot = *f;
     char path[PATH_CAP];
     struct stat st;
-    if (!rc) rc = scps_ckpt_file_join(path, sizeof path, dir, f->name, err);
+    if (!rc) rc = scps__ckpt_file_join(path, sizeof path, dir, f->name, err);
     if (!rc && stat(path, &st))
       rc = errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint file '%s' is missing", path)
-                           : scps_ckpt_file_error(err, errno, "cannot stat", path);
+                           : scps__ckpt_file_error(err, errno, "cannot stat", path);
     if (!rc && st.st_size != f->bytes)
       rc = scps_error_set(err, SCPS_ECORRUPT, "'%s' has %lld bytes, its manifest says %lld", path,
                           (long long)st.st_size, (long long)f->bytes);
@@ -251,8 +251,8 @@ static int take_files(scps_checkpoint *c, const char *dir, const scps_ckpt_manif
  * files are in c->files already), otherwise both are freed. */
 static int finish_open(scps_checkpoint *c, scps_ckpt_manifest *mf, int32_t N, int rc, scps_checkpoint **out) {
   if (rc) {
-    scps_ckpt_manifest_free(mf);
-    scps_checkpoint_close(c);
+    scps__ckpt_manifest_free(mf);
+    scps__checkpoint_close(c);
     return rc;
   }
   c->step = mf->step;
@@ -268,17 +268,17 @@ static int finish_open(scps_checkpoint *c, scps_ckpt_manifest *mf, int32_t N, in
   return 0;
 }
 
-int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err) {
+int scps__checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err) {
   *out = NULL;
   if (strlen(dir) >= PATH_CAP - FILE_NAME_CAP - 8)
     return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s' is too long", dir);
   struct stat sb;
   if (stat(dir, &sb))
     return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint directory '%s' does not exist", dir)
-                           : scps_ckpt_file_error(err, errno, "cannot open checkpoint directory", dir);
+                           : scps__ckpt_file_error(err, errno, "cannot open checkpoint directory", dir);
   if (!S_ISDIR(sb.st_mode)) return scps_error_set(err, SCPS_EINVAL, "checkpoint '%s' is not a directory", dir);
   scps_ckpt_manifest m0 = {0};
-  int rc = scps_ckpt_manifest_load(dir, 0, &m0, err);
+  int rc = scps__ckpt_manifest_load(dir, 0, &m0, err);
   if (rc == SCPS_ENOENT && holds_steps(dir))
     scps_error_set(err, SCPS_ENOENT,
                    "'%s' is a checkpoint root, not a checkpoint: give one of its step-... directories "
@@ -289,8 +289,8 @@ int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err
   const int32_t P = m0.topology.num_processes, N = P * m0.topology.sc_per_process;
   if (c) c->files = calloc((size_t)m0.n_stacks * (size_t)N, sizeof *c->files);
   if (!c || !c->files) {
-    scps_ckpt_manifest_free(&m0);
-    scps_checkpoint_close(c);
+    scps__ckpt_manifest_free(&m0);
+    scps__checkpoint_close(c);
     return scps_error_set(err, SCPS_ENOMEM, "checkpoint '%s': out of memory", dir);
   }
   snprintf(c->dir, sizeof c->dir, "%s", dir);
@@ -298,30 +298,30 @@ int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err
     scps_ckpt_manifest mp = {0};
     const scps_ckpt_manifest *cur = &m0;
     if (p > 0) {
-      rc = scps_ckpt_manifest_load(dir, p, &mp, err);
-      if (!rc) rc = scps_ckpt_manifest_cross_check(dir, &m0, &mp, p, err);
+      rc = scps__ckpt_manifest_load(dir, p, &mp, err);
+      if (!rc) rc = scps__ckpt_manifest_cross_check(dir, &m0, &mp, p, err);
       cur = &mp;
     }
     if (!rc) rc = take_files(c, dir, cur, p, N, err);
-    if (p > 0) scps_ckpt_manifest_free(&mp);
+    if (p > 0) scps__ckpt_manifest_free(&mp);
   }
   return finish_open(c, &m0, N, rc, out);
 }
 
-int scps_checkpoint_open_part(const char *dir, int32_t process, scps_checkpoint **out, scps_error *err) {
+int scps__checkpoint_open_part(const char *dir, int32_t process, scps_checkpoint **out, scps_error *err) {
   *out = NULL;
   if (strlen(dir) >= PATH_CAP - FILE_NAME_CAP - 8)
     return scps_error_set(err, SCPS_EINVAL, "checkpoint directory '%s' is too long", dir);
   if (process < 0) return scps_error_set(err, SCPS_EINVAL, "process %d: must be >= 0", process);
   scps_ckpt_manifest mp = {0};
-  int rc = scps_ckpt_manifest_load(dir, process, &mp, err);
+  int rc = scps__ckpt_manifest_load(dir, process, &mp, err);
   if (rc) return rc;
   scps_checkpoint *c = calloc(1, sizeof *c);
   const int32_t N = mp.topology.num_processes * mp.topology.sc_per_process;
   if (c) c->files = calloc((size_t)mp.n_stacks * (size_t)N, sizeof *c->files);
   if (!c || !c->files) {
-    scps_ckpt_manifest_free(&mp);
-    scps_checkpoint_close(c);
+    scps__ckpt_manifest_free(&mp);
+    scps__checkpoint_close(c);
     return scps_error_set(err, SCPS_ENOMEM, "checkpoint '%s': out of memory", dir);
   }
   snprintf(c->dir, sizeof c->dir, "%s", dir);
@@ -331,16 +331,16 @@ int scps_checkpoint_open_part(const char *dir, int32_t process, scps_checkpoint 
   return finish_open(c, &mp, N, rc, out);
 }
 
-int64_t scps_checkpoint_bytes(const scps_checkpoint *c) {
+int64_t scps__checkpoint_bytes(const scps_checkpoint *c) {
   int64_t bytes = 0;
   for (size_t i = 0; i < (size_t)c->n_stacks * (size_t)c->num_sc; i++) bytes += c->files[i].bytes;
   return bytes;
 }
 
-int64_t scps_checkpoint_step(const scps_checkpoint *c) { return c->step; }
-const scps_topology *scps_checkpoint_topology(const scps_checkpoint *c) { return &c->topology; }
+int64_t scps__checkpoint_step(const scps_checkpoint *c) { return c->step; }
+const scps_topology *scps__checkpoint_topology(const scps_checkpoint *c) { return &c->topology; }
 
-void scps_checkpoint_specs(const scps_checkpoint *c, const scps_table_spec **tables, int *n_tables,
+void scps__checkpoint_specs(const scps_checkpoint *c, const scps_table_spec **tables, int *n_tables,
                            const scps_feature_spec **features, int *n_features) {
   *tables = c->specs->tables;
   *n_tables = c->specs->n_tables;
@@ -348,7 +348,7 @@ void scps_checkpoint_specs(const scps_checkpoint *c, const scps_table_spec **tab
   *n_features = c->specs->n_features;
 }
 
-int scps_checkpoint_limits_of(const scps_checkpoint *c, const char *stack, int32_t *max_ids,
+int scps__checkpoint_limits_of(const scps_checkpoint *c, const char *stack, int32_t *max_ids,
                               int32_t *max_unique_ids) {
   for (int s = 0; s < c->n_stacks; s++)
     if (!strcmp(c->stacks[s].name, stack)) {
@@ -359,13 +359,13 @@ int scps_checkpoint_limits_of(const scps_checkpoint *c, const char *stack, int32
   return SCPS_ENOENT;
 }
 
-bool scps_checkpoint_is_owned(const scps_checkpoint *c, const scps_checkpoint_owner *own, char *why, size_t len) {
+bool scps__checkpoint_is_owned(const scps_checkpoint *c, const scps_checkpoint_owner *own, char *why, size_t len) {
   char local[8];
   if (!why) {
     why = local;
     len = sizeof local;
   }
-  return scps_ckpt_owner_test(c->has_fingerprint, c->fingerprint, &c->topology, c->specs, own, why, len);
+  return scps__ckpt_owner_test(c->has_fingerprint, c->fingerprint, &c->topology, c->specs, own, why, len);
 }
 
 /* ---- load ---- */
@@ -382,13 +382,13 @@ static void load_row(void *arg, const scps_ckpt_table *t, int64_t id, const floa
   load_ctx *x = arg;
   const scps_layout *l = x->l;
   int te = x->engine_table[t->spec];
-  int32_t sc = scps_layout_sc_of(l, te, id);
-  if (scps_layout_process_of_sc(l, sc) != x->p) return;
+  int32_t sc = scps__layout_sc_of(l, te, id);
+  if (scps__layout_process_of_sc(l, sc) != x->p) return;
   int stack = l->tables[te].stack;
   int32_t ls = sc - x->p * x->S;
-  float *base = x->region == 0 ? scps_engine_shard(x->e, stack, ls)
-                               : scps_engine_slot(x->e, stack, ls, x->region - 1);
-  size_t off = (size_t)scps_layout_local_row(l, te, id) * (size_t)l->stacks[stack].dim;
+  float *base = x->region == 0 ? scps__engine_shard(x->e, stack, ls)
+                               : scps__engine_slot(x->e, stack, ls, x->region - 1);
+  size_t off = (size_t)scps__layout_local_row(l, te, id) * (size_t)l->stacks[stack].dim;
   memcpy(base + off, row, sizeof(float) * (size_t)l->table_specs[te].embedding_dim);
 }
 
@@ -396,7 +396,7 @@ static int load_rows(void *arg, const scps_checkpoint *c, int stack, int32_t sc,
                      int64_t first, int64_t n, const float *data, scps_error *err) {
   load_ctx *x = arg;
   x->region = region;
-  scps_ckpt_data_ids(c, stack, sc, first, n, data, load_row, x);
+  scps__ckpt_data_ids(c, stack, sc, first, n, data, load_row, x);
   return 0;
 }
 
@@ -408,7 +408,7 @@ static bool same_placement(const scps_checkpoint *c, const scps_layout *l) {
     const scps_ckpt_stack *cs = &c->stacks[s];
     const scps_stack_layout *ls = &l->stacks[s];
     if (strcmp(cs->name, ls->name) || cs->dim != ls->dim || cs->rows_per_sc != ls->rows_per_sc ||
-        cs->n_tables != ls->n_tables || cs->num_slots != scps_optimizer_num_slots(ls->optimizer.type))
+        cs->n_tables != ls->n_tables || cs->num_slots != scps__optimizer_num_slots(ls->optimizer.type))
       return false;
     for (int i = 0; i < cs->n_tables; i++) {
       const scps_table_layout *tl = &l->tables[ls->tables[i]];
@@ -423,15 +423,15 @@ static bool same_placement(const scps_checkpoint *c, const scps_layout *l) {
 }
 
 static int load_direct(const scps_checkpoint *c, scps_engine *e, int stack, int32_t ls, scps_error *err) {
-  const int32_t sc = scps_engine_process_index(e) * scps_engine_layout(e)->topology.sc_per_process + ls;
+  const int32_t sc = scps__engine_process_index(e) * scps__engine_layout(e)->topology.sc_per_process + ls;
   const scps_ckpt_stack *st = &c->stacks[stack];
   scps_ckpt_file_reader r;
-  int rc = scps_ckpt_data_open(c, stack, sc, &r, err);
+  int rc = scps__ckpt_data_open(c, stack, sc, &r, err);
   if (rc) return rc;
-  rc = scps_ckpt_file_next(&r, scps_engine_shard(e, stack, ls), (size_t)scps_ckpt_manifest_region_bytes(st), err);
+  rc = scps__ckpt_file_next(&r, scps__engine_shard(e, stack, ls), (size_t)scps__ckpt_manifest_region_bytes(st), err);
   for (int k = 0; k < st->num_slots && !rc; k++)
-    rc = scps_ckpt_file_next(&r, scps_engine_slot(e, stack, ls, k), (size_t)scps_ckpt_manifest_region_bytes(st), err);
-  return scps_ckpt_file_close(&r, rc, err);
+    rc = scps__ckpt_file_next(&r, scps__engine_slot(e, stack, ls, k), (size_t)scps__ckpt_manifest_region_bytes(st), err);
+  return scps__ckpt_file_close(&r, rc, err);
 }
 
 typedef struct load_job {
@@ -448,10 +448,10 @@ static int load_direct_one(void *arg, int i, scps_error *err) {
 
 static int load_resharded_one(void *arg, int i, scps_error *err) {
   load_job *j = arg;
-  const scps_layout *l = scps_engine_layout(j->e);
-  load_ctx x = {.e = j->e, .l = l, .p = scps_engine_process_index(j->e), .S = j->S,
+  const scps_layout *l = scps__engine_layout(j->e);
+  load_ctx x = {.e = j->e, .l = l, .p = scps__engine_process_index(j->e), .S = j->S,
                 .engine_table = j->engine_table};
-  return scps_ckpt_data_stream_one(j->c, i, load_rows, &x, err);
+  return scps__ckpt_data_stream_one(j->c, i, load_rows, &x, err);
 }
 
 /* A part's checkpoint has only its own process's files: the others are
@@ -459,21 +459,21 @@ static int load_resharded_one(void *arg, int i, scps_error *err) {
 static int verify_one(void *arg, int i, scps_error *err) {
   const scps_checkpoint *c = arg;
   if (!c->files[i].name[0]) return 0;
-  return scps_ckpt_data_stream_one(arg, i, NULL, NULL, err);
+  return scps__ckpt_data_stream_one(arg, i, NULL, NULL, err);
 }
 
-int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
+int scps__checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
                          scps_error *err) {
-  double t0 = scps_clock_s();
-  const scps_layout *l = scps_engine_layout(e);
+  double t0 = scps__clock_s();
+  const scps_layout *l = scps__engine_layout(e);
   char msg[512];
   const scps_workload *w = c->specs;
-  if (scps_specs_diff(&l->topology, w->tables, w->n_tables, w->features, w->n_features,
+  if (scps__specs_diff(&l->topology, w->tables, w->n_tables, w->features, w->n_features,
                       &l->topology, l->table_specs, l->n_tables, l->feature_specs, l->n_features,
                       "checkpoint", "engine", msg, sizeof msg))
     return scps_error_set(err, SCPS_EMISMATCH, "checkpoint '%s' does not match the engine's specs: %s",
                           c->dir, msg);
-  const int32_t S = l->topology.sc_per_process, p = scps_engine_process_index(e);
+  const int32_t S = l->topology.sc_per_process, p = scps__engine_process_index(e);
   if (c->is_part && (c->part_process != p || !same_placement(c, l)))
     return scps_error_set(err, SCPS_EMISMATCH,
                           "checkpoint '%s': only process %d's part was opened; it loads only into process %d of "
@@ -484,39 +484,39 @@ int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoi
   int files = 0, rc = 0;
   if (same_placement(c, l)) {
     files = c->n_stacks * S;
-    rc = scps_ckpt_file_for_each(files, load_direct_one, &j, err);
+    rc = scps__ckpt_file_for_each(files, load_direct_one, &j, err);
     for (int s = 0; s < c->n_stacks; s++)
-      for (int32_t ls = 0; ls < S; ls++) bytes += scps_ckpt_data_file_of(c, s, p * S + ls)->bytes;
+      for (int32_t ls = 0; ls < S; ls++) bytes += scps__ckpt_data_file_of(c, s, p * S + ls)->bytes;
   } else {
     int *engine_table = calloc((size_t)w->n_tables, sizeof *engine_table);
     if (!engine_table) return scps_error_set(err, SCPS_ENOMEM, "checkpoint load: out of memory");
-    for (int i = 0; i < w->n_tables; i++) engine_table[i] = scps_find_table(l->table_specs, l->n_tables, w->tables[i].name);
+    for (int i = 0; i < w->n_tables; i++) engine_table[i] = scps__find_table(l->table_specs, l->n_tables, w->tables[i].name);
     j.engine_table = engine_table;
     files = c->n_stacks * c->num_sc;
-    rc = scps_ckpt_file_for_each(files, load_resharded_one, &j, err);
+    rc = scps__ckpt_file_for_each(files, load_resharded_one, &j, err);
     for (int i = 0; i < files; i++) bytes += c->files[i].bytes;
     free(engine_table);
   }
   /* What the engine knew of its values (to prove updates finite) is stale. */
-  scps_engine_values_written(e);
+  scps__engine_values_written(e);
   if (!rc && stats) {
     stats->bytes = bytes;
     stats->files = files;
-    stats->seconds = scps_clock_s() - t0;
+    stats->seconds = scps__clock_s() - t0;
   }
   return rc;
 }
 
-int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stats, scps_error *err) {
-  double t0 = scps_clock_s();
+int scps__checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stats, scps_error *err) {
+  double t0 = scps__clock_s();
   const int files = c->n_stacks * c->num_sc;
-  int rc = scps_ckpt_file_for_each(files, verify_one, (void *)c, err);
+  int rc = scps__ckpt_file_for_each(files, verify_one, (void *)c, err);
   if (!rc && stats) {
     int present = 0;
     for (int i = 0; i < files; i++) present += c->files[i].name[0] != '\0';
-    stats->bytes = scps_checkpoint_bytes(c);
+    stats->bytes = scps__checkpoint_bytes(c);
     stats->files = present;
-    stats->seconds = scps_clock_s() - t0;
+    stats->seconds = scps__clock_s() - t0;
   }
   return rc;
 }

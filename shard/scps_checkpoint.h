@@ -7,7 +7,7 @@
  * ([rows_per_sc x dim] little-endian float32 each, padding included), and
  * last its manifest "manifest.p<p>.json": format version, step, topology,
  * the configuration fingerprint of the cluster that wrote it (when the
- * writer gave one: scps_checkpoint_save_at), the specs in the workload-file
+ * writer gave one: scps__checkpoint_save_at), the specs in the workload-file
  * format, the stacks (name, tables, limits in
  * force) and every file with its size and XXH64 checksum, and last a
  * "checksum" member: the XXH64 of the manifest's own text with that
@@ -53,7 +53,7 @@ typedef struct scps_checkpoint_stats {
  * describes half-rewritten files. On failure (SCPS_EIO naming the path and
  * errno text; SCPS_ENOSPC for ENOSPC/EFBIG) the temporaries are removed and
  * any other checkpoint is untouched. */
-int scps_checkpoint_save(const scps_engine *e, const char *root, int64_t step,
+int scps__checkpoint_save(const scps_engine *e, const char *root, int64_t step,
                          const scps_checkpoint_limits *limits, scps_checkpoint_stats *stats,
                          scps_error *err);
 
@@ -70,43 +70,43 @@ typedef struct scps_checkpoint scps_checkpoint;
  * manifest whose checksum fails or a data file of another size than listed
  * with SCPS_ECORRUPT naming it. Every size read from a manifest is bounded
  * before it is used. */
-int scps_checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err);
-void scps_checkpoint_close(scps_checkpoint *c);
+int scps__checkpoint_open(const char *dir, scps_checkpoint **out, scps_error *err);
+void scps__checkpoint_close(scps_checkpoint *c);
 
 /* Opens only process `process`'s part of the checkpoint in dir: its
  * manifest (checksum, content) and its data files (present, of the listed
  * sizes), whether or not the other processes' parts are there (a cluster
  * whose processes keep their checkpoints on volumes of their own). Errors
- * as scps_checkpoint_open. verify reads only this part's files; load puts it
+ * as scps__checkpoint_open. verify reads only this part's files; load puts it
  * only into that process of the same topology and stacking (SCPS_EMISMATCH
  * otherwise). */
-int scps_checkpoint_open_part(const char *dir, int32_t process, scps_checkpoint **out, scps_error *err);
+int scps__checkpoint_open_part(const char *dir, int32_t process, scps_checkpoint **out, scps_error *err);
 
 /* Data bytes of the files the checkpoint (or part) lists. */
-int64_t scps_checkpoint_bytes(const scps_checkpoint *c);
+int64_t scps__checkpoint_bytes(const scps_checkpoint *c);
 
-int64_t scps_checkpoint_step(const scps_checkpoint *c);
-const scps_topology *scps_checkpoint_topology(const scps_checkpoint *c);
+int64_t scps__checkpoint_step(const scps_checkpoint *c);
+const scps_topology *scps__checkpoint_topology(const scps_checkpoint *c);
 /* The specs the checkpoint was written with; valid until close. */
-void scps_checkpoint_specs(const scps_checkpoint *c, const scps_table_spec **tables, int *n_tables,
+void scps__checkpoint_specs(const scps_checkpoint *c, const scps_table_spec **tables, int *n_tables,
                            const scps_feature_spec **features, int *n_features);
 /* Limits in force saved for the stack named `stack`; SCPS_ENOENT if the
  * checkpoint has no stack of that name (restoring into another stacking). */
-int scps_checkpoint_limits_of(const scps_checkpoint *c, const char *stack, int32_t *max_ids,
+int scps__checkpoint_limits_of(const scps_checkpoint *c, const char *stack, int32_t *max_ids,
                               int32_t *max_unique_ids);
 
 /* Fills the engine's rows and slots from the checkpoint. The engine's specs
  * must equal the checkpoint's (SCPS_EMISMATCH naming the first difference,
- * scps_specs_diff); its topology may differ: every (table, id) row and its
+ * scps__specs_diff); its topology may differ: every (table, id) row and its
  * slots land where the engine's layout puts them, so P x S -> P' x S' is
  * exact. Every file read is checked against its size and checksum; a
  * mismatch gives SCPS_ECORRUPT naming the file, and the engine's contents
  * are then unspecified (the caller must not serve from it). */
-int scps_checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
+int scps__checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,
                          scps_error *err);
 
 /* Reads every file of the checkpoint and checks sizes and checksums. */
-int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stats, scps_error *err);
+int scps__checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stats, scps_error *err);
 
 /* ---- ownership, saving below a root that is already open ----
  * A server writes and prunes checkpoints below its --checkpoint-dir only:
@@ -117,7 +117,7 @@ int scps_checkpoint_verify(const scps_checkpoint *c, scps_checkpoint_stats *stat
 /* Whether the opened checkpoint is the owner's: its manifests carry the
  * owner's fingerprint, or none and the owner's exact declaration. When not,
  * why (if given) says what differs. */
-bool scps_checkpoint_is_owned(const scps_checkpoint *c, const scps_checkpoint_owner *own, char *why, size_t len);
+bool scps__checkpoint_is_owned(const scps_checkpoint *c, const scps_checkpoint_owner *own, char *why, size_t len);
 
 typedef struct scps_checkpoint_save_opts {
   /* Write this snapshot (of the same engine) instead of the engine's
@@ -129,14 +129,14 @@ typedef struct scps_checkpoint_save_opts {
   const scps_checkpoint_owner *owner;
 } scps_checkpoint_save_opts;
 
-/* scps_checkpoint_save below root_fd, an open directory (root names it in
+/* scps__checkpoint_save below root_fd, an open directory (root names it in
  * messages): the step directory is created with mkdirat and opened with
  * O_NOFOLLOW, every file is created with O_EXCL | O_NOFOLLOW after removing
  * whatever had its temporary name, and renamed within that directory, so a
  * symlink planted where a step directory or file will be is never followed
  * (a symlinked step directory fails with SCPS_EIO naming it). opts may be
  * NULL. */
-int scps_checkpoint_save_at(int root_fd, const char *root, const scps_engine *e, int64_t step,
+int scps__checkpoint_save_at(int root_fd, const char *root, const scps_engine *e, int64_t step,
                             const scps_checkpoint_limits *limits, const scps_checkpoint_save_opts *opts,
                             scps_checkpoint_stats *stats, scps_error *err);
 

@@ -26,7 +26,7 @@ static void export_row(void *arg, const scps_ckpt_table *t, int64_t id, const fl
 static int export_rows(void *arg, const scps_checkpoint *c, int stack, int32_t sc, int region,
                        int64_t first, int64_t n, const float *data, scps_error *err) {
   export_ctx *x = arg;
-  if (region == x->region) scps_ckpt_data_ids(c, stack, sc, first, n, data, export_row, x);
+  if (region == x->region) scps__ckpt_data_ids(c, stack, sc, first, n, data, export_row, x);
   return 0;
 }
 
@@ -49,15 +49,15 @@ static int write_npy(const char *path, const float *data, int64_t rows, int32_t 
   const char *name = slash ? slash + 1 : dir;
   if (slash) *slash = '\0';
   scps_ckpt_file_writer o = {.fd = -1};
-  int rc = scps_ckpt_file_create(&o, slash ? (dir[0] ? dir : "/") : ".", name, err);
-  if (!rc) rc = scps_ckpt_file_write(&o, header, total, NULL, err);
-  if (!rc) rc = scps_ckpt_file_write(&o, data, (size_t)rows * (size_t)cols * sizeof(float), NULL, err);
-  if (!rc) rc = scps_ckpt_file_commit(&o, err);
-  if (rc) scps_ckpt_file_abort(&o);
+  int rc = scps__ckpt_file_create(&o, slash ? (dir[0] ? dir : "/") : ".", name, err);
+  if (!rc) rc = scps__ckpt_file_write(&o, header, total, NULL, err);
+  if (!rc) rc = scps__ckpt_file_write(&o, data, (size_t)rows * (size_t)cols * sizeof(float), NULL, err);
+  if (!rc) rc = scps__ckpt_file_commit(&o, err);
+  if (rc) scps__ckpt_file_abort(&o);
   return rc;
 }
 
-int scps_checkpoint_export_table(const scps_checkpoint *c, const char *table, int slot,
+int scps__checkpoint_export_table(const scps_checkpoint *c, const char *table, int slot,
                                  const char *path, scps_error *err) {
   int stack = -1;
   const scps_ckpt_table *t = NULL;
@@ -83,16 +83,16 @@ int scps_checkpoint_export_table(const scps_checkpoint *c, const char *table, in
   const scps_table_spec *spec = &c->specs->tables[t->spec];
   if (slot < -1 || slot >= st->num_slots)
     return scps_error_set(err, SCPS_EINVAL, "table '%s' (%s) has %d optimizer slots; slot %d does not exist",
-                          table, scps_optimizer_name(spec->optimizer.type), st->num_slots, slot);
+                          table, scps__optimizer_name(spec->optimizer.type), st->num_slots, slot);
   /* vocabulary x dim is at most what the table's files hold, sizes checked at open. */
   export_ctx x = {.table = table, .region = slot + 1, .dim = spec->embedding_dim};
   x.out = calloc((size_t)spec->vocabulary_size * (size_t)spec->embedding_dim, sizeof(float));
-  size_t buf_rows = scps_ckpt_data_buffer_rows(st);
+  size_t buf_rows = scps__ckpt_data_buffer_rows(st);
   float *buf = malloc(buf_rows * (size_t)st->dim * sizeof(float));
   int rc = 0;
   if (!x.out || !buf) rc = scps_error_set(err, SCPS_ENOMEM, "export of table '%s': out of memory", table);
   for (int32_t sc = 0; sc < c->num_sc && !rc; sc++)
-    rc = scps_ckpt_data_stream(c, stack, sc, buf, buf_rows, export_rows, &x, err);
+    rc = scps__ckpt_data_stream(c, stack, sc, buf, buf_rows, export_rows, &x, err);
   if (!rc) rc = write_npy(path, x.out, spec->vocabulary_size, spec->embedding_dim, err);
   free(buf);
   free(x.out);
@@ -101,28 +101,28 @@ int scps_checkpoint_export_table(const scps_checkpoint *c, const char *table, in
 
 /* ---- another topology ---- */
 
-int scps_checkpoint_export_topology(const char *dir, const scps_topology *to, const char *dst_root,
+int scps__checkpoint_export_topology(const char *dir, const scps_topology *to, const char *dst_root,
                                     scps_checkpoint_stats *stats, scps_error *err) {
-  double t0 = scps_clock_s();
-  int rc = scps_topology_validate(to, err);
+  double t0 = scps__clock_s();
+  int rc = scps__topology_validate(to, err);
   if (rc) return rc;
   scps_checkpoint *c;
-  if ((rc = scps_checkpoint_open(dir, &c, err))) return rc;
+  if ((rc = scps__checkpoint_open(dir, &c, err))) return rc;
   /* The conversion writes its step's directory under dst_root process by
    * process while it reads the source: into an existing one (the source's
    * own, when dst_root is its root) it would overwrite what it reads. */
   char dst[SCPS_CKPT_PATH_CAP];
   struct stat sb;
-  scps_ckpt_manifest_step_dir(dst_root, c->step, dst, sizeof dst);
+  scps__ckpt_manifest_step_dir(dst_root, c->step, dst, sizeof dst);
   if (stat(dst, &sb) == 0) {
-    scps_checkpoint_close(c);
+    scps__checkpoint_close(c);
     return scps_error_set(err, SCPS_EEXIST, "convert: '%s' already exists; choose another --out root", dst);
   }
   const scps_workload *w = c->specs;
   scps_layout *l = NULL;
   scps_checkpoint_limits *limits = NULL;
   scps_checkpoint_stats total = {0};
-  rc = scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, to, NULL, &l, err);
+  rc = scps__layout_create(w->tables, w->n_tables, w->features, w->n_features, to, NULL, &l, err);
   if (!rc && !(limits = calloc((size_t)l->n_stacks, sizeof *limits)))
     rc = scps_error_set(err, SCPS_ENOMEM, "convert: out of memory");
   for (int s = 0; !rc && s < l->n_stacks; s++) {
@@ -130,27 +130,27 @@ int scps_checkpoint_export_topology(const char *dir, const scps_topology *to, co
     snprintf(limits[s].stack, sizeof limits[s].stack, "%s", l->stacks[s].name);
     limits[s].max_ids_per_partition = l->stacks[s].max_ids_per_partition;
     limits[s].max_unique_ids_per_partition = l->stacks[s].max_unique_ids_per_partition;
-    scps_checkpoint_limits_of(c, l->stacks[s].name, &limits[s].max_ids_per_partition,
+    scps__checkpoint_limits_of(c, l->stacks[s].name, &limits[s].max_ids_per_partition,
                               &limits[s].max_unique_ids_per_partition);
   }
   for (int32_t p = 0; !rc && p < to->num_processes; p++) {
     scps_engine *e;
     scps_checkpoint_stats one;
-    if ((rc = scps_engine_create(l, p, &e, err))) break;
-    rc = scps_checkpoint_load(c, e, NULL, err);
-    if (!rc) rc = scps_checkpoint_save(e, dst_root, c->step, limits, &one, err);
+    if ((rc = scps__engine_create(l, p, &e, err))) break;
+    rc = scps__checkpoint_load(c, e, NULL, err);
+    if (!rc) rc = scps__checkpoint_save(e, dst_root, c->step, limits, &one, err);
     if (!rc) {
       total.bytes += one.bytes;
       total.files += one.files;
     }
-    scps_engine_destroy(e);
+    scps__engine_destroy(e);
   }
   if (!rc && stats) {
     *stats = total;
-    stats->seconds = scps_clock_s() - t0;
+    stats->seconds = scps__clock_s() - t0;
   }
   free(limits);
-  scps_layout_destroy(l);
-  scps_checkpoint_close(c);
+  scps__layout_destroy(l);
+  scps__checkpoint_close(c);
   return rc;
 }

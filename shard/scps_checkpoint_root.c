@@ -18,7 +18,7 @@
 
 typedef struct step_entry {
   int64_t step;
-  int open_rc; /* scps_checkpoint_open's: 0 complete, SCPS_ENOENT incomplete, others damaged */
+  int open_rc; /* scps__checkpoint_open's: 0 complete, SCPS_ENOENT incomplete, others damaged */
 } step_entry;
 
 static int cmp_step_desc(const void *a, const void *b) {
@@ -36,13 +36,13 @@ static int list_steps(const char *root, step_entry **out, int *n_out, scps_error
   DIR *d = opendir(root);
   if (!d)
     return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint directory '%s' does not exist", root)
-                           : scps_ckpt_file_error(err, errno, "cannot open directory", root);
+                           : scps__ckpt_file_error(err, errno, "cannot open directory", root);
   step_entry *v = NULL;
   int n = 0, cap = 0, rc = 0;
   struct dirent *de;
   while ((de = readdir(d))) {
     int64_t step;
-    if (!scps_ckpt_manifest_step_of(de->d_name, &step)) continue;
+    if (!scps__ckpt_manifest_step_of(de->d_name, &step)) continue;
     if (n == cap) {
       cap = cap ? cap * 2 : 16;
       step_entry *nv = realloc(v, (size_t)cap * sizeof *v);
@@ -63,16 +63,16 @@ static int list_steps(const char *root, step_entry **out, int *n_out, scps_error
   for (int i = 0; i < n; i++) {
     char dir[PATH_CAP];
     scps_checkpoint *c;
-    scps_ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
-    v[i].open_rc = scps_checkpoint_open(dir, &c, NULL);
-    scps_checkpoint_close(v[i].open_rc == 0 ? c : NULL);
+    scps__ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
+    v[i].open_rc = scps__checkpoint_open(dir, &c, NULL);
+    scps__checkpoint_close(v[i].open_rc == 0 ? c : NULL);
   }
   *out = v;
   *n_out = n;
   return 0;
 }
 
-int scps_checkpoint_root_list(const char *root, scps_checkpoint_entry **out, int *n, scps_error *err) {
+int scps__checkpoint_root_list(const char *root, scps_checkpoint_entry **out, int *n, scps_error *err) {
   *out = NULL;
   *n = 0;
   step_entry *v;
@@ -86,7 +86,7 @@ int scps_checkpoint_root_list(const char *root, scps_checkpoint_entry **out, int
   for (int i = 0; i < count; i++) {
     r[i].step = v[i].step;
     r[i].complete = v[i].open_rc == 0;
-    scps_ckpt_manifest_step_dir(root, v[i].step, r[i].dir, sizeof r[i].dir);
+    scps__ckpt_manifest_step_dir(root, v[i].step, r[i].dir, sizeof r[i].dir);
   }
   free(v);
   *out = r;
@@ -94,7 +94,7 @@ int scps_checkpoint_root_list(const char *root, scps_checkpoint_entry **out, int
   return 0;
 }
 
-int scps_checkpoint_root_latest(const char *root, char *path, size_t cap, scps_error *err) {
+int scps__checkpoint_root_latest(const char *root, char *path, size_t cap, scps_error *err) {
   step_entry *v;
   int n, rc = list_steps(root, &v, &n, err);
   if (rc) return rc;
@@ -105,11 +105,11 @@ int scps_checkpoint_root_latest(const char *root, char *path, size_t cap, scps_e
      * was damaged, and restoring an older one instead would hide that. */
     if (v[i].open_rc != 0 && v[i].open_rc != SCPS_ENOENT) {
       char dir[PATH_CAP];
-      scps_ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
+      scps__ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
       scps_checkpoint *c = NULL;
       scps_error why;
-      int orc = scps_checkpoint_open(dir, &c, &why);
-      scps_checkpoint_close(c);
+      int orc = scps__checkpoint_open(dir, &c, &why);
+      scps__checkpoint_close(c);
       if (orc && orc != SCPS_ENOENT) {
         rc = scps_error_set(err, orc,
                             "the newest checkpoint '%s' is damaged: %s (move it aside to restore an older "
@@ -121,7 +121,7 @@ int scps_checkpoint_root_latest(const char *root, char *path, size_t cap, scps_e
     }
     if (v[i].open_rc == 0) {
       char dir[PATH_CAP];
-      scps_ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
+      scps__ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
       if (strlen(dir) >= cap) rc = scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
       else {
         memcpy(path, dir, strlen(dir) + 1);
@@ -136,25 +136,25 @@ int scps_checkpoint_root_latest(const char *root, char *path, size_t cap, scps_e
 
 /* ---- the owner's checkpoints ---- */
 
-int scps_checkpoint_root_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
                                     scps_error *err) {
   step_entry *v;
   int n, rc = list_steps(root, &v, &n, err);
   if (rc) return rc;
   rc = scps_error_set(err, SCPS_ENOENT, "no complete checkpoint of this cluster under '%s'", root);
   for (int i = 0; i < n; i++) {
-    /* Cut short (a file missing): skipped, as scps_checkpoint_root_latest does. */
+    /* Cut short (a file missing): skipped, as scps__checkpoint_root_latest does. */
     if (v[i].open_rc == SCPS_ENOENT) continue;
     char dir[PATH_CAP], why[700];
-    scps_ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
+    scps__ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
     scps_checkpoint *c = NULL;
     scps_error e;
-    int orc = scps_checkpoint_open(dir, &c, &e);
+    int orc = scps__checkpoint_open(dir, &c, &e);
     if (orc == 0) {
-      bool mine = scps_checkpoint_is_owned(c, own, why, sizeof why);
-      scps_checkpoint_close(c);
+      bool mine = scps__checkpoint_is_owned(c, own, why, sizeof why);
+      scps__checkpoint_close(c);
       if (!mine) {
-        scps_ckpt_owner_note(own, dir, why);
+        scps__ckpt_owner_note(own, dir, why);
         continue;
       }
       if (strlen(dir) >= cap) {
@@ -168,10 +168,10 @@ int scps_checkpoint_root_latest_own(const char *root, const scps_checkpoint_owne
     if (orc == SCPS_ENOENT) continue;
     int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     int32_t p;
-    bool foreign = dfd >= 0 && scps_ckpt_owner_foreign(dfd, dir, own, &p, why, sizeof why);
+    bool foreign = dfd >= 0 && scps__ckpt_owner_foreign(dfd, dir, own, &p, why, sizeof why);
     if (dfd >= 0) close(dfd);
     if (foreign) {
-      scps_ckpt_owner_note(own, dir, why);
+      scps__ckpt_owner_note(own, dir, why);
       continue;
     }
     /* Not provably another cluster's: damage to ours must not be hidden by
@@ -189,7 +189,7 @@ int scps_checkpoint_root_latest_own(const char *root, const scps_checkpoint_owne
 /* A step directory of the owner's below a root. */
 typedef struct own_step {
   int64_t step;
-  bool complete; /* every process's manifest and file present (scps_checkpoint_open) */
+  bool complete; /* every process's manifest and file present (scps__checkpoint_open) */
   char name[FILE_NAME_CAP];
 } own_step;
 
@@ -204,22 +204,22 @@ static bool own_manifest(int root_fd, const char *root, const char *name, const 
                          size_t len) {
   int sfd, os_errno;
   scps_error e;
-  if (scps_confine_subdir(root_fd, root, name, false, &sfd, &os_errno, &e)) {
+  if (scps__confine_subdir(root_fd, root, name, false, &sfd, &os_errno, &e)) {
     snprintf(why, len, "%s", e.msg);
     return false;
   }
   char dir[PATH_CAP];
   snprintf(dir, sizeof dir, "%s/%s", root, name);
   scps_ckpt_manifest mf = {0};
-  int rc = scps_ckpt_manifest_load_at(sfd, dir, own->process_index, &mf, &e);
+  int rc = scps__ckpt_manifest_load_at(sfd, dir, own->process_index, &mf, &e);
   bool mine = false;
   if (rc == SCPS_ENOENT)
     snprintf(why, len, "no manifest.p%d.json (a save cut short, or not this cluster's)", own->process_index);
   else if (rc)
     snprintf(why, len, "%s", e.msg);
   else
-    mine = scps_ckpt_owner_test(mf.has_fingerprint, mf.fingerprint, &mf.topology, mf.specs, own, why, len);
-  scps_ckpt_manifest_free(&mf);
+    mine = scps__ckpt_owner_test(mf.has_fingerprint, mf.fingerprint, &mf.topology, mf.specs, own, why, len);
+  scps__ckpt_manifest_free(&mf);
   close(sfd);
   return mine;
 }
@@ -231,18 +231,18 @@ static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_o
   *out = NULL;
   *n_out = 0;
   int rc = 0;
-  DIR *d = scps_ckpt_file_entries(root_fd, root, &rc, err);
+  DIR *d = scps__ckpt_file_entries(root_fd, root, &rc, err);
   if (!d) return rc;
   own_step *v = NULL;
   int n = 0, cap = 0;
   struct dirent *de;
   while ((de = readdir(d)) && !rc) {
     int64_t step;
-    if (!scps_ckpt_manifest_step_of(de->d_name, &step)) continue;
+    if (!scps__ckpt_manifest_step_of(de->d_name, &step)) continue;
     char dir[PATH_CAP], why[700];
     snprintf(dir, sizeof dir, "%s/%s", root, de->d_name);
     if (!own_manifest(root_fd, root, de->d_name, own, why, sizeof why)) {
-      scps_ckpt_owner_note(own, dir, why);
+      scps__ckpt_owner_note(own, dir, why);
       continue;
     }
     if (n == cap) {
@@ -256,9 +256,9 @@ static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_o
     }
     scps_checkpoint *c = NULL;
     v[n].step = step;
-    v[n].complete = scps_checkpoint_open(dir, &c, NULL) == 0;
+    v[n].complete = scps__checkpoint_open(dir, &c, NULL) == 0;
     snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)sizeof v[n].name - 1, de->d_name);
-    scps_checkpoint_close(c);
+    scps__checkpoint_close(c);
     n++;
   }
   closedir(d);
@@ -281,15 +281,15 @@ static int remove_own(int root_fd, const char *root, const char *name, const scp
   char dir[PATH_CAP], why[700];
   snprintf(dir, sizeof dir, "%s/%s", root, name);
   int sfd, os_errno;
-  int rc = scps_confine_subdir(root_fd, root, name, false, &sfd, &os_errno, err);
+  int rc = scps__confine_subdir(root_fd, root, name, false, &sfd, &os_errno, err);
   if (rc) return os_errno == ENOENT ? 0 : rc;
   int32_t idx[1024];
   int n = 0;
-  rc = scps_ckpt_manifest_indices(sfd, dir, idx, 1024, &n, err);
+  rc = scps__ckpt_manifest_indices(sfd, dir, idx, 1024, &n, err);
   for (int i = 0; i < n && !rc; i++) {
     scps_ckpt_manifest mf = {0};
-    if (scps_ckpt_manifest_load_at(sfd, dir, idx[i], &mf, NULL) == 0 &&
-        scps_ckpt_owner_test(mf.has_fingerprint, mf.fingerprint, &mf.topology, mf.specs, own, why, sizeof why)) {
+    if (scps__ckpt_manifest_load_at(sfd, dir, idx[i], &mf, NULL) == 0 &&
+        scps__ckpt_owner_test(mf.has_fingerprint, mf.fingerprint, &mf.topology, mf.specs, own, why, sizeof why)) {
       char mname[FILE_NAME_CAP];
       snprintf(mname, sizeof mname, SCPS_CKPT_MANIFEST_PREFIX "%d.json", idx[i]);
       for (int f = 0; f <= mf.n_files && !rc; f++) {
@@ -297,19 +297,19 @@ static int remove_own(int root_fd, const char *root, const char *name, const scp
         if (unlinkat(sfd, victim, 0) && errno != ENOENT) {
           char p[PATH_CAP + FILE_NAME_CAP];
           snprintf(p, sizeof p, "%s/%s", dir, victim);
-          rc = scps_ckpt_file_error(err, errno, "cannot remove", p);
+          rc = scps__ckpt_file_error(err, errno, "cannot remove", p);
         }
       }
     }
-    scps_ckpt_manifest_free(&mf);
+    scps__ckpt_manifest_free(&mf);
   }
   close(sfd);
   if (!rc && unlinkat(root_fd, name, AT_REMOVEDIR) && errno != ENOENT && errno != ENOTEMPTY && errno != EEXIST)
-    rc = scps_ckpt_file_error(err, errno, "cannot remove directory", dir);
+    rc = scps__ckpt_file_error(err, errno, "cannot remove directory", dir);
   return rc;
 }
 
-int scps_checkpoint_root_retain(int root_fd, const char *root, const scps_checkpoint_owner *own, int keep,
+int scps__checkpoint_root_retain(int root_fd, const char *root, const scps_checkpoint_owner *own, int keep,
                                 int64_t saved, int in_progress, scps_error *err) {
   if (keep < 1) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention %d must be >= 1", keep);
   if (!own) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention: no owner to verify checkpoints by");
@@ -328,7 +328,7 @@ int scps_checkpoint_root_retain(int root_fd, const char *root, const scps_checkp
       if (renameat(root_fd, v[i].name, root_fd, aside) && errno != ENOENT) {
         char dir[PATH_CAP];
         snprintf(dir, sizeof dir, "%s/%s", root, v[i].name);
-        rc = scps_ckpt_file_error(err, errno, "cannot set aside", dir);
+        rc = scps__ckpt_file_error(err, errno, "cannot set aside", dir);
       }
       continue;
     }
@@ -345,7 +345,7 @@ int scps_checkpoint_root_retain(int root_fd, const char *root, const scps_checkp
     }
     if (drop) rc = remove_own(root_fd, root, v[i].name, own, err);
   }
-  if (!rc && n) rc = scps_ckpt_file_fsync_dir(root_fd, root, err);
+  if (!rc && n) rc = scps__ckpt_file_fsync_dir(root_fd, root, err);
   free(v);
   return rc;
 }

@@ -14,27 +14,27 @@
  * missing: a crash during their save) are skipped; a newer one with every
  * file present that fails to open (checksum, size, parse, mismatch) fails
  * the call with its code, naming it, rather than being passed over. */
-int scps_checkpoint_root_latest(const char *root, char *path, size_t cap, scps_error *err);
+int scps__checkpoint_root_latest(const char *root, char *path, size_t cap, scps_error *err);
 
-/* scps_checkpoint_root_latest among the owner's checkpoints only: a step
- * directory that opens but is not the owner's (scps_checkpoint_is_owned) is
+/* scps__checkpoint_root_latest among the owner's checkpoints only: a step
+ * directory that opens but is not the owner's (scps__checkpoint_is_owned) is
  * passed over and noted, however new; one that does not open (damaged) fails
  * the call as there, unless one of its manifests verifies as another
  * cluster's, when it too is passed over and noted. */
-int scps_checkpoint_root_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
                                     scps_error *err);
 
-/* One step directory under a root, as scps_checkpoint_root_list finds it. */
+/* One step directory under a root, as scps__checkpoint_root_list finds it. */
 typedef struct scps_checkpoint_entry {
   int64_t step;
-  bool complete; /* scps_checkpoint_open succeeds: every process's manifest and file */
+  bool complete; /* scps__checkpoint_open succeeds: every process's manifest and file */
   char dir[4096];
 } scps_checkpoint_entry;
 
 /* The step directories under root (step-<12 to 18 digits>), newest first;
  * *out is malloc'ed (the caller frees it). SCPS_ENOENT when root does not
  * exist. */
-int scps_checkpoint_root_list(const char *root, scps_checkpoint_entry **out, int *n, scps_error *err);
+int scps__checkpoint_root_list(const char *root, scps_checkpoint_entry **out, int *n, scps_error *err);
 
 /* After the save of step `saved` below root_fd (an open directory; root
  * names it in messages), among the step directories there that are the
@@ -51,7 +51,7 @@ int scps_checkpoint_root_list(const char *root, scps_checkpoint_entry **out, int
  * Any other step directory (another cluster's, unverifiable, a symlink) is
  * neither counted nor touched, only noted (own->note). Nothing is followed
  * through a symlink. */
-int scps_checkpoint_root_retain(int root_fd, const char *root, const scps_checkpoint_owner *own, int keep,
+int scps__checkpoint_root_retain(int root_fd, const char *root, const scps_checkpoint_owner *own, int keep,
                                 int64_t saved, int in_progress, scps_error *err);
 
 #endif

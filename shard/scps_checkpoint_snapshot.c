@@ -18,11 +18,11 @@ struct scps_checkpoint_snapshot {
 
 static size_t snapshot_file_bytes(const scps_layout *l, int stack) {
   const scps_stack_layout *st = &l->stacks[stack];
-  return (size_t)scps_ckpt_manifest_layout_region_bytes(st) * (size_t)(1 + scps_optimizer_num_slots(st->optimizer.type));
+  return (size_t)scps__ckpt_manifest_layout_region_bytes(st) * (size_t)(1 + scps__optimizer_num_slots(st->optimizer.type));
 }
 
-int64_t scps_checkpoint_snapshot_bytes(const scps_engine *e) {
-  const scps_layout *l = scps_engine_layout(e);
+int64_t scps__checkpoint_snapshot_bytes(const scps_engine *e) {
+  const scps_layout *l = scps__engine_layout(e);
   int64_t bytes = 0;
   for (int s = 0; s < l->n_stacks; s++) bytes += (int64_t)snapshot_file_bytes(l, s) * l->topology.sc_per_process;
   return bytes;
@@ -30,7 +30,7 @@ int64_t scps_checkpoint_snapshot_bytes(const scps_engine *e) {
 
 /* A new snapshot's mapping, for the files of the engine's process. */
 static int snapshot_map(const scps_engine *e, scps_checkpoint_snapshot **out, scps_error *err) {
-  const scps_layout *l = scps_engine_layout(e);
+  const scps_layout *l = scps__engine_layout(e);
   const int32_t S = l->topology.sc_per_process;
   scps_checkpoint_snapshot *sn = calloc(1, sizeof *sn);
   const int n = l->n_stacks * S;
@@ -62,22 +62,22 @@ static int snapshot_map(const scps_engine *e, scps_checkpoint_snapshot **out, sc
 static int snapshot_file(void *arg, int i, scps_error *err) {
   scps_checkpoint_snapshot *sn = arg;
   scps_engine *e = (scps_engine *)sn->e;
-  const scps_layout *l = scps_engine_layout(e);
+  const scps_layout *l = scps__engine_layout(e);
   const int32_t S = l->topology.sc_per_process;
   const int stack = i / S;
   const int32_t ls = i % S;
-  const size_t region = (size_t)scps_ckpt_manifest_layout_region_bytes(&l->stacks[stack]);
+  const size_t region = (size_t)scps__ckpt_manifest_layout_region_bytes(&l->stacks[stack]);
   char *dst = sn->base + sn->offset[i];
-  memcpy(dst, scps_engine_shard(e, stack, ls), region);
-  for (int k = 0; k < scps_optimizer_num_slots(l->stacks[stack].optimizer.type); k++)
-    memcpy(dst + region * (size_t)(k + 1), scps_engine_slot(e, stack, ls, k), region);
+  memcpy(dst, scps__engine_shard(e, stack, ls), region);
+  for (int k = 0; k < scps__optimizer_num_slots(l->stacks[stack].optimizer.type); k++)
+    memcpy(dst + region * (size_t)(k + 1), scps__engine_slot(e, stack, ls, k), region);
   return 0;
 }
 
-int scps_checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot **s, scps_error *err) {
+int scps__checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot **s, scps_error *err) {
   scps_checkpoint_snapshot *sn = *s;
   if (sn && sn->e != e) {
-    scps_checkpoint_snapshot_free(sn);
+    scps__checkpoint_snapshot_free(sn);
     *s = sn = NULL;
   }
   if (!sn) {
@@ -85,15 +85,15 @@ int scps_checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapshot
     if (rc) return rc;
     *s = sn;
   }
-  int rc = scps_ckpt_file_for_each(sn->n_files, snapshot_file, sn, err);
+  int rc = scps__ckpt_file_for_each(sn->n_files, snapshot_file, sn, err);
   if (rc) {
-    scps_checkpoint_snapshot_free(sn);
+    scps__checkpoint_snapshot_free(sn);
     *s = NULL;
   }
   return rc;
 }
 
-void scps_checkpoint_snapshot_idle(scps_checkpoint_snapshot *s) {
+void scps__checkpoint_snapshot_idle(scps_checkpoint_snapshot *s) {
 #ifdef MADV_FREE
   if (s && s->base) (void)madvise(s->base, s->mapped, MADV_FREE);
 #else
@@ -101,16 +101,16 @@ void scps_checkpoint_snapshot_idle(scps_checkpoint_snapshot *s) {
 #endif
 }
 
-void scps_checkpoint_snapshot_free(scps_checkpoint_snapshot *s) {
+void scps__checkpoint_snapshot_free(scps_checkpoint_snapshot *s) {
   if (!s) return;
   if (s->base) munmap(s->base, s->mapped);
   free(s->offset);
   free(s);
 }
 
-const scps_engine *scps_checkpoint_snapshot_engine(const scps_checkpoint_snapshot *s) { return s->e; }
+const scps_engine *scps__checkpoint_snapshot_engine(const scps_checkpoint_snapshot *s) { return s->e; }
 
-const void *scps_checkpoint_snapshot_file(const scps_checkpoint_snapshot *s, int i, size_t *len) {
+const void *scps__checkpoint_snapshot_file(const scps_checkpoint_snapshot *s, int i, size_t *len) {
   *len = s->offset[i + 1] - s->offset[i];
   return s->base + s->offset[i];
 }

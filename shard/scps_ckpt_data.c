@@ -2,51 +2,51 @@
 
 #include <stdlib.h>
 
-const scps_ckpt_datafile *scps_ckpt_data_file_of(const scps_checkpoint *c, int stack, int32_t sc) {
+const scps_ckpt_datafile *scps__ckpt_data_file_of(const scps_checkpoint *c, int stack, int32_t sc) {
   return &c->files[(size_t)stack * (size_t)c->num_sc + (size_t)sc];
 }
 
-int scps_ckpt_data_open(const scps_checkpoint *c, int stack, int32_t sc, scps_ckpt_file_reader *r,
+int scps__ckpt_data_open(const scps_checkpoint *c, int stack, int32_t sc, scps_ckpt_file_reader *r,
                         scps_error *err) {
-  const scps_ckpt_datafile *f = scps_ckpt_data_file_of(c, stack, sc);
-  return scps_ckpt_file_open(r, c->dir, f->name, f->bytes, f->xxh64, err);
+  const scps_ckpt_datafile *f = scps__ckpt_data_file_of(c, stack, sc);
+  return scps__ckpt_file_open(r, c->dir, f->name, f->bytes, f->xxh64, err);
 }
 
-int scps_ckpt_data_stream(const scps_checkpoint *c, int stack, int32_t sc, float *buf, size_t buf_rows,
+int scps__ckpt_data_stream(const scps_checkpoint *c, int stack, int32_t sc, float *buf, size_t buf_rows,
                           scps_ckpt_data_rows_fn visit, void *ctx, scps_error *err) {
   const scps_ckpt_stack *st = &c->stacks[stack];
   scps_ckpt_file_reader r;
-  int rc = scps_ckpt_data_open(c, stack, sc, &r, err);
+  int rc = scps__ckpt_data_open(c, stack, sc, &r, err);
   if (rc) return rc;
   const size_t row_bytes = (size_t)st->dim * sizeof(float);
   for (int region = 0; region <= st->num_slots && !rc; region++)
     for (int64_t row = 0; row < st->rows_per_sc && !rc; row += (int64_t)buf_rows) {
       int64_t n = st->rows_per_sc - row < (int64_t)buf_rows ? st->rows_per_sc - row : (int64_t)buf_rows;
-      rc = scps_ckpt_file_next(&r, buf, (size_t)n * row_bytes, err);
+      rc = scps__ckpt_file_next(&r, buf, (size_t)n * row_bytes, err);
       if (!rc && visit) rc = visit(ctx, c, stack, sc, region, row, n, buf, err);
     }
-  return scps_ckpt_file_close(&r, rc, err);
+  return scps__ckpt_file_close(&r, rc, err);
 }
 
-size_t scps_ckpt_data_buffer_rows(const scps_ckpt_stack *st) {
+size_t scps__ckpt_data_buffer_rows(const scps_ckpt_stack *st) {
   size_t row_bytes = (size_t)st->dim * sizeof(float);
   size_t n = SCPS_CKPT_FILE_CHUNK / row_bytes;
   return n ? n : 1;
 }
 
-int scps_ckpt_data_stream_one(const scps_checkpoint *c, int i, scps_ckpt_data_rows_fn visit, void *ctx,
+int scps__ckpt_data_stream_one(const scps_checkpoint *c, int i, scps_ckpt_data_rows_fn visit, void *ctx,
                               scps_error *err) {
   const int stack = i / c->num_sc;
   const int32_t sc = i % c->num_sc;
-  size_t buf_rows = scps_ckpt_data_buffer_rows(&c->stacks[stack]);
+  size_t buf_rows = scps__ckpt_data_buffer_rows(&c->stacks[stack]);
   float *buf = malloc(buf_rows * (size_t)c->stacks[stack].dim * sizeof(float));
   if (!buf) return scps_error_set(err, SCPS_ENOMEM, "checkpoint '%s': out of memory", c->dir);
-  int rc = scps_ckpt_data_stream(c, stack, sc, buf, buf_rows, visit, ctx, err);
+  int rc = scps__ckpt_data_stream(c, stack, sc, buf, buf_rows, visit, ctx, err);
   free(buf);
   return rc;
 }
 
-void scps_ckpt_data_ids(const scps_checkpoint *c, int stack, int32_t sc, int64_t first, int64_t n, const float *data,
+void scps__ckpt_data_ids(const scps_checkpoint *c, int stack, int32_t sc, int64_t first, int64_t n, const float *data,
                         scps_ckpt_data_id_fn visit, void *ctx) {
   const scps_ckpt_stack *st = &c->stacks[stack];
   const int32_t N = c->num_sc;

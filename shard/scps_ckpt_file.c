@@ -16,12 +16,12 @@
 
 #define MAX_FILE_THREADS 16
 
-int scps_ckpt_file_error(scps_error *err, int e, const char *what, const char *path) {
+int scps__ckpt_file_error(scps_error *err, int e, const char *what, const char *path) {
   int code = (e == ENOSPC || e == EFBIG || e == EDQUOT) ? SCPS_ENOSPC : SCPS_EIO;
   return scps_error_set(err, code, "%s '%s': %s", what, path, strerror(e));
 }
 
-int scps_ckpt_file_join(char *out, size_t cap, const char *dir, const char *name, scps_error *err) {
+int scps__ckpt_file_join(char *out, size_t cap, const char *dir, const char *name, scps_error *err) {
   int n = snprintf(out, cap, "%s/%s", dir, name);
   if (n < 0 || (size_t)n >= cap)
     return scps_error_set(err, SCPS_EINVAL, "path '%s/%s' is longer than %zu bytes", dir, name,
@@ -29,11 +29,11 @@ int scps_ckpt_file_join(char *out, size_t cap, const char *dir, const char *name
   return 0;
 }
 
-int scps_ckpt_file_fsync_dir(int fd, const char *dir, scps_error *err) {
-  return fsync(fd) ? scps_ckpt_file_error(err, errno, "cannot fsync directory", dir) : 0;
+int scps__ckpt_file_fsync_dir(int fd, const char *dir, scps_error *err) {
+  return fsync(fd) ? scps__ckpt_file_error(err, errno, "cannot fsync directory", dir) : 0;
 }
 
-int scps_ckpt_file_make_dirs(const char *path, scps_error *err) {
+int scps__ckpt_file_make_dirs(const char *path, scps_error *err) {
   char buf[SCPS_CKPT_PATH_CAP];
   size_t n = strlen(path);
   if (n == 0 || n >= sizeof buf)
@@ -43,16 +43,16 @@ int scps_ckpt_file_make_dirs(const char *path, scps_error *err) {
     if (buf[i] != '/' && buf[i] != '\0') continue;
     char c = buf[i];
     buf[i] = '\0';
-    if (mkdir(buf, 0755) && errno != EEXIST) return scps_ckpt_file_error(err, errno, "cannot create directory", buf);
+    if (mkdir(buf, 0755) && errno != EEXIST) return scps__ckpt_file_error(err, errno, "cannot create directory", buf);
     struct stat st;
-    if (stat(buf, &st)) return scps_ckpt_file_error(err, errno, "cannot stat", buf);
-    if (!S_ISDIR(st.st_mode)) return scps_ckpt_file_error(err, ENOTDIR, "cannot create directory", buf);
+    if (stat(buf, &st)) return scps__ckpt_file_error(err, errno, "cannot stat", buf);
+    if (!S_ISDIR(st.st_mode)) return scps__ckpt_file_error(err, ENOTDIR, "cannot create directory", buf);
     buf[i] = c;
   }
   return 0;
 }
 
-int scps_ckpt_file_read(int fd, void *data, size_t len, scps_hash64_ctx *h, const char *path, scps_error *err) {
+int scps__ckpt_file_read(int fd, void *data, size_t len, scps_hash64_ctx *h, const char *path, scps_error *err) {
   char *p = data;
   while (len > 0) {
     size_t chunk = len < SCPS_CKPT_FILE_CHUNK ? len : SCPS_CKPT_FILE_CHUNK;
@@ -60,22 +60,22 @@ int scps_ckpt_file_read(int fd, void *data, size_t len, scps_hash64_ctx *h, cons
     while (done < chunk) {
       ssize_t r = read(fd, p + done, chunk - done);
       if (r < 0 && errno == EINTR) continue;
-      if (r < 0) return scps_ckpt_file_error(err, errno, "cannot read", path);
+      if (r < 0) return scps__ckpt_file_error(err, errno, "cannot read", path);
       if (r == 0) return scps_error_set(err, SCPS_ECORRUPT, "'%s' is truncated", path);
       done += (size_t)r;
     }
-    if (h) scps_hash64_update(h, p, chunk);
+    if (h) scps__hash64_update(h, p, chunk);
     p += chunk;
     len -= chunk;
   }
   return 0;
 }
 
-DIR *scps_ckpt_file_entries(int dfd, const char *dir, int *rc, scps_error *err) {
+DIR *scps__ckpt_file_entries(int dfd, const char *dir, int *rc, scps_error *err) {
   int fd = dup(dfd);
   DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
   if (!d) {
-    *rc = scps_ckpt_file_error(err, errno, "cannot read directory", dir);
+    *rc = scps__ckpt_file_error(err, errno, "cannot read directory", dir);
     if (fd >= 0) close(fd);
     return NULL;
   }
@@ -85,17 +85,17 @@ DIR *scps_ckpt_file_entries(int dfd, const char *dir, int *rc, scps_error *err) 
 
 /* ---- writing ---- */
 
-int scps_ckpt_file_write(scps_ckpt_file_writer *o, const void *data, size_t len, scps_hash64_ctx *h,
+int scps__ckpt_file_write(scps_ckpt_file_writer *o, const void *data, size_t len, scps_hash64_ctx *h,
                          scps_error *err) {
   const char *p = data;
   while (len > 0) {
     size_t chunk = len < SCPS_CKPT_FILE_CHUNK ? len : SCPS_CKPT_FILE_CHUNK;
-    if (h) scps_hash64_update(h, p, chunk);
+    if (h) scps__hash64_update(h, p, chunk);
     size_t done = 0;
     while (done < chunk) {
       ssize_t w = write(o->fd, p + done, chunk - done);
       if (w < 0 && errno == EINTR) continue;
-      if (w < 0) return scps_ckpt_file_error(err, errno, "cannot write", o->tmp);
+      if (w < 0) return scps__ckpt_file_error(err, errno, "cannot write", o->tmp);
       done += (size_t)w;
     }
     /* Dirty pages would otherwise sit until the kernel's background
@@ -110,9 +110,9 @@ int scps_ckpt_file_write(scps_ckpt_file_writer *o, const void *data, size_t len,
   return 0;
 }
 
-int scps_ckpt_file_create_at(scps_ckpt_file_writer *o, int dirfd, const char *dir, const char *name,
+int scps__ckpt_file_create_at(scps_ckpt_file_writer *o, int dirfd, const char *dir, const char *name,
                              scps_error *err) {
-  int rc = scps_ckpt_file_join(o->path, sizeof o->path, dir, name, err);
+  int rc = scps__ckpt_file_join(o->path, sizeof o->path, dir, name, err);
   if (rc) return rc;
   snprintf(o->tmp, sizeof o->tmp, "%s.tmp", o->path);
   snprintf(o->name, sizeof o->name, "%s", name);
@@ -122,35 +122,35 @@ int scps_ckpt_file_create_at(scps_ckpt_file_writer *o, int dirfd, const char *di
   o->at_tmp = dirfd == AT_FDCWD ? o->tmp : o->name_tmp;
   o->written = 0;
   if (unlinkat(dirfd, o->at_tmp, 0) && errno != ENOENT)
-    return scps_ckpt_file_error(err, errno, "cannot remove", o->tmp);
+    return scps__ckpt_file_error(err, errno, "cannot remove", o->tmp);
   o->fd = openat(dirfd, o->at_tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (o->fd < 0) return scps_ckpt_file_error(err, errno, "cannot create", o->tmp);
+  if (o->fd < 0) return scps__ckpt_file_error(err, errno, "cannot create", o->tmp);
   return 0;
 }
 
-int scps_ckpt_file_create(scps_ckpt_file_writer *o, const char *dir, const char *name, scps_error *err) {
-  return scps_ckpt_file_create_at(o, AT_FDCWD, dir, name, err);
+int scps__ckpt_file_create(scps_ckpt_file_writer *o, const char *dir, const char *name, scps_error *err) {
+  return scps__ckpt_file_create_at(o, AT_FDCWD, dir, name, err);
 }
 
-int scps_ckpt_file_sync(scps_ckpt_file_writer *o, scps_error *err) {
+int scps__ckpt_file_sync(scps_ckpt_file_writer *o, scps_error *err) {
   int rc = 0;
-  if (fsync(o->fd)) rc = scps_ckpt_file_error(err, errno, "cannot fsync", o->tmp);
-  if (close(o->fd) && !rc) rc = scps_ckpt_file_error(err, errno, "cannot close", o->tmp);
+  if (fsync(o->fd)) rc = scps__ckpt_file_error(err, errno, "cannot fsync", o->tmp);
+  if (close(o->fd) && !rc) rc = scps__ckpt_file_error(err, errno, "cannot close", o->tmp);
   o->fd = -1;
   if (rc) unlinkat(o->dirfd, o->at_tmp, 0);
   return rc;
 }
 
-int scps_ckpt_file_commit(scps_ckpt_file_writer *o, scps_error *err) {
-  int rc = scps_ckpt_file_sync(o, err);
+int scps__ckpt_file_commit(scps_ckpt_file_writer *o, scps_error *err) {
+  int rc = scps__ckpt_file_sync(o, err);
   if (!rc && renameat(o->dirfd, o->at_tmp, o->dirfd, o->at_path)) {
-    rc = scps_ckpt_file_error(err, errno, "cannot rename to", o->path);
+    rc = scps__ckpt_file_error(err, errno, "cannot rename to", o->path);
     unlinkat(o->dirfd, o->at_tmp, 0);
   }
   return rc;
 }
 
-void scps_ckpt_file_abort(scps_ckpt_file_writer *o) {
+void scps__ckpt_file_abort(scps_ckpt_file_writer *o) {
   if (o->fd >= 0) close(o->fd);
   o->fd = -1;
   if (o->at_tmp) unlinkat(o->dirfd, o->at_tmp, 0);
@@ -158,20 +158,20 @@ void scps_ckpt_file_abort(scps_ckpt_file_writer *o) {
 
 /* ---- reading ---- */
 
-int scps_ckpt_file_open(scps_ckpt_file_reader *r, const char *dir, const char *name, int64_t bytes,
+int scps__ckpt_file_open(scps_ckpt_file_reader *r, const char *dir, const char *name, int64_t bytes,
                         uint64_t xxh64, scps_error *err) {
   r->fd = -1;
   r->want_xxh64 = xxh64;
-  scps_hash64_init(&r->h, 0);
-  int rc = scps_ckpt_file_join(r->path, sizeof r->path, dir, name, err);
+  scps__hash64_init(&r->h, 0);
+  int rc = scps__ckpt_file_join(r->path, sizeof r->path, dir, name, err);
   if (rc) return rc;
   int fd = open(r->path, O_RDONLY | O_CLOEXEC);
   if (fd < 0)
     return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint file '%s' is missing", r->path)
-                           : scps_ckpt_file_error(err, errno, "cannot open", r->path);
+                           : scps__ckpt_file_error(err, errno, "cannot open", r->path);
   struct stat st;
   if (fstat(fd, &st)) {
-    rc = scps_ckpt_file_error(err, errno, "cannot stat", r->path);
+    rc = scps__ckpt_file_error(err, errno, "cannot stat", r->path);
     close(fd);
     return rc;
   }
@@ -185,14 +185,14 @@ int scps_ckpt_file_open(scps_ckpt_file_reader *r, const char *dir, const char *n
   return 0;
 }
 
-int scps_ckpt_file_next(scps_ckpt_file_reader *r, void *dst, size_t len, scps_error *err) {
-  return scps_ckpt_file_read(r->fd, dst, len, &r->h, r->path, err);
+int scps__ckpt_file_next(scps_ckpt_file_reader *r, void *dst, size_t len, scps_error *err) {
+  return scps__ckpt_file_read(r->fd, dst, len, &r->h, r->path, err);
 }
 
-int scps_ckpt_file_close(scps_ckpt_file_reader *r, int rc, scps_error *err) {
+int scps__ckpt_file_close(scps_ckpt_file_reader *r, int rc, scps_error *err) {
   close(r->fd);
   r->fd = -1;
-  uint64_t got = scps_hash64_digest(&r->h);
+  uint64_t got = scps__hash64_digest(&r->h);
   if (!rc && got != r->want_xxh64)
     rc = scps_error_set(err, SCPS_ECORRUPT, "'%s': checksum %016" PRIx64 ", manifest says %016" PRIx64, r->path,
                         got, r->want_xxh64);
@@ -218,7 +218,7 @@ static void *file_pool_main(void *arg) {
   return NULL;
 }
 
-int scps_ckpt_file_for_each(int n, scps_ckpt_file_fn fn, void *ctx, scps_error *err) {
+int scps__ckpt_file_for_each(int n, scps_ckpt_file_fn fn, void *ctx, scps_error *err) {
   file_pool fp = {.fn = fn, .ctx = ctx, .n = n};
   atomic_init(&fp.next, 0);
   atomic_init(&fp.failed, false);

@@ -24,7 +24,7 @@
 /* The manifest member naming the cluster that wrote it (64 hex digits). */
 #define SCPS_CKPT_FINGERPRINT_KEY "config_fingerprint"
 
-/* Limits in force of one stack, by stack name (scps_prep_get_limits). */
+/* Limits in force of one stack, by stack name (scps__prep_get_limits). */
 typedef struct scps_checkpoint_limits {
   char stack[SCPS_STACK_NAME_MAX];
   int32_t max_ids_per_partition;
@@ -74,16 +74,16 @@ typedef struct scps_ckpt_manifest {
 } scps_ckpt_manifest;
 
 /* Bytes of one region (the rows, or one slot) of a shard of the stack. */
-int64_t scps_ckpt_manifest_region_bytes(const scps_ckpt_stack *s);
-int64_t scps_ckpt_manifest_layout_region_bytes(const scps_stack_layout *st);
+int64_t scps__ckpt_manifest_region_bytes(const scps_ckpt_stack *s);
+int64_t scps__ckpt_manifest_layout_region_bytes(const scps_stack_layout *st);
 /* "<stack>.sc<global sc>.bin". */
-void scps_ckpt_manifest_data_name(int stack, int32_t sc, char out[SCPS_CKPT_NAME_CAP]);
+void scps__ckpt_manifest_data_name(int stack, int32_t sc, char out[SCPS_CKPT_NAME_CAP]);
 /* "manifest.p<process>.json". */
-void scps_ckpt_manifest_name(int32_t process, char out[SCPS_CKPT_NAME_CAP]);
+void scps__ckpt_manifest_name(int32_t process, char out[SCPS_CKPT_NAME_CAP]);
 /* "<root>/step-<step, 12 digits>". */
-void scps_ckpt_manifest_step_dir(const char *root, int64_t step, char *out, size_t cap);
+void scps__ckpt_manifest_step_dir(const char *root, int64_t step, char *out, size_t cap);
 /* Whether a directory entry's name is a step directory's, and its step. */
-bool scps_ckpt_manifest_step_of(const char *name, int64_t *step);
+bool scps__ckpt_manifest_step_of(const char *name, int64_t *step);
 
 /* Writes process `process`'s manifest text into w: format, step, the
  * fingerprint (when not NULL), topology, stacks with their limits (limits
@@ -91,7 +91,7 @@ bool scps_ckpt_manifest_step_of(const char *name, int64_t *step);
  * last the "checksum" member, sealed: the XXH64 of the whole text with that
  * member's 16 digits as zeros, so a flipped byte anywhere is caught before
  * the content is believed. */
-int scps_ckpt_manifest_write(scps_jsonw *w, const scps_layout *l, int32_t process, int64_t step,
+int scps__ckpt_manifest_write(scps_jsonw *w, const scps_layout *l, int32_t process, int64_t step,
                              const scps_checkpoint_limits *limits, const scps_ckpt_datafile *files, int n_files,
                              const uint8_t *fingerprint, const char *specs_json, scps_error *err);
 
@@ -100,18 +100,18 @@ int scps_ckpt_manifest_write(scps_jsonw *w, const scps_layout *l, int32_t proces
  * then its content, every size bounded before it is used. SCPS_ENOENT
  * (checkpoint incomplete), SCPS_ECORRUPT (checksum), SCPS_EPARSE (content),
  * naming the file. */
-int scps_ckpt_manifest_load_at(int dirfd, const char *dir, int32_t process, scps_ckpt_manifest *mf,
+int scps__ckpt_manifest_load_at(int dirfd, const char *dir, int32_t process, scps_ckpt_manifest *mf,
                                scps_error *err);
-int scps_ckpt_manifest_load(const char *dir, int32_t process, scps_ckpt_manifest *mf, scps_error *err);
+int scps__ckpt_manifest_load(const char *dir, int32_t process, scps_ckpt_manifest *mf, scps_error *err);
 /* Frees what load allocated; mf is zeroed (free again is harmless). */
-void scps_ckpt_manifest_free(scps_ckpt_manifest *mf);
+void scps__ckpt_manifest_free(scps_ckpt_manifest *mf);
 
 /* Manifest p (p > 0) of dir must describe the same checkpoint as manifest 0:
  * step, fingerprint, topology, specs and stacks (SCPS_EMISMATCH otherwise). */
-int scps_ckpt_manifest_cross_check(const char *dir, const scps_ckpt_manifest *m0, const scps_ckpt_manifest *mp,
+int scps__ckpt_manifest_cross_check(const char *dir, const scps_ckpt_manifest *m0, const scps_ckpt_manifest *mp,
                                    int32_t p, scps_error *err);
 
 /* The process indices of the manifests in the directory dfd, at most cap. */
-int scps_ckpt_manifest_indices(int dfd, const char *dir, int32_t *out, int cap, int *n, scps_error *err);
+int scps__ckpt_manifest_indices(int dfd, const char *dir, int32_t *out, int cap, int *n, scps_error *err);
 
 #endif

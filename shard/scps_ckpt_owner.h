@@ -35,16 +35,16 @@ typedef struct scps_checkpoint_owner {
 /* Whether a checkpoint of this fingerprint (has_fp; fp), topology and specs
  * is the owner's: the owner's fingerprint, or none and the owner's exact
  * declaration. When not, why says what differs. */
-bool scps_ckpt_owner_test(bool has_fp, const uint8_t *fp, const scps_topology *t, const scps_workload *w,
+bool scps__ckpt_owner_test(bool has_fp, const uint8_t *fp, const scps_topology *t, const scps_workload *w,
                           const scps_checkpoint_owner *own, char *why, size_t len);
 /* Tells the owner's note callback (if any) that dir was left alone. */
-void scps_ckpt_owner_note(const scps_checkpoint_owner *own, const char *dir, const char *why);
+void scps__ckpt_owner_note(const scps_checkpoint_owner *own, const char *dir, const char *why);
 /* Whether one of the manifests in the step directory dfd (dir names it)
  * verifies and is not the owner's (*which, why); unverifiable ones prove
  * nothing. */
-bool scps_ckpt_owner_foreign(int dfd, const char *dir, const scps_checkpoint_owner *own, int32_t *which, char *why,
+bool scps__ckpt_owner_foreign(int dfd, const char *dir, const scps_checkpoint_owner *own, int32_t *which, char *why,
                              size_t len);
-/* SCPS_EMISMATCH naming it when scps_ckpt_owner_foreign finds one, else 0. */
-int scps_ckpt_owner_refuse_foreign(int dfd, const char *dir, const scps_checkpoint_owner *own, scps_error *err);
+/* SCPS_EMISMATCH naming it when scps__ckpt_owner_foreign finds one, else 0. */
+int scps__ckpt_owner_refuse_foreign(int dfd, const char *dir, const scps_checkpoint_owner *own, scps_error *err);
 
 #endif

@@ -6,13 +6,13 @@
 #include <stdint.h>
 #include <time.h>
 
-static inline int64_t scps_clock_ns(void) {
+static inline int64_t scps__clock_ns(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (int64_t)t.tv_sec * 1000000000 + t.tv_nsec;
 }
 
-static inline double scps_clock_s(void) {
+static inline double scps__clock_s(void) {
   struct timespec t;
   clock_gettime(CLOCK_MONOTONIC, &t);
   return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;

@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int scps_confine_check(const char *what, const char *rel, size_t max_len, scps_error *err) {
+int scps__confine_check(const char *what, const char *rel, size_t max_len, scps_error *err) {
   size_t n = strlen(rel);
   if (n > max_len)
     return scps_error_set(err, SCPS_EINVAL, "%s '%.200s...': %zu bytes, longer than %zu", what, rel, n, max_len);
@@ -54,7 +54,7 @@ static int make_root(const char *root, int *os_errno, scps_error *err) {
   }
 }
 
-int scps_confine_subdir(int dirfd, const char *dir, const char *name, bool create, int *fd, int *os_errno,
+int scps__confine_subdir(int dirfd, const char *dir, const char *name, bool create, int *fd, int *os_errno,
                         scps_error *err) {
   *fd = -1;
   *os_errno = 0;
@@ -73,10 +73,10 @@ int scps_confine_subdir(int dirfd, const char *dir, const char *name, bool creat
   return 0;
 }
 
-int scps_confine_open(const char *root, const char *rel, bool create, int *fd, int *os_errno, scps_error *err) {
+int scps__confine_open(const char *root, const char *rel, bool create, int *fd, int *os_errno, scps_error *err) {
   *fd = -1;
   *os_errno = 0;
-  int rc = scps_confine_check("directory", rel, PATH_MAX / 2, err);
+  int rc = scps__confine_check("directory", rel, PATH_MAX / 2, err);
   if (rc) return rc;
   if (!root[0]) return scps_error_set(err, SCPS_EINVAL, "root directory: empty");
   if (create && (rc = make_root(root, os_errno, err))) return rc;
@@ -96,7 +96,7 @@ int scps_confine_open(const char *root, const char *rel, bool create, int *fd, i
     memcpy(name, p, k);
     name[k] = '\0';
     int next;
-    rc = scps_confine_subdir(dir, walked, name, create, &next, os_errno, err);
+    rc = scps__confine_subdir(dir, walked, name, create, &next, os_errno, err);
     close(dir);
     if (rc) return rc;
     dir = next;

@@ -13,10 +13,10 @@
  * '/'), none "." or "..", no control character (bytes < 0x20 and 0x7f), at
  * most max_len bytes. The empty string names the root itself and passes.
  * SCPS_EINVAL with a message naming `what`, the path and the rule broken. */
-int scps_confine_check(const char *what, const char *rel, size_t max_len, scps_error *err);
+int scps__confine_check(const char *what, const char *rel, size_t max_len, scps_error *err);
 
 /* Opens root (symlinks in root itself are followed: it is the operator's),
- * then every component of rel (scps_confine_check'ed first) from the
+ * then every component of rel (scps__confine_check'ed first) from the
  * directory before it with openat(O_NOFOLLOW | O_DIRECTORY), so a symlink
  * anywhere below the root, or one swapped in while this runs, is never
  * followed. With create, a missing root is created with its parents and a
@@ -26,12 +26,12 @@ int scps_confine_check(const char *what, const char *rel, size_t max_len, scps_e
  * a symlink, ENOTDIR for a file in the way, EACCES, ...; 0 when rel itself
  * was refused) and the message names the path that failed and why:
  * SCPS_EINVAL for rel, SCPS_ENOSPC for a full disk, SCPS_EIO otherwise. */
-int scps_confine_open(const char *root, const char *rel, bool create, int *fd, int *os_errno, scps_error *err);
+int scps__confine_open(const char *root, const char *rel, bool create, int *fd, int *os_errno, scps_error *err);
 
 /* One step of that walk: the directory `name` (one component) in the open
  * directory dirfd (dir names it in messages), created first with create,
  * opened with O_NOFOLLOW. The same results. */
-int scps_confine_subdir(int dirfd, const char *dir, const char *name, bool create, int *fd, int *os_errno,
+int scps__confine_subdir(int dirfd, const char *dir, const char *name, bool create, int *fd, int *os_errno,
                         scps_error *err);
 
 #endif

@@ -6,7 +6,7 @@
 #include <sched.h>
 #include <string.h>
 
-int scps_cpus_allowed(int *cpus, int max, scps_error *err) {
+int scps__cpus_allowed(int *cpus, int max, scps_error *err) {
   cpu_set_t set;
   CPU_ZERO(&set);
   if (sched_getaffinity(0, sizeof set, &set) != 0)
@@ -17,7 +17,7 @@ int scps_cpus_allowed(int *cpus, int max, scps_error *err) {
   return n;
 }
 
-void scps_cpus_assign(const int *allowed, int n, int32_t process_index, int32_t sc_per_process, int *out) {
+void scps__cpus_assign(const int *allowed, int n, int32_t process_index, int32_t sc_per_process, int *out) {
   for (int32_t k = 0; k < sc_per_process; k++)
     out[k] = allowed[((int64_t)process_index * sc_per_process + k) % n];
 }

@@ -13,7 +13,7 @@
 /* The CPUs the calling thread may run on (its affinity mask), ascending,
  * at most max of them into cpus; returns how many, or a negative SCPS_E*
  * code when the mask cannot be read. */
-int scps_cpus_allowed(int *cpus, int max, scps_error *err);
+int scps__cpus_allowed(int *cpus, int max, scps_error *err);
 
 /* CPU of SparseCore worker k of process process_index, for each k in
  * [0, sc_per_process), from the n allowed CPUs: worker k of process p gets
@@ -21,6 +21,6 @@ int scps_cpus_allowed(int *cpus, int max, scps_error *err);
  * sit on distinct CPUs while there are enough of them and the processes of
  * a host started with the same set spread over it instead of stacking on
  * its first CPUs. n must be >= 1. */
-void scps_cpus_assign(const int *allowed, int n, int32_t process_index, int32_t sc_per_process, int *out);
+void scps__cpus_assign(const int *allowed, int n, int32_t process_index, int32_t sc_per_process, int *out);
 
 #endif

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-int scps_credfile_read(const char *what, const char *path, char **text, scps_error *err) {
+int scps__credfile_read(const char *what, const char *path, char **text, scps_error *err) {
   *text = NULL;
   FILE *f = fopen(path, "rb");
   if (!f) return scps_error_set(err, SCPS_EIO, "%s '%s': cannot open: %s", what, path, strerror(errno));
@@ -39,7 +39,7 @@ int scps_credfile_read(const char *what, const char *path, char **text, scps_err
   return 0;
 }
 
-bool scps_credfile_exposed(const char *path, unsigned *mode) {
+bool scps__credfile_exposed(const char *path, unsigned *mode) {
   struct stat st;
   *mode = 0;
   if (stat(path, &st)) return false;
@@ -94,8 +94,8 @@ static int check_certs(const char *what, const char *path, const char *pem, X509
   return 0;
 }
 
-int scps_credfile_read_certs(const char *what, const char *path, char **pem, scps_error *err) {
-  int rc = scps_credfile_read(what, path, pem, err);
+int scps__credfile_read_certs(const char *what, const char *path, char **pem, scps_error *err) {
+  int rc = scps__credfile_read(what, path, pem, err);
   if (!rc) rc = check_certs(what, path, *pem, NULL, err);
   if (rc) {
     free(*pem);
@@ -104,14 +104,14 @@ int scps_credfile_read_certs(const char *what, const char *path, char **pem, scp
   return rc;
 }
 
-int scps_credfile_read_pair(const char *cert_what, const char *cert_path, const char *key_what,
+int scps__credfile_read_pair(const char *cert_what, const char *cert_path, const char *key_what,
                             const char *key_path, char **cert_pem, char **key_pem, scps_error *err) {
   *key_pem = NULL;
   X509 *cert = NULL;
   EVP_PKEY *key = NULL;
-  int rc = scps_credfile_read(cert_what, cert_path, cert_pem, err);
+  int rc = scps__credfile_read(cert_what, cert_path, cert_pem, err);
   if (!rc) rc = check_certs(cert_what, cert_path, *cert_pem, &cert, err);
-  if (!rc) rc = scps_credfile_read(key_what, key_path, key_pem, err);
+  if (!rc) rc = scps__credfile_read(key_what, key_path, key_pem, err);
   if (!rc) {
     BIO *b = BIO_new_mem_buf(*key_pem, -1);
     key = b ? PEM_read_bio_PrivateKey(b, NULL, no_passphrase, NULL) : NULL;
@@ -137,7 +137,7 @@ int scps_credfile_read_pair(const char *cert_what, const char *cert_path, const 
   return rc;
 }
 
-bool scps_credfile_token_chars_ok(const char *s, size_t len, size_t *bad) {
+bool scps__credfile_token_chars_ok(const char *s, size_t len, size_t *bad) {
   *bad = 0;
   if (!len) return false;
   for (size_t i = 0; i < len; i++)

@@ -25,12 +25,12 @@ typedef struct shard {
   pad_run *pads; /* ascending, at most one per table of the stack */
   int n_pads;
   /* What is known of the values of the rows (0) and of each slot (1 + k),
-   * for proving updates finite (scps_engine_value_bounds): the largest
+   * for proving updates finite (scps__engine_value_bounds): the largest
    * magnitude's bits, folded from every value an update writes, and a lower
    * bound's bits as a signed integer (negative: none known), which an
-   * update moves as scps_optimizer_slot_floor says; both exact after
+   * update moves as scps__optimizer_slot_floor says; both exact after
    * initialization and after a scan; bounds_valid false after
-   * scps_engine_values_written until the next scan of the shard. */
+   * scps__engine_values_written until the next scan of the shard. */
   uint32_t mag_bits[1 + SCPS_MAX_SLOTS];
   int32_t low_bits[1 + SCPS_MAX_SLOTS];
   bool bounds_valid;
@@ -80,10 +80,10 @@ static shard *shard_of(const scps_engine *e, int stack, int32_t local_sc) {
   return &e->shards[(size_t)stack * (size_t)e->sc_per_process + (size_t)local_sc];
 }
 
-void scps_engine_destroy(scps_engine *e) {
+void scps__engine_destroy(scps_engine *e) {
   if (!e) return;
   if (e->hbm)
-    for (int32_t s = 0; s < e->sc_per_process; s++) scps_hbm_free(&e->hbm[s]);
+    for (int32_t s = 0; s < e->sc_per_process; s++) scps__hbm_free(&e->hbm[s]);
   free(e->hbm);
   if (e->shards)
     for (size_t i = 0; i < (size_t)e->sc_per_process * (size_t)e->layout->n_stacks; i++) free(e->shards[i].pads);
@@ -96,14 +96,14 @@ void scps_engine_destroy(scps_engine *e) {
 static int check_fits(const scps_layout *l, int32_t first_sc, scps_error *err) {
   int64_t capacity = l->topology.sc_memory_bytes, used = 0;
   for (int s = 0; s < l->n_stacks; s++) {
-    int64_t need = scps_layout_stack_bytes_per_sc(l, s);
+    int64_t need = scps__layout_stack_bytes_per_sc(l, s);
     if (need > capacity - used)
       return scps_error_set(err, SCPS_ENOSPC,
                             "stack '%s' needs %lld bytes (rows and %d optimizer slots) on "
                             "SparseCore %d, %lld bytes free of %lld; raise the SparseCore memory "
                             "or use more SparseCores",
                             l->stacks[s].name, (long long)need,
-                            scps_optimizer_num_slots(l->stacks[s].optimizer.type), first_sc,
+                            scps__optimizer_num_slots(l->stacks[s].optimizer.type), first_sc,
                             (long long)(capacity - used), (long long)capacity);
     used += need;
   }
@@ -116,22 +116,22 @@ static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
     int t = st->tables[i];
     const scps_table_spec *spec = &l->table_specs[t];
     const scps_table_layout *tl = &l->tables[t];
-    uint64_t seed = scps_init_seed(spec);
+    uint64_t seed = scps__init_seed(spec);
     int64_t rows = tl->padded_vocab / l->num_sc;
     int64_t residue = ((int64_t)sc - tl->shard_rotation) % l->num_sc;
     if (residue < 0) residue += l->num_sc;
     for (int64_t q = 0; q < rows; q++) {
       int64_t id = q * l->num_sc + residue;
       if (id >= spec->vocabulary_size) break;
-      scps_init_row(&spec->initializer, seed, id, spec->embedding_dim,
+      scps__init_row(&spec->initializer, seed, id, spec->embedding_dim,
                     sh->rows + (tl->row_offset_in_shard + q) * st->dim);
       fold_values(sh->rows + (tl->row_offset_in_shard + q) * st->dim, (size_t)spec->embedding_dim,
                   &sh->mag_bits[0], &sh->low_bits[0]);
     }
   }
   size_t n = (size_t)st->rows_per_sc * (size_t)st->dim;
-  for (int k = 0; k < scps_optimizer_num_slots(st->optimizer.type); k++) {
-    float v = (float)scps_optimizer_slot_init(&st->optimizer, k);
+  for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type); k++) {
+    float v = (float)scps__optimizer_slot_init(&st->optimizer, k);
     if (v != 0.0f)
       for (size_t i = 0; i < n; i++) sh->slots[k][i] = v;
     sh->mag_bits[1 + k] = sh->low_bits[1 + k] = 0;
@@ -189,7 +189,7 @@ static void init_all(scps_engine *e) {
 }
 
 /* Every shard's padding runs: a table's rows on a SparseCore past the
- * last that holds an id (scps_layout_rows_held). */
+ * last that holds an id (scps__layout_rows_held). */
 static int find_padding(scps_engine *e, scps_error *err) {
   const scps_layout *l = e->layout;
   for (int stack = 0; stack < l->n_stacks; stack++) {
@@ -201,7 +201,7 @@ static int find_padding(scps_engine *e, scps_error *err) {
       for (int i = 0; i < st->n_tables; i++) {
         const int t = st->tables[i];
         const scps_table_layout *tl = &l->tables[t];
-        const int64_t held = scps_layout_rows_held(l, t, e->process_index * e->sc_per_process + ls);
+        const int64_t held = scps__layout_rows_held(l, t, e->process_index * e->sc_per_process + ls);
         const int64_t rows = tl->padded_vocab / l->num_sc;
         if (held < rows)
           sh->pads[sh->n_pads++] = (pad_run){(uint32_t)(tl->row_offset_in_shard + held),
@@ -212,7 +212,7 @@ static int find_padding(scps_engine *e, scps_error *err) {
   return 0;
 }
 
-int scps_engine_create(const scps_layout *l, int32_t process_index, scps_engine **out,
+int scps__engine_create(const scps_layout *l, int32_t process_index, scps_engine **out,
                        scps_error *err) {
   *out = NULL;
   if (process_index < 0 || process_index >= l->topology.num_processes)
@@ -229,10 +229,10 @@ int scps_engine_create(const scps_layout *l, int32_t process_index, scps_engine 
   e->hbm = calloc((size_t)S, sizeof *e->hbm);
   e->shards = calloc((size_t)S * (size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->shards);
   if (!e->hbm || !e->shards) {
-    scps_engine_destroy(e);
+    scps__engine_destroy(e);
     return scps_error_set(err, SCPS_ENOMEM, "engine: out of memory");
   }
-  for (int32_t s = 0; s < S && !rc; s++) rc = scps_hbm_init(&e->hbm[s], process_index * S + s, l->topology.sc_memory_bytes, err);
+  for (int32_t s = 0; s < S && !rc; s++) rc = scps__hbm_init(&e->hbm[s], process_index * S + s, l->topology.sc_memory_bytes, err);
   for (int stack = 0; stack < l->n_stacks && !rc; stack++) {
     const scps_stack_layout *st = &l->stacks[stack];
     int64_t bytes = st->rows_per_sc * st->dim * (int64_t)sizeof(float);
@@ -240,17 +240,17 @@ int scps_engine_create(const scps_layout *l, int32_t process_index, scps_engine 
     for (int32_t s = 0; s < S && !rc; s++) {
       shard *sh = shard_of(e, stack, s);
       snprintf(what, sizeof what, "stack '%s' rows", st->name);
-      rc = scps_hbm_alloc(&e->hbm[s], bytes, what, (void **)&sh->rows, err);
-      for (int k = 0; k < scps_optimizer_num_slots(st->optimizer.type) && !rc; k++) {
+      rc = scps__hbm_alloc(&e->hbm[s], bytes, what, (void **)&sh->rows, err);
+      for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type) && !rc; k++) {
         snprintf(what, sizeof what, "stack '%s' slot %s", st->name,
-                 scps_optimizer_slot_name(st->optimizer.type, k));
-        rc = scps_hbm_alloc(&e->hbm[s], bytes, what, (void **)&sh->slots[k], err);
+                 scps__optimizer_slot_name(st->optimizer.type, k));
+        rc = scps__hbm_alloc(&e->hbm[s], bytes, what, (void **)&sh->slots[k], err);
       }
     }
   }
   if (!rc) rc = find_padding(e, err);
   if (rc) {
-    scps_engine_destroy(e);
+    scps__engine_destroy(e);
     return rc;
   }
   init_all(e);
@@ -258,20 +258,20 @@ int scps_engine_create(const scps_layout *l, int32_t process_index, scps_engine 
   return 0;
 }
 
-const scps_layout *scps_engine_layout(const scps_engine *e) { return e->layout; }
-int32_t scps_engine_process_index(const scps_engine *e) { return e->process_index; }
+const scps_layout *scps__engine_layout(const scps_engine *e) { return e->layout; }
+int32_t scps__engine_process_index(const scps_engine *e) { return e->process_index; }
 
-const scps_hbm *scps_engine_hbm(const scps_engine *e, int32_t local_sc) { return &e->hbm[local_sc]; }
+const scps_hbm *scps__engine_hbm(const scps_engine *e, int32_t local_sc) { return &e->hbm[local_sc]; }
 
-float *scps_engine_shard(scps_engine *e, int stack, int32_t local_sc) {
+float *scps__engine_shard(scps_engine *e, int stack, int32_t local_sc) {
   return shard_of(e, stack, local_sc)->rows;
 }
 
-float *scps_engine_slot(scps_engine *e, int stack, int32_t local_sc, int slot) {
+float *scps__engine_slot(scps_engine *e, int stack, int32_t local_sc, int slot) {
   return shard_of(e, stack, local_sc)->slots[slot];
 }
 
-/* Every entry's conditions of scps_engine_check_coo at once, without
+/* Every entry's conditions of scps__engine_check_coo at once, without
  * branches, so that the loops vectorise: a valid request, the usual case,
  * costs two passes at memory speed (a third of a dlrm8 Lookup's handling
  * before the gather, one entry at a time), and the loop that names the
@@ -336,7 +336,7 @@ static int check_padding(const scps_engine *e, int stack, int32_t local_sc, cons
   return 0;
 }
 
-int scps_engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+int scps__engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                           scps_error *err) {
   int rc = check_place(e, stack, local_sc, err);
   if (rc) return rc;
@@ -404,7 +404,7 @@ static void gather_list(const float *rows, size_t dim, const scps_coo *coo, cons
   }
 }
 
-void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+void scps__engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         uint32_t first, uint32_t end, float *out) {
   const float *rows = shard_of(e, stack, local_sc)->rows;
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
@@ -422,37 +422,37 @@ void scps_engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_
   }
 }
 
-size_t scps_engine_gather_scratch(size_t entries, uint32_t first, uint32_t end) {
-  return scps_pool_list_bytes(entries, first, end);
+size_t scps__engine_gather_scratch(size_t entries, uint32_t first, uint32_t end) {
+  return scps__pool_list_bytes(entries, first, end);
 }
 
 static scps_pool_list list_by_sample(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                                      uint32_t end, void *scratch) {
   const float *tables[SCPS_SC_PER_PROCESS_MAX];
   for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
-  return scps_pool_list_make(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, scratch);
+  return scps__pool_list_make(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, scratch);
 }
 
 /* Sample by sample (scps_pool): each row of out is written once and summed
  * while it sits in L1, where adding partition by partition read and wrote
  * every entry's row of out, megabytes scattered over the last-level cache. */
-void scps_engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+void scps__engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                         uint32_t end, float *out, void *scratch) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
-  for (uint32_t smp = first; smp < l.end; smp++) scps_pool_sample(&l, smp, dim, out + (size_t)smp * dim);
+  for (uint32_t smp = first; smp < l.end; smp++) scps__pool_sample(&l, smp, dim, out + (size_t)smp * dim);
 }
 
 /* Each sample summed in float32 on the stack and rounded from there: the
  * float32 activations never reach memory. */
-void scps_engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+void scps__engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                              uint32_t end, uint8_t *out, void *scratch) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
   float tmp[SCPS_DIM_MAX];
   for (uint32_t smp = first; smp < l.end; smp++) {
-    scps_pool_sample(&l, smp, dim, tmp);
-    scps_bf16_encode(tmp, out + (size_t)smp * dim * 2, dim);
+    scps__pool_sample(&l, smp, dim, tmp);
+    scps__bf16_encode(tmp, out + (size_t)smp * dim * 2, dim);
   }
 }
 
@@ -465,17 +465,17 @@ static void copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_co
     if (i > 0 && coo->rows[i] == coo->rows[i - 1]) continue;
     if (i + PREFETCH_AHEAD < coo->n) prefetch_row(rows + (size_t)coo->rows[i + PREFETCH_AHEAD] * dim, dim, 0);
     const float *r = rows + (size_t)coo->rows[i] * dim;
-    if (bf16) scps_bf16_encode(r, out, dim);
+    if (bf16) scps__bf16_encode(r, out, dim);
     else memcpy(out, r, bytes);
     out += bytes;
   }
 }
 
-void scps_engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, float *out) {
+void scps__engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, float *out) {
   copy_rows(e, stack, local_sc, coo, (uint8_t *)out, false);
 }
 
-void scps_engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out) {
+void scps__engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out) {
   copy_rows(e, stack, local_sc, coo, out, true);
 }
 
@@ -497,7 +497,7 @@ static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps
   u->sh = shard_of(e, stack, local_sc);
   u->dim = (size_t)st->dim;
   u->first = &e->layout->table_specs[st->tables[0]];
-  scps_optimizer_prepare(&st->optimizer, step, &u->ost);
+  scps__optimizer_prepare(&st->optimizer, step, &u->ost);
   for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) u->mag[k] = 0;
   u->wrote = false;
 }
@@ -515,7 +515,7 @@ static void updater_finish(const updater *u) {
     float low;
     const uint32_t bits = (uint32_t)sh->low_bits[k];
     memcpy(&low, &bits, sizeof low);
-    const double floor = scps_optimizer_slot_floor(&u->ost, k - 1, (double)low);
+    const double floor = scps__optimizer_slot_floor(&u->ost, k - 1, (double)low);
     float f = (float)floor;
     if ((double)f > floor) f = nextafterf(f, 0.0f);
     uint32_t fb;
@@ -539,7 +539,7 @@ static inline void update_row(updater *u, uint32_t row, const float *g) {
   float *w = u->sh->rows + (size_t)row * dim;
   float *s0 = u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL;
   float *s1 = u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL;
-  scps_optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
+  scps__optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
   clip_row(u, w);
   fold_magnitudes(w, dim, &u->mag[0]);
   if (s0) fold_magnitudes(s0, dim, &u->mag[1]);
@@ -576,8 +576,8 @@ static inline __attribute__((always_inline)) uint32_t sum_row(const scps_coo *co
     }
     const float gain = coo->gains ? coo->gains[j] : 1.0f;
     const size_t at = (size_t)coo->samples[j] * dim;
-    if (bf16) scps_coo_add_scaled_bf16(g, (const uint16_t *)grads + at, gain, dim);
-    else scps_coo_add_scaled(g, (const float *)grads + at, gain, dim);
+    if (bf16) scps__coo_add_scaled_bf16(g, (const uint16_t *)grads + at, gain, dim);
+    else scps__coo_add_scaled(g, (const float *)grads + at, gain, dim);
   }
   *i = j;
   return row;
@@ -599,7 +599,7 @@ static inline __attribute__((always_inline)) void update_by_sample(scps_engine *
   updater_finish(&u);
 }
 
-/* scps_engine_sums_finite's loop, float32 or (bf16) bfloat16. */
+/* scps__engine_sums_finite's loop, float32 or (bf16) bfloat16. */
 static inline __attribute__((always_inline)) bool sums_finite(const scps_engine *e, int stack, const scps_coo *coo,
                                                               const void *grads, bool bf16, uint32_t *bad_row) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
@@ -621,22 +621,22 @@ static inline __attribute__((always_inline)) bool sums_finite(const scps_engine 
   return true;
 }
 
-bool scps_engine_sums_finite(const scps_engine *e, int stack, const scps_coo *coo, const void *grads, bool bf16,
+bool scps__engine_sums_finite(const scps_engine *e, int stack, const scps_coo *coo, const void *grads, bool bf16,
                              uint32_t *bad_row) {
   return bf16 ? sums_finite(e, stack, coo, grads, true, bad_row) : sums_finite(e, stack, coo, grads, false, bad_row);
 }
 
-void scps_engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+void scps__engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         const float *grads, const scps_step *step) {
   update_by_sample(e, stack, local_sc, coo, grads, false, step);
 }
 
-void scps_engine_update_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
+void scps__engine_update_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                              const uint16_t *grads, const scps_step *step) {
   update_by_sample(e, stack, local_sc, coo, grads, true, step);
 }
 
-int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
+int scps__engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
                            scps_error *err) {
   int rc = check_place(e, stack, local_sc, err);
   if (rc) return rc;
@@ -660,7 +660,7 @@ int scps_engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, co
   return 0;
 }
 
-void scps_engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
+void scps__engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
                              const float *grads, const scps_step *step) {
   updater u;
   updater_init(e, stack, local_sc, step, &u);
@@ -671,7 +671,7 @@ void scps_engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const 
   updater_finish(&u);
 }
 
-int scps_engine_read_row(const scps_engine *e, int table, int64_t id, float *row, float *slots,
+int scps__engine_read_row(const scps_engine *e, int table, int64_t id, float *row, float *slots,
                          scps_error *err) {
   const scps_layout *l = e->layout;
   if (table < 0 || table >= l->n_tables)
@@ -680,31 +680,31 @@ int scps_engine_read_row(const scps_engine *e, int table, int64_t id, float *row
   if (id < 0 || id >= spec->vocabulary_size)
     return scps_error_set(err, SCPS_ERANGE, "table '%s': id %lld not in [0, %lld)", spec->name,
                           (long long)id, (long long)spec->vocabulary_size);
-  int32_t sc = scps_layout_sc_of(l, table, id);
-  int32_t p = scps_layout_process_of_sc(l, sc);
+  int32_t sc = scps__layout_sc_of(l, table, id);
+  int32_t p = scps__layout_process_of_sc(l, sc);
   if (p != e->process_index)
     return scps_error_set(err, SCPS_ERANGE, "table '%s': id %lld lives on process %d, not %d",
                           spec->name, (long long)id, p, e->process_index);
   const int stack = l->tables[table].stack;
   const size_t dim = (size_t)l->stacks[stack].dim;
   const shard *sh = shard_of(e, stack, sc - p * e->sc_per_process);
-  size_t off = (size_t)scps_layout_local_row(l, table, id) * dim;
+  size_t off = (size_t)scps__layout_local_row(l, table, id) * dim;
   memcpy(row, sh->rows + off, sizeof(float) * (size_t)spec->embedding_dim);
   if (slots)
-    for (int k = 0; k < scps_optimizer_num_slots(spec->optimizer.type); k++)
+    for (int k = 0; k < scps__optimizer_num_slots(spec->optimizer.type); k++)
       memcpy(slots + (size_t)k * (size_t)spec->embedding_dim, sh->slots[k] + off,
              sizeof(float) * (size_t)spec->embedding_dim);
   return 0;
 }
 
-void scps_engine_values_written(scps_engine *e) {
+void scps__engine_values_written(scps_engine *e) {
   for (size_t i = 0; i < (size_t)e->sc_per_process * (size_t)e->layout->n_stacks; i++) e->shards[i].bounds_valid = false;
 }
 
-void scps_engine_value_bounds(scps_engine *e, int stack, int32_t local_sc, scps_value_bounds *out) {
+void scps__engine_value_bounds(scps_engine *e, int stack, int32_t local_sc, scps_value_bounds *out) {
   shard *sh = shard_of(e, stack, local_sc);
   const scps_stack_layout *st = &e->layout->stacks[stack];
-  const int slots = scps_optimizer_num_slots(st->optimizer.type);
+  const int slots = scps__optimizer_num_slots(st->optimizer.type);
   if (!sh->bounds_valid) {
     const size_t n = (size_t)st->rows_per_sc * (size_t)st->dim;
     for (int k = 0; k <= slots; k++) {
@@ -754,7 +754,7 @@ static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scp
       *f = (scps_update_fault){row, k, (int32_t)at, v[k][at], v[k][at], true};
       return false;
     }
-  scps_optimizer_apply(&u->ost, (int32_t)dim, v[0], arrays > 1 ? v[1] : NULL, arrays > 2 ? v[2] : NULL, g);
+  scps__optimizer_apply(&u->ost, (int32_t)dim, v[0], arrays > 1 ? v[1] : NULL, arrays > 2 ? v[2] : NULL, g);
   clip_row(u, v[0]);
   for (int k = 0; k < arrays; k++)
     if (!all_finite(v[k], dim, &at)) {
@@ -764,7 +764,7 @@ static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scp
   return true;
 }
 
-bool scps_engine_update_finite(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, const void *grads,
+bool scps__engine_update_finite(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, const void *grads,
                                bool bf16, bool by_row, const scps_step *step, scps_update_fault *fault) {
   updater u;
   updater_init(e, stack, local_sc, step, &u);

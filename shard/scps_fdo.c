@@ -83,10 +83,10 @@ static int32_t budget_cap(int64_t budget, int32_t n) {
   return c > FDO_LIMIT_MAX ? FDO_LIMIT_MAX : (int32_t)c;
 }
 
-int scps_fdo_create(const scps_layout *layout, const scps_fdo_options *opts, scps_fdo **out,
+int scps__fdo_create(const scps_layout *layout, const scps_fdo_options *opts, scps_fdo **out,
                     scps_error *err) {
   if (!layout || !out)
-    return scps_error_set(err, SCPS_EINVAL, "scps_fdo_create: %s is NULL",
+    return scps_error_set(err, SCPS_EINVAL, "scps__fdo_create: %s is NULL",
                           layout ? "out" : "layout");
   *out = NULL;
   scps_fdo_options o = {0};
@@ -103,7 +103,7 @@ int scps_fdo_create(const scps_layout *layout, const scps_fdo_options *opts, scp
                           (long long)o.coo_budget_bytes_per_sc);
   scps_fdo *f = calloc(1, sizeof *f);
   if (!f)
-    return scps_error_set(err, SCPS_ENOMEM, "scps_fdo_create: out of memory");
+    return scps_error_set(err, SCPS_ENOMEM, "scps__fdo_create: out of memory");
   f->layout = layout;
   f->n = layout->num_sc;
   f->n_stacks = layout->n_stacks;
@@ -111,14 +111,14 @@ int scps_fdo_create(const scps_layout *layout, const scps_fdo_options *opts, scp
   f->acc = stats_array_alloc(f->n_stacks, f->n);
   f->cap = calloc((size_t)f->n_stacks + 1, sizeof *f->cap);
   if (!f->acc || !f->cap) {
-    scps_fdo_destroy(f);
-    return scps_error_set(err, SCPS_ENOMEM, "scps_fdo_create: out of memory");
+    scps__fdo_destroy(f);
+    return scps_error_set(err, SCPS_ENOMEM, "scps__fdo_create: out of memory");
   }
   int64_t budget = o.coo_budget_bytes_per_sc;
   if (budget == 0 && f->n_stacks > 0) {
     int64_t free_bytes = layout->topology.sc_memory_bytes;
     for (int s = 0; s < f->n_stacks; s++)
-      free_bytes -= scps_layout_stack_bytes_per_sc(layout, s);
+      free_bytes -= scps__layout_stack_bytes_per_sc(layout, s);
     budget = free_bytes > 0 ? free_bytes / f->n_stacks : 0;
   }
   for (int s = 0; s < f->n_stacks; s++)
@@ -127,7 +127,7 @@ int scps_fdo_create(const scps_layout *layout, const scps_fdo_options *opts, scp
   return 0;
 }
 
-void scps_fdo_destroy(scps_fdo *f) {
+void scps__fdo_destroy(scps_fdo *f) {
   if (!f)
     return;
   stats_array_free(f->acc, f->n_stacks);
@@ -150,9 +150,9 @@ static void merge_stats(scps_stack_stats *acc, const scps_stack_stats *s, bool s
     acc->id_drop_counter = s->id_drop_counter;
 }
 
-int scps_fdo_record(scps_fdo *f, int stack, const scps_stack_stats *s, scps_error *err) {
+int scps__fdo_record(scps_fdo *f, int stack, const scps_stack_stats *s, scps_error *err) {
   if (!f || !s)
-    return scps_error_set(err, SCPS_EINVAL, "scps_fdo_record: %s is NULL", f ? "stats" : "fdo");
+    return scps_error_set(err, SCPS_EINVAL, "scps__fdo_record: %s is NULL", f ? "stats" : "fdo");
   if (stack < 0 || stack >= f->n_stacks)
     return scps_error_set(err, SCPS_ERANGE, "fdo: stack index %d outside [0, %d)", stack,
                           f->n_stacks);
@@ -163,31 +163,31 @@ int scps_fdo_record(scps_fdo *f, int stack, const scps_stack_stats *s, scps_erro
   return 0;
 }
 
-int scps_fdo_step(scps_fdo *f, scps_prep *p, scps_error *err) {
+int scps__fdo_step(scps_fdo *f, scps_prep *p, scps_error *err) {
   if (!f || !p)
-    return scps_error_set(err, SCPS_EINVAL, "scps_fdo_step: %s is NULL", f ? "prep" : "fdo");
+    return scps_error_set(err, SCPS_EINVAL, "scps__fdo_step: %s is NULL", f ? "prep" : "fdo");
   for (int s = 0; s < f->n_stacks; s++) {
-    const scps_stack_stats *st = scps_prep_stats(p, s);
+    const scps_stack_stats *st = scps__prep_stats(p, s);
     if (!st)
       return scps_error_set(err, SCPS_EMISMATCH, "fdo: the prep has no stack %d ('%s')", s,
                             f->layout->stacks[s].name);
-    int rc = scps_fdo_record(f, s, st, err);
+    int rc = scps__fdo_record(f, s, st, err);
     if (rc != 0)
       return rc;
   }
   f->steps++;
-  return f->opts.adaptive ? scps_fdo_adapt(f, p, NULL, err) : 0;
+  return f->opts.adaptive ? scps__fdo_adapt(f, p, NULL, err) : 0;
 }
 
-const scps_stack_stats *scps_fdo_stats(const scps_fdo *f, int stack) {
+const scps_stack_stats *scps__fdo_stats(const scps_fdo *f, int stack) {
   if (!f || stack < 0 || stack >= f->n_stacks)
     return NULL;
   return &f->acc[stack];
 }
 
-int64_t scps_fdo_steps(const scps_fdo *f) { return f ? f->steps : 0; }
+int64_t scps__fdo_steps(const scps_fdo *f) { return f ? f->steps : 0; }
 
-void scps_fdo_reset(scps_fdo *f) {
+void scps__fdo_reset(scps_fdo *f) {
   if (!f)
     return;
   for (int s = 0; s < f->n_stacks; s++)
@@ -195,7 +195,7 @@ void scps_fdo_reset(scps_fdo *f) {
   f->steps = 0;
 }
 
-int32_t scps_fdo_limit_cap(const scps_fdo *f, int stack) {
+int32_t scps__fdo_limit_cap(const scps_fdo *f, int stack) {
   if (!f || stack < 0 || stack >= f->n_stacks)
     return 0;
   return f->cap[stack];
@@ -216,11 +216,11 @@ static int32_t raised_limit(int32_t old, int32_t observed, double headroom, int3
   return target > old ? (int32_t)target : old;
 }
 
-int scps_fdo_adapt(scps_fdo *f, scps_prep *p, int *n_changed, scps_error *err) {
+int scps__fdo_adapt(scps_fdo *f, scps_prep *p, int *n_changed, scps_error *err) {
   if (n_changed)
     *n_changed = 0;
   if (!f || !p)
-    return scps_error_set(err, SCPS_EINVAL, "scps_fdo_adapt: %s is NULL", f ? "prep" : "fdo");
+    return scps_error_set(err, SCPS_EINVAL, "scps__fdo_adapt: %s is NULL", f ? "prep" : "fdo");
   for (int s = 0; s < f->n_stacks; s++) {
     const scps_stack_stats *a = &f->acc[s];
     int32_t obs_ids = 0, obs_unique = 0;
@@ -232,13 +232,13 @@ int scps_fdo_adapt(scps_fdo *f, scps_prep *p, int *n_changed, scps_error *err) {
     }
     scps_fdo_change c = {.stack = s, .stack_name = f->layout->stacks[s].name,
                          .observed_max_ids = obs_ids, .observed_max_unique_ids = obs_unique};
-    scps_prep_get_limits(p, s, &c.old_max_ids, &c.old_max_unique_ids);
+    scps__prep_get_limits(p, s, &c.old_max_ids, &c.old_max_unique_ids);
     c.new_max_ids = raised_limit(c.old_max_ids, obs_ids, f->opts.headroom, f->cap[s], &c.capped);
     c.new_max_unique_ids =
         raised_limit(c.old_max_unique_ids, obs_unique, f->opts.headroom, f->cap[s], &c.capped);
     if (c.new_max_ids == c.old_max_ids && c.new_max_unique_ids == c.old_max_unique_ids)
       continue;
-    int rc = scps_prep_set_limits(p, s, c.new_max_ids, c.new_max_unique_ids, err);
+    int rc = scps__prep_set_limits(p, s, c.new_max_ids, c.new_max_unique_ids, err);
     if (rc != 0)
       return rc;
     if (n_changed)
@@ -249,7 +249,7 @@ int scps_fdo_adapt(scps_fdo *f, scps_prep *p, int *n_changed, scps_error *err) {
   return 0;
 }
 
-int scps_fdo_change_format(const scps_fdo_change *c, char *buf, size_t cap) {
+int scps__fdo_change_format(const scps_fdo_change *c, char *buf, size_t cap) {
   return snprintf(buf, cap,
                   "stack '%s': max_ids_per_partition %d -> %d, max_unique_ids_per_partition %d -> "
                   "%d (observed %d ids, %d unique)%s",
@@ -287,10 +287,10 @@ static int64_t now_ns(void) {
   return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
-int scps_fdo_export_csv(scps_fdo *f, const char *dir, char *path_out, size_t path_cap,
+int scps__fdo_export_csv(scps_fdo *f, const char *dir, char *path_out, size_t path_cap,
                         scps_error *err) {
   if (!f || !dir)
-    return scps_error_set(err, SCPS_EINVAL, "scps_fdo_export_csv: %s is NULL", f ? "dir" : "fdo");
+    return scps_error_set(err, SCPS_EINVAL, "scps__fdo_export_csv: %s is NULL", f ? "dir" : "fdo");
   /* Later exports must sort later even within one clock tick. */
   int64_t ns = now_ns();
   if (ns <= f->last_file_ns)
@@ -586,7 +586,7 @@ static int load_one(scps_fdo *f, const char *path, const char *text, size_t len,
       goto out;
     }
     key[klen - strlen(key_suffix[kind])] = '\0';
-    int s = scps_layout_find_stack(f->layout, key);
+    int s = scps__layout_find_stack(f->layout, key);
     if (s < 0) {
       rc = scps_error_set(err, SCPS_ENOENT, "fdo load: '%s' line %d: unknown stack '%s'", path,
                           line, key);
@@ -637,9 +637,9 @@ out:
   return rc;
 }
 
-int scps_fdo_load_csv(scps_fdo *f, const char *dir, scps_error *err) {
+int scps__fdo_load_csv(scps_fdo *f, const char *dir, scps_error *err) {
   if (!f || !dir)
-    return scps_error_set(err, SCPS_EINVAL, "scps_fdo_load_csv: %s is NULL", f ? "dir" : "fdo");
+    return scps_error_set(err, SCPS_EINVAL, "scps__fdo_load_csv: %s is NULL", f ? "dir" : "fdo");
   fdo_file *files = NULL;
   int n_files = 0;
   int rc = latest_files(dir, &files, &n_files, err);
@@ -678,7 +678,7 @@ int scps_fdo_load_csv(scps_fdo *f, const char *dir, scps_error *err) {
  * memory and come back. */
 #define COUNT_LANES 4
 
-int scps_fdo_count_sources(const scps_coo *coo, const int32_t *src_of, int32_t n_src, int32_t *ids,
+int scps__fdo_count_sources(const scps_coo *coo, const int32_t *src_of, int32_t n_src, int32_t *ids,
                            int32_t *unique) {
   const size_t n = coo->n;
   if (n_src > 64) {

@@ -25,7 +25,7 @@ typedef void (*scps_fdo_log_fn)(void *ctx, const scps_fdo_change *change);
 
 typedef struct scps_fdo_options {
   int32_t process_index; /* names exported files: fdo_stats_<process_index>_<time_ns>.csv */
-  bool adaptive;         /* scps_fdo_step() also adapts the limits */
+  bool adaptive;         /* scps__fdo_step() also adapts the limits */
   double headroom;       /* adaptive target = observed * (1 + headroom); must be >= 0 */
   /* Bytes one SparseCore may give one stack's COO buffer. A source SparseCore
    * holds, for each of the N destinations, up to roundup8(max_ids) entries of
@@ -43,23 +43,23 @@ typedef struct scps_fdo scps_fdo;
 
 /* The layout is borrowed and must outlive the fdo. opts may be NULL
  * (process 0, not adaptive). Not thread-safe: one caller at a time. */
-int scps_fdo_create(const scps_layout *layout, const scps_fdo_options *opts, scps_fdo **out,
+int scps__fdo_create(const scps_layout *layout, const scps_fdo_options *opts, scps_fdo **out,
                     scps_error *err);
-void scps_fdo_destroy(scps_fdo *f);
+void scps__fdo_destroy(scps_fdo *f);
 
 /* Accumulates one step's stats of one stack: elementwise max of
  * max_ids_per_partition, max_unique_ids_per_partition and
  * required_buffer_size_per_sc, sum of id_drop_counter. */
-int scps_fdo_record(scps_fdo *f, int stack, const scps_stack_stats *s, scps_error *err);
+int scps__fdo_record(scps_fdo *f, int stack, const scps_stack_stats *s, scps_error *err);
 
 /* Records every stack of the prep's last run (which must have succeeded or
  * failed with SCPS_ELIMIT) and, in adaptive mode, adapts the prep's limits. */
-int scps_fdo_step(scps_fdo *f, scps_prep *p, scps_error *err);
+int scps__fdo_step(scps_fdo *f, scps_prep *p, scps_error *err);
 
 /* Accumulated stats of a stack (zeros before any record), or NULL. */
-const scps_stack_stats *scps_fdo_stats(const scps_fdo *f, int stack);
-int64_t scps_fdo_steps(const scps_fdo *f);
-void scps_fdo_reset(scps_fdo *f);
+const scps_stack_stats *scps__fdo_stats(const scps_fdo *f, int stack);
+int64_t scps__fdo_steps(const scps_fdo *f);
+void scps__fdo_reset(scps_fdo *f);
 
 /* Writes the accumulated stats to dir/fdo_stats_<process_index>_<time_ns>.csv
  * in the layout of the reference's CSVFileFDOClient (Python csv module
@@ -68,7 +68,7 @@ void scps_fdo_reset(scps_fdo *f);
  * _id_drop_counters rows; CRLF line ends, a field quoted only when it holds
  * a comma, quote or line break. The file appears atomically (rename). The
  * path written is copied to path_out when given. */
-int scps_fdo_export_csv(scps_fdo *f, const char *dir, char *path_out, size_t path_cap,
+int scps__fdo_export_csv(scps_fdo *f, const char *dir, char *path_out, size_t path_cap,
                         scps_error *err);
 
 /* Reads the latest file of every process in dir, takes the elementwise max
@@ -77,7 +77,7 @@ int scps_fdo_export_csv(scps_fdo *f, const char *dir, char *path_out, size_t pat
  * as zeros. Errors: SCPS_ENOENT (no file, unknown stack), SCPS_EPARSE,
  * SCPS_EMISMATCH (a row's length is not N, or 1 for drop counters),
  * SCPS_EIO. Nothing changes on failure. */
-int scps_fdo_load_csv(scps_fdo *f, const char *dir, scps_error *err);
+int scps__fdo_load_csv(scps_fdo *f, const char *dir, scps_error *err);
 
 /* The adaptive rule, on the accumulated stats: for each stack, with observed
  * = max over destinations, a limit below observed * (1 + headroom) is raised
@@ -85,22 +85,22 @@ int scps_fdo_load_csv(scps_fdo *f, const char *dir, scps_error *err);
  * coo_budget_bytes_per_sc) and never lowered; the prep uses it from its next
  * run. Every change goes to the log callback. n_changed (may be NULL) counts
  * the stacks changed. */
-int scps_fdo_adapt(scps_fdo *f, scps_prep *p, int *n_changed, scps_error *err);
+int scps__fdo_adapt(scps_fdo *f, scps_prep *p, int *n_changed, scps_error *err);
 
 /* Largest max_ids / max_unique_ids the budget allows for a stack. */
-int32_t scps_fdo_limit_cap(const scps_fdo *f, int stack);
+int32_t scps__fdo_limit_cap(const scps_fdo *f, int stack);
 
 /* "stack 's': max_ids_per_partition 256 -> 512, max_unique_ids_per_partition
  * 256 -> 256 (observed 430 ids, 200 unique)". Returns snprintf's count. */
-int scps_fdo_change_format(const scps_fdo_change *c, char *buf, size_t cap);
+int scps__fdo_change_format(const scps_fdo_change *c, char *buf, size_t cap);
 
 /* A server's view of the partition counts: of coo's entries (sorted by row,
- * as scps_engine_check_coo requires), ids[s] come from source SparseCore s
+ * as scps__engine_check_coo requires), ids[s] come from source SparseCore s
  * and unique[s] distinct rows among them, where src_of[sample] names the
  * source of each sample. ids and unique hold n_src counters each and are
  * overwritten. Returns SCPS_ENOMEM (counts untouched) only when n_src is
  * above 64 and its scratch cannot be allocated. */
-int scps_fdo_count_sources(const scps_coo *coo, const int32_t *src_of, int32_t n_src, int32_t *ids,
+int scps__fdo_count_sources(const scps_coo *coo, const int32_t *src_of, int32_t n_src, int32_t *ids,
                            int32_t *unique);
 
 #endif

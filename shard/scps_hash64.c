@@ -35,7 +35,7 @@ static inline uint64_t merge(uint64_t acc, uint64_t v) {
   return acc * P1 + P4;
 }
 
-void scps_hash64_init(scps_hash64_ctx *h, uint64_t seed) {
+void scps__hash64_init(scps_hash64_ctx *h, uint64_t seed) {
   memset(h, 0, sizeof *h);
   h->seed = seed;
   h->v[0] = seed + P1 + P2;
@@ -73,7 +73,7 @@ static size_t stripes(uint64_t v[4], const uint8_t *p, size_t len) {
   return i;
 }
 
-void scps_hash64_update(scps_hash64_ctx *h, const void *data, size_t len) {
+void scps__hash64_update(scps_hash64_ctx *h, const void *data, size_t len) {
   if (len == 0) return;
   const uint8_t *p = data;
   h->total += len;
@@ -93,7 +93,7 @@ void scps_hash64_update(scps_hash64_ctx *h, const void *data, size_t len) {
   h->buffered = (uint32_t)(len - used);
 }
 
-uint64_t scps_hash64_digest(const scps_hash64_ctx *h) {
+uint64_t scps__hash64_digest(const scps_hash64_ctx *h) {
   uint64_t acc;
   if (h->total >= 32) {
     const uint64_t *v = h->v;
@@ -127,9 +127,9 @@ uint64_t scps_hash64_digest(const scps_hash64_ctx *h) {
   return acc;
 }
 
-uint64_t scps_hash64(const void *data, size_t len, uint64_t seed) {
+uint64_t scps__hash64(const void *data, size_t len, uint64_t seed) {
   scps_hash64_ctx h;
-  scps_hash64_init(&h, seed);
-  scps_hash64_update(&h, data, len);
-  return scps_hash64_digest(&h);
+  scps__hash64_init(&h, seed);
+  scps__hash64_update(&h, data, len);
+  return scps__hash64_digest(&h);
 }

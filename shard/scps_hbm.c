@@ -3,7 +3,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-int scps_hbm_init(scps_hbm *h, int32_t sc, int64_t capacity, scps_error *err) {
+int scps__hbm_init(scps_hbm *h, int32_t sc, int64_t capacity, scps_error *err) {
   memset(h, 0, sizeof *h);
   h->sc = sc;
   if (capacity <= 0)
@@ -27,18 +27,18 @@ int scps_hbm_init(scps_hbm *h, int32_t sc, int64_t capacity, scps_error *err) {
   return 0;
 }
 
-void scps_hbm_free(scps_hbm *h) {
+void scps__hbm_free(scps_hbm *h) {
   if (h->base) munmap(h->base, (size_t)h->capacity);
   h->base = NULL;
   h->capacity = h->used = 0;
 }
 
-int scps_hbm_alloc(scps_hbm *h, int64_t n, const char *what, void **out, scps_error *err) {
-  int64_t need = scps_hbm_footprint(n);
-  if (n < 0 || need > scps_hbm_free_bytes(h))
+int scps__hbm_alloc(scps_hbm *h, int64_t n, const char *what, void **out, scps_error *err) {
+  int64_t need = scps__hbm_footprint(n);
+  if (n < 0 || need > scps__hbm_free_bytes(h))
     return scps_error_set(err, SCPS_ENOSPC,
                           "%s needs %lld bytes on SparseCore %d, %lld bytes free of %lld", what,
-                          (long long)need, h->sc, (long long)scps_hbm_free_bytes(h),
+                          (long long)need, h->sc, (long long)scps__hbm_free_bytes(h),
                           (long long)h->capacity);
   *out = h->base + h->used;
   h->used += need;

@@ -25,14 +25,14 @@ static double normal(uint64_t seed, int64_t id, int32_t col, uint32_t draw) {
   return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-uint64_t scps_init_seed(const scps_table_spec *t) {
+uint64_t scps__init_seed(const scps_table_spec *t) {
   if (t->initializer.seed) return t->initializer.seed;
   uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a of the name */
   for (const char *p = t->name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
   return h;
 }
 
-void scps_init_row(const scps_initializer_spec *in, uint64_t seed, int64_t id, int32_t dim,
+void scps__init_row(const scps_initializer_spec *in, uint64_t seed, int64_t id, int32_t dim,
                    float *row) {
   for (int32_t c = 0; c < dim; c++) {
     double v = 0;

@@ -550,7 +550,7 @@ static int parse_value(parser *ps, int depth, scps_json *v) {
   }
 }
 
-int scps_json_parse(const char *text, size_t len, scps_json **root, scps_error *err) {
+int scps__json_parse(const char *text, size_t len, scps_json **root, scps_error *err) {
   *root = NULL;
   if (!text && len) return scps_error_set(err, SCPS_EINVAL, "JSON text is NULL but length is %zu", len);
   if (!text) text = "";
@@ -573,14 +573,14 @@ int scps_json_parse(const char *text, size_t len, scps_json **root, scps_error *
   free(ps.mems);
   free(ps.bytes);
   if (rc) {
-    scps_json_destroy(&doc->root);
+    scps__json_destroy(&doc->root);
     return rc;
   }
   *root = &doc->root;
   return 0;
 }
 
-void scps_json_destroy(scps_json *root) {
+void scps__json_destroy(scps_json *root) {
   if (!root) return;
   json_doc *doc = (json_doc *)root;
   arena_block *b = doc->blocks;
@@ -592,9 +592,9 @@ void scps_json_destroy(scps_json *root) {
   free(doc);
 }
 
-scps_json_type scps_json_typeof(const scps_json *v) { return (scps_json_type)v->type; }
+scps_json_type scps__json_typeof(const scps_json *v) { return (scps_json_type)v->type; }
 
-const char *scps_json_type_name(scps_json_type t) {
+const char *scps__json_type_name(scps_json_type t) {
   switch (t) {
   case SCPS_JSON_NULL: return "null";
   case SCPS_JSON_BOOL: return "boolean";
@@ -606,19 +606,19 @@ const char *scps_json_type_name(scps_json_type t) {
   return "unknown";
 }
 
-uint32_t scps_json_line(const scps_json *v) { return v->line; }
-uint32_t scps_json_column(const scps_json *v) { return v->col; }
+uint32_t scps__json_line(const scps_json *v) { return v->line; }
+uint32_t scps__json_column(const scps_json *v) { return v->col; }
 
-size_t scps_json_length(const scps_json *v) {
+size_t scps__json_length(const scps_json *v) {
   return v->type == SCPS_JSON_ARRAY || v->type == SCPS_JSON_OBJECT ? v->len : 0;
 }
 
-const scps_json *scps_json_at(const scps_json *v, size_t i) {
+const scps_json *scps__json_at(const scps_json *v, size_t i) {
   if (v->type != SCPS_JSON_ARRAY || i >= v->len) return NULL;
   return &v->u.items[i];
 }
 
-const scps_json *scps_json_get(const scps_json *v, const char *key) {
+const scps_json *scps__json_get(const scps_json *v, const char *key) {
   if (v->type != SCPS_JSON_OBJECT) return NULL;
   size_t n = strlen(key);
   for (size_t i = 0; i < v->len; i++) {
@@ -628,7 +628,7 @@ const scps_json *scps_json_get(const scps_json *v, const char *key) {
   return NULL;
 }
 
-const scps_json *scps_json_member(const scps_json *v, size_t i, const char **key, size_t *key_len) {
+const scps_json *scps__json_member(const scps_json *v, size_t i, const char **key, size_t *key_len) {
   if (v->type != SCPS_JSON_OBJECT || i >= v->len) return NULL;
   const json_member *m = &v->u.members[i];
   if (key) *key = m->key;
@@ -636,27 +636,27 @@ const scps_json *scps_json_member(const scps_json *v, size_t i, const char **key
   return &m->value;
 }
 
-const char *scps_json_string(const scps_json *v, size_t *len) {
+const char *scps__json_string(const scps_json *v, size_t *len) {
   if (v->type != SCPS_JSON_STRING) return NULL;
   if (len) *len = v->len;
   return v->u.str;
 }
 
-int scps_json_number(const scps_json *v, double *out) {
+int scps__json_number(const scps_json *v, double *out) {
   if (v->type != SCPS_JSON_NUMBER) return SCPS_EINVAL;
   *out = v->u.num.d;
   return 0;
 }
 
-bool scps_json_is_int(const scps_json *v) { return v->type == SCPS_JSON_NUMBER && v->is_int; }
+bool scps__json_is_int(const scps_json *v) { return v->type == SCPS_JSON_NUMBER && v->is_int; }
 
-int scps_json_int(const scps_json *v, int64_t *out) {
-  if (!scps_json_is_int(v)) return SCPS_EINVAL;
+int scps__json_int(const scps_json *v, int64_t *out) {
+  if (!scps__json_is_int(v)) return SCPS_EINVAL;
   *out = v->u.num.i;
   return 0;
 }
 
-int scps_json_bool(const scps_json *v, bool *out) {
+int scps__json_bool(const scps_json *v, bool *out) {
   if (v->type != SCPS_JSON_BOOL) return SCPS_EINVAL;
   *out = v->u.b;
   return 0;

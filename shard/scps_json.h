@@ -33,51 +33,51 @@ typedef struct scps_json scps_json;
  * numbers that overflow a double and nesting deeper than SCPS_JSON_MAX_DEPTH,
  * with SCPS_EPARSE and a message giving line, column (in bytes, both from 1)
  * and what was expected. On success *root owns the whole tree. */
-int scps_json_parse(const char *text, size_t len, scps_json **root, scps_error *err);
+int scps__json_parse(const char *text, size_t len, scps_json **root, scps_error *err);
 
-/* Frees the tree; only for the root returned by scps_json_parse (NULL is fine). */
-void scps_json_destroy(scps_json *root);
+/* Frees the tree; only for the root returned by scps__json_parse (NULL is fine). */
+void scps__json_destroy(scps_json *root);
 
-scps_json_type scps_json_typeof(const scps_json *v);
+scps_json_type scps__json_typeof(const scps_json *v);
 /* "null", "boolean", "number", "string", "array", "object". */
-const char *scps_json_type_name(scps_json_type t);
+const char *scps__json_type_name(scps_json_type t);
 
 /* Where the value starts in the text, from 1, column in bytes. */
-uint32_t scps_json_line(const scps_json *v);
-uint32_t scps_json_column(const scps_json *v);
+uint32_t scps__json_line(const scps_json *v);
+uint32_t scps__json_column(const scps_json *v);
 
 /* Elements of an array or members of an object; 0 for other types. */
-size_t scps_json_length(const scps_json *v);
+size_t scps__json_length(const scps_json *v);
 
 /* Element i of an array, or NULL when v is not an array or i is out of range. */
-const scps_json *scps_json_at(const scps_json *v, size_t i);
+const scps_json *scps__json_at(const scps_json *v, size_t i);
 
 /* Member with that key (compared bytewise, so a key holding \u0000 never
  * matches), or NULL when absent or v is not an object. Linear in the member
  * count. */
-const scps_json *scps_json_get(const scps_json *v, const char *key);
+const scps_json *scps__json_get(const scps_json *v, const char *key);
 
 /* Member i of an object in document order: its value, and its key in *key
  * (NUL-terminated; *key_len, if given, counts bytes up to a possible embedded
  * NUL). NULL when v is not an object or i is out of range. */
-const scps_json *scps_json_member(const scps_json *v, size_t i, const char **key, size_t *key_len);
+const scps_json *scps__json_member(const scps_json *v, size_t i, const char **key, size_t *key_len);
 
 /* A string's bytes, NUL-terminated, and its length in *len (if given), which
  * differs from strlen when the string holds \u0000. NULL if v is not a string. */
-const char *scps_json_string(const scps_json *v, size_t *len);
+const char *scps__json_string(const scps_json *v, size_t *len);
 
 /* The value of a number, or SCPS_EINVAL when v is not one. */
-int scps_json_number(const scps_json *v, double *out);
+int scps__json_number(const scps_json *v, double *out);
 
 /* True when v is a number whose text denotes an integer of magnitude at most
  * 2^53 exactly ("12", "-0", "1e3" and "2.50e1" do; "1.5", "1e-400" and
  * "9007199254740993" do not). */
-bool scps_json_is_int(const scps_json *v);
+bool scps__json_is_int(const scps_json *v);
 
-/* The value of an exact integer (see scps_json_is_int), or SCPS_EINVAL. */
-int scps_json_int(const scps_json *v, int64_t *out);
+/* The value of an exact integer (see scps__json_is_int), or SCPS_EINVAL. */
+int scps__json_int(const scps_json *v, int64_t *out);
 
 /* The value of true/false, or SCPS_EINVAL when v is not a boolean. */
-int scps_json_bool(const scps_json *v, bool *out);
+int scps__json_bool(const scps_json *v, bool *out);
 
 #endif

@@ -5,9 +5,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-void scps_jsonw_init(scps_jsonw *w) { memset(w, 0, sizeof *w); }
+void scps__jsonw_init(scps_jsonw *w) { memset(w, 0, sizeof *w); }
 
-void scps_jsonw_free(scps_jsonw *w) {
+void scps__jsonw_free(scps_jsonw *w) {
   free(w->buf);
   memset(w, 0, sizeof *w);
 }
@@ -27,7 +27,7 @@ static bool reserve(scps_jsonw *w, size_t extra) {
   return true;
 }
 
-void scps_jsonw_printf(scps_jsonw *w, const char *fmt, ...) {
+void scps__jsonw_printf(scps_jsonw *w, const char *fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   int n = vsnprintf(NULL, 0, fmt, ap);
@@ -39,19 +39,19 @@ void scps_jsonw_printf(scps_jsonw *w, const char *fmt, ...) {
   w->len += (size_t)n;
 }
 
-void scps_jsonw_string(scps_jsonw *w, const char *s) {
-  scps_jsonw_printf(w, "\"");
+void scps__jsonw_string(scps_jsonw *w, const char *s) {
+  scps__jsonw_printf(w, "\"");
   for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-    if (*p == '"' || *p == '\\') scps_jsonw_printf(w, "\\%c", *p);
-    else if (*p < 0x20) scps_jsonw_printf(w, "\\u%04x", *p);
-    else scps_jsonw_printf(w, "%c", *p);
+    if (*p == '"' || *p == '\\') scps__jsonw_printf(w, "\\%c", *p);
+    else if (*p < 0x20) scps__jsonw_printf(w, "\\u%04x", *p);
+    else scps__jsonw_printf(w, "%c", *p);
   }
-  scps_jsonw_printf(w, "\"");
+  scps__jsonw_printf(w, "\"");
 }
 
-void scps_jsonw_double(scps_jsonw *w, double d) { scps_jsonw_printf(w, "%.17g", d); }
+void scps__jsonw_double(scps_jsonw *w, double d) { scps__jsonw_printf(w, "%.17g", d); }
 
-int scps_jsonw_finish(const scps_jsonw *w, const char *what, scps_error *err) {
+int scps__jsonw_finish(const scps_jsonw *w, const char *what, scps_error *err) {
   if (w->failed) return scps_error_set(err, SCPS_ENOMEM, "%s: out of memory writing JSON", what);
   return 0;
 }

@@ -9,7 +9,7 @@
 #include "scps_error.h"
 
 /* Appends never fail on the spot: an allocation failure sets `failed`, later
- * appends do nothing and scps_jsonw_finish reports it, so writers need no
+ * appends do nothing and scps__jsonw_finish reports it, so writers need no
  * check after every call. */
 typedef struct scps_jsonw {
   char *buf; /* NUL-terminated text, owned */
@@ -17,16 +17,16 @@ typedef struct scps_jsonw {
   bool failed;
 } scps_jsonw;
 
-void scps_jsonw_init(scps_jsonw *w);
-void scps_jsonw_free(scps_jsonw *w);
+void scps__jsonw_init(scps_jsonw *w);
+void scps__jsonw_free(scps_jsonw *w);
 
-void scps_jsonw_printf(scps_jsonw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void scps__jsonw_printf(scps_jsonw *w, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* s as a quoted JSON string, with quotes, backslashes and control bytes escaped. */
-void scps_jsonw_string(scps_jsonw *w, const char *s);
+void scps__jsonw_string(scps_jsonw *w, const char *s);
 /* A finite double with 17 significant digits, so parsing gives it back exactly. */
-void scps_jsonw_double(scps_jsonw *w, double d);
+void scps__jsonw_double(scps_jsonw *w, double d);
 
 /* SCPS_ENOMEM (naming what) if an append failed, else 0. */
-int scps_jsonw_finish(const scps_jsonw *w, const char *what, scps_error *err);
+int scps__jsonw_finish(const scps_jsonw *w, const char *what, scps_error *err);
 
 #endif

@@ -11,7 +11,7 @@
 
 static int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-void scps_layout_destroy(scps_layout *l) {
+void scps__layout_destroy(scps_layout *l) {
   if (!l) return;
   for (int s = 0; s < l->n_stacks; s++) {
     free(l->stacks[s].tables);
@@ -25,7 +25,7 @@ void scps_layout_destroy(scps_layout *l) {
   free(l);
 }
 
-int scps_layout_find_stack(const scps_layout *l, const char *name) {
+int scps__layout_find_stack(const scps_layout *l, const char *name) {
   for (int s = 0; s < l->n_stacks; s++)
     if (!strcmp(l->stacks[s].name, name)) return s;
   return -1;
@@ -36,7 +36,7 @@ int scps_layout_find_stack(const scps_layout *l, const char *name) {
 static bool same_group(const scps_layout *l, int a, int b) {
   const scps_table_spec *x = &l->table_specs[a], *y = &l->table_specs[b];
   return l->tables[a].padded_dim == l->tables[b].padded_dim && x->combiner == y->combiner &&
-         scps_optimizer_spec_equal(&x->optimizer, &y->optimizer) && x->clip == y->clip &&
+         scps__optimizer_spec_equal(&x->optimizer, &y->optimizer) && x->clip == y->clip &&
          (!x->clip || (x->clip_min == y->clip_min && x->clip_max == y->clip_max));
 }
 
@@ -73,8 +73,8 @@ static void make_stack_name(const scps_layout *l, const int *tables, int n, char
   } else {
     uint8_t digest[SCPS_SHA256_DIGEST_LEN];
     char hex[13];
-    scps_sha256(full, strlen(full), digest);
-    scps_sha256_hex(digest, 12, hex);
+    scps__sha256(full, strlen(full), digest);
+    scps__sha256_hex(digest, 12, hex);
     snprintf(out, SCPS_STACK_NAME_MAX, "%.*s...%s", STACK_NAME_KEEP, full, hex);
   }
   free(full);
@@ -141,7 +141,7 @@ static int stack_explicit(scps_layout *l, int *order, scps_error *err) {
       int b = order[j];
       const scps_table_spec *sb = &l->table_specs[b];
       if (done[b] || strcmp(sb->stack, sa->stack)) continue;
-      if (sb->combiner != sa->combiner || !scps_optimizer_spec_equal(&sb->optimizer, &sa->optimizer) ||
+      if (sb->combiner != sa->combiner || !scps__optimizer_spec_equal(&sb->optimizer, &sa->optimizer) ||
           sb->clip != sa->clip || (sa->clip && (sa->clip_min != sb->clip_min || sa->clip_max != sb->clip_max))) {
         rc = scps_error_set(err, SCPS_EINVAL,
                             "stack '%s': table '%s' differs from table '%s' in optimizer, "
@@ -227,14 +227,14 @@ static int place_features(scps_layout *l, scps_error *err) {
   return 0;
 }
 
-int scps_layout_create(const scps_table_spec *tables, int n_tables,
+int scps__layout_create(const scps_table_spec *tables, int n_tables,
                        const scps_feature_spec *features, int n_features,
                        const scps_topology *topology, const scps_layout_options *opts,
                        scps_layout **out, scps_error *err) {
   *out = NULL;
-  int rc = scps_specs_validate(tables, n_tables, features, n_features, err);
+  int rc = scps__specs_validate(tables, n_tables, features, n_features, err);
   if (rc) return rc;
-  rc = scps_topology_validate(topology, err);
+  rc = scps__topology_validate(topology, err);
   if (rc) return rc;
   int64_t limit = opts && opts->activation_mem_bytes_limit > 0 ? opts->activation_mem_bytes_limit
                                                                : SCPS_DEFAULT_ACTIVATION_MEM_LIMIT;
@@ -266,7 +266,7 @@ int scps_layout_create(const scps_table_spec *tables, int n_tables,
     order[t] = t;
   }
   for (int f = 0; f < n_features; f++) {
-    int t = scps_find_table(tables, n_tables, features[f].table);
+    int t = scps__find_table(tables, n_tables, features[f].table);
     l->features[f].table = t;
     l->features[f].stack = -1;
     samples[t] += features[f].batch_size;
@@ -293,11 +293,11 @@ int scps_layout_create(const scps_table_spec *tables, int n_tables,
 fail:
   free(samples);
   free(order);
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
   return rc;
 }
 
-int scps_layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t local_row, int *table,
+int scps__layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t local_row, int *table,
                           int64_t *id) {
   const scps_stack_layout *st = &l->stacks[stack];
   for (int i = 0; i < st->n_tables; i++) {
@@ -316,7 +316,7 @@ int scps_layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t l
   return SCPS_ERANGE;
 }
 
-int64_t scps_layout_rows_held(const scps_layout *l, int t, int32_t sc) {
+int64_t scps__layout_rows_held(const scps_layout *l, int t, int32_t sc) {
   const scps_table_layout *tl = &l->tables[t];
   int64_t residue = ((int64_t)sc - tl->shard_rotation) % l->num_sc;
   if (residue < 0) residue += l->num_sc;
@@ -324,8 +324,8 @@ int64_t scps_layout_rows_held(const scps_layout *l, int t, int32_t sc) {
   return residue < vocab ? (vocab - residue + l->num_sc - 1) / l->num_sc : 0;
 }
 
-int64_t scps_layout_stack_bytes_per_sc(const scps_layout *l, int stack) {
+int64_t scps__layout_stack_bytes_per_sc(const scps_layout *l, int stack) {
   const scps_stack_layout *st = &l->stacks[stack];
-  int64_t one = scps_hbm_footprint(st->rows_per_sc * st->dim * (int64_t)sizeof(float));
-  return one * (1 + scps_optimizer_num_slots(st->optimizer.type));
+  int64_t one = scps__hbm_footprint(st->rows_per_sc * st->dim * (int64_t)sizeof(float));
+  return one * (1 + scps__optimizer_num_slots(st->optimizer.type));
 }

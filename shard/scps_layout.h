@@ -66,40 +66,40 @@ typedef struct scps_layout {
  * go to that stack; the rest are grouped automatically by (padded dim,
  * optimizer, combiner, clipping) and split so that a stack's activations per
  * SparseCore stay under the activation memory limit. opts may be NULL. */
-int scps_layout_create(const scps_table_spec *tables, int n_tables,
+int scps__layout_create(const scps_table_spec *tables, int n_tables,
                        const scps_feature_spec *features, int n_features,
                        const scps_topology *topology, const scps_layout_options *opts,
                        scps_layout **out, scps_error *err);
-void scps_layout_destroy(scps_layout *layout);
+void scps__layout_destroy(scps_layout *layout);
 
-int scps_layout_find_stack(const scps_layout *layout, const char *name);
+int scps__layout_find_stack(const scps_layout *layout, const char *name);
 
 /* Global SparseCore holding id of table t: (id % N + rotation) % N. */
-static inline int32_t scps_layout_sc_of(const scps_layout *l, int t, int64_t id) {
+static inline int32_t scps__layout_sc_of(const scps_layout *l, int t, int64_t id) {
   return (int32_t)(((id % l->num_sc) + l->tables[t].shard_rotation) % l->num_sc);
 }
 
 /* Row of id of table t inside its stack's shard on that SparseCore. */
-static inline int64_t scps_layout_local_row(const scps_layout *l, int t, int64_t id) {
+static inline int64_t scps__layout_local_row(const scps_layout *l, int t, int64_t id) {
   return id / l->num_sc + l->tables[t].row_offset_in_shard;
 }
 
 /* Process that owns a global SparseCore. */
-static inline int32_t scps_layout_process_of_sc(const scps_layout *l, int32_t sc) {
+static inline int32_t scps__layout_process_of_sc(const scps_layout *l, int32_t sc) {
   return sc / l->topology.sc_per_process;
 }
 
 /* Inverse mapping: which table and global id a (stack, global SC, local row)
  * holds; returns SCPS_ERANGE for padding rows. */
-int scps_layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t local_row,
+int scps__layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t local_row,
                           int *table, int64_t *id);
 
 /* Local rows of table t on global SparseCore sc that hold an id: the
  * table's rows there are [row_offset_in_shard, + padded_vocab / N), and the
  * ones past this count are padding (its vocabulary ends first). */
-int64_t scps_layout_rows_held(const scps_layout *l, int t, int32_t sc);
+int64_t scps__layout_rows_held(const scps_layout *l, int t, int32_t sc);
 
 /* Bytes one SparseCore needs for a stack's rows plus optimizer slots. */
-int64_t scps_layout_stack_bytes_per_sc(const scps_layout *l, int stack);
+int64_t scps__layout_stack_bytes_per_sc(const scps_layout *l, int stack);
 
 #endif

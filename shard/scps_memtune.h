@@ -12,11 +12,11 @@
  * (lookup 50 ms against 10 ms, train step 60 ms against 26 ms, both ends
  * tuned). The cost: a process keeps about the peak of its transient
  * buffers resident. No-op on C libraries other than glibc. */
-void scps_memtune_apply(void);
+void scps__memtune_apply(void);
 
 /* Returns the allocator's free memory to the system (malloc_trim): for a
  * process that is idle after a spike, never per call. No-op on C
  * libraries other than glibc. */
-void scps_memtune_trim(void);
+void scps__memtune_trim(void);
 
 #endif

@@ -30,7 +30,7 @@ enum {
 
 #define OPT_INLINE static inline __attribute__((always_inline))
 
-void scps_optimizer_prepare(const scps_optimizer_spec *o, const scps_step *s,
+void scps__optimizer_prepare(const scps_optimizer_spec *o, const scps_step *s,
                             scps_opt_step *st) {
   memset(st, 0, sizeof(*st));
   st->type = o->type;
@@ -280,7 +280,7 @@ OPT_INLINE void f2a_span(int32_t i0, int32_t n, const scps_opt_step *st, float *
   }
 }
 
-void scps_optimizer_apply(const scps_opt_step *st, int32_t dim, float *restrict w,
+void scps__optimizer_apply(const scps_opt_step *st, int32_t dim, float *restrict w,
                           float *restrict slot0, float *restrict slot1, const float *restrict g) {
   switch (st->type) {
   case SCPS_OPT_SGD:
@@ -310,7 +310,7 @@ void scps_optimizer_apply(const scps_opt_step *st, int32_t dim, float *restrict 
   }
 }
 
-/* ---- bounds (scps_optimizer_update_bounded) ----
+/* ---- bounds (scps__optimizer_update_bounded) ----
  * Each kernel above, operation by operation, with every operand replaced by
  * a bound on its magnitude, in double. A quantity at most BOUND_MAX stays
  * far from float32's range whatever rounding does to it (each float32
@@ -329,7 +329,7 @@ static bool small(double x) { return x <= BOUND_MAX; } /* false for NaN */
  * at most 1 / sqrt(c) where g * g is a normal float, else G_TINY / sqrt(lo). */
 static double ratio_bound(double c, double lo) { return RND * (RND / sqrt(c) + G_TINY / sqrt(lo)); }
 
-bool scps_optimizer_update_bounded(const scps_opt_step *st, const scps_value_bounds *b, double g_max) {
+bool scps__optimizer_update_bounded(const scps_opt_step *st, const scps_value_bounds *b, double g_max) {
   const double G = g_max, W = b[0].mag, lr = st->lr;
   bool ok = small(G) && small(W) && small(lr) && lr >= 0 && small(G * G) && small(lr * G);
   for (int k = 0; k < 8; k++) ok &= small(fabs((double)st->p[k]));
@@ -395,7 +395,7 @@ bool scps_optimizer_update_bounded(const scps_opt_step *st, const scps_value_bou
   return false;
 }
 
-double scps_optimizer_slot_floor(const scps_opt_step *st, int slot, double lo) {
+double scps__optimizer_slot_floor(const scps_opt_step *st, int slot, double lo) {
   if (!(lo >= 0)) return -1;
   switch (st->type) {
   case SCPS_OPT_ADAGRAD:

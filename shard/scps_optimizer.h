@@ -25,12 +25,12 @@ typedef struct scps_opt_step {
 } scps_opt_step;
 
 /* Fills st from the spec and the step. */
-void scps_optimizer_prepare(const scps_optimizer_spec *o, const scps_step *s, scps_opt_step *st);
+void scps__optimizer_prepare(const scps_optimizer_spec *o, const scps_step *s, scps_opt_step *st);
 
 /* Applies one update to a row of dim floats: w is the row, slot0/slot1 its
  * slots (NULL when the optimizer has fewer), g the aggregated gradient.
  * Plain loops over dim so the compiler vectorises them. */
-void scps_optimizer_apply(const scps_opt_step *st, int32_t dim, float *restrict w,
+void scps__optimizer_apply(const scps_opt_step *st, int32_t dim, float *restrict w,
                           float *restrict slot0, float *restrict slot1, const float *restrict g);
 
 /* What is known of one array of values (a shard's rows, or one slot):
@@ -47,12 +47,12 @@ typedef struct scps_value_bounds {
  * means only "not proven": the caller then computes the update without
  * writing to see. The bounds are loose (2^100) so that ordinary training
  * is always proven. */
-bool scps_optimizer_update_bounded(const scps_opt_step *st, const scps_value_bounds *b, double g_max);
+bool scps__optimizer_update_bounded(const scps_opt_step *st, const scps_value_bounds *b, double g_max);
 
 /* A lower bound on slot `slot`'s values after one update by st of values
  * that were all >= lo (lo >= 0), whatever the gradient; -1 when none is
  * kept (a signed slot, or lo < 0). Accumulators and steps only grow,
  * velocities stay >= 0, a decaying accumulator keeps decay x lo. */
-double scps_optimizer_slot_floor(const scps_opt_step *st, int slot, double lo);
+double scps__optimizer_slot_floor(const scps_opt_step *st, int slot, double lo);
 
 #endif

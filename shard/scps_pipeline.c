@@ -142,10 +142,10 @@ static bool gang_wait(scps_pipeline *p, int *left, bool spin) {
   }
   pthread_mutex_unlock(&p->gang_mu);
   if (spin) {
-    const int64_t until = scps_clock_ns() + GANG_SPIN_NS;
+    const int64_t until = scps__clock_ns() + GANG_SPIN_NS;
     for (unsigned i = 1; atomic_load_explicit(&p->gang_gen, memory_order_acquire) == gen; i++) {
-      scps_cpu_relax();
-      if (!(i & 63) && scps_clock_ns() > until) break;
+      scps__cpu_relax();
+      if (!(i & 63) && scps__clock_ns() > until) break;
     }
   }
   pthread_mutex_lock(&p->gang_mu);
@@ -163,9 +163,9 @@ static void *sc_main(void *arg) {
   scps_job *job;
   while ((job = queue_pop(q))) {
     if (job->gang) gang_wait(w->p, &job->gang_in, true);
-    int64_t t0 = scps_clock_ns();
+    int64_t t0 = scps__clock_ns();
     job->sc_fn(job, w->index);
-    queue_account(q, scps_clock_ns() - t0);
+    queue_account(q, scps__clock_ns() - t0);
     if (job->gang) {
       if (gang_wait(w->p, &job->gang_out, false)) queue_push(&w->p->tc, job);
     } else if (atomic_fetch_sub(&job->pending, 1) == 1) {
@@ -180,14 +180,14 @@ static void *tc_main(void *arg) {
   queue *q = &w->p->tc;
   scps_job *job;
   while ((job = queue_pop(q))) {
-    int64_t t0 = scps_clock_ns();
+    int64_t t0 = scps__clock_ns();
     job->tc_fn(job);
-    queue_account(q, scps_clock_ns() - t0);
+    queue_account(q, scps__clock_ns() - t0);
   }
   return NULL;
 }
 
-void scps_pipeline_destroy(scps_pipeline *p) {
+void scps__pipeline_destroy(scps_pipeline *p) {
   if (!p) return;
   /* SparseCore workers first: their last jobs still feed the TensorCore queue. */
   for (int32_t i = 0; i < p->n_sc; i++) queue_stop(&p->sc[i]);
@@ -220,7 +220,7 @@ static int pin(pthread_t t, int32_t k, int cpu, scps_error *err) {
            : 0;
 }
 
-int scps_pipeline_create(int32_t n_sc, int32_t n_tc, const int *sc_cpus, scps_pipeline **out, scps_error *err) {
+int scps__pipeline_create(int32_t n_sc, int32_t n_tc, const int *sc_cpus, scps_pipeline **out, scps_error *err) {
   *out = NULL;
   if (n_sc < 1 || n_tc < 1)
     return scps_error_set(err, SCPS_EINVAL, "pipeline: %d SparseCore and %d TensorCore workers; need >= 1 each",
@@ -254,14 +254,14 @@ int scps_pipeline_create(int32_t n_sc, int32_t n_tc, const int *sc_cpus, scps_pi
     if (i < n_sc && sc_cpus) rc = pin(w->thread, i, sc_cpus[i], err);
   }
   if (rc) {
-    scps_pipeline_destroy(p);
+    scps__pipeline_destroy(p);
     return rc;
   }
   *out = p;
   return 0;
 }
 
-void scps_pipeline_submit(scps_pipeline *p, scps_job *job) {
+void scps__pipeline_submit(scps_pipeline *p, scps_job *job) {
   if (!job->sc_fn) {
     atomic_store(&job->pending, 0);
     queue_push(&p->tc, job);
@@ -278,7 +278,7 @@ void scps_pipeline_submit(scps_pipeline *p, scps_job *job) {
   pthread_mutex_unlock(&p->submit_mu);
 }
 
-void scps_pipeline_gang_sync(scps_pipeline *p, scps_job *job) { gang_wait(p, &job->gang_sync, true); }
+void scps__pipeline_gang_sync(scps_pipeline *p, scps_job *job) { gang_wait(p, &job->gang_sync, true); }
 
 static void stage_stats(queue *q, const char *name, scps_stage_stats *s) {
   pthread_mutex_lock(&q->mu);
@@ -289,7 +289,7 @@ static void stage_stats(queue *q, const char *name, scps_stage_stats *s) {
   pthread_mutex_unlock(&q->mu);
 }
 
-int scps_pipeline_stats(scps_pipeline *p, scps_stage_stats *out, int max) {
+int scps__pipeline_stats(scps_pipeline *p, scps_stage_stats *out, int max) {
   char name[SCPS_STAGE_NAME_MAX];
   int n = 0;
   for (int32_t i = 0; i < p->n_sc && n < max; i++, n++) {

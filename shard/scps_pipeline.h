@@ -49,26 +49,26 @@ typedef struct scps_stage_stats {
 
 /* Starts n_sc SparseCore workers and n_tc TensorCore workers, named
  * "scps-sc<k>" and "scps-tc<k>". sc_cpus: NULL, or the CPU each SparseCore
- * worker is pinned to ([n_sc]; scps_cpus_assign); SCPS_EINVAL, naming the
+ * worker is pinned to ([n_sc]; scps__cpus_assign); SCPS_EINVAL, naming the
  * worker and CPU, when the system refuses one. */
-int scps_pipeline_create(int32_t n_sc, int32_t n_tc, const int *sc_cpus, scps_pipeline **out, scps_error *err);
+int scps__pipeline_create(int32_t n_sc, int32_t n_tc, const int *sc_cpus, scps_pipeline **out, scps_error *err);
 
 /* Runs every job already submitted to completion, then stops the workers. */
-void scps_pipeline_destroy(scps_pipeline *p);
+void scps__pipeline_destroy(scps_pipeline *p);
 
 /* Queues job on every SparseCore worker, atomically with respect to other
  * submissions: two jobs reach every SparseCore in the same order, so a job
  * submitted after another job's tc_fn ran sees all of that job's writes. */
-void scps_pipeline_submit(scps_pipeline *p, scps_job *job);
+void scps__pipeline_submit(scps_pipeline *p, scps_job *job);
 
 /* Within a gang job's sc_fn, at most once per job: returns when every
  * SparseCore worker has called it, so each may rely on what all of them did
  * before (a barrier that spins briefly before it sleeps, as the gang's
  * own). */
-void scps_pipeline_gang_sync(scps_pipeline *p, scps_job *job);
+void scps__pipeline_gang_sync(scps_pipeline *p, scps_job *job);
 
 /* Fills up to max entries (n_sc SparseCore stages, then "tc"); returns the
  * number of stages. */
-int scps_pipeline_stats(scps_pipeline *p, scps_stage_stats *out, int max);
+int scps__pipeline_stats(scps_pipeline *p, scps_stage_stats *out, int max);
 
 #endif

@@ -1,12 +1,12 @@
 #include "scps_pool.h"
 
-size_t scps_pool_list_bytes(size_t entries, uint32_t first, uint32_t end) {
+size_t scps__pool_list_bytes(size_t entries, uint32_t first, uint32_t end) {
   const size_t span = end > first ? end - first : 0;
   /* The leading pointer's worth is room to align the row pointers. */
   return sizeof(const float *) + entries * (sizeof(const float *) + sizeof(float)) + (span + 1) * sizeof(uint32_t);
 }
 
-scps_pool_list scps_pool_list_make(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n,
+scps_pool_list scps__pool_list_make(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n,
                                    uint32_t first, uint32_t end, void *scratch) {
   const uint32_t span = end > first ? end - first : 0;
   size_t entries = 0;

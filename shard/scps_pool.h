@@ -9,7 +9,7 @@
 
 #include "scps_coo.h"
 
-/* How many entries ahead scps_pool_sample prefetches a row: in sample order
+/* How many entries ahead scps__pool_sample prefetches a row: in sample order
  * the rows read are scattered over megabytes or gigabytes. */
 #define SCPS_POOL_PREFETCH 16
 
@@ -25,20 +25,20 @@ typedef struct scps_pool_list {
   float *gain;
 } scps_pool_list;
 
-/* Bytes of scratch scps_pool_list_make needs for the samples [first, end)
+/* Bytes of scratch scps__pool_list_make needs for the samples [first, end)
  * of partitions holding entries entries in all. */
-size_t scps_pool_list_bytes(size_t entries, uint32_t first, uint32_t end);
+size_t scps__pool_list_bytes(size_t entries, uint32_t first, uint32_t end);
 
 /* Lists partitions coo[0 .. n)'s entries whose samples lie in [first, end);
  * partition k's entry i reads row coo[k].rows[i] of tables[k], dim floats a
- * row. scratch: scps_pool_list_bytes bytes, any alignment. */
-scps_pool_list scps_pool_list_make(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n,
+ * row. scratch: scps__pool_list_bytes bytes, any alignment. */
+scps_pool_list scps__pool_list_make(const float *const *tables, size_t dim, const scps_coo *coo, int32_t n,
                                    uint32_t first, uint32_t end, void *scratch);
 
 /* Sample s's entries (first <= s < end) summed into o, dim floats, every one
  * written: 0.0f + g * r for the first entry, which is what adding to a zeroed
  * row gives, -0.0 included, then += g * r; zeros for a sample without any. */
-static inline void scps_pool_sample(const scps_pool_list *l, uint32_t s, size_t dim, float *restrict o) {
+static inline void scps__pool_sample(const scps_pool_list *l, uint32_t s, size_t dim, float *restrict o) {
   const uint32_t b = s - l->first, a = l->start[b], z = l->start[b + 1], total = l->start[l->end - l->first];
   if (a == z) {
     memset(o, 0, dim * sizeof(float));

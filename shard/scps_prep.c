@@ -38,10 +38,10 @@ static void lent_job(scps_prep *p, int item, prep_thread *t) {
   p->lent_fn(p->lent_ctx, item);
 }
 
-void scps_prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int item), void *ctx) {
+void scps__prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int item), void *ctx) {
   p->lent_fn = fn;
   p->lent_ctx = ctx;
-  scps_prep_pool_run(p, lent_job, n_items);
+  scps__prep_pool_run(p, lent_job, n_items);
 }
 
 /* ---- phase 1: validation and counting ---- */
@@ -76,7 +76,7 @@ static void job_validate(scps_prep *p, int f, prep_thread *t) {
   prep_feature *pf = &p->features[f];
   const scps_feature_input *in = &p->inputs[f];
   scps_error_clear(&pf->err);
-  pf->rc = scps_prep_check_shape(p, f, in, pf, &pf->err);
+  pf->rc = scps__prep_check_shape(p, f, in, pf, &pf->err);
   if (pf->rc != 0)
     return;
   /* Counting and the range check share one pass: an out-of-range id still
@@ -93,7 +93,7 @@ static void job_validate(scps_prep *p, int f, prep_thread *t) {
     bad |= id >= vocab;
     cnt[shard_of(m, id, rot, &q)]++;
   }
-  pf->rc = bad ? scps_prep_check_bad_id(p, f, in, pf, &pf->err) : scps_prep_check_weights(p, f, in, pf, &pf->err);
+  pf->rc = bad ? scps__prep_check_bad_id(p, f, in, pf, &pf->err) : scps__prep_check_weights(p, f, in, pf, &pf->err);
   if (pf->rc != 0)
     return;
   memcpy(&p->feat_counts[(size_t)f * (size_t)p->n], cnt, (size_t)p->n * sizeof *cnt);
@@ -215,12 +215,12 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
   float *gains = st->gains + off;
   prep_gain_mode mode = st->gain_mode;
   if (mode == PREP_GAIN_PER_ENTRY) {
-    if (scps_radix_sort_kv(keys, gains, st->keys_tmp + off, st->gains_tmp + off, n, st->sort_lo,
+    if (scps__radix_sort_kv(keys, gains, st->keys_tmp + off, st->gains_tmp + off, n, st->sort_lo,
                            st->sort_hi, t->radix)) {
       keys = st->keys_tmp + off;
       gains = st->gains_tmp + off;
     }
-  } else if (scps_radix_sort_k(keys, st->keys_tmp + off, n, st->sort_lo, st->sort_hi, t->radix)) {
+  } else if (scps__radix_sort_k(keys, st->keys_tmp + off, n, st->sort_lo, st->sort_hi, t->radix)) {
     keys = st->keys_tmp + off;
   }
 
@@ -396,16 +396,16 @@ static int finish_stats(scps_prep *p, scps_error *err) {
       ss->id_drop_counter += st->dst_drops[src];
     }
     if (rc == 0 && p->opts.policy == SCPS_LIMIT_ERROR)
-      rc = scps_prep_check_limits(p, s, err);
+      rc = scps__prep_check_limits(p, s, err);
   }
   return rc;
 }
 
-int scps_prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *err) {
+int scps__prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *err) {
   if (!p || !inputs)
-    return scps_error_set(err, SCPS_EINVAL, "scps_prep_run: %s is NULL", p ? "inputs" : "prep");
+    return scps_error_set(err, SCPS_EINVAL, "scps__prep_run: %s is NULL", p ? "inputs" : "prep");
   p->inputs = inputs;
-  scps_prep_pool_run(p, job_validate, p->n_features);
+  scps__prep_pool_run(p, job_validate, p->n_features);
   for (int f = 0; f < p->n_features; f++) {
     if (p->features[f].rc != 0) {
       reset_outputs(p);
@@ -421,10 +421,10 @@ int scps_prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *er
     p->inputs = NULL;
     return rc;
   }
-  scps_prep_pool_run(p, job_scatter, p->n_features);
-  scps_prep_pool_run(p, job_partition, p->n_stacks * p->n);
+  scps__prep_pool_run(p, job_scatter, p->n_features);
+  scps__prep_pool_run(p, job_partition, p->n_stacks * p->n);
   p->inputs = NULL;
-  rc = scps_prep_check_gains(p, err);
+  rc = scps__prep_check_gains(p, err);
   if (rc != 0) {
     reset_outputs(p);
     return rc;
@@ -510,10 +510,10 @@ static int stack_init(scps_prep *p, int s, scps_error *err) {
   return 0;
 }
 
-int scps_prep_create(const scps_layout *layout, const scps_prep_options *opts, scps_prep **out,
+int scps__prep_create(const scps_layout *layout, const scps_prep_options *opts, scps_prep **out,
                      scps_error *err) {
   if (!layout || !out)
-    return scps_error_set(err, SCPS_EINVAL, "scps_prep_create: %s is NULL",
+    return scps_error_set(err, SCPS_EINVAL, "scps__prep_create: %s is NULL",
                           layout ? "out" : "layout");
   *out = NULL;
   scps_prep_options o = {.policy = SCPS_LIMIT_ERROR, .threads = 1};
@@ -532,7 +532,7 @@ int scps_prep_create(const scps_layout *layout, const scps_prep_options *opts, s
 
   scps_prep *p = calloc(1, sizeof *p);
   if (!p)
-    return scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: out of memory");
+    return scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: out of memory");
   p->layout = layout;
   p->n = layout->num_sc;
   p->pow2 = (p->n & (p->n - 1)) == 0;
@@ -549,7 +549,7 @@ int scps_prep_create(const scps_layout *layout, const scps_prep_options *opts, s
   p->feat_base = calloc((size_t)p->n_features * nsc + 1, sizeof *p->feat_base);
   p->threads = calloc((size_t)o.threads, sizeof *p->threads);
   if (!p->features || !p->stacks || !p->feat_counts || !p->feat_base || !p->threads) {
-    rc = scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: out of memory");
+    rc = scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: out of memory");
     goto fail;
   }
   p->n_threads = o.threads;
@@ -583,23 +583,23 @@ int scps_prep_create(const scps_layout *layout, const scps_prep_options *opts, s
   }
   for (int i = 0; i < p->n_threads; i++) {
     if (thread_init(p, &p->threads[i]) != 0) {
-      rc = scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: out of memory");
+      rc = scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: out of memory");
       goto fail;
     }
   }
-  if ((rc = scps_prep_pool_start(p, err)) != 0)
+  if ((rc = scps__prep_pool_start(p, err)) != 0)
     goto fail;
   *out = p;
   return 0;
 fail:
-  scps_prep_destroy(p);
+  scps__prep_destroy(p);
   return rc;
 }
 
-void scps_prep_destroy(scps_prep *p) {
+void scps__prep_destroy(scps_prep *p) {
   if (!p)
     return;
-  scps_prep_pool_stop(p);
+  scps__prep_pool_stop(p);
   if (p->threads) {
     for (int i = 0; i < p->n_threads; i++) {
       prep_thread *t = &p->threads[i];
@@ -651,24 +651,24 @@ void scps_prep_destroy(scps_prep *p) {
 
 /* ---- accessors ---- */
 
-const scps_coo *scps_prep_coo(const scps_prep *p, int stack, int32_t sc) {
+const scps_coo *scps__prep_coo(const scps_prep *p, int stack, int32_t sc) {
   if (!p || stack < 0 || stack >= p->n_stacks || sc < 0 || sc >= p->n)
     return NULL;
   return &p->stacks[stack].coo[sc];
 }
 
-size_t scps_prep_gain_exceptions(const scps_prep *p, int stack, int32_t sc) {
+size_t scps__prep_gain_exceptions(const scps_prep *p, int stack, int32_t sc) {
   if (!p || stack < 0 || stack >= p->n_stacks || sc < 0 || sc >= p->n) return 0;
   return p->stacks[stack].gain_exceptions[sc];
 }
 
-const scps_stack_stats *scps_prep_stats(const scps_prep *p, int stack) {
+const scps_stack_stats *scps__prep_stats(const scps_prep *p, int stack) {
   if (!p || stack < 0 || stack >= p->n_stacks)
     return NULL;
   return &p->stacks[stack].stats;
 }
 
-int scps_prep_set_limits(scps_prep *p, int stack, int32_t max_ids, int32_t max_unique_ids,
+int scps__prep_set_limits(scps_prep *p, int stack, int32_t max_ids, int32_t max_unique_ids,
                          scps_error *err) {
   if (!p || stack < 0 || stack >= p->n_stacks)
     return scps_error_set(err, SCPS_ERANGE, "set_limits: stack index %d outside [0, %d)", stack,
@@ -686,7 +686,7 @@ int scps_prep_set_limits(scps_prep *p, int stack, int32_t max_ids, int32_t max_u
   return 0;
 }
 
-void scps_prep_get_limits(const scps_prep *p, int stack, int32_t *max_ids, int32_t *max_unique_ids) {
+void scps__prep_get_limits(const scps_prep *p, int stack, int32_t *max_ids, int32_t *max_unique_ids) {
   int32_t a = 0, u = 0;
   if (p && stack >= 0 && stack < p->n_stacks) {
     a = p->stacks[stack].max_ids;

@@ -32,7 +32,7 @@ typedef struct scps_stack_stats {
 /* Definitions (they follow sparsecore-semantics.md sections 3 and 4):
  * - Feature f's sample r (0..batch-1) is stack sample
  *   layout->features[f].sample_offset + r; id goes to global SparseCore
- *   scps_layout_sc_of() at row scps_layout_local_row().
+ *   scps__layout_sc_of() at row scps__layout_local_row().
  * - Gains per combiner over the sample's whole row, before dedup and
  *   dropping: sum w; mean w/sum(w); sqrtn w/sqrt(sum(w^2)); an empty row has
  *   no entries. Weights must be finite, and > 0 for mean and sqrtn (so the
@@ -54,9 +54,9 @@ typedef struct scps_prep scps_prep;
 /* The layout is borrowed and must outlive the prep. opts may be NULL
  * (policy ERROR, one thread). Worker threads start here, buffers grow on
  * demand and are reused by later runs. */
-int scps_prep_create(const scps_layout *layout, const scps_prep_options *opts, scps_prep **out,
+int scps__prep_create(const scps_layout *layout, const scps_prep_options *opts, scps_prep **out,
                      scps_error *err);
-void scps_prep_destroy(scps_prep *p);
+void scps__prep_destroy(scps_prep *p);
 
 /* Preprocesses one batch: inputs[f] is feature f of the layout. Validates
  * everything first (shapes, batch size, ids in [0, vocabulary), finite
@@ -72,26 +72,26 @@ void scps_prep_destroy(scps_prep *p);
  * learn from it) but the partitions must not be used; after any other
  * failure every partition is empty and every stat is 0. Not thread-safe:
  * one run at a time per prep, and no set_limits during a run. */
-int scps_prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *err);
+int scps__prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *err);
 
 /* Lends the pool to other work between runs: fn(ctx, i) for every i in
  * [0, n_items), on the pool's threads and the caller's, in no set order;
- * returns once all are done. The same rule as scps_prep_run: one at a time
+ * returns once all are done. The same rule as scps__prep_run: one at a time
  * per prep, never during a run. */
-void scps_prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int item), void *ctx);
+void scps__prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int item), void *ctx);
 
 /* Partition for stack on global SparseCore sc, valid until the next run. */
-const scps_coo *scps_prep_coo(const scps_prep *p, int stack, int32_t sc);
+const scps_coo *scps__prep_coo(const scps_prep *p, int stack, int32_t sc);
 /* Entries of that partition whose gain is not exactly 1.0. With a sum
  * combiner and no weights, those of ids repeated within a sample (a few
  * percent): a request then lists only them (scps.proto gain_exceptions). */
-size_t scps_prep_gain_exceptions(const scps_prep *p, int stack, int32_t sc);
-const scps_stack_stats *scps_prep_stats(const scps_prep *p, int stack);
+size_t scps__prep_gain_exceptions(const scps_prep *p, int stack, int32_t sc);
+const scps_stack_stats *scps__prep_stats(const scps_prep *p, int stack);
 
 /* Limits in force (initially the layout's); changed live by FDO, used from
  * the next run on. Both must be >= 1; SCPS_ERANGE for an unknown stack. */
-int scps_prep_set_limits(scps_prep *p, int stack, int32_t max_ids, int32_t max_unique_ids,
+int scps__prep_set_limits(scps_prep *p, int stack, int32_t max_ids, int32_t max_unique_ids,
                          scps_error *err);
-void scps_prep_get_limits(const scps_prep *p, int stack, int32_t *max_ids, int32_t *max_unique_ids);
+void scps__prep_get_limits(const scps_prep *p, int stack, int32_t *max_ids, int32_t *max_unique_ids);
 
 #endif

@@ -16,7 +16,7 @@ static int64_t sample_of_position(const int64_t *offs, int64_t batch, size_t i) 
   return lo;
 }
 
-int scps_prep_check_shape(const scps_prep *p, int f, const scps_feature_input *in, prep_feature *pf,
+int scps__prep_check_shape(const scps_prep *p, int f, const scps_feature_input *in, prep_feature *pf,
                           scps_error *err) {
   const char *name = p->layout->feature_specs[f].name;
   int64_t b = pf->batch;
@@ -137,7 +137,7 @@ static bool weight_ok(float w, bool positive) {
   return finite && (!positive || w > 0.0f);
 }
 
-int scps_prep_check_bad_id(const scps_prep *p, int f, const scps_feature_input *in, const prep_feature *pf,
+int scps__prep_check_bad_id(const scps_prep *p, int f, const scps_feature_input *in, const prep_feature *pf,
                            scps_error *err) {
   for (size_t i = 0; i < in->n_ids; i++)
     if ((uint64_t)in->ids[i] >= pf->vocab)
@@ -151,7 +151,7 @@ int scps_prep_check_bad_id(const scps_prep *p, int f, const scps_feature_input *
                         p->layout->feature_specs[f].name);
 }
 
-int scps_prep_check_weights(const scps_prep *p, int f, const scps_feature_input *in, const prep_feature *pf,
+int scps__prep_check_weights(const scps_prep *p, int f, const scps_feature_input *in, const prep_feature *pf,
                             scps_error *err) {
   const char *name = p->layout->feature_specs[f].name;
   size_t n = in->n_ids;
@@ -175,12 +175,12 @@ int scps_prep_check_weights(const scps_prep *p, int f, const scps_feature_input 
     return scps_error_set(err, SCPS_EINVAL,
                           "feature '%s': weight %g at position %zu (sample %lld) must be > 0 for "
                           "combiner %s",
-                          name, (double)w[i], i, s, scps_combiner_name(pf->combiner));
+                          name, (double)w[i], i, s, scps__combiner_name(pf->combiner));
   }
   return 0;
 }
 
-int scps_prep_check_gains(const scps_prep *p, scps_error *err) {
+int scps__prep_check_gains(const scps_prep *p, scps_error *err) {
   for (int s = 0; s < p->n_stacks; s++) {
     const prep_stack *st = &p->stacks[s];
     for (int32_t d = 0; d < p->n; d++) {
@@ -221,7 +221,7 @@ static int limit_error(const scps_prep *p, int s, size_t src, size_t dst, int64_
                         unique ? st->run_max_unique : st->run_max_ids, where);
 }
 
-int scps_prep_check_limits(const scps_prep *p, int s, scps_error *err) {
+int scps__prep_check_limits(const scps_prep *p, int s, scps_error *err) {
   const prep_stack *st = &p->stacks[s];
   size_t nsc = (size_t)p->n;
   for (size_t src = 0; src < nsc; src++)

@@ -100,7 +100,7 @@ struct scps_prep {
   prep_job_fn job;
   int n_items;
   atomic_int next_item;
-  void (*lent_fn)(void *ctx, int item); /* scps_prep_parallel's work */
+  void (*lent_fn)(void *ctx, int item); /* scps__prep_parallel's work */
   void *lent_ctx;
 };
 

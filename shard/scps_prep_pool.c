@@ -23,18 +23,18 @@ static void run_items(scps_prep *p, prep_thread *t) {
 /* Spin up to SPIN_NS while *v equals old (is positive); the caller then
  * checks again under the mutex and sleeps if it must. */
 static void spin_while_equal(atomic_uint_fast64_t *v, uint64_t old) {
-  int64_t until = scps_clock_ns() + SPIN_NS;
+  int64_t until = scps__clock_ns() + SPIN_NS;
   for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) == old; i++) {
-    scps_cpu_relax();
-    if (!(i & 63) && scps_clock_ns() > until) return;
+    scps__cpu_relax();
+    if (!(i & 63) && scps__clock_ns() > until) return;
   }
 }
 
 static void spin_while_positive(atomic_int *v) {
-  int64_t until = scps_clock_ns() + SPIN_NS;
+  int64_t until = scps__clock_ns() + SPIN_NS;
   for (unsigned i = 1; atomic_load_explicit(v, memory_order_acquire) > 0; i++) {
-    scps_cpu_relax();
-    if (!(i & 63) && scps_clock_ns() > until) return;
+    scps__cpu_relax();
+    if (!(i & 63) && scps__clock_ns() > until) return;
   }
 }
 
@@ -61,7 +61,7 @@ static void *worker_main(void *arg) {
   }
 }
 
-void scps_prep_pool_run(scps_prep *p, prep_job_fn job, int n_items) {
+void scps__prep_pool_run(scps_prep *p, prep_job_fn job, int n_items) {
   if (p->workers_started == 0 || n_items <= 1) {
     for (int i = 0; i < n_items; i++)
       job(p, i, &p->threads[0]);
@@ -83,30 +83,30 @@ void scps_prep_pool_run(scps_prep *p, prep_job_fn job, int n_items) {
   pthread_mutex_unlock(&p->mu);
 }
 
-int scps_prep_pool_start(scps_prep *p, scps_error *err) {
+int scps__prep_pool_start(scps_prep *p, scps_error *err) {
   if (p->n_threads <= 1)
     return 0;
   if (pthread_mutex_init(&p->mu, NULL) != 0)
-    return scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: pthread_mutex_init failed");
+    return scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: pthread_mutex_init failed");
   if (pthread_cond_init(&p->cv_work, NULL) != 0) {
     pthread_mutex_destroy(&p->mu);
-    return scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: pthread_cond_init failed");
+    return scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: pthread_cond_init failed");
   }
   if (pthread_cond_init(&p->cv_done, NULL) != 0) {
     pthread_cond_destroy(&p->cv_work);
     pthread_mutex_destroy(&p->mu);
-    return scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: pthread_cond_init failed");
+    return scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: pthread_cond_init failed");
   }
   p->sync_init = true;
   for (int i = 1; i < p->n_threads; i++) {
     if (pthread_create(&p->threads[i].thread, NULL, worker_main, &p->threads[i]) != 0)
-      return scps_error_set(err, SCPS_ENOMEM, "scps_prep_create: cannot start thread %d", i);
+      return scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: cannot start thread %d", i);
     p->workers_started++;
   }
   return 0;
 }
 
-void scps_prep_pool_stop(scps_prep *p) {
+void scps__prep_pool_stop(scps_prep *p) {
   if (!p->sync_init)
     return;
   pthread_mutex_lock(&p->mu);

@@ -100,12 +100,12 @@ radix_sort(uint64_t *keys, float *vals, uint64_t *tmp_keys, float *tmp_vals, siz
   return in_tmp;
 }
 
-int scps_radix_sort_kv(uint64_t *keys, float *vals, uint64_t *tmp_keys, float *tmp_vals,
+int scps__radix_sort_kv(uint64_t *keys, float *vals, uint64_t *tmp_keys, float *tmp_vals,
                        size_t n, unsigned lo_bit, unsigned hi_bit, scps_radix_scratch *s) {
   return radix_sort(keys, vals, tmp_keys, tmp_vals, n, lo_bit, hi_bit, s, true);
 }
 
-int scps_radix_sort_k(uint64_t *keys, uint64_t *tmp_keys, size_t n, unsigned lo_bit,
+int scps__radix_sort_k(uint64_t *keys, uint64_t *tmp_keys, size_t n, unsigned lo_bit,
                       unsigned hi_bit, scps_radix_scratch *s) {
   return radix_sort(keys, NULL, tmp_keys, NULL, n, lo_bit, hi_bit, s, false);
 }

@@ -19,11 +19,11 @@ typedef struct scps_radix_scratch {
  * tmp_vals (n each) are the other half of the ping-pong. Digits whose value
  * is the same for every key are skipped. Returns 1 when the sorted data ended
  * in tmp_keys/tmp_vals, 0 when it is in keys/vals. n must be below 2^32. */
-int scps_radix_sort_kv(uint64_t *keys, float *vals, uint64_t *tmp_keys, float *tmp_vals,
+int scps__radix_sort_kv(uint64_t *keys, float *vals, uint64_t *tmp_keys, float *tmp_vals,
                        size_t n, unsigned lo_bit, unsigned hi_bit, scps_radix_scratch *s);
 
 /* The same for keys without a payload. */
-int scps_radix_sort_k(uint64_t *keys, uint64_t *tmp_keys, size_t n, unsigned lo_bit,
+int scps__radix_sort_k(uint64_t *keys, uint64_t *tmp_keys, size_t n, unsigned lo_bit,
                       unsigned hi_bit, scps_radix_scratch *s);
 
 #endif

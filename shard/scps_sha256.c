@@ -59,7 +59,7 @@ static void scps_sha256_block(uint32_t h[8], const uint8_t *block) {
   h[7] += hh;
 }
 
-void scps_sha256_init(scps_sha256_ctx *s) {
+void scps__sha256_init(scps_sha256_ctx *s) {
   static const uint32_t iv[8] = {0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
                                  0x510e527f, 0x9b05688c, 0x1f83d9ab, 0x5be0cd19};
   memcpy(s->h, iv, sizeof iv);
@@ -67,7 +67,7 @@ void scps_sha256_init(scps_sha256_ctx *s) {
   s->buf_len = 0;
 }
 
-void scps_sha256_update(scps_sha256_ctx *s, const void *data, size_t len) {
+void scps__sha256_update(scps_sha256_ctx *s, const void *data, size_t len) {
   const uint8_t *p = data;
   if (len == 0) return;
   s->total_len += len;
@@ -90,7 +90,7 @@ void scps_sha256_update(scps_sha256_ctx *s, const void *data, size_t len) {
   }
 }
 
-void scps_sha256_final(scps_sha256_ctx *s, uint8_t out[SCPS_SHA256_DIGEST_LEN]) {
+void scps__sha256_final(scps_sha256_ctx *s, uint8_t out[SCPS_SHA256_DIGEST_LEN]) {
   uint64_t bits = s->total_len * 8;
   s->buf[s->buf_len++] = 0x80;
   /* The 8-byte length must end a block; if it no longer fits, pad this
@@ -108,14 +108,14 @@ void scps_sha256_final(scps_sha256_ctx *s, uint8_t out[SCPS_SHA256_DIGEST_LEN]) 
   for (int i = 0; i < 8; i++) store_be32(out + 4 * i, s->h[i]);
 }
 
-void scps_sha256(const void *data, size_t len, uint8_t out[SCPS_SHA256_DIGEST_LEN]) {
+void scps__sha256(const void *data, size_t len, uint8_t out[SCPS_SHA256_DIGEST_LEN]) {
   scps_sha256_ctx s;
-  scps_sha256_init(&s);
-  scps_sha256_update(&s, data, len);
-  scps_sha256_final(&s, out);
+  scps__sha256_init(&s);
+  scps__sha256_update(&s, data, len);
+  scps__sha256_final(&s, out);
 }
 
-void scps_sha256_hex(const uint8_t digest[SCPS_SHA256_DIGEST_LEN], size_t n_hex, char *out) {
+void scps__sha256_hex(const uint8_t digest[SCPS_SHA256_DIGEST_LEN], size_t n_hex, char *out) {
   static const char digits[] = "0123456789abcdef";
   if (n_hex > SCPS_SHA256_HEX_LEN) n_hex = SCPS_SHA256_HEX_LEN;
   for (size_t i = 0; i < n_hex; i++) {

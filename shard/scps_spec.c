@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-void scps_optimizer_spec_init(scps_optimizer_spec *o, scps_optimizer_type type) {
+void scps__optimizer_spec_init(scps_optimizer_spec *o, scps_optimizer_type type) {
   memset(o, 0, sizeof *o);
   o->type = type;
   o->learning_rate = 0.001;
@@ -41,19 +41,19 @@ void scps_optimizer_spec_init(scps_optimizer_spec *o, scps_optimizer_type type) 
   }
 }
 
-void scps_table_spec_init(scps_table_spec *t) {
+void scps__table_spec_init(scps_table_spec *t) {
   memset(t, 0, sizeof *t);
   t->initializer.type = SCPS_INIT_UNIFORM;
   t->initializer.scale = 0.05;
-  scps_optimizer_spec_init(&t->optimizer, SCPS_OPT_SGD);
+  scps__optimizer_spec_init(&t->optimizer, SCPS_OPT_SGD);
   t->combiner = SCPS_COMBINER_SUM;
   t->max_ids_per_partition = 256;
   t->max_unique_ids_per_partition = 256;
 }
 
-void scps_feature_spec_init(scps_feature_spec *f) { memset(f, 0, sizeof *f); }
+void scps__feature_spec_init(scps_feature_spec *f) { memset(f, 0, sizeof *f); }
 
-int scps_optimizer_num_slots(scps_optimizer_type type) {
+int scps__optimizer_num_slots(scps_optimizer_type type) {
   switch (type) {
   case SCPS_OPT_SGD: return 0;
   case SCPS_OPT_ADAGRAD: return 1;
@@ -66,7 +66,7 @@ int scps_optimizer_num_slots(scps_optimizer_type type) {
   return 0;
 }
 
-const char *scps_optimizer_slot_name(scps_optimizer_type type, int slot) {
+const char *scps__optimizer_slot_name(scps_optimizer_type type, int slot) {
   static const char *const names[][2] = {
       [SCPS_OPT_ADAGRAD] = {"accumulator", NULL},
       [SCPS_OPT_ADAGRAD_MOMENTUM] = {"accumulator", "momentum"},
@@ -75,11 +75,11 @@ const char *scps_optimizer_slot_name(scps_optimizer_type type, int slot) {
       [SCPS_OPT_LAPROP] = {"mu", "nu"},
       [SCPS_OPT_F2A] = {"accumulator", "local_step"},
   };
-  if (slot < 0 || slot >= scps_optimizer_num_slots(type)) return NULL;
+  if (slot < 0 || slot >= scps__optimizer_num_slots(type)) return NULL;
   return names[type][slot];
 }
 
-double scps_optimizer_slot_init(const scps_optimizer_spec *o, int slot) {
+double scps__optimizer_slot_init(const scps_optimizer_spec *o, int slot) {
   switch (o->type) {
   case SCPS_OPT_ADAGRAD:
   case SCPS_OPT_ADAGRAD_MOMENTUM:
@@ -123,26 +123,26 @@ static int value_of(const name_value *t, size_t n, const char *name, int *out) {
   return SCPS_ENOENT;
 }
 
-const char *scps_optimizer_name(scps_optimizer_type type) {
+const char *scps__optimizer_name(scps_optimizer_type type) {
   return name_of(optimizer_names, COUNT(optimizer_names), type);
 }
-int scps_optimizer_from_name(const char *name, scps_optimizer_type *out) {
+int scps__optimizer_from_name(const char *name, scps_optimizer_type *out) {
   int v, rc = value_of(optimizer_names, COUNT(optimizer_names), name, &v);
   if (!rc) *out = (scps_optimizer_type)v;
   return rc;
 }
-const char *scps_combiner_name(scps_combiner c) {
+const char *scps__combiner_name(scps_combiner c) {
   return name_of(combiner_names, COUNT(combiner_names), c);
 }
-int scps_combiner_from_name(const char *name, scps_combiner *out) {
+int scps__combiner_from_name(const char *name, scps_combiner *out) {
   int v, rc = value_of(combiner_names, COUNT(combiner_names), name, &v);
   if (!rc) *out = (scps_combiner)v;
   return rc;
 }
-const char *scps_initializer_name(scps_initializer_type t) {
+const char *scps__initializer_name(scps_initializer_type t) {
   return name_of(initializer_names, COUNT(initializer_names), t);
 }
-int scps_initializer_from_name(const char *name, scps_initializer_type *out) {
+int scps__initializer_from_name(const char *name, scps_initializer_type *out) {
   int v, rc = value_of(initializer_names, COUNT(initializer_names), name, &v);
   if (!rc) *out = (scps_initializer_type)v;
   return rc;
@@ -153,7 +153,7 @@ static void optimizer_canonical(scps_optimizer_spec *o);
 /* Equal when the hyper-parameters the type reads are: the canonical forms
  * (optimizer_canonical, the one list of what each type reads) compared
  * field by field. */
-bool scps_optimizer_spec_equal(const scps_optimizer_spec *a, const scps_optimizer_spec *b) {
+bool scps__optimizer_spec_equal(const scps_optimizer_spec *a, const scps_optimizer_spec *b) {
   if (a->type != b->type || !name_of(optimizer_names, COUNT(optimizer_names), a->type)) return false;
   scps_optimizer_spec x = *a, y = *b;
   optimizer_canonical(&x);
@@ -166,13 +166,13 @@ bool scps_optimizer_spec_equal(const scps_optimizer_spec *a, const scps_optimize
          x.initial_linear == y.initial_linear && x.rho == y.rho && x.max_lr_multiplier == y.max_lr_multiplier;
 }
 
-int scps_find_table(const scps_table_spec *tables, int n_tables, const char *name) {
+int scps__find_table(const scps_table_spec *tables, int n_tables, const char *name) {
   for (int i = 0; i < n_tables; i++)
     if (!strcmp(tables[i].name, name)) return i;
   return -1;
 }
 
-int scps_find_feature(const scps_feature_spec *features, int n_features, const char *name) {
+int scps__find_feature(const scps_feature_spec *features, int n_features, const char *name) {
   for (int i = 0; i < n_features; i++)
     if (!strcmp(features[i].name, name)) return i;
   return -1;
@@ -192,10 +192,10 @@ static int check_name(const char *kind, int index, const char *name, scps_error 
 #define CHECK_FINITE(t, field)                                                                 \
   if (!(fabs(o->field) <= FLT_MAX))                                                            \
     return scps_error_set(err, SCPS_EINVAL, "table '%s': optimizer %s " #field " is %g, not finite in float32", \
-                          t, scps_optimizer_name(o->type), o->field);
+                          t, scps__optimizer_name(o->type), o->field);
 
 static int check_optimizer(const char *t, const scps_optimizer_spec *o, scps_error *err) {
-  if (!scps_optimizer_name(o->type))
+  if (!scps__optimizer_name(o->type))
     return scps_error_set(err, SCPS_EINVAL, "table '%s': unknown optimizer type %d", t, (int)o->type);
   CHECK_FINITE(t, learning_rate);
   CHECK_FINITE(t, initial_accumulator);
@@ -211,7 +211,7 @@ static int check_optimizer(const char *t, const scps_optimizer_spec *o, scps_err
   CHECK_FINITE(t, initial_linear);
   CHECK_FINITE(t, rho);
   CHECK_FINITE(t, max_lr_multiplier);
-  const char *name = scps_optimizer_name(o->type);
+  const char *name = scps__optimizer_name(o->type);
   if (o->learning_rate < 0)
     return scps_error_set(err, SCPS_EINVAL, "table '%s': %s learning_rate %g is negative", t, name,
                           o->learning_rate);
@@ -271,7 +271,7 @@ static int check_optimizer(const char *t, const scps_optimizer_spec *o, scps_err
 }
 
 static int check_initializer(const char *t, const scps_initializer_spec *in, scps_error *err) {
-  if (!scps_initializer_name(in->type))
+  if (!scps__initializer_name(in->type))
     return scps_error_set(err, SCPS_EINVAL, "table '%s': unknown initializer type %d", t,
                           (int)in->type);
   if (!isfinite(in->value) || !isfinite(in->scale) || !isfinite(in->stddev))
@@ -281,7 +281,7 @@ static int check_initializer(const char *t, const scps_initializer_spec *in, scp
                           t, in->scale);
   if ((in->type == SCPS_INIT_NORMAL || in->type == SCPS_INIT_TRUNCATED_NORMAL) && in->stddev < 0)
     return scps_error_set(err, SCPS_EINVAL, "table '%s': %s initializer stddev %g is negative", t,
-                          scps_initializer_name(in->type), in->stddev);
+                          scps__initializer_name(in->type), in->stddev);
   return 0;
 }
 
@@ -290,14 +290,14 @@ static int check_initializer(const char *t, const scps_initializer_spec *in, scp
 #define SCPS_VOCAB_MAX ((int64_t)1 << 31)
 #define SCPS_BATCH_MAX (1 << 26)
 
-int scps_specs_validate(const scps_table_spec *tables, int n_tables,
+int scps__specs_validate(const scps_table_spec *tables, int n_tables,
                         const scps_feature_spec *features, int n_features, scps_error *err) {
   if (n_tables <= 0) return scps_error_set(err, SCPS_EINVAL, "no tables declared");
   for (int i = 0; i < n_tables; i++) {
     const scps_table_spec *t = &tables[i];
     int rc = check_name("table", i, t->name, err);
     if (rc) return rc;
-    if (scps_find_table(tables, i, t->name) >= 0)
+    if (scps__find_table(tables, i, t->name) >= 0)
       return scps_error_set(err, SCPS_EEXIST, "table '%s' declared twice", t->name);
     if (t->vocabulary_size <= 0 || t->vocabulary_size > SCPS_VOCAB_MAX)
       return scps_error_set(err, SCPS_EINVAL, "table '%s': vocabulary_size %lld not in [1, %lld]",
@@ -328,10 +328,10 @@ int scps_specs_validate(const scps_table_spec *tables, int n_tables,
     const scps_feature_spec *f = &features[i];
     int rc = check_name("feature", i, f->name, err);
     if (rc) return rc;
-    if (scps_find_feature(features, i, f->name) >= 0)
+    if (scps__find_feature(features, i, f->name) >= 0)
       return scps_error_set(err, SCPS_EEXIST, "feature '%s' declared twice", f->name);
     int t = strnlen(f->table, SCPS_NAME_MAX) < SCPS_NAME_MAX
-                ? scps_find_table(tables, n_tables, f->table)
+                ? scps__find_table(tables, n_tables, f->table)
                 : -1;
     if (t < 0)
       return scps_error_set(err, SCPS_ENOENT, "feature '%s': unknown table '%.*s'", f->name,
@@ -350,7 +350,7 @@ int scps_specs_validate(const scps_table_spec *tables, int n_tables,
   return 0;
 }
 
-int scps_topology_validate(const scps_topology *t, scps_error *err) {
+int scps__topology_validate(const scps_topology *t, scps_error *err) {
   if (t->num_processes <= 0 || t->num_processes > 1024)
     return scps_error_set(err, SCPS_EINVAL, "topology: num_processes %d not in [1, 1024]",
                           t->num_processes);
@@ -381,8 +381,8 @@ static int optimizer_diff(const char *t, const scps_optimizer_spec *x, const scp
   snprintf(what, sizeof what, "table '%s' optimizer " #f, t);                                \
   DIFF_NUM(what, fmt, x->f, y->f)
   snprintf(what, sizeof what, "table '%s' optimizer", t);
-  DIFF_STR(what, scps_optimizer_name(x->type) ? scps_optimizer_name(x->type) : "?",
-           scps_optimizer_name(y->type) ? scps_optimizer_name(y->type) : "?");
+  DIFF_STR(what, scps__optimizer_name(x->type) ? scps__optimizer_name(x->type) : "?",
+           scps__optimizer_name(y->type) ? scps__optimizer_name(y->type) : "?");
   OPT_FIELD(learning_rate, "%g");
   OPT_FIELD(initial_accumulator, "%g");
   OPT_FIELD(momentum, "%g");
@@ -403,7 +403,7 @@ static int optimizer_diff(const char *t, const scps_optimizer_spec *x, const scp
   return 0;
 }
 
-int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
+int scps__specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
                     const scps_feature_spec *fa, int nfa, const scps_topology *tb,
                     const scps_table_spec *b, int nb, const scps_feature_spec *fb, int nfb,
                     const char *name_a, const char *name_b, char *msg, size_t len) {
@@ -416,8 +416,8 @@ int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
   for (int i = 0; i < na; i++) {
     const scps_table_spec *x = &a[i], *y = &b[i];
     scps_table_spec cx = *x, cy = *y;
-    scps_table_spec_canonical(&cx);
-    scps_table_spec_canonical(&cy);
+    scps__table_spec_canonical(&cx);
+    scps__table_spec_canonical(&cy);
     snprintf(what, sizeof what, "tables[%d] name", i);
     DIFF_STR(what, x->name, y->name);
 #define TABLE_FIELD(f, fmt, cast)                                                              \
@@ -445,8 +445,8 @@ int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
   for (int i = 0; i < nfa; i++) {
     const scps_feature_spec *x = &fa[i], *y = &fb[i];
     scps_feature_spec cx = *x, cy = *y;
-    scps_feature_spec_canonical(&cx, a, na);
-    scps_feature_spec_canonical(&cy, b, nb);
+    scps__feature_spec_canonical(&cx, a, na);
+    scps__feature_spec_canonical(&cy, b, nb);
     snprintf(what, sizeof what, "features[%d] name", i);
     DIFF_STR(what, x->name, y->name);
     snprintf(what, sizeof what, "feature '%s' table", x->name);
@@ -462,7 +462,7 @@ int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
 }
 
 /* The hyper-parameters of o's type (scps.proto OptimizerSpec's table, and
- * scps_optimizer_spec_equal) kept, every other one 0. */
+ * scps__optimizer_spec_equal) kept, every other one 0. */
 static void optimizer_canonical(scps_optimizer_spec *o) {
   scps_optimizer_spec c;
   memset(&c, 0, sizeof c);
@@ -506,7 +506,7 @@ static void optimizer_canonical(scps_optimizer_spec *o) {
   *o = c;
 }
 
-void scps_table_spec_canonical(scps_table_spec *t) {
+void scps__table_spec_canonical(scps_table_spec *t) {
   optimizer_canonical(&t->optimizer);
   scps_initializer_spec *in = &t->initializer;
   const bool random = in->type == SCPS_INIT_UNIFORM || in->type == SCPS_INIT_NORMAL ||
@@ -518,8 +518,8 @@ void scps_table_spec_canonical(scps_table_spec *t) {
   if (!t->clip) t->clip_min = t->clip_max = 0;
 }
 
-void scps_feature_spec_canonical(scps_feature_spec *f, const scps_table_spec *tables, int n_tables) {
+void scps__feature_spec_canonical(scps_feature_spec *f, const scps_table_spec *tables, int n_tables) {
   if (f->output_dim) return;
-  int t = strnlen(f->table, SCPS_NAME_MAX) < SCPS_NAME_MAX ? scps_find_table(tables, n_tables, f->table) : -1;
+  int t = strnlen(f->table, SCPS_NAME_MAX) < SCPS_NAME_MAX ? scps__find_table(tables, n_tables, f->table) : -1;
   if (t >= 0) f->output_dim = tables[t].embedding_dim;
 }

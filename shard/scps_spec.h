@@ -35,7 +35,7 @@ typedef enum scps_optimizer_type {
 
 #define SCPS_MAX_SLOTS 2
 
-/* One flat record for every optimizer; scps_optimizer_spec_init() fills the
+/* One flat record for every optimizer; scps__optimizer_spec_init() fills the
  * reference defaults of the chosen type and only that type's fields are read.
  * Field names are the reference's hyper-parameter names. */
 typedef struct scps_optimizer_spec {
@@ -80,9 +80,9 @@ typedef struct scps_table_spec {
   scps_initializer_spec initializer;
   scps_optimizer_spec optimizer;
   scps_combiner combiner;
-  /* Per-partition limits; scps_table_spec_init sets 256 each, a workload
+  /* Per-partition limits; scps__table_spec_init sets 256 each, a workload
    * file that leaves them out gets them sized from its declaration
-   * (scps_workload_parse). */
+   * (scps__workload_parse). */
   int32_t max_ids_per_partition;
   int32_t max_unique_ids_per_partition;
   bool clip;                            /* clamp rows to [clip_min, clip_max] after updates */
@@ -106,38 +106,38 @@ typedef struct scps_topology {
   int64_t sc_memory_bytes;
 } scps_topology;
 
-void scps_optimizer_spec_init(scps_optimizer_spec *o, scps_optimizer_type type);
-void scps_table_spec_init(scps_table_spec *t);
-void scps_feature_spec_init(scps_feature_spec *f);
+void scps__optimizer_spec_init(scps_optimizer_spec *o, scps_optimizer_type type);
+void scps__table_spec_init(scps_table_spec *t);
+void scps__feature_spec_init(scps_feature_spec *f);
 
 /* Slots per row for an optimizer (0..SCPS_MAX_SLOTS), their names in the
  * reference's order, and their initial values. */
-int scps_optimizer_num_slots(scps_optimizer_type type);
-const char *scps_optimizer_slot_name(scps_optimizer_type type, int slot);
-double scps_optimizer_slot_init(const scps_optimizer_spec *o, int slot);
+int scps__optimizer_num_slots(scps_optimizer_type type);
+const char *scps__optimizer_slot_name(scps_optimizer_type type, int slot);
+double scps__optimizer_slot_init(const scps_optimizer_spec *o, int slot);
 
 /* Names used in workload files, flags and messages ("adagrad", "sqrtn", ...). */
-const char *scps_optimizer_name(scps_optimizer_type type);
-int scps_optimizer_from_name(const char *name, scps_optimizer_type *out);
-const char *scps_combiner_name(scps_combiner c);
-int scps_combiner_from_name(const char *name, scps_combiner *out);
-const char *scps_initializer_name(scps_initializer_type t);
-int scps_initializer_from_name(const char *name, scps_initializer_type *out);
+const char *scps__optimizer_name(scps_optimizer_type type);
+int scps__optimizer_from_name(const char *name, scps_optimizer_type *out);
+const char *scps__combiner_name(scps_combiner c);
+int scps__combiner_from_name(const char *name, scps_combiner *out);
+const char *scps__initializer_name(scps_initializer_type t);
+int scps__initializer_from_name(const char *name, scps_initializer_type *out);
 
 /* True when two optimizer specs update rows identically (same type and the
  * hyper-parameters that type reads). */
-bool scps_optimizer_spec_equal(const scps_optimizer_spec *a, const scps_optimizer_spec *b);
+bool scps__optimizer_spec_equal(const scps_optimizer_spec *a, const scps_optimizer_spec *b);
 
 /* Checks one spec set: non-empty unique names, positive sizes, known enums,
  * finite hyper-parameters, features naming existing tables. Errors name the
  * table or feature and the offending value. */
-int scps_specs_validate(const scps_table_spec *tables, int n_tables,
+int scps__specs_validate(const scps_table_spec *tables, int n_tables,
                         const scps_feature_spec *features, int n_features, scps_error *err);
-int scps_topology_validate(const scps_topology *t, scps_error *err);
+int scps__topology_validate(const scps_topology *t, scps_error *err);
 
 /* Index of the table/feature with that name, or -1. */
-int scps_find_table(const scps_table_spec *tables, int n_tables, const char *name);
-int scps_find_feature(const scps_feature_spec *features, int n_features, const char *name);
+int scps__find_table(const scps_table_spec *tables, int n_tables, const char *name);
+int scps__find_feature(const scps_feature_spec *features, int n_features, const char *name);
 
 
 /* A table spec reduced to what it means: the optimizer hyper-parameters its
@@ -145,23 +145,23 @@ int scps_find_feature(const scps_feature_spec *features, int n_features, const c
  * type does not read and clip_min/clip_max without clip are set to 0, so
  * two declarations that serve the same tables compare (and fingerprint)
  * equal. */
-void scps_table_spec_canonical(scps_table_spec *t);
+void scps__table_spec_canonical(scps_table_spec *t);
 
 /* A feature spec reduced likewise: output_dim 0 ("the table's
  * embedding_dim") becomes that embedding_dim; tables are the declaration's
  * (a feature naming no table is left as it is). */
-void scps_feature_spec_canonical(scps_feature_spec *f, const scps_table_spec *tables, int n_tables);
+void scps__feature_spec_canonical(scps_feature_spec *f, const scps_table_spec *tables, int n_tables);
 
 #endif
 
 /* Compares two declarations (topology, tables, features, in order) field by
- * field, each in its canonical form (scps_table_spec_canonical,
- * scps_feature_spec_canonical: what a field left at its meaningful default
+ * field, each in its canonical form (scps__table_spec_canonical,
+ * scps__feature_spec_canonical: what a field left at its meaningful default
  * means, and the fields the table's optimizer, initializer or clipping do
  * not read left out). Returns 0 when equal; otherwise 1 and writes the
  * first difference to msg, labelled with name_a and name_b ("table 't3'
  * embedding_dim: client 32, server 64"). */
-int scps_specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
+int scps__specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
                     const scps_feature_spec *fa, int nfa, const scps_topology *tb,
                     const scps_table_spec *b, int nb, const scps_feature_spec *fb, int nfb,
                     const char *name_a, const char *name_b, char *msg, size_t len);

@@ -3,7 +3,7 @@
 #ifndef SCPS_SPIN_H
 #define SCPS_SPIN_H
 
-static inline void scps_cpu_relax(void) {
+static inline void scps__cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_ia32_pause();
 #endif

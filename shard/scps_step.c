@@ -1,7 +1,7 @@
 /* The step rules every server applies to ApplyGradients and Checkpoint. */
 #include "scps_step.h"
 
-int scps_step_check(int64_t step, int64_t held, int64_t max_advance, scps_error *err) {
+int scps__step_check(int64_t step, int64_t held, int64_t max_advance, scps_error *err) {
   if (step < 0 || step >= SCPS_STEP_LIMIT)
     return scps_error_set(err, SCPS_EINVAL, "step %lld: must be in [0, 2^53 = %lld)", (long long)step,
                           (long long)SCPS_STEP_LIMIT);

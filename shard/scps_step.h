@@ -25,6 +25,6 @@
  * process holds no step, and then step <= max_advance); otherwise
  * SCPS_EINVAL (outside [0, SCPS_STEP_LIMIT)) or SCPS_ESTATE (too far
  * ahead), with err naming the step, the step held and the advance. */
-int scps_step_check(int64_t step, int64_t held, int64_t max_advance, scps_error *err);
+int scps__step_check(int64_t step, int64_t held, int64_t max_advance, scps_error *err);
 
 #endif

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-int scps_parse_bytes(const char *s, int64_t *out) {
+int scps__parse_bytes(const char *s, int64_t *out) {
   size_t digits = strspn(s, "0123456789.");
   if (s[0] < '0' || s[0] > '9') return -1;
   if (s[digits] && (!strchr("KkMmGg", s[digits]) || s[digits + 1])) return -1;
@@ -22,7 +22,7 @@ int scps_parse_bytes(const char *s, int64_t *out) {
   return 0;
 }
 
-int scps_parse_long(const char *flag, const char *s, long lo, long hi, long *out, scps_error *err) {
+int scps__parse_long(const char *flag, const char *s, long lo, long hi, long *out, scps_error *err) {
   char *end;
   errno = 0;
   /* strtol would also take leading spaces and a '+'. */

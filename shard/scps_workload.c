@@ -17,23 +17,23 @@
 
 /* A short rendering of a value for messages: 1.5, "abc", true, an array. */
 static const char *describe(const scps_json *v, char *buf, size_t cap) {
-  switch (scps_json_typeof(v)) {
+  switch (scps__json_typeof(v)) {
   case SCPS_JSON_NUMBER: {
     double d;
-    scps_json_number(v, &d);
+    scps__json_number(v, &d);
     snprintf(buf, cap, "%.15g", d);
     break;
   }
   case SCPS_JSON_STRING: {
     size_t n;
-    const char *s = scps_json_string(v, &n);
+    const char *s = scps__json_string(v, &n);
     if (n > 48) snprintf(buf, cap, "\"%.45s...\"", s);
     else snprintf(buf, cap, "\"%s\"", s);
     break;
   }
   case SCPS_JSON_BOOL: {
     bool b;
-    scps_json_bool(v, &b);
+    scps__json_bool(v, &b);
     snprintf(buf, cap, "%s", b ? "true" : "false");
     break;
   }
@@ -47,7 +47,7 @@ static const char *describe(const scps_json *v, char *buf, size_t cap) {
 static int bad_value(scps_error *err, const char *path, const scps_json *v, const char *expected) {
   char buf[64];
   return scps_error_set(err, SCPS_EINVAL, "%s: expected %s, got %s (line %u)", path, expected,
-                        describe(v, buf, sizeof buf), scps_json_line(v));
+                        describe(v, buf, sizeof buf), scps__json_line(v));
 }
 
 /* out = path.key, cut to PATH_MAX_LEN - 1 bytes (paths only label messages). */
@@ -65,7 +65,7 @@ static void join(char *out, const char *path, const char *key) {
  * one leaves *out NULL. */
 static int member(const scps_json *obj, const char *path, const char *key, bool required,
                   const scps_json **out, scps_error *err) {
-  *out = scps_json_get(obj, key);
+  *out = scps__json_get(obj, key);
   if (!*out && required)
     return scps_error_set(err, SCPS_EINVAL, "%s%smissing required key '%s'", path,
                           *path ? ": " : "", key);
@@ -74,10 +74,10 @@ static int member(const scps_json *obj, const char *path, const char *key, bool 
 
 static int check_keys(const scps_json *obj, const char *path, const char *const *allowed,
                       size_t n_allowed, scps_error *err) {
-  for (size_t i = 0; i < scps_json_length(obj); i++) {
+  for (size_t i = 0; i < scps__json_length(obj); i++) {
     const char *key;
     size_t key_len;
-    const scps_json *v = scps_json_member(obj, i, &key, &key_len);
+    const scps_json *v = scps__json_member(obj, i, &key, &key_len);
     bool ok = false;
     for (size_t k = 0; k < n_allowed && !ok; k++)
       ok = strlen(allowed[k]) == key_len && !memcmp(allowed[k], key, key_len);
@@ -87,7 +87,7 @@ static int check_keys(const scps_json *obj, const char *path, const char *const 
     for (size_t k = 0; k < n_allowed && used < sizeof list; k++)
       used += (size_t)snprintf(list + used, sizeof list - used, "%s%s", k ? ", " : "", allowed[k]);
     return scps_error_set(err, SCPS_EINVAL, "%s%sunknown key '%.64s' (line %u); allowed: %s", path,
-                          *path ? ": " : "", key, scps_json_line(v), list);
+                          *path ? ": " : "", key, scps__json_line(v), list);
   }
   return 0;
 }
@@ -101,7 +101,7 @@ static int get_int(const scps_json *obj, const char *path, const char *key, bool
   if (rc || !v) return rc;
   join(p, path, key);
   int64_t i;
-  if (scps_json_int(v, &i) || i < min || i > max) {
+  if (scps__json_int(v, &i) || i < min || i > max) {
     char expected[96];
     if (max == INT64_MAX) snprintf(expected, sizeof expected, "an integer >= %lld", (long long)min);
     else
@@ -120,7 +120,7 @@ static int get_double(const scps_json *obj, const char *path, const char *key, b
   int rc = member(obj, path, key, required, &v, err);
   if (rc || !v) return rc;
   join(p, path, key);
-  if (scps_json_number(v, out)) return bad_value(err, p, v, "a number");
+  if (scps__json_number(v, out)) return bad_value(err, p, v, "a number");
   return 0;
 }
 
@@ -131,7 +131,7 @@ static int get_bool(const scps_json *obj, const char *path, const char *key, boo
   int rc = member(obj, path, key, required, &v, err);
   if (rc || !v) return rc;
   join(p, path, key);
-  if (scps_json_bool(v, out)) return bad_value(err, p, v, "true or false");
+  if (scps__json_bool(v, out)) return bad_value(err, p, v, "true or false");
   return 0;
 }
 
@@ -144,7 +144,7 @@ static int get_name(const scps_json *obj, const char *path, const char *key, boo
   if (rc || !v) return rc;
   join(p, path, key);
   size_t n;
-  const char *s = scps_json_string(v, &n);
+  const char *s = scps__json_string(v, &n);
   char expected[64];
   snprintf(expected, sizeof expected, "a non-empty string of at most %zu bytes", cap - 1);
   if (!s || n == 0 || n >= cap || strlen(s) != n) return bad_value(err, p, v, expected);
@@ -158,14 +158,14 @@ static int get_object(const scps_json *obj, const char *path, const char *key, b
   int rc = member(obj, path, key, required, out, err);
   if (rc || !*out) return rc;
   join(p, path, key);
-  if (scps_json_typeof(*out) != SCPS_JSON_OBJECT) return bad_value(err, p, *out, "an object");
+  if (scps__json_typeof(*out) != SCPS_JSON_OBJECT) return bad_value(err, p, *out, "an object");
   return 0;
 }
 
 /* The string's bytes when v is a string without embedded NULs, else NULL. */
 static const char *cstr(const scps_json *v) {
   size_t n;
-  const char *s = scps_json_string(v, &n);
+  const char *s = scps__json_string(v, &n);
   return s && strlen(s) == n ? s : NULL;
 }
 
@@ -247,17 +247,17 @@ static int parse_optimizer(const scps_json *obj, const char *path, scps_optimize
   if (rc) return rc;
   join(p, path, "type");
   size_t n;
-  const char *s = scps_json_string(tv, &n);
+  const char *s = scps__json_string(tv, &n);
   scps_optimizer_type type;
-  if (!s || n >= sizeof name || strlen(s) != n || scps_optimizer_from_name(s, &type))
+  if (!s || n >= sizeof name || strlen(s) != n || scps__optimizer_from_name(s, &type))
     return bad_value(err, p, tv,
                      "an optimizer: sgd, adagrad, adagrad_momentum, adam, ftrl, laprop or f2a");
   memcpy(name, s, n + 1);
-  scps_optimizer_spec_init(o, type);
-  for (size_t i = 0; i < scps_json_length(obj); i++) {
+  scps__optimizer_spec_init(o, type);
+  for (size_t i = 0; i < scps__json_length(obj); i++) {
     const char *key;
     size_t key_len;
-    const scps_json *v = scps_json_member(obj, i, &key, &key_len);
+    const scps_json *v = scps__json_member(obj, i, &key, &key_len);
     if (key_len == 4 && !memcmp(key, "type", 4)) continue;
     const hyper_param *hp = find_hyper_param(key, key_len);
     if (!hp || !(hp->optimizers & OPT_BIT(type))) {
@@ -265,17 +265,17 @@ static int parse_optimizer(const scps_json *obj, const char *path, scps_optimize
       list_hyper_params(type, list, sizeof list);
       return scps_error_set(err, SCPS_EINVAL,
                             "%s: '%.64s' is %s hyper-parameter of %s (line %u); it takes: type%s",
-                            path, key, hp ? "not a" : "not a known", name, scps_json_line(v), list);
+                            path, key, hp ? "not a" : "not a known", name, scps__json_line(v), list);
     }
     join(p, path, hp->name);
     char *field = (char *)o + hp->offset;
     if (hp->kind == HP_BOOL) {
       bool b;
-      if (scps_json_bool(v, &b)) return bad_value(err, p, v, "true or false");
+      if (scps__json_bool(v, &b)) return bad_value(err, p, v, "true or false");
       memcpy(field, &b, sizeof b);
     } else {
       double d;
-      if (scps_json_number(v, &d)) return bad_value(err, p, v, "a number");
+      if (scps__json_number(v, &d)) return bad_value(err, p, v, "a number");
       memcpy(field, &d, sizeof d);
     }
   }
@@ -292,9 +292,9 @@ static int parse_initializer(const scps_json *obj, const char *path, scps_initia
   if (rc) return rc;
   join(p, path, "type");
   size_t n;
-  const char *s = scps_json_string(tv, &n);
+  const char *s = scps__json_string(tv, &n);
   scps_initializer_type type;
-  if (!s || strlen(s) != n || scps_initializer_from_name(s, &type))
+  if (!s || strlen(s) != n || scps__initializer_from_name(s, &type))
     return bad_value(err, p, tv,
                      "an initializer: uniform, normal, truncated_normal, constant or zeros");
   memset(in, 0, sizeof *in);
@@ -331,10 +331,10 @@ static int parse_table(const scps_json *obj, const char *path, scps_table_spec *
                                         "max_ids_per_partition", "max_unique_ids_per_partition",
                                         "clip", "stack"};
   char p[PATH_MAX_LEN];
-  if (scps_json_typeof(obj) != SCPS_JSON_OBJECT) return bad_value(err, path, obj, "an object");
+  if (scps__json_typeof(obj) != SCPS_JSON_OBJECT) return bad_value(err, path, obj, "an object");
   int rc = check_keys(obj, path, allowed, COUNT(allowed), err);
   if (rc) return rc;
-  scps_table_spec_init(t);
+  scps__table_spec_init(t);
   if ((rc = get_name(obj, path, "name", true, t->name, sizeof t->name, err))) return rc;
   int64_t i;
   if ((rc = get_int(obj, path, "vocabulary_size", true, 1, INT64_MAX, &i, NULL, err))) return rc;
@@ -346,7 +346,7 @@ static int parse_table(const scps_json *obj, const char *path, scps_table_spec *
   if ((rc = member(obj, path, "combiner", true, &v, err))) return rc;
   const char *s = cstr(v);
   join(p, path, "combiner");
-  if (!s || scps_combiner_from_name(s, &t->combiner))
+  if (!s || scps__combiner_from_name(s, &t->combiner))
     return bad_value(err, p, v, "a combiner: sum, mean or sqrtn");
 
   if ((rc = get_object(obj, path, "optimizer", true, &v, err))) return rc;
@@ -372,8 +372,8 @@ static int parse_table(const scps_json *obj, const char *path, scps_table_spec *
   if (v) {
     join(p, path, "clip");
     double lo, hi;
-    if (scps_json_length(v) != 2 || scps_json_typeof(v) != SCPS_JSON_ARRAY ||
-        scps_json_number(scps_json_at(v, 0), &lo) || scps_json_number(scps_json_at(v, 1), &hi))
+    if (scps__json_length(v) != 2 || scps__json_typeof(v) != SCPS_JSON_ARRAY ||
+        scps__json_number(scps__json_at(v, 0), &lo) || scps__json_number(scps__json_at(v, 1), &hi))
       return bad_value(err, p, v, "[min, max] (two numbers)");
     if (lo > hi || fabs(lo) > FLT_MAX || fabs(hi) > FLT_MAX)
       return scps_error_set(err, SCPS_EINVAL,
@@ -390,14 +390,14 @@ static int parse_feature(const scps_json *obj, const char *path, const scps_work
                          scps_feature_spec *f, scps_feature_draw *d, scps_error *err) {
   static const char *const allowed[] = {"name", "table", "valency", "weighted"};
   char p[PATH_MAX_LEN];
-  if (scps_json_typeof(obj) != SCPS_JSON_OBJECT) return bad_value(err, path, obj, "an object");
+  if (scps__json_typeof(obj) != SCPS_JSON_OBJECT) return bad_value(err, path, obj, "an object");
   int rc = check_keys(obj, path, allowed, COUNT(allowed), err);
   if (rc) return rc;
-  scps_feature_spec_init(f);
+  scps__feature_spec_init(f);
   memset(d, 0, sizeof *d);
   if ((rc = get_name(obj, path, "name", true, f->name, sizeof f->name, err))) return rc;
   if ((rc = get_name(obj, path, "table", true, f->table, sizeof f->table, err))) return rc;
-  int t = scps_find_table(w->tables, w->n_tables, f->table);
+  int t = scps__find_table(w->tables, w->n_tables, f->table);
   if (t < 0) {
     join(p, path, "table");
     return scps_error_set(err, SCPS_EINVAL, "%s: no table named \"%s\"", p, f->table);
@@ -409,9 +409,9 @@ static int parse_feature(const scps_json *obj, const char *path, const scps_work
   if ((rc = member(obj, path, "valency", true, &v, err))) return rc;
   join(p, path, "valency");
   int64_t lo, hi;
-  if (scps_json_typeof(v) == SCPS_JSON_ARRAY) {
-    if (scps_json_length(v) != 2 || scps_json_int(scps_json_at(v, 0), &lo) ||
-        scps_json_int(scps_json_at(v, 1), &hi))
+  if (scps__json_typeof(v) == SCPS_JSON_ARRAY) {
+    if (scps__json_length(v) != 2 || scps__json_int(scps__json_at(v, 0), &lo) ||
+        scps__json_int(scps__json_at(v, 1), &hi))
       return bad_value(err, p, v, "an integer or [min, max] (two integers)");
     if (lo < 0 || hi < 1 || lo > hi || hi > SCPS_WORKLOAD_VALENCY_MAX)
       return scps_error_set(err, SCPS_EINVAL,
@@ -419,7 +419,7 @@ static int parse_feature(const scps_json *obj, const char *path, const scps_work
                             (long long)lo, (long long)hi, SCPS_WORKLOAD_VALENCY_MAX);
     f->valency = 0;
   } else {
-    if (scps_json_int(v, &lo) || lo < 1 || lo > SCPS_WORKLOAD_VALENCY_MAX) {
+    if (scps__json_int(v, &lo) || lo < 1 || lo > SCPS_WORKLOAD_VALENCY_MAX) {
       char expected[96];
       snprintf(expected, sizeof expected, "an integer in [1, %d] or [min, max]",
                SCPS_WORKLOAD_VALENCY_MAX);
@@ -478,7 +478,7 @@ static void size_limits(scps_workload *w, const bool (*given)[2]) {
 static int parse_content(const scps_json *root, scps_workload *w, bool (**given_out)[2], scps_error *err) {
   static const char *const allowed[] = {"name",   "description", "batch_size",
                                         "ids",    "tables",      "features"};
-  if (scps_json_typeof(root) != SCPS_JSON_OBJECT)
+  if (scps__json_typeof(root) != SCPS_JSON_OBJECT)
     return bad_value(err, "(top level)", root, "an object");
   int rc = check_keys(root, "", allowed, COUNT(allowed), err);
   if (rc) return rc;
@@ -487,7 +487,7 @@ static int parse_content(const scps_json *root, scps_workload *w, bool (**given_
   if ((rc = member(root, "", "name", false, &v, err))) return rc;
   if (v) {
     size_t n;
-    const char *s = scps_json_string(v, &n);
+    const char *s = scps__json_string(v, &n);
     if (!s || n >= sizeof w->name || strlen(s) != n) {
       char expected[64];
       snprintf(expected, sizeof expected, "a string of at most %zu bytes", sizeof w->name - 1);
@@ -498,7 +498,7 @@ static int parse_content(const scps_json *root, scps_workload *w, bool (**given_
   if ((rc = member(root, "", "description", false, &v, err))) return rc;
   if (v) {
     size_t n;
-    const char *s = scps_json_string(v, &n);
+    const char *s = scps__json_string(v, &n);
     if (!s) return bad_value(err, "description", v, "a string");
     char *copy = malloc(n + 1);
     if (!copy) return scps_error_set(err, SCPS_ENOMEM, "description: out of memory");
@@ -511,16 +511,16 @@ static int parse_content(const scps_json *root, scps_workload *w, bool (**given_
   if ((rc = get_int(root, "", "batch_size", true, 1, INT32_MAX, &batch, NULL, err))) return rc;
   w->batch_size = (int32_t)batch;
 
-  /* Only programs that generate ids need it (scps_workload_gen_create). */
+  /* Only programs that generate ids need it (scps__workload_gen_create). */
   if ((rc = get_object(root, "", "ids", false, &v, err))) return rc;
   w->has_ids = v != NULL;
   if (v && (rc = parse_ids(v, w, err))) return rc;
 
   if ((rc = member(root, "", "tables", true, &v, err))) return rc;
-  if (scps_json_typeof(v) != SCPS_JSON_ARRAY || scps_json_length(v) == 0 ||
-      scps_json_length(v) > INT_MAX)
+  if (scps__json_typeof(v) != SCPS_JSON_ARRAY || scps__json_length(v) == 0 ||
+      scps__json_length(v) > INT_MAX)
     return bad_value(err, "tables", v, "a non-empty array of tables");
-  size_t n_tables = scps_json_length(v);
+  size_t n_tables = scps__json_length(v);
   w->tables = calloc(n_tables, sizeof *w->tables);
   if (!w->tables) return scps_error_set(err, SCPS_ENOMEM, "tables: out of memory");
   bool(*given)[2] = *given_out = calloc(n_tables, sizeof *given);
@@ -528,8 +528,8 @@ static int parse_content(const scps_json *root, scps_workload *w, bool (**given_
   for (size_t i = 0; i < n_tables; i++) {
     char p[PATH_MAX_LEN];
     snprintf(p, sizeof p, "tables[%zu]", i);
-    if ((rc = parse_table(scps_json_at(v, i), p, &w->tables[i], given[i], err))) return rc;
-    int dup = scps_find_table(w->tables, (int)i, w->tables[i].name);
+    if ((rc = parse_table(scps__json_at(v, i), p, &w->tables[i], given[i], err))) return rc;
+    int dup = scps__find_table(w->tables, (int)i, w->tables[i].name);
     if (dup >= 0)
       return scps_error_set(err, SCPS_EEXIST, "%s.name: \"%s\" already names tables[%d]", p,
                             w->tables[i].name, dup);
@@ -537,26 +537,26 @@ static int parse_content(const scps_json *root, scps_workload *w, bool (**given_
   }
 
   if ((rc = member(root, "", "features", true, &v, err))) return rc;
-  if (scps_json_typeof(v) != SCPS_JSON_ARRAY || scps_json_length(v) == 0 ||
-      scps_json_length(v) > INT_MAX)
+  if (scps__json_typeof(v) != SCPS_JSON_ARRAY || scps__json_length(v) == 0 ||
+      scps__json_length(v) > INT_MAX)
     return bad_value(err, "features", v, "a non-empty array of features");
-  size_t n_features = scps_json_length(v);
+  size_t n_features = scps__json_length(v);
   w->features = calloc(n_features, sizeof *w->features);
   w->draws = calloc(n_features, sizeof *w->draws);
   if (!w->features || !w->draws) return scps_error_set(err, SCPS_ENOMEM, "features: out of memory");
   for (size_t i = 0; i < n_features; i++) {
     char p[PATH_MAX_LEN];
     snprintf(p, sizeof p, "features[%zu]", i);
-    if ((rc = parse_feature(scps_json_at(v, i), p, w, &w->features[i], &w->draws[i], err)))
+    if ((rc = parse_feature(scps__json_at(v, i), p, w, &w->features[i], &w->draws[i], err)))
       return rc;
-    int dup = scps_find_feature(w->features, (int)i, w->features[i].name);
+    int dup = scps__find_feature(w->features, (int)i, w->features[i].name);
     if (dup >= 0)
       return scps_error_set(err, SCPS_EEXIST, "%s.name: \"%s\" already names features[%d]", p,
                             w->features[i].name, dup);
     w->n_features = (int)i + 1;
   }
   size_limits(w, (const bool(*)[2])*given_out);
-  return scps_specs_validate(w->tables, w->n_tables, w->features, w->n_features, err);
+  return scps__specs_validate(w->tables, w->n_tables, w->features, w->n_features, err);
 }
 
 static int parse_workload(const scps_json *root, scps_workload *w, scps_error *err) {
@@ -566,7 +566,7 @@ static int parse_workload(const scps_json *root, scps_workload *w, scps_error *e
   return rc;
 }
 
-int scps_workload_from_json(const scps_json *root, scps_workload **out, scps_error *err) {
+int scps__workload_from_json(const scps_json *root, scps_workload **out, scps_error *err) {
   *out = NULL;
   scps_workload *w = calloc(1, sizeof *w);
   if (w) w->description = calloc(1, 1);
@@ -576,88 +576,88 @@ int scps_workload_from_json(const scps_json *root, scps_workload **out, scps_err
   }
   int rc = parse_workload(root, w, err);
   if (rc) {
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
     return rc;
   }
   *out = w;
   return 0;
 }
 
-int scps_workload_parse(const char *text, size_t len, scps_workload **out, scps_error *err) {
+int scps__workload_parse(const char *text, size_t len, scps_workload **out, scps_error *err) {
   *out = NULL;
   scps_json *root;
-  int rc = scps_json_parse(text, len, &root, err);
+  int rc = scps__json_parse(text, len, &root, err);
   if (rc) return rc;
-  rc = scps_workload_from_json(root, out, err);
-  scps_json_destroy(root);
+  rc = scps__workload_from_json(root, out, err);
+  scps__json_destroy(root);
   return rc;
 }
 
 /* ---- writing specs back in the same format ---- */
 
 static void write_optimizer(scps_jsonw *w, const scps_optimizer_spec *o) {
-  scps_jsonw_printf(w, "{\"type\": \"%s\"", scps_optimizer_name(o->type));
+  scps__jsonw_printf(w, "{\"type\": \"%s\"", scps__optimizer_name(o->type));
   for (size_t i = 0; i < COUNT(hyper_params); i++) {
     const hyper_param *hp = &hyper_params[i];
     if (!(hp->optimizers & OPT_BIT(o->type))) continue;
     const char *field = (const char *)o + hp->offset;
-    scps_jsonw_printf(w, ", \"%s\": ", hp->name);
+    scps__jsonw_printf(w, ", \"%s\": ", hp->name);
     if (hp->kind == HP_BOOL) {
       bool b;
       memcpy(&b, field, sizeof b);
-      scps_jsonw_printf(w, "%s", b ? "true" : "false");
+      scps__jsonw_printf(w, "%s", b ? "true" : "false");
     } else {
       double d;
       memcpy(&d, field, sizeof d);
-      scps_jsonw_double(w, d);
+      scps__jsonw_double(w, d);
     }
   }
-  scps_jsonw_printf(w, "}");
+  scps__jsonw_printf(w, "}");
 }
 
 static void write_initializer(scps_jsonw *w, const scps_initializer_spec *in) {
-  scps_jsonw_printf(w, "{\"type\": \"%s\"", scps_initializer_name(in->type));
+  scps__jsonw_printf(w, "{\"type\": \"%s\"", scps__initializer_name(in->type));
   switch (in->type) {
-  case SCPS_INIT_UNIFORM: scps_jsonw_printf(w, ", \"scale\": "), scps_jsonw_double(w, in->scale); break;
+  case SCPS_INIT_UNIFORM: scps__jsonw_printf(w, ", \"scale\": "), scps__jsonw_double(w, in->scale); break;
   case SCPS_INIT_NORMAL:
   case SCPS_INIT_TRUNCATED_NORMAL:
-    scps_jsonw_printf(w, ", \"stddev\": "), scps_jsonw_double(w, in->stddev);
+    scps__jsonw_printf(w, ", \"stddev\": "), scps__jsonw_double(w, in->stddev);
     break;
-  case SCPS_INIT_CONSTANT: scps_jsonw_printf(w, ", \"value\": "), scps_jsonw_double(w, in->value); break;
+  case SCPS_INIT_CONSTANT: scps__jsonw_printf(w, ", \"value\": "), scps__jsonw_double(w, in->value); break;
   case SCPS_INIT_ZEROS: break;
   }
-  if (in->seed) scps_jsonw_printf(w, ", \"seed\": %llu", (unsigned long long)in->seed);
-  scps_jsonw_printf(w, "}");
+  if (in->seed) scps__jsonw_printf(w, ", \"seed\": %llu", (unsigned long long)in->seed);
+  scps__jsonw_printf(w, "}");
 }
 
 static void write_table(scps_jsonw *w, const scps_table_spec *t) {
-  scps_jsonw_printf(w, "{\"name\": ");
-  scps_jsonw_string(w, t->name);
-  scps_jsonw_printf(w, ", \"vocabulary_size\": %lld, \"embedding_dim\": %d, \"combiner\": \"%s\",",
+  scps__jsonw_printf(w, "{\"name\": ");
+  scps__jsonw_string(w, t->name);
+  scps__jsonw_printf(w, ", \"vocabulary_size\": %lld, \"embedding_dim\": %d, \"combiner\": \"%s\",",
                     (long long)t->vocabulary_size, t->embedding_dim,
-                    scps_combiner_name(t->combiner));
-  scps_jsonw_printf(w, "\n     \"optimizer\": ");
+                    scps__combiner_name(t->combiner));
+  scps__jsonw_printf(w, "\n     \"optimizer\": ");
   write_optimizer(w, &t->optimizer);
-  scps_jsonw_printf(w, ",\n     \"initializer\": ");
+  scps__jsonw_printf(w, ",\n     \"initializer\": ");
   write_initializer(w, &t->initializer);
-  scps_jsonw_printf(w, ",\n     \"max_ids_per_partition\": %d, \"max_unique_ids_per_partition\": %d",
+  scps__jsonw_printf(w, ",\n     \"max_ids_per_partition\": %d, \"max_unique_ids_per_partition\": %d",
                     t->max_ids_per_partition, t->max_unique_ids_per_partition);
   if (t->clip) {
     /* Floats widened to double print exactly and narrow back to themselves. */
-    scps_jsonw_printf(w, ", \"clip\": [");
-    scps_jsonw_double(w, t->clip_min);
-    scps_jsonw_printf(w, ", ");
-    scps_jsonw_double(w, t->clip_max);
-    scps_jsonw_printf(w, "]");
+    scps__jsonw_printf(w, ", \"clip\": [");
+    scps__jsonw_double(w, t->clip_min);
+    scps__jsonw_printf(w, ", ");
+    scps__jsonw_double(w, t->clip_max);
+    scps__jsonw_printf(w, "]");
   }
   if (t->stack[0]) {
-    scps_jsonw_printf(w, ", \"stack\": ");
-    scps_jsonw_string(w, t->stack);
+    scps__jsonw_printf(w, ", \"stack\": ");
+    scps__jsonw_string(w, t->stack);
   }
-  scps_jsonw_printf(w, "}");
+  scps__jsonw_printf(w, "}");
 }
 
-int scps_workload_write_specs(const scps_table_spec *tables, int n_tables,
+int scps__workload_write_specs(const scps_table_spec *tables, int n_tables,
                               const scps_feature_spec *features, int n_features, scps_jsonw *w,
                               scps_error *err) {
   if (n_tables < 1 || n_features < 1)
@@ -671,7 +671,7 @@ int scps_workload_write_specs(const scps_table_spec *tables, int n_tables,
   const int32_t batch = features[0].batch_size;
   for (int i = 0; i < n_features; i++) {
     const scps_feature_spec *f = &features[i];
-    int t = scps_find_table(tables, n_tables, f->table);
+    int t = scps__find_table(tables, n_tables, f->table);
     if (t < 0)
       return scps_error_set(err, SCPS_EINVAL, "feature '%s': no table named '%s'", f->name, f->table);
     if (f->batch_size != batch)
@@ -685,27 +685,27 @@ int scps_workload_write_specs(const scps_table_spec *tables, int n_tables,
                             "the workload format implies",
                             f->name, f->output_dim, tables[t].name, tables[t].embedding_dim);
   }
-  scps_jsonw_printf(w, "{\"batch_size\": %d, \"ids\": {\"distribution\": \"uniform\", \"seed\": 0},\n  \"tables\": [",
+  scps__jsonw_printf(w, "{\"batch_size\": %d, \"ids\": {\"distribution\": \"uniform\", \"seed\": 0},\n  \"tables\": [",
                     batch);
   for (int i = 0; i < n_tables; i++) {
-    scps_jsonw_printf(w, "%s\n    ", i ? "," : "");
+    scps__jsonw_printf(w, "%s\n    ", i ? "," : "");
     write_table(w, &tables[i]);
   }
-  scps_jsonw_printf(w, "],\n  \"features\": [");
+  scps__jsonw_printf(w, "],\n  \"features\": [");
   for (int i = 0; i < n_features; i++) {
     const scps_feature_spec *f = &features[i];
-    scps_jsonw_printf(w, "%s\n    {\"name\": ", i ? "," : "");
-    scps_jsonw_string(w, f->name);
-    scps_jsonw_printf(w, ", \"table\": ");
-    scps_jsonw_string(w, f->table);
-    if (f->valency > 0) scps_jsonw_printf(w, ", \"valency\": %d}", f->valency);
-    else scps_jsonw_printf(w, ", \"valency\": [0, 1]}");
+    scps__jsonw_printf(w, "%s\n    {\"name\": ", i ? "," : "");
+    scps__jsonw_string(w, f->name);
+    scps__jsonw_printf(w, ", \"table\": ");
+    scps__jsonw_string(w, f->table);
+    if (f->valency > 0) scps__jsonw_printf(w, ", \"valency\": %d}", f->valency);
+    else scps__jsonw_printf(w, ", \"valency\": [0, 1]}");
   }
-  scps_jsonw_printf(w, "]}");
-  return scps_jsonw_finish(w, "specs", err);
+  scps__jsonw_printf(w, "]}");
+  return scps__jsonw_finish(w, "specs", err);
 }
 
-int scps_workload_load(const char *path, scps_workload **out, scps_error *err) {
+int scps__workload_load(const char *path, scps_workload **out, scps_error *err) {
   *out = NULL;
   FILE *f = fopen(path, "rb");
   if (!f) return scps_error_set(err, SCPS_EIO, "%s: cannot open: %s", path, strerror(errno));
@@ -739,14 +739,14 @@ int scps_workload_load(const char *path, scps_workload **out, scps_error *err) {
   if (!rc) {
     scps_error local;
     scps_error_clear(&local);
-    rc = scps_workload_parse(buf, len, out, &local);
+    rc = scps__workload_parse(buf, len, out, &local);
     if (rc) scps_error_set(err, rc, "%s: %s", path, local.msg);
   }
   free(buf);
   return rc;
 }
 
-void scps_workload_destroy(scps_workload *w) {
+void scps__workload_destroy(scps_workload *w) {
   if (!w) return;
   free(w->description);
   free(w->tables);

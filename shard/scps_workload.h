@@ -55,7 +55,7 @@ typedef struct scps_workload {
 } scps_workload;
 
 /* Parses a workload (format: shared/workloads/README.md) and validates the
- * specs with scps_specs_validate. JSON syntax errors (duplicate keys
+ * specs with scps__specs_validate. JSON syntax errors (duplicate keys
  * included) give SCPS_EPARSE with line and column; errors in content
  * (missing, unknown or mistyped keys, unknown names, out-of-range values,
  * hyper-parameters of another optimizer) give SCPS_EINVAL naming the JSON
@@ -64,7 +64,7 @@ typedef struct scps_workload {
  * max_ids_per_partition, max_unique_ids_per_partition, clip ([min, max]),
  * stack (an explicit stack name) and an initializer seed. Optimizer
  * hyper-parameters left out take the reference defaults. The "ids" section
- * is optional here (a server does not draw ids); scps_workload_gen_create
+ * is optional here (a server does not draw ids); scps__workload_gen_create
  * requires it.
  *
  * Limits a table leaves unset are sized from the declaration, so that no
@@ -73,30 +73,30 @@ typedef struct scps_workload {
  * [min, max] range), which is what one source SparseCore sends one
  * destination when every sample and id falls there;
  * max_unique_ids_per_partition is that or vocabulary_size, whichever is
- * smaller. Neither is set below the spec default (scps_table_spec_init),
+ * smaller. Neither is set below the spec default (scps__table_spec_init),
  * nor above INT32_MAX. */
-int scps_workload_parse(const char *text, size_t len, scps_workload **out, scps_error *err);
+int scps__workload_parse(const char *text, size_t len, scps_workload **out, scps_error *err);
 
 /* The same from a document parsed already (the object a workload file holds),
  * e.g. one member of a larger file such as a checkpoint manifest. */
-int scps_workload_from_json(const scps_json *root, scps_workload **out, scps_error *err);
+int scps__workload_from_json(const scps_json *root, scps_workload **out, scps_error *err);
 
-/* Writes a spec set as a workload object that scps_workload_parse reads back
- * into equal specs (scps_specs_diff): every table field, hyper-parameter,
+/* Writes a spec set as a workload object that scps__workload_parse reads back
+ * into equal specs (scps__specs_diff): every table field, hyper-parameter,
  * initializer, clip, stack and limit, doubles with 17 digits. The format has
  * one batch size and no per-feature output_dim, so specs whose features
  * differ in batch_size or whose output_dim is not the table's embedding_dim,
  * and seeds above 2^53 (not exact in JSON), give SCPS_EINVAL naming the
  * feature or table. "ids" is a placeholder (uniform, seed 0) and a ragged
  * feature gets valency [0, 1]: id distributions are not part of the specs. */
-int scps_workload_write_specs(const scps_table_spec *tables, int n_tables,
+int scps__workload_write_specs(const scps_table_spec *tables, int n_tables,
                               const scps_feature_spec *features, int n_features, scps_jsonw *w,
                               scps_error *err);
 
 /* Reads and parses a file; messages are prefixed with the path. */
-int scps_workload_load(const char *path, scps_workload **out, scps_error *err);
+int scps__workload_load(const char *path, scps_workload **out, scps_error *err);
 
-void scps_workload_destroy(scps_workload *w);
+void scps__workload_destroy(scps_workload *w);
 
 /* The batch generator (scps_workload_gen.h), declared here too for the
  * programs that load a workload to draw batches from it. */

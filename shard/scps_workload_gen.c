@@ -147,7 +147,7 @@ struct scps_workload_gen {
   scps_feature_input *inputs;
 };
 
-int scps_workload_gen_create(const scps_workload *w, uint64_t seed, scps_workload_gen **out,
+int scps__workload_gen_create(const scps_workload *w, uint64_t seed, scps_workload_gen **out,
                              scps_error *err) {
   *out = NULL;
   if (w->batch_size <= 0 || w->n_features <= 0)
@@ -159,7 +159,7 @@ int scps_workload_gen_create(const scps_workload *w, uint64_t seed, scps_workloa
                           "(\"ids\": {\"distribution\": \"uniform\"} or \"zipf\" with an \"exponent\")",
                           w->name);
   /* Also bounds every vocabulary to 2^31, which the Zipf fold relies on. */
-  int rc = scps_specs_validate(w->tables, w->n_tables, w->features, w->n_features, err);
+  int rc = scps__specs_validate(w->tables, w->n_tables, w->features, w->n_features, err);
   if (rc) return rc;
   if (w->distribution == SCPS_IDS_ZIPF &&
       !(w->exponent > 1.0 && w->exponent <= SCPS_WORKLOAD_ZIPF_EXPONENT_MAX))
@@ -189,7 +189,7 @@ int scps_workload_gen_create(const scps_workload *w, uint64_t seed, scps_workloa
   if (!g->features || !g->inputs) goto nomem;
   for (int f = 0; f < w->n_features; f++) {
     gen_feature *gf = &g->features[f];
-    int t = scps_find_table(w->tables, w->n_tables, w->features[f].table); /* validated */
+    int t = scps__find_table(w->tables, w->n_tables, w->features[f].table); /* validated */
     gf->vocab = (uint64_t)w->tables[t].vocabulary_size;
     gf->draw = w->draws[f];
     size_t cap = (size_t)w->batch_size * (size_t)gf->draw.valency_max;
@@ -213,12 +213,12 @@ int scps_workload_gen_create(const scps_workload *w, uint64_t seed, scps_workloa
   *out = g;
   return 0;
 nomem:
-  scps_workload_gen_destroy(g);
+  scps__workload_gen_destroy(g);
   return scps_error_set(err, SCPS_ENOMEM, "out of memory for batch buffers of workload '%s'",
                         w->name);
 }
 
-void scps_workload_gen_destroy(scps_workload_gen *g) {
+void scps__workload_gen_destroy(scps_workload_gen *g) {
   if (!g) return;
   for (int f = 0; g->features && f < g->n_features; f++) {
     free(g->features[f].row_offsets);
@@ -258,7 +258,7 @@ static void gen_feature_next(gen_feature *gf, int32_t batch, scps_id_distributio
   gf->r = r;
 }
 
-void scps_workload_gen_next(scps_workload_gen *g) {
+void scps__workload_gen_next(scps_workload_gen *g) {
   for (int f = 0; f < g->n_features; f++) {
     gen_feature *gf = &g->features[f];
     gen_feature_next(gf, g->batch_size, g->distribution, &g->zipf);
@@ -266,6 +266,6 @@ void scps_workload_gen_next(scps_workload_gen *g) {
   }
 }
 
-const scps_feature_input *scps_workload_gen_inputs(const scps_workload_gen *g) {
+const scps_feature_input *scps__workload_gen_inputs(const scps_workload_gen *g) {
   return g->inputs;
 }

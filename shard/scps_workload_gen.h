@@ -18,18 +18,18 @@ typedef struct scps_workload_gen scps_workload_gen;
 /* Copies what it needs from w, which may be destroyed afterwards. Fails with
  * SCPS_EINVAL when w has no "ids" section (saying so) or one batch would need
  * more than SCPS_WORKLOAD_BATCH_IDS_MAX ids. */
-int scps_workload_gen_create(const scps_workload *w, uint64_t seed, scps_workload_gen **out,
+int scps__workload_gen_create(const scps_workload *w, uint64_t seed, scps_workload_gen **out,
                              scps_error *err);
-void scps_workload_gen_destroy(scps_workload_gen *g);
+void scps__workload_gen_destroy(scps_workload_gen *g);
 
 /* Draws the next batch for every feature, overwriting the previous one. */
-void scps_workload_gen_next(scps_workload_gen *g);
+void scps__workload_gen_next(scps_workload_gen *g);
 
 /* n_features inputs of form SCPS_INPUT_RAGGED (row_offsets with batch_size + 1
  * entries, ids, and weights for weighted features, else NULL), in the order of
  * w->features, pointing into buffers the generator owns: valid until the next
- * scps_workload_gen_next or destroy. Before the first batch every feature is
+ * scps__workload_gen_next or destroy. Before the first batch every feature is
  * empty (all offsets 0). */
-const scps_feature_input *scps_workload_gen_inputs(const scps_workload_gen *g);
+const scps_feature_input *scps__workload_gen_inputs(const scps_workload_gen *g);
 
 #endif

@@ -12,6 +12,6 @@
  * present (a oneof's only when set; proto3 scalars always), int64s as
  * numbers, enums by name, bytes as lowercase hex, non-finite floats as
  * null, messages as objects and repeated fields as arrays. */
-void scps_admin_json_fields(scps_jsonw *w, const ProtobufCMessage *m);
+void scps__admin_json_fields(scps_jsonw *w, const ProtobufCMessage *m);
 
 #endif

@@ -26,7 +26,7 @@ typedef struct command {
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
   scps_error e;
-  if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
+  if (!scps__parse_long(flag, s, lo, hi, out, &e)) return 0;
   fprintf(stderr, "scps-admin: %s\n", e.msg);
   return -1;
 }
@@ -108,11 +108,11 @@ static int run_list(int argc, char **argv) {
     snprintf(dir, sizeof dir, "%s/%s", root, names[i]);
     scps_checkpoint *c = NULL;
     scps_error err;
-    int rc = scps_checkpoint_open(dir, &c, &err);
+    int rc = scps__checkpoint_open(dir, &c, &err);
     printf("%-14s %-10s %14lld  %s\n", names[i] + 5, rc ? "incomplete" : "complete",
            (long long)dir_bytes(dir), dir);
     if (rc) printf("    %s\n", err.msg);
-    scps_checkpoint_close(c);
+    scps__checkpoint_close(c);
     free(names[i]);
   }
   free(names);
@@ -136,16 +136,16 @@ static int run_verify(int argc, char **argv) {
   scps_checkpoint *c;
   scps_error err;
   scps_checkpoint_stats st = {0};
-  int rc = scps_checkpoint_open(argv[1], &c, &err);
+  int rc = scps__checkpoint_open(argv[1], &c, &err);
   if (!rc) {
-    rc = scps_checkpoint_verify(c, &st, &err);
+    rc = scps__checkpoint_verify(c, &st, &err);
     if (!rc) {
-      const scps_topology *t = scps_checkpoint_topology(c);
+      const scps_topology *t = scps__checkpoint_topology(c);
       printf("%s: step %lld, %d x %d SparseCores, %d files, %lld bytes: OK (%.2f GB/s)\n", argv[1],
-             (long long)scps_checkpoint_step(c), t->num_processes, t->sc_per_process, st.files,
+             (long long)scps__checkpoint_step(c), t->num_processes, t->sc_per_process, st.files,
              (long long)st.bytes, gbps(&st));
     }
-    scps_checkpoint_close(c);
+    scps__checkpoint_close(c);
   }
   if (rc) fprintf(stderr, "scps-admin: %s\n", err.msg);
   return rc ? 1 : 0;
@@ -185,7 +185,7 @@ static int run_convert(int argc, char **argv) {
     case 'p': if (parse_int("--to-processes", optarg, 1, 1024, &P)) return 2; break;
     case 's': if (parse_int("--to-sc-per-process", optarg, 1, 64, &S)) return 2; break;
     case 'm':
-      if (scps_parse_bytes(optarg, &mem)) {
+      if (scps__parse_bytes(optarg, &mem)) {
         fprintf(stderr, "scps-admin: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
         return 2;
       }
@@ -202,18 +202,18 @@ static int run_convert(int argc, char **argv) {
   scps_error err;
   if (!mem) {
     scps_checkpoint *c;
-    if (scps_checkpoint_open(dir, &c, &err)) {
+    if (scps__checkpoint_open(dir, &c, &err)) {
       fprintf(stderr, "scps-admin: %s\n", err.msg);
       return 1;
     }
-    const scps_topology *t = scps_checkpoint_topology(c);
+    const scps_topology *t = scps__checkpoint_topology(c);
     int64_t from = (int64_t)t->num_processes * t->sc_per_process, to = P * S;
     mem = t->sc_memory_bytes * ((from + to - 1) / to);
-    scps_checkpoint_close(c);
+    scps__checkpoint_close(c);
   }
   scps_topology to = {(int32_t)P, (int32_t)S, mem};
   scps_checkpoint_stats st = {0};
-  if (scps_checkpoint_export_topology(dir, &to, out, &st, &err)) {
+  if (scps__checkpoint_export_topology(dir, &to, out, &st, &err)) {
     fprintf(stderr, "scps-admin: %s\n", err.msg);
     return 1;
   }
@@ -258,28 +258,28 @@ static int run_export(int argc, char **argv) {
   }
   scps_checkpoint *c;
   scps_error err;
-  int rc = scps_checkpoint_open(argv[optind], &c, &err);
+  int rc = scps__checkpoint_open(argv[optind], &c, &err);
   int slot = -1;
   if (!rc && slot_name) {
     const scps_table_spec *t;
     const scps_feature_spec *f;
     int nt, nf;
-    scps_checkpoint_specs(c, &t, &nt, &f, &nf);
-    int ti = scps_find_table(t, nt, table);
+    scps__checkpoint_specs(c, &t, &nt, &f, &nf);
+    int ti = scps__find_table(t, nt, table);
     scps_optimizer_type type = ti >= 0 ? t[ti].optimizer.type : SCPS_OPT_SGD;
-    for (int k = 0; k < scps_optimizer_num_slots(type); k++)
-      if (!strcmp(scps_optimizer_slot_name(type, k), slot_name)) slot = k;
+    for (int k = 0; k < scps__optimizer_num_slots(type); k++)
+      if (!strcmp(scps__optimizer_slot_name(type, k), slot_name)) slot = k;
     if (ti >= 0 && slot < 0) {
       char names[256] = "";
-      for (int k = 0; k < scps_optimizer_num_slots(type); k++)
+      for (int k = 0; k < scps__optimizer_num_slots(type); k++)
         snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", k ? ", " : "",
-                 scps_optimizer_slot_name(type, k));
+                 scps__optimizer_slot_name(type, k));
       rc = scps_error_set(&err, SCPS_EINVAL, "table '%s' (%s) has no slot '%s'; its slots: %s", table,
-                          scps_optimizer_name(type), slot_name, names[0] ? names : "none");
+                          scps__optimizer_name(type), slot_name, names[0] ? names : "none");
     }
   }
-  if (!rc) rc = scps_checkpoint_export_table(c, table, slot, out, &err);
-  scps_checkpoint_close(c);
+  if (!rc) rc = scps__checkpoint_export_table(c, table, slot, out, &err);
+  scps__checkpoint_close(c);
   if (rc) {
     fprintf(stderr, "scps-admin: %s\n", err.msg);
     return 1;
@@ -291,21 +291,21 @@ static int run_export(int argc, char **argv) {
 /* ---- the command table ---- */
 
 static const command commands[] = {
-    {"health", "ask servers whether they are serving", scps_admin_health_usage, scps_admin_health},
+    {"health", "ask servers whether they are serving", scps_admin_health_usage, scps__admin_health},
     {"stats", "print servers' memory, FDO, request and checkpoint statistics", scps_admin_stats_usage,
-     scps_admin_stats},
+     scps__admin_stats},
     {"config", "print what servers serve: topology, stacks, limits, step", scps_admin_config_usage,
-     scps_admin_config},
-    {"checkpoint save", "save a cluster checkpoint through the servers", scps_admin_save_usage, scps_admin_save},
+     scps__admin_config},
+    {"checkpoint save", "save a cluster checkpoint through the servers", scps_admin_save_usage, scps__admin_save},
     {"checkpoint list", "list the checkpoints under a directory", list_usage, run_list},
     {"checkpoint verify", "check every file of a checkpoint against its checksum", verify_usage,
      run_verify},
     {"checkpoint convert", "reshard a checkpoint for another topology", convert_usage, run_convert},
     {"checkpoint export", "write a table or slot as a .npy array", export_usage, run_export},
     {"rows", "print given ids' rows and optimizer slots as the servers hold them", scps_admin_rows_usage,
-     scps_admin_rows},
+     scps__admin_rows},
     {"checkpoint restore", "bring every process of a cluster to one step it holds a checkpoint of",
-     scps_admin_restore_usage, scps_admin_restore},
+     scps_admin_restore_usage, scps__admin_restore},
 };
 #define N_COMMANDS (sizeof commands / sizeof commands[0])
 

@@ -96,7 +96,7 @@ typedef struct target {
 
 static void target_free(target *t) {
   free(t->list);
-  scps_security_flags_free(&t->sec);
+  scps__security_flags_free(&t->sec);
 }
 
 static int bad(const char *usage, const char *fmt, const char *arg) {
@@ -126,11 +126,11 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
     switch (ch) {
     case 's': servers = optarg; break;
     case 'd':
-      if (scps_parse_long("--deadline-ms", optarg, 1, 86400000, &t->deadline_ms, &e)) return bad(usage, "%s", e.msg);
+      if (scps__parse_long("--deadline-ms", optarg, 1, 86400000, &t->deadline_ms, &e)) return bad(usage, "%s", e.msg);
       break;
     case 'n':
       if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--step");
-      if (scps_parse_long("--step", optarg, 0, LONG_MAX, &t->step, &e))
+      if (scps__parse_long("--step", optarg, 0, LONG_MAX, &t->step, &e))
         return bad(usage, "%s", e.msg);
       break;
     case 'j':
@@ -139,11 +139,11 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
       break;
     case 'D':
       if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--dir");
-      if (scps_confine_check("--dir", optarg, 4000, &e)) return bad(usage, "%s", e.msg);
+      if (scps__confine_check("--dir", optarg, 4000, &e)) return bad(usage, "%s", e.msg);
       t->dir = optarg;
       break;
     default:
-      rc = scps_security_flags_parse(&t->sec, "scps-admin", ch, optarg, &e);
+      rc = scps__security_flags_parse(&t->sec, "scps-admin", ch, optarg, &e);
       if (rc < 0) return bad(usage, "%s", e.msg);
       if (rc == 0) {
         fputs(usage, stderr);
@@ -165,7 +165,7 @@ static ProtobufCMessage *ask(const target *t, int i, const char *method, const P
                              scps_error *err) {
   uint8_t *bytes = NULL;
   size_t len = 0;
-  if (scps_client_rpc_call(t->addr[i], &t->sec.security, method, NULL, 0, t->deadline_ms, &bytes, &len, err))
+  if (scps__client_rpc_call(t->addr[i], &t->sec.security, method, NULL, 0, t->deadline_ms, &bytes, &len, err))
     return NULL;
   ProtobufCMessage *m = protobuf_c_message_unpack(answer, NULL, len, bytes);
   free(bytes);
@@ -193,22 +193,22 @@ static int for_each_server(int argc, char **argv, const char *usage, const char 
   }
   int status = 0;
   scps_jsonw w;
-  scps_jsonw_init(&w);
-  scps_jsonw_printf(&w, "[");
+  scps__jsonw_init(&w);
+  scps__jsonw_printf(&w, "[");
   for (int i = 0; i < t.n; i++) {
     scps_error err;
     ProtobufCMessage *m = ask(&t, i, method, desc, &err);
     if (t.json) {
-      scps_jsonw_printf(&w, "%s{\"server\": ", i ? ",\n " : "");
-      scps_jsonw_string(&w, t.addr[i]);
-      scps_jsonw_printf(&w, ", ");
+      scps__jsonw_printf(&w, "%s{\"server\": ", i ? ",\n " : "");
+      scps__jsonw_string(&w, t.addr[i]);
+      scps__jsonw_printf(&w, ", ");
       if (m) {
-        scps_admin_json_fields(&w, m);
+        scps__admin_json_fields(&w, m);
       } else {
-        scps_jsonw_printf(&w, "\"error\": ");
-        scps_jsonw_string(&w, err.msg);
+        scps__jsonw_printf(&w, "\"error\": ");
+        scps__jsonw_string(&w, err.msg);
       }
-      scps_jsonw_printf(&w, "}");
+      scps__jsonw_printf(&w, "}");
     }
     if (!m) {
       if (!t.json) printf("server %s\n", err.msg);
@@ -219,14 +219,14 @@ static int for_each_server(int argc, char **argv, const char *usage, const char 
     if (fails) status |= fails(m);
     protobuf_c_message_free_unpacked(m, NULL);
   }
-  scps_jsonw_printf(&w, "]\n");
+  scps__jsonw_printf(&w, "]\n");
   scps_error err;
-  if (t.json && !scps_jsonw_finish(&w, "the JSON output", &err)) fputs(w.buf, stdout);
+  if (t.json && !scps__jsonw_finish(&w, "the JSON output", &err)) fputs(w.buf, stdout);
   else if (t.json) {
     fprintf(stderr, "scps-admin: %s\n", err.msg);
     status = 1;
   }
-  scps_jsonw_free(&w);
+  scps__jsonw_free(&w);
   target_free(&t);
   return status;
 }
@@ -243,7 +243,7 @@ static void show_health(const char *addr, const ProtobufCMessage *m) {
   printf("server %s: %s, process %d, up %.1f s\n", addr, s, h->process_index, h->uptime_seconds);
 }
 
-int scps_admin_health(int argc, char **argv) {
+int scps__admin_health(int argc, char **argv) {
   return for_each_server(argc, argv, scps_admin_health_usage, "Health", &scps__v1__health_response__descriptor,
                          show_health, health_fails);
 }
@@ -311,7 +311,7 @@ static void show_stats(const char *addr, const ProtobufCMessage *answer) {
            (long long)s->pushes_updates_checked);
 }
 
-int scps_admin_stats(int argc, char **argv) {
+int scps__admin_stats(int argc, char **argv) {
   return for_each_server(argc, argv, scps_admin_stats_usage, "Stats", &scps__v1__stats_response__descriptor,
                          show_stats, NULL);
 }
@@ -347,12 +347,12 @@ static void show_config(const char *addr, const ProtobufCMessage *answer) {
   }
 }
 
-int scps_admin_config(int argc, char **argv) {
+int scps__admin_config(int argc, char **argv) {
   return for_each_server(argc, argv, scps_admin_config_usage, "GetConfig", &scps__v1__get_config_response__descriptor,
                          show_config, NULL);
 }
 
-int scps_admin_save(int argc, char **argv) {
+int scps__admin_save(int argc, char **argv) {
   target t;
   int rc = parse_target(argc, argv, scps_admin_save_usage, true, &t);
   if (rc) {

@@ -11,9 +11,9 @@ extern const char scps_admin_save_usage[];
 /* Each takes its arguments after the command's name (argv[0] is the name)
  * and returns the exit status: 0, 1 when a server failed or is not
  * serving, 2 for bad arguments. */
-int scps_admin_health(int argc, char **argv);
-int scps_admin_stats(int argc, char **argv);
-int scps_admin_config(int argc, char **argv);
-int scps_admin_save(int argc, char **argv);
+int scps__admin_health(int argc, char **argv);
+int scps__admin_stats(int argc, char **argv);
+int scps__admin_config(int argc, char **argv);
+int scps__admin_save(int argc, char **argv);
 
 #endif

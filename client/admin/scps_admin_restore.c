@@ -64,7 +64,7 @@ typedef struct proc {
 
 static void *call_main(void *arg) {
   proc *p = arg;
-  p->rc = scps_client_rpc_call(p->addr, p->security, p->method, p->request, p->request_len, p->deadline_ms, &p->answer,
+  p->rc = scps__client_rpc_call(p->addr, p->security, p->method, p->request, p->request_len, p->deadline_ms, &p->answer,
                         &p->answer_len, &p->err);
   return NULL;
 }
@@ -229,13 +229,13 @@ static int parse(int argc, char **argv, char **list, const char **addr, int *n, 
     switch (ch) {
     case 's': servers = optarg; break;
     case 'n':
-      if (scps_parse_long("--step", optarg, 0, SCPS_STEP_LIMIT - 1, step, &e)) goto bad;
+      if (scps__parse_long("--step", optarg, 0, SCPS_STEP_LIMIT - 1, step, &e)) goto bad;
       break;
     case 'd':
-      if (scps_parse_long("--deadline-ms", optarg, 1, 86400000, deadline_ms, &e)) goto bad;
+      if (scps__parse_long("--deadline-ms", optarg, 1, 86400000, deadline_ms, &e)) goto bad;
       break;
     default: {
-      int rc = scps_security_flags_parse(sec, "scps-admin", ch, optarg, &e);
+      int rc = scps__security_flags_parse(sec, "scps-admin", ch, optarg, &e);
       if (rc < 0) goto bad;
       if (rc == 0) {
         fputs(scps_admin_restore_usage, stderr);
@@ -291,7 +291,7 @@ static int load_everywhere(proc *ps, int n, int64_t step, int64_t deadline_ms) {
   return 0;
 }
 
-int scps_admin_restore(int argc, char **argv) {
+int scps__admin_restore(int argc, char **argv) {
   char *list = NULL;
   const char *addr[MAX_SERVERS];
   int n = 0;
@@ -299,13 +299,13 @@ int scps_admin_restore(int argc, char **argv) {
   scps_security_flags sec = {0};
   int status = parse(argc, argv, &list, addr, &n, &step, &deadline_ms, &sec);
   if (status) {
-    scps_security_flags_free(&sec);
+    scps__security_flags_free(&sec);
     free(list);
     return status;
   }
   proc *ps = calloc((size_t)n, sizeof *ps);
   if (!ps) {
-    scps_security_flags_free(&sec);
+    scps__security_flags_free(&sec);
     free(list);
     fprintf(stderr, "scps-admin: out of memory\n");
     return 1;
@@ -333,7 +333,7 @@ int scps_admin_restore(int argc, char **argv) {
     free(ps[i].answer);
   }
   free(ps);
-  scps_security_flags_free(&sec);
+  scps__security_flags_free(&sec);
   free(list);
   return status;
 }

@@ -72,65 +72,65 @@ static void print_values(const float *v, size_t dim) {
 }
 
 static void json_values(scps_jsonw *w, const float *v, size_t dim) {
-  scps_jsonw_printf(w, "[");
+  scps__jsonw_printf(w, "[");
   for (size_t c = 0; c < dim; c++) {
-    if (c) scps_jsonw_printf(w, ", ");
-    scps_jsonw_double(w, (double)v[c]);
+    if (c) scps__jsonw_printf(w, ", ");
+    scps__jsonw_double(w, (double)v[c]);
   }
-  scps_jsonw_printf(w, "]");
+  scps__jsonw_printf(w, "]");
 }
 
 static int print_json(const scps_table_spec *spec, const int64_t *ids, size_t n, const float *rows,
                       const float *slots) {
   const size_t dim = (size_t)spec->embedding_dim;
-  const int ns = scps_optimizer_num_slots(spec->optimizer.type);
+  const int ns = scps__optimizer_num_slots(spec->optimizer.type);
   scps_jsonw w;
-  scps_jsonw_init(&w);
-  scps_jsonw_printf(&w, "{\"table\": ");
-  scps_jsonw_string(&w, spec->name);
-  scps_jsonw_printf(&w, ", \"embedding_dim\": %zu, \"slots\": [", dim);
+  scps__jsonw_init(&w);
+  scps__jsonw_printf(&w, "{\"table\": ");
+  scps__jsonw_string(&w, spec->name);
+  scps__jsonw_printf(&w, ", \"embedding_dim\": %zu, \"slots\": [", dim);
   for (int k = 0; k < ns; k++) {
-    if (k) scps_jsonw_printf(&w, ", ");
-    scps_jsonw_string(&w, scps_optimizer_slot_name(spec->optimizer.type, k));
+    if (k) scps__jsonw_printf(&w, ", ");
+    scps__jsonw_string(&w, scps__optimizer_slot_name(spec->optimizer.type, k));
   }
-  scps_jsonw_printf(&w, "], \"rows\": [");
+  scps__jsonw_printf(&w, "], \"rows\": [");
   for (size_t i = 0; i < n; i++) {
-    scps_jsonw_printf(&w, "%s\n  {\"id\": %lld, \"row\": ", i ? "," : "", (long long)ids[i]);
+    scps__jsonw_printf(&w, "%s\n  {\"id\": %lld, \"row\": ", i ? "," : "", (long long)ids[i]);
     json_values(&w, rows + i * dim, dim);
     for (int k = 0; k < ns; k++) {
-      scps_jsonw_printf(&w, ", ");
-      scps_jsonw_string(&w, scps_optimizer_slot_name(spec->optimizer.type, k));
-      scps_jsonw_printf(&w, ": ");
+      scps__jsonw_printf(&w, ", ");
+      scps__jsonw_string(&w, scps__optimizer_slot_name(spec->optimizer.type, k));
+      scps__jsonw_printf(&w, ": ");
       json_values(&w, slots + (i * (size_t)ns + (size_t)k) * dim, dim);
     }
-    scps_jsonw_printf(&w, "}");
+    scps__jsonw_printf(&w, "}");
   }
-  scps_jsonw_printf(&w, "]}\n");
+  scps__jsonw_printf(&w, "]}\n");
   scps_error err;
-  int rc = scps_jsonw_finish(&w, "the JSON answer", &err);
+  int rc = scps__jsonw_finish(&w, "the JSON answer", &err);
   if (rc) fprintf(stderr, "scps-admin: %s\n", err.msg);
   else fputs(w.buf, stdout);
-  scps_jsonw_free(&w);
+  scps__jsonw_free(&w);
   return rc ? 1 : 0;
 }
 
 static void print_text(const scps_table_spec *spec, const int64_t *ids, size_t n, const float *rows,
                        const float *slots) {
   const size_t dim = (size_t)spec->embedding_dim;
-  const int ns = scps_optimizer_num_slots(spec->optimizer.type);
-  printf("table %s: embedding_dim %zu, optimizer %s\n", spec->name, dim, scps_optimizer_name(spec->optimizer.type));
+  const int ns = scps__optimizer_num_slots(spec->optimizer.type);
+  printf("table %s: embedding_dim %zu, optimizer %s\n", spec->name, dim, scps__optimizer_name(spec->optimizer.type));
   for (size_t i = 0; i < n; i++) {
     printf("  id %lld: row ", (long long)ids[i]);
     print_values(rows + i * dim, dim);
     for (int k = 0; k < ns; k++) {
-      printf("; %s ", scps_optimizer_slot_name(spec->optimizer.type, k));
+      printf("; %s ", scps__optimizer_slot_name(spec->optimizer.type, k));
       print_values(slots + (i * (size_t)ns + (size_t)k) * dim, dim);
     }
     printf("\n");
   }
 }
 
-int scps_admin_rows(int argc, char **argv) {
+int scps__admin_rows(int argc, char **argv) {
   static const struct option opts[] = {{"servers", required_argument, 0, 's'},
                                        {"table", required_argument, 0, 't'},
                                        {"ids", required_argument, 0, 'i'},
@@ -149,7 +149,7 @@ int scps_admin_rows(int argc, char **argv) {
     case 'i': id_list = optarg; break;
     case 'j': json = true; break;
     case 'd':
-      if (scps_parse_long("--deadline-ms", optarg, 1, 86400000, &deadline_ms, &err)) return bad("%s", err.msg);
+      if (scps__parse_long("--deadline-ms", optarg, 1, 86400000, &deadline_ms, &err)) return bad("%s", err.msg);
       break;
     default: fputs(scps_admin_rows_usage, stderr); return 2;
     }
@@ -183,13 +183,13 @@ int scps_admin_rows(int argc, char **argv) {
   int rc = scps_client_create(&o, &c, &err);
   const scps_table_spec *spec = NULL;
   if (!rc) {
-    const scps_layout *l = scps_client_layout(c);
-    int t = scps_find_table(l->table_specs, l->n_tables, table);
+    const scps_layout *l = scps__client_layout(c);
+    int t = scps__find_table(l->table_specs, l->n_tables, table);
     if (t < 0) rc = scps_error_set(&err, SCPS_ENOENT, "--table '%s': the servers serve no such table", table);
     else spec = &l->table_specs[t];
   }
   if (!rc) {
-    const size_t dim = (size_t)spec->embedding_dim, ns = (size_t)scps_optimizer_num_slots(spec->optimizer.type);
+    const size_t dim = (size_t)spec->embedding_dim, ns = (size_t)scps__optimizer_num_slots(spec->optimizer.type);
     rows = malloc(sizeof *rows * n * dim);
     slots = malloc(sizeof *slots * (n * dim * ns + 1));
     if (!rows || !slots) rc = scps_error_set(&err, SCPS_ENOMEM, "out of memory for %zu rows", n);

@@ -10,12 +10,12 @@
  * it removed, one word. */
 static int read_token(const char *path, const char *program, char **out, scps_error *err) {
   char *text;
-  int rc = scps_credfile_read("--token-file", path, &text, err);
+  int rc = scps__credfile_read("--token-file", path, &text, err);
   if (rc) return rc;
   size_t start = strspn(text, " \t\r\n"), end = strlen(text);
   while (end > start && strchr(" \t\r\n", text[end - 1])) end--;
   size_t bad;
-  if (!scps_credfile_token_chars_ok(text + start, end - start, &bad))
+  if (!scps__credfile_token_chars_ok(text + start, end - start, &bad))
     rc = scps_error_set(err, SCPS_EINVAL,
                         end == start ? "--token-file '%s': holds no token"
                                      : "--token-file '%s': expected the token alone, printable ASCII without spaces, "
@@ -26,7 +26,7 @@ static int read_token(const char *path, const char *program, char **out, scps_er
     explicit_bzero(text + (end - start), strlen(text + (end - start)));
     *out = text;
     unsigned mode;
-    if (scps_credfile_exposed(path, &mode))
+    if (scps__credfile_exposed(path, &mode))
       fprintf(stderr, "%s: warning: --token-file '%s' is readable by group or others (mode %04o): chmod 600 it\n",
               program, path, mode);
   } else {
@@ -36,7 +36,7 @@ static int read_token(const char *path, const char *program, char **out, scps_er
   return rc;
 }
 
-int scps_security_flags_parse(scps_security_flags *f, const char *program, int opt, const char *arg, scps_error *err) {
+int scps__security_flags_parse(scps_security_flags *f, const char *program, int opt, const char *arg, scps_error *err) {
   scps_client_security *s = &f->security;
   switch (opt) {
   case SCPS_FLAG_TLS: s->tls = true; return 1;
@@ -58,7 +58,7 @@ int scps_security_flags_parse(scps_security_flags *f, const char *program, int o
   }
 }
 
-void scps_security_flags_free(scps_security_flags *f) {
+void scps__security_flags_free(scps_security_flags *f) {
   if (f->token) explicit_bzero(f->token, strlen(f->token));
   free(f->token);
   memset(f, 0, sizeof *f);

@@ -41,7 +41,7 @@ enum {
   "                         (a file, so that the token does not show in ps); its\n"       \
   "                         role on the servers says what this may call\n"
 
-/* The flags as read: security for scps_client_options or scps_client_rpc_call. */
+/* The flags as read: security for scps_client_options or scps__client_rpc_call. */
 typedef struct scps_security_flags {
   scps_client_security security;
   char *token; /* read from --token-file; security.token points here */
@@ -52,9 +52,9 @@ typedef struct scps_security_flags {
  * single token; a file readable by group or others gets a warning on
  * stderr, naming `program`), 0 if it is not one of them, or a negative
  * SCPS_E* code with err naming the flag. */
-int scps_security_flags_parse(scps_security_flags *f, const char *program, int opt, const char *arg, scps_error *err);
+int scps__security_flags_parse(scps_security_flags *f, const char *program, int opt, const char *arg, scps_error *err);
 
 /* Frees the token read, if any; f is zero afterwards. */
-void scps_security_flags_free(scps_security_flags *f);
+void scps__security_flags_free(scps_security_flags *f);
 
 #endif

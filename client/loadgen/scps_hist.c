@@ -21,9 +21,9 @@ static void bucket_range(int i, uint64_t *lo, uint64_t *hi) {
   *hi = *lo + ((uint64_t)1 << shift) - 1;
 }
 
-void scps_hist_clear(scps_hist *h) { memset(h, 0, sizeof *h); }
+void scps__hist_clear(scps_hist *h) { memset(h, 0, sizeof *h); }
 
-void scps_hist_record(scps_hist *h, uint64_t v) {
+void scps__hist_record(scps_hist *h, uint64_t v) {
   if (!h->n || v < h->min) h->min = v;
   if (v > h->max) h->max = v;
   h->n++;
@@ -31,7 +31,7 @@ void scps_hist_record(scps_hist *h, uint64_t v) {
   h->counts[bucket_of(v)]++;
 }
 
-void scps_hist_merge(scps_hist *dst, const scps_hist *src) {
+void scps__hist_merge(scps_hist *dst, const scps_hist *src) {
   if (!src->n) return;
   if (!dst->n || src->min < dst->min) dst->min = src->min;
   if (src->max > dst->max) dst->max = src->max;
@@ -40,7 +40,7 @@ void scps_hist_merge(scps_hist *dst, const scps_hist *src) {
   for (int i = 0; i < SCPS_HIST_BUCKETS; i++) dst->counts[i] += src->counts[i];
 }
 
-uint64_t scps_hist_quantile(const scps_hist *h, double q) {
+uint64_t scps__hist_quantile(const scps_hist *h, double q) {
   if (!h->n) return 0;
   if (q >= 1.0) return h->max;
   double r = ceil(q * (double)h->n);
@@ -56,4 +56,4 @@ uint64_t scps_hist_quantile(const scps_hist *h, double q) {
   return h->max;
 }
 
-double scps_hist_mean(const scps_hist *h) { return h->n ? h->sum / (double)h->n : 0.0; }
+double scps__hist_mean(const scps_hist *h) { return h->n ? h->sum / (double)h->n : 0.0; }

@@ -18,15 +18,15 @@ typedef struct scps_hist {
   uint64_t counts[SCPS_HIST_BUCKETS];
 } scps_hist;
 
-void scps_hist_clear(scps_hist *h);
-void scps_hist_record(scps_hist *h, uint64_t v);
+void scps__hist_clear(scps_hist *h);
+void scps__hist_record(scps_hist *h, uint64_t v);
 /* Adds src's values to dst. */
-void scps_hist_merge(scps_hist *dst, const scps_hist *src);
+void scps__hist_merge(scps_hist *dst, const scps_hist *src);
 
 /* The q-quantile (q in [0, 1]) as sorting would give it: the value of rank
  * ceil(q * n) (the first for q = 0), here the midpoint of its bucket clamped
  * to [min, max]; exact for q = 1 (the max). 0 when the histogram is empty. */
-uint64_t scps_hist_quantile(const scps_hist *h, double q);
-double scps_hist_mean(const scps_hist *h);
+uint64_t scps__hist_quantile(const scps_hist *h, double q);
+double scps__hist_mean(const scps_hist *h);
 
 #endif

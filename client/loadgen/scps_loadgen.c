@@ -23,13 +23,13 @@ static const char *const status_names[SCPS_LOADGEN_CODES] = {
     "PARSE_ERROR", "FAILED_PRECONDITION", "UNAVAILABLE",    "DEADLINE_EXCEEDED",  "BAD_STATE",
     "INTERNAL",    "UNAUTHENTICATED",  "PERMISSION_DENIED", "CANCELLED"};
 
-const char *scps_loadgen_status_name(int code) {
+const char *scps__loadgen_status_name(int code) {
   return code <= 0 && -code < SCPS_LOADGEN_CODES ? status_names[-code] : "UNKNOWN";
 }
 
 static const char *const mode_names[] = {"lookup", "train", "mixed"};
 
-int scps_loadgen_mode_from_name(const char *name, scps_loadgen_mode *out) {
+int scps__loadgen_mode_from_name(const char *name, scps_loadgen_mode *out) {
   for (int m = 0; m < 3; m++)
     if (!strcmp(name, mode_names[m])) {
       *out = (scps_loadgen_mode)m;
@@ -38,7 +38,7 @@ int scps_loadgen_mode_from_name(const char *name, scps_loadgen_mode *out) {
   return SCPS_EINVAL;
 }
 
-const char *scps_loadgen_mode_name(scps_loadgen_mode m) { return mode_names[m]; }
+const char *scps__loadgen_mode_name(scps_loadgen_mode m) { return mode_names[m]; }
 
 static struct timespec to_ts(int64_t ns) {
   struct timespec t = {(time_t)(ns / 1000000000), (long)(ns % 1000000000)};
@@ -58,8 +58,8 @@ static void stats_add(lg_stats *dst, const lg_stats *src) {
   dst->samples += src->samples;
   dst->ids += src->ids;
   for (int k = 0; k < SCPS_LOADGEN_CODES; k++) dst->errors[k] += src->errors[k];
-  scps_hist_merge(&dst->hist, &src->hist);
-  scps_hist_merge(&dst->lag, &src->lag);
+  scps__hist_merge(&dst->hist, &src->hist);
+  scps__hist_merge(&dst->lag, &src->lag);
 }
 
 static int64_t stats_errors(const lg_stats *s) {
@@ -167,16 +167,16 @@ static int client_init(lg *g, int i, scps_error *err) {
     for (size_t j = 0; j < n; j++) cl->grads[f][j] = 1e-4f * (float)((int)(j % 7) - 3);
   }
   scps_workload_gen *gen = NULL;
-  if (!rc) rc = scps_workload_gen_create(w, (uint64_t)i + 1, &gen, err);
+  if (!rc) rc = scps__workload_gen_create(w, (uint64_t)i + 1, &gen, err);
   for (int k = 0; !rc && k < BATCHES_PER_CLIENT; k++) {
     rc = scps_batch_create(cl->c, &cl->b[k], err);
     if (rc) break;
-    scps_workload_gen_next(gen);
-    const scps_feature_input *in = scps_workload_gen_inputs(gen);
+    scps__workload_gen_next(gen);
+    const scps_feature_input *in = scps__workload_gen_inputs(gen);
     for (int f = 0; f < w->n_features; f++) cl->ids[k] += (int64_t)in[f].n_ids;
     rc = scps_client_prepare(cl->c, in, cl->b[k], err);
   }
-  scps_workload_gen_destroy(gen);
+  scps__workload_gen_destroy(gen);
   return rc;
 }
 
@@ -193,7 +193,7 @@ static int request(lg_client *cl, int k, bool train, int64_t sent, scps_error *e
   const scps_loadgen_options *o = cl->g->o;
   int rc = scps_client_lookup(cl->c, cl->b[k], cl->acts, o->deadline_ms, err);
   if (rc || !train) return rc;
-  int64_t left = o->deadline_ms - (scps_clock_ns() - sent) / 1000000;
+  int64_t left = o->deadline_ms - (scps__clock_ns() - sent) / 1000000;
   if (cl->step >= SCPS_STEP_LIMIT)
     return scps_error_set(err, SCPS_EINVAL, "client %d: step %lld reached 2^53, the steps servers take", cl->index,
                           (long long)cl->step);
@@ -206,12 +206,12 @@ static void record(lg_client *cl, int k, bool measured, int rc, int64_t latency,
   lg *g = cl->g;
   pthread_mutex_lock(&cl->mu);
   lg_stats *s = measured ? &cl->meas : &cl->warm;
-  scps_hist_record(&s->lag, (uint64_t)(lag > 0 ? lag : 0));
+  scps__hist_record(&s->lag, (uint64_t)(lag > 0 ? lag : 0));
   if (!rc) {
     s->ok++;
     s->samples += g->o->workload->batch_size;
     s->ids += cl->ids[k];
-    scps_hist_record(&s->hist, (uint64_t)latency);
+    scps__hist_record(&s->hist, (uint64_t)latency);
   } else {
     s->errors[rc <= 0 && -rc < SCPS_LOADGEN_CODES ? -rc : -SCPS_EIO]++;
   }
@@ -271,7 +271,7 @@ static void *client_main(void *arg) {
       if (due >= end) break;
       /* Behind a slow cluster the backlog would keep the run going long past
        * its --duration: what is still due at the end is counted instead. */
-      if (scps_clock_ns() >= end) {
+      if (scps__clock_ns() >= end) {
         int64_t left = 0;
         for (int64_t k = j;; k++) {
           int64_t d = g->t0 + (int64_t)((double)(k * o->concurrency + cl->index) * 1e9 / o->rate);
@@ -283,7 +283,7 @@ static void *client_main(void *arg) {
       }
       sleep_until(due);
     } else {
-      due = scps_clock_ns();
+      due = scps__clock_ns();
       if (due >= atomic_load(&g->end)) break;
     }
     bool measured = due >= g->warm_end;
@@ -292,12 +292,12 @@ static void *client_main(void *arg) {
     bool train = p_train > 0 && next_unit(&cl->rng) < p_train;
     int k = (int)(j % BATCHES_PER_CLIENT);
     scps_error_clear(&err);
-    int64_t sent = scps_clock_ns();
+    int64_t sent = scps__clock_ns();
     int rc = request(cl, k, train, sent, &err);
-    record(cl, k, measured, rc, scps_clock_ns() - due, sent - due, &err);
+    record(cl, k, measured, rc, scps__clock_ns() - due, sent - due, &err);
   }
   pthread_mutex_lock(&g->mu);
-  if (--g->running == 0) g->last_done = scps_clock_ns();
+  if (--g->running == 0) g->last_done = scps__clock_ns();
   pthread_cond_broadcast(&g->cv);
   pthread_mutex_unlock(&g->mu);
   return NULL;
@@ -347,8 +347,8 @@ static int tick(lg *g, ticker *tk, int64_t t, bool last, scps_loadgen_result *re
     res->timeline[res->n_timeline++] = (scps_loadgen_second){
         .t = (double)(t - g->warm_end) * 1e-9,
         .requests_per_s = (double)(tk->interval.ok + stats_errors(&tk->interval)) / secs,
-        .p50_ms = (double)scps_hist_quantile(&tk->interval.hist, 0.5) * 1e-6,
-        .p99_ms = (double)scps_hist_quantile(&tk->interval.hist, 0.99) * 1e-6};
+        .p50_ms = (double)scps__hist_quantile(&tk->interval.hist, 0.5) * 1e-6,
+        .p99_ms = (double)scps__hist_quantile(&tk->interval.hist, 0.99) * 1e-6};
   }
   if (o->progress && shown) {
     stats_add(&tk->warm, &tk->interval);
@@ -357,8 +357,8 @@ static int tick(lg *g, ticker *tk, int64_t t, bool last, scps_loadgen_result *re
             "received %8.2f MB/s\n",
             (double)(t - g->t0) * 1e-9, was_measuring ? "          " : " (warm-up)",
             (double)(tk->warm.ok + stats_errors(&tk->warm)) / secs,
-            (double)scps_hist_quantile(&tk->warm.hist, 0.5) * 1e-6,
-            (double)scps_hist_quantile(&tk->warm.hist, 0.99) * 1e-6, (long long)stats_errors(&tk->warm),
+            (double)scps__hist_quantile(&tk->warm.hist, 0.5) * 1e-6,
+            (double)scps__hist_quantile(&tk->warm.hist, 0.99) * 1e-6, (long long)stats_errors(&tk->warm),
             (double)(sent - tk->sent) / secs * 1e-6, (double)(recv - tk->recv) / secs * 1e-6);
   }
   tk->prev = t;
@@ -377,7 +377,7 @@ static int run_ticker(lg *g, ticker *tk, scps_loadgen_result *res, scps_error *e
   while (g->running > 0) {
     struct timespec ts = to_ts(next);
     pthread_cond_timedwait(&g->cv, &g->mu, &ts);
-    if (g->running == 0 || scps_clock_ns() < next) continue;
+    if (g->running == 0 || scps__clock_ns() < next) continue;
     pthread_mutex_unlock(&g->mu);
     if (!rc) rc = tick(g, tk, next, false, res, err);
     int64_t after = next + 1000000000;
@@ -393,7 +393,7 @@ static int run_ticker(lg *g, ticker *tk, scps_loadgen_result *res, scps_error *e
 
 /* ----------------------------------------------------------------- run */
 
-int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, scps_error *err) {
+int scps__loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, scps_error *err) {
   *out = NULL;
   lg *g = calloc(1, sizeof *g);
   scps_loadgen_result *res = calloc(1, sizeof *res);
@@ -420,10 +420,10 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
   pthread_condattr_destroy(&ca);
 
   int rc = 0, inited = 0, started = 0;
-  scps_jsonw_init(&g->expected);
-  rc = scps_workload_write_specs(o->workload->tables, o->workload->n_tables, o->workload->features,
+  scps__jsonw_init(&g->expected);
+  rc = scps__workload_write_specs(o->workload->tables, o->workload->n_tables, o->workload->features,
                                  o->workload->n_features, &g->expected, err);
-  if (!rc) rc = scps_jsonw_finish(&g->expected, "the expected declaration", err);
+  if (!rc) rc = scps__jsonw_finish(&g->expected, "the expected declaration", err);
   for (; !rc && inited < o->concurrency; inited++) {
     scps_error e;
     scps_error_clear(&e);
@@ -438,7 +438,7 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
     }
   }
   if (!rc) {
-    g->t0 = scps_clock_ns();
+    g->t0 = scps__clock_ns();
     g->warm_end = g->t0 + (int64_t)(o->warmup_s * 1e9);
     atomic_store(&g->end, o->requests > 0 ? INT64_MAX : g->warm_end + (int64_t)(o->duration_s * 1e9));
     tk->prev = g->t0;
@@ -484,21 +484,21 @@ int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, s
   }
   for (int i = 0; i < inited; i++) client_free(&clients[i]);
   pthread_cond_destroy(&g->cv);
-  scps_jsonw_free(&g->expected);
+  scps__jsonw_free(&g->expected);
   pthread_mutex_destroy(&g->mu);
   free(threads);
   free(clients);
   free(tk);
   free(g);
   if (rc) {
-    scps_loadgen_result_destroy(res);
+    scps__loadgen_result_destroy(res);
     return rc;
   }
   *out = res;
   return 0;
 }
 
-void scps_loadgen_result_destroy(scps_loadgen_result *r) {
+void scps__loadgen_result_destroy(scps_loadgen_result *r) {
   if (!r) return;
   free(r->timeline);
   free(r);

@@ -16,13 +16,13 @@ typedef enum scps_loadgen_mode {
   SCPS_LOADGEN_MIXED = 2   /* train with probability train_fraction, else lookup */
 } scps_loadgen_mode;
 
-int scps_loadgen_mode_from_name(const char *name, scps_loadgen_mode *out);
-const char *scps_loadgen_mode_name(scps_loadgen_mode m);
+int scps__loadgen_mode_from_name(const char *name, scps_loadgen_mode *out);
+const char *scps__loadgen_mode_name(scps_loadgen_mode m);
 
 /* Errors are counted by libscps code (-code indexes the counts); each code
  * has a status name, gRPC's where one corresponds ("UNAVAILABLE"). */
 #define SCPS_LOADGEN_CODES 19
-const char *scps_loadgen_status_name(int code);
+const char *scps__loadgen_status_name(int code);
 
 typedef struct scps_loadgen_options {
   const scps_workload *workload;
@@ -73,10 +73,10 @@ typedef struct scps_loadgen_result {
 
 /* Connects concurrency clients, generates and preprocesses each one's
  * batches, runs the warm-up and the measured load, and fills *out (free with
- * scps_loadgen_result_destroy). Requests that fail are counted, not fatal;
+ * scps__loadgen_result_destroy). Requests that fail are counted, not fatal;
  * setup failures (connection, workload the cluster does not serve) are
  * returned with a message. */
-int scps_loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, scps_error *err);
-void scps_loadgen_result_destroy(scps_loadgen_result *r);
+int scps__loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, scps_error *err);
+void scps__loadgen_result_destroy(scps_loadgen_result *r);
 
 #endif

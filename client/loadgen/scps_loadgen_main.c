@@ -150,7 +150,7 @@ int main(int argc, char **argv) {
     case 'w': workload_path = optarg; break;
     case 's': servers_arg = optarg; break;
     case 'm':
-      if (scps_loadgen_mode_from_name(optarg, &o.mode))
+      if (scps__loadgen_mode_from_name(optarg, &o.mode))
         return bad_flag("--mode '%s': expected lookup, train or mixed", optarg);
       have_mode = true;
       break;
@@ -217,7 +217,7 @@ int main(int argc, char **argv) {
     case ':': return bad_flag("%s needs a value", argv[optind - 1]);
     default: {
       scps_error fe;
-      int handled = scps_security_flags_parse(&sec, "scps-loadgen", c, optarg, &fe);
+      int handled = scps__security_flags_parse(&sec, "scps-loadgen", c, optarg, &fe);
       if (handled < 0) return bad_flag("%s", fe.msg);
       if (!handled) return bad_flag("unknown option '%s'", argv[optind - 1]);
     }
@@ -245,38 +245,38 @@ int main(int argc, char **argv) {
   scps_error err;
   scps_error_clear(&err);
   /* Before loading anything: a missing gnuplot should not cost a whole run. */
-  if (plot && scps_loadgen_plot_check(&err)) {
+  if (plot && scps__loadgen_plot_check(&err)) {
     fprintf(stderr, "scps-loadgen: %s\n", err.msg);
     return 1;
   }
-  scps_memtune_apply();
+  scps__memtune_apply();
   scps_workload *w = NULL;
-  int rc = scps_workload_load(workload_path, &w, &err);
+  int rc = scps__workload_load(workload_path, &w, &err);
   if (rc) {
     fprintf(stderr, "scps-loadgen: %s\n", err.msg);
     return 1;
   }
   o.workload = w;
   scps_loadgen_result *res = NULL;
-  rc = scps_loadgen_run(&o, &res, &err);
+  rc = scps__loadgen_run(&o, &res, &err);
   if (rc) {
     fprintf(stderr, "scps-loadgen: %s\n", err.msg);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
     return 1;
   }
   scps_loadgen_report rep = {.workload = w->name[0] ? w->name : base_name(workload_path), .options = &o, .result = res};
-  scps_loadgen_report_text(&rep, stdout);
+  scps__loadgen_report_text(&rep, stdout);
   int status = 0;
-  if (json && scps_loadgen_report_write_json(&rep, json, &err)) {
+  if (json && scps__loadgen_report_write_json(&rep, json, &err)) {
     fprintf(stderr, "scps-loadgen: %s\n", err.msg);
     status = 1;
   }
-  if (plot && scps_loadgen_plot(&rep, plot, &err)) {
+  if (plot && scps__loadgen_plot(&rep, plot, &err)) {
     fprintf(stderr, "scps-loadgen: %s\n", err.msg);
     status = 1;
   }
-  scps_loadgen_result_destroy(res);
-  scps_workload_destroy(w);
-  scps_security_flags_free(&sec);
+  scps__loadgen_result_destroy(res);
+  scps__workload_destroy(w);
+  scps__security_flags_free(&sec);
   return status;
 }

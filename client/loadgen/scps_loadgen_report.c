@@ -13,15 +13,15 @@ static double per_s(double n, const scps_loadgen_result *res) {
 static double ms(uint64_t ns) { return (double)ns * 1e-6; }
 
 static void latencies(const scps_hist *h, double out[6]) {
-  out[0] = ms(scps_hist_quantile(h, 0.5));
-  out[1] = ms(scps_hist_quantile(h, 0.9));
-  out[2] = ms(scps_hist_quantile(h, 0.99));
-  out[3] = ms(scps_hist_quantile(h, 0.999));
+  out[0] = ms(scps__hist_quantile(h, 0.5));
+  out[1] = ms(scps__hist_quantile(h, 0.9));
+  out[2] = ms(scps__hist_quantile(h, 0.99));
+  out[3] = ms(scps__hist_quantile(h, 0.999));
   out[4] = ms(h->max);
-  out[5] = scps_hist_mean(h) * 1e-6;
+  out[5] = scps__hist_mean(h) * 1e-6;
 }
 
-void scps_loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
+void scps__loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
   const scps_loadgen_options *o = r->options;
   const scps_loadgen_result *res = r->result;
   char loop[64];
@@ -29,7 +29,7 @@ void scps_loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
     snprintf(loop, sizeof loop, "open loop at %.6g req/s", o->rate);
   else
     snprintf(loop, sizeof loop, "closed loop");
-  fprintf(f, "scps-loadgen: %s, %s", r->workload, scps_loadgen_mode_name(o->mode));
+  fprintf(f, "scps-loadgen: %s, %s", r->workload, scps__loadgen_mode_name(o->mode));
   if (o->mode == SCPS_LOADGEN_MIXED) fprintf(f, " (train fraction %.3g)", o->train_fraction);
   fprintf(f, ", %d client%s, %s, %s wire, %s answers, %s gradients\n", o->concurrency,
           o->concurrency == 1 ? "" : "s", loop, scps_float_format_name(o->wire_format), scps_answer_mode_name(o->answer),
@@ -47,28 +47,28 @@ void scps_loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
           l[4], l[5]);
   if (o->rate > 0)
     fprintf(f, "  send lag ms p50 %.3f  p99 %.3f  max %.3f (due to sent, part of the latency)\n",
-            ms(scps_hist_quantile(&res->send_lag, 0.5)), ms(scps_hist_quantile(&res->send_lag, 0.99)),
+            ms(scps__hist_quantile(&res->send_lag, 0.5)), ms(scps__hist_quantile(&res->send_lag, 0.99)),
             ms(res->send_lag.max));
   if (res->not_sent)
     fprintf(f, "  not sent    %lld requests due before the end, their clients still waiting for answers\n",
             (long long)res->not_sent);
   for (int k = 1; k < SCPS_LOADGEN_CODES; k++)
     if (res->errors[k])
-      fprintf(f, "  error       %s x %lld, e.g. %s\n", scps_loadgen_status_name(-k), (long long)res->errors[k],
+      fprintf(f, "  error       %s x %lld, e.g. %s\n", scps__loadgen_status_name(-k), (long long)res->errors[k],
               res->first_error[k]);
 }
 
-void scps_loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
+void scps__loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
   const scps_loadgen_options *o = r->options;
   const scps_loadgen_result *res = r->result;
-  scps_jsonw_printf(w, "{\n \"workload\": ");
-  scps_jsonw_string(w, r->workload);
-  scps_jsonw_printf(w, ",\n \"mode\": \"%s\",\n \"train_fraction\": %.6g,\n \"concurrency\": %d,\n"
+  scps__jsonw_printf(w, "{\n \"workload\": ");
+  scps__jsonw_string(w, r->workload);
+  scps__jsonw_printf(w, ",\n \"mode\": \"%s\",\n \"train_fraction\": %.6g,\n \"concurrency\": %d,\n"
                        " \"rate_target\": %.6g,\n \"wire_format\": \"%s\",\n \"answer\": \"%s\",\n \"gradients\": \"%s\",\n"
                        " \"servers\": %d,\n"
                        " \"warmup_s\": %.6g,\n \"deadline_ms\": %lld,\n \"duration_s\": %.6f,\n"
                        " \"requests\": %lld,\n \"ok\": %lld,\n \"not_sent\": %lld,\n \"errors\": {",
-                    scps_loadgen_mode_name(o->mode),
+                    scps__loadgen_mode_name(o->mode),
                     o->mode == SCPS_LOADGEN_TRAIN   ? 1.0
                     : o->mode == SCPS_LOADGEN_MIXED ? o->train_fraction
                                                     : 0.0,
@@ -79,12 +79,12 @@ void scps_loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
   const char *sep = "";
   for (int k = 1; k < SCPS_LOADGEN_CODES; k++)
     if (res->errors[k]) {
-      scps_jsonw_printf(w, "%s\"%s\": %lld", sep, scps_loadgen_status_name(-k), (long long)res->errors[k]);
+      scps__jsonw_printf(w, "%s\"%s\": %lld", sep, scps__loadgen_status_name(-k), (long long)res->errors[k]);
       sep = ", ";
     }
   double l[6];
   latencies(&res->latency, l);
-  scps_jsonw_printf(w, "},\n \"requests_per_s\": %.3f,\n \"samples_per_s\": %.3f,\n \"ids_per_s\": %.3f,\n"
+  scps__jsonw_printf(w, "},\n \"requests_per_s\": %.3f,\n \"samples_per_s\": %.3f,\n \"ids_per_s\": %.3f,\n"
                        " \"bytes_sent\": %llu,\n \"bytes_received\": %llu,\n"
                        " \"mb_per_s_sent\": %.6f,\n \"mb_per_s_received\": %.6f,\n"
                        " \"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"p99.9\": %.6f, \"max\": %.6f, "
@@ -93,14 +93,14 @@ void scps_loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
                     per_s((double)res->requests, res), per_s((double)res->samples, res), per_s((double)res->ids, res),
                     (unsigned long long)res->bytes_sent, (unsigned long long)res->bytes_received,
                     per_s((double)res->bytes_sent, res) * 1e-6, per_s((double)res->bytes_received, res) * 1e-6, l[0],
-                    l[1], l[2], l[3], l[4], l[5], ms(scps_hist_quantile(&res->send_lag, 0.5)),
-                    ms(scps_hist_quantile(&res->send_lag, 0.99)), ms(res->send_lag.max));
+                    l[1], l[2], l[3], l[4], l[5], ms(scps__hist_quantile(&res->send_lag, 0.5)),
+                    ms(scps__hist_quantile(&res->send_lag, 0.99)), ms(res->send_lag.max));
   for (int i = 0; i < res->n_timeline; i++) {
     const scps_loadgen_second *s = &res->timeline[i];
-    scps_jsonw_printf(w, "%s\n  {\"t\": %.3f, \"requests_per_s\": %.3f, \"p50\": %.6f, \"p99\": %.6f}", i ? "," : "",
+    scps__jsonw_printf(w, "%s\n  {\"t\": %.3f, \"requests_per_s\": %.3f, \"p50\": %.6f, \"p99\": %.6f}", i ? "," : "",
                       s->t, s->requests_per_s, s->p50_ms, s->p99_ms);
   }
-  scps_jsonw_printf(w, "%s]\n}\n", res->n_timeline ? "\n " : "");
+  scps__jsonw_printf(w, "%s]\n}\n", res->n_timeline ? "\n " : "");
 }
 
 static int write_file(const char *path, const char *text, size_t len, const char *what, scps_error *err) {
@@ -113,17 +113,17 @@ static int write_file(const char *path, const char *text, size_t len, const char
   return 0;
 }
 
-int scps_loadgen_report_write_json(const scps_loadgen_report *r, const char *path, scps_error *err) {
+int scps__loadgen_report_write_json(const scps_loadgen_report *r, const char *path, scps_error *err) {
   scps_jsonw w;
-  scps_jsonw_init(&w);
-  scps_loadgen_report_json(r, &w);
-  int rc = scps_jsonw_finish(&w, "the JSON report", err);
+  scps__jsonw_init(&w);
+  scps__loadgen_report_json(r, &w);
+  int rc = scps__jsonw_finish(&w, "the JSON report", err);
   if (!rc) rc = write_file(path, w.buf, w.len, "--json", err);
-  scps_jsonw_free(&w);
+  scps__jsonw_free(&w);
   return rc;
 }
 
-int scps_loadgen_plot_check(scps_error *err) {
+int scps__loadgen_plot_check(scps_error *err) {
   const char *path = getenv("PATH");
   if (!path) path = "/usr/bin:/bin";
   char dir[4096];
@@ -146,45 +146,45 @@ int scps_loadgen_plot_check(scps_error *err) {
 static void gnuplot_quoted(scps_jsonw *w, const char *s) {
   for (const char *c = s; *c; c++) {
     if (*c == '\'')
-      scps_jsonw_printf(w, "''");
+      scps__jsonw_printf(w, "''");
     else
-      scps_jsonw_printf(w, "%c", *c);
+      scps__jsonw_printf(w, "%c", *c);
   }
 }
 
-int scps_loadgen_plot(const scps_loadgen_report *r, const char *path, scps_error *err) {
+int scps__loadgen_plot(const scps_loadgen_report *r, const char *path, scps_error *err) {
   const scps_loadgen_result *res = r->result;
   if (!res->n_timeline)
     return scps_error_set(err, SCPS_EINVAL, "--plot '%s': the run was shorter than a second: no timeline to draw", path);
   scps_jsonw s; /* the script, with the timeline inline as a data block */
-  scps_jsonw_init(&s);
-  scps_jsonw_printf(&s, "$d << EOD\n");
+  scps__jsonw_init(&s);
+  scps__jsonw_printf(&s, "$d << EOD\n");
   for (int i = 0; i < res->n_timeline; i++)
-    scps_jsonw_printf(&s, "%.3f %.3f %.6f %.6f\n", res->timeline[i].t, res->timeline[i].requests_per_s,
+    scps__jsonw_printf(&s, "%.3f %.3f %.6f %.6f\n", res->timeline[i].t, res->timeline[i].requests_per_s,
                       res->timeline[i].p50_ms, res->timeline[i].p99_ms);
-  scps_jsonw_printf(&s, "EOD\nset terminal png size 1000,700\nset output '");
+  scps__jsonw_printf(&s, "EOD\nset terminal png size 1000,700\nset output '");
   gnuplot_quoted(&s, path);
-  scps_jsonw_printf(&s, "'\nset multiplot layout 2,1 title '");
+  scps__jsonw_printf(&s, "'\nset multiplot layout 2,1 title '");
   gnuplot_quoted(&s, r->workload);
-  scps_jsonw_printf(&s, ", %s, %d clients, %s'\nset grid\nset key below\nset xrange [0:*]\nset xlabel 'seconds'\n"
+  scps__jsonw_printf(&s, ", %s, %d clients, %s'\nset grid\nset key below\nset xrange [0:*]\nset xlabel 'seconds'\n"
                         "set ylabel 'latency (ms)'\nset yrange [0:*]\n"
                         "plot $d using 1:3 with linespoints title 'p50', $d using 1:4 with linespoints title 'p99'\n"
                         "set ylabel 'requests/s'\nplot $d using 1:2 with linespoints title 'requests/s'\n"
                         "unset multiplot\n",
-                    scps_loadgen_mode_name(r->options->mode), r->options->concurrency,
+                    scps__loadgen_mode_name(r->options->mode), r->options->concurrency,
                     r->options->rate > 0 ? "open loop" : "closed loop");
-  int rc = scps_jsonw_finish(&s, "the gnuplot script", err);
+  int rc = scps__jsonw_finish(&s, "the gnuplot script", err);
   if (rc) {
-    scps_jsonw_free(&s);
+    scps__jsonw_free(&s);
     return rc;
   }
   FILE *g = popen("gnuplot", "w");
   if (!g) {
-    scps_jsonw_free(&s);
+    scps__jsonw_free(&s);
     return scps_error_set(err, SCPS_EIO, "--plot: cannot run gnuplot: %s", strerror(errno));
   }
   fwrite(s.buf, 1, s.len, g);
-  scps_jsonw_free(&s);
+  scps__jsonw_free(&s);
   int st = pclose(g);
   if (st == -1 || !WIFEXITED(st) || WEXITSTATUS(st) != 0)
     return scps_error_set(err, SCPS_EIO, "--plot '%s': gnuplot failed (exit status %d; its messages are above)", path,

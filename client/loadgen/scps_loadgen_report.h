@@ -15,22 +15,22 @@ typedef struct scps_loadgen_report {
   const scps_loadgen_result *result;
 } scps_loadgen_report;
 
-void scps_loadgen_report_text(const scps_loadgen_report *r, FILE *f);
+void scps__loadgen_report_text(const scps_loadgen_report *r, FILE *f);
 
 /* The JSON object: workload, mode, concurrency, rate_target, duration_s,
  * requests, ok, errors {status: count}, requests_per_s, samples_per_s,
  * ids_per_s, mb_per_s_sent, mb_per_s_received, latency_ms {p50, p90, p99,
  * p99.9, max, mean}, send_lag_ms {p50, p99, max}, timeline [{t,
  * requests_per_s, p50, p99}], and the run's settings. */
-void scps_loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w);
+void scps__loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w);
 
 /* Writes the JSON to path; SCPS_EIO naming the path on failure. */
-int scps_loadgen_report_write_json(const scps_loadgen_report *r, const char *path, scps_error *err);
+int scps__loadgen_report_write_json(const scps_loadgen_report *r, const char *path, scps_error *err);
 
 /* 0 when gnuplot is on PATH, else SCPS_ENOENT with a message saying so. */
-int scps_loadgen_plot_check(scps_error *err);
+int scps__loadgen_plot_check(scps_error *err);
 
 /* Draws the timeline's p50 and p99 and its request rate into a PNG at path. */
-int scps_loadgen_plot(const scps_loadgen_report *r, const char *path, scps_error *err);
+int scps__loadgen_plot(const scps_loadgen_report *r, const char *path, scps_error *err);
 
 #endif

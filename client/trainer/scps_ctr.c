@@ -40,9 +40,9 @@ static uint64_t next64(uint64_t *s) {
 
 static double unit(uint64_t *s) { return (double)(next64(s) >> 11) / 9007199254740992.0; }
 
-void scps_ctr_destroy(scps_ctr *c) {
+void scps__ctr_destroy(scps_ctr *c) {
   if (!c) return;
-  scps_workload_gen_destroy(c->gen);
+  scps__workload_gen_destroy(c->gen);
   if (c->weights)
     for (int f = 0; f < c->n_features; f++) free(c->weights[f]);
   free(c->weights);
@@ -63,7 +63,7 @@ void scps_ctr_destroy(scps_ctr *c) {
 
 /* Planted logit of every sample of the current batch, before scaling. */
 static void raw_logits(scps_ctr *c, double *out) {
-  const scps_feature_input *in = scps_workload_gen_inputs(c->gen);
+  const scps_feature_input *in = scps__workload_gen_inputs(c->gen);
   for (int32_t r = 0; r < c->batch; r++) out[r] = 0;
   for (int f = 0; f < c->n_features; f++) {
     const scps_feature_input *x = &in[f];
@@ -85,7 +85,7 @@ static void raw_logits(scps_ctr *c, double *out) {
         if (row) {
           row += x->ids[k] * dim;
         } else {
-          scps_init_row(&c->planted_init, c->table_seeds[f], x->ids[k], dim, c->row);
+          scps__init_row(&c->planted_init, c->table_seeds[f], x->ids[k], dim, c->row);
           row = c->row;
         }
         for (int32_t d = 0; d < dim; d++) c->pooled[d] += (float)gain * row[d];
@@ -97,7 +97,7 @@ static void raw_logits(scps_ctr *c, double *out) {
   }
 }
 
-int scps_ctr_create(const scps_workload *w, uint64_t stream, double logit_std, scps_ctr **out,
+int scps__ctr_create(const scps_workload *w, uint64_t stream, double logit_std, scps_ctr **out,
                     scps_error *err) {
   *out = NULL;
   scps_ctr *c = calloc(1, sizeof *c);
@@ -127,15 +127,15 @@ int scps_ctr_create(const scps_workload *w, uint64_t stream, double logit_std, s
   c->planted_init.scale = 1.0;
   uint64_t ws = w->seed ^ 0x91a27ed0f1e1dull;
   for (int f = 0; !rc && f < w->n_features; f++) {
-    int t = scps_find_table(w->tables, w->n_tables, w->features[f].table);
+    int t = scps__find_table(w->tables, w->n_tables, w->features[f].table);
     c->dims[f] = w->tables[t].embedding_dim;
     c->combiners[f] = w->tables[t].combiner;
-    c->table_seeds[f] = scps_init_seed(&w->tables[t]) ^ 0x7a5e11edull;
+    c->table_seeds[f] = scps__init_seed(&w->tables[t]) ^ 0x7a5e11edull;
     c->feature_table[f] = t;
     int64_t n = w->tables[t].vocabulary_size * w->tables[t].embedding_dim;
     if (!c->planted[t] && n <= PLANTED_CACHE_FLOATS && (c->planted[t] = malloc(sizeof(float) * (size_t)n)))
       for (int64_t id = 0; id < w->tables[t].vocabulary_size; id++)
-        scps_init_row(&c->planted_init, c->table_seeds[f], id, w->tables[t].embedding_dim,
+        scps__init_row(&c->planted_init, c->table_seeds[f], id, w->tables[t].embedding_dim,
                       c->planted[t] + id * w->tables[t].embedding_dim);
     c->weights[f] = malloc(sizeof(float) * (size_t)c->dims[f]);
     if (!c->weights[f]) {
@@ -145,10 +145,10 @@ int scps_ctr_create(const scps_workload *w, uint64_t stream, double logit_std, s
     for (int32_t d = 0; d < c->dims[f]; d++) c->weights[f][d] = (float)(2.0 * unit(&ws) - 1.0);
   }
   /* Calibrate on a fixed stream so every stream of this workload shares the scale. */
-  if (!rc) rc = scps_workload_gen_create(w, 0xca11b7a7eull, &c->gen, err);
+  if (!rc) rc = scps__workload_gen_create(w, 0xca11b7a7eull, &c->gen, err);
   double sum = 0, sq = 0;
   for (int k = 0; !rc && k < CALIBRATION_BATCHES; k++) {
-    scps_workload_gen_next(c->gen);
+    scps__workload_gen_next(c->gen);
     raw_logits(c, logits);
     for (int32_t r = 0; r < c->batch; r++) {
       sum += logits[r];
@@ -158,21 +158,21 @@ int scps_ctr_create(const scps_workload *w, uint64_t stream, double logit_std, s
   if (!rc) {
     double n = (double)CALIBRATION_BATCHES * c->batch, var = sq / n - (sum / n) * (sum / n);
     c->scale = var > 0 ? logit_std / sqrt(var) : 1.0;
-    scps_workload_gen_destroy(c->gen);
+    scps__workload_gen_destroy(c->gen);
     c->gen = NULL;
-    rc = scps_workload_gen_create(w, stream, &c->gen, err);
+    rc = scps__workload_gen_create(w, stream, &c->gen, err);
   }
   c->rng = stream ^ 0x1abe15ull;
   if (rc) {
-    scps_ctr_destroy(c);
+    scps__ctr_destroy(c);
     return rc == SCPS_ENOMEM ? scps_error_set(err, rc, "ctr: out of memory") : rc;
   }
   *out = c;
   return 0;
 }
 
-void scps_ctr_next(scps_ctr *c) {
-  scps_workload_gen_next(c->gen);
+void scps__ctr_next(scps_ctr *c) {
+  scps__workload_gen_next(c->gen);
   double *logits = c->logits;
   raw_logits(c, logits);
   for (int32_t r = 0; r < c->batch; r++) {
@@ -183,7 +183,7 @@ void scps_ctr_next(scps_ctr *c) {
   }
 }
 
-const scps_feature_input *scps_ctr_inputs(const scps_ctr *c) { return scps_workload_gen_inputs(c->gen); }
-const float *scps_ctr_labels(const scps_ctr *c) { return c->labels; }
-const float *scps_ctr_probs(const scps_ctr *c) { return c->probs; }
-int32_t scps_ctr_batch_size(const scps_ctr *c) { return c->batch; }
+const scps_feature_input *scps__ctr_inputs(const scps_ctr *c) { return scps__workload_gen_inputs(c->gen); }
+const float *scps__ctr_labels(const scps_ctr *c) { return c->labels; }
+const float *scps__ctr_probs(const scps_ctr *c) { return c->probs; }
+int32_t scps__ctr_batch_size(const scps_ctr *c) { return c->batch; }

@@ -30,7 +30,7 @@ static uint64_t mix(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-void scps_mlp_destroy(scps_mlp *m) {
+void scps__mlp_destroy(scps_mlp *m) {
   if (!m) return;
   for (int i = 0; i < m->n_layers; i++) {
     layer *l = &m->layers[i];
@@ -42,7 +42,7 @@ void scps_mlp_destroy(scps_mlp *m) {
   free(m);
 }
 
-int scps_mlp_create(int32_t n_in, const int32_t *hidden, int n_hidden, int32_t max_batch, double lr,
+int scps__mlp_create(int32_t n_in, const int32_t *hidden, int n_hidden, int32_t max_batch, double lr,
                     uint64_t seed, scps_mlp **out, scps_error *err) {
   *out = NULL;
   if (n_in < 1 || n_hidden < 0 || n_hidden >= MAX_LAYERS || max_batch < 1)
@@ -60,7 +60,7 @@ int scps_mlp_create(int32_t n_in, const int32_t *hidden, int n_hidden, int32_t m
     l->n_in = prev;
     l->n_out = i < n_hidden ? hidden[i] : 1;
     if (l->n_out < 1) {
-      scps_mlp_destroy(m);
+      scps__mlp_destroy(m);
       return scps_error_set(err, SCPS_EINVAL, "mlp: hidden layer %d has width %d", i, l->n_out);
     }
     size_t nw = (size_t)l->n_in * (size_t)l->n_out, nb = (size_t)l->n_out;
@@ -74,7 +74,7 @@ int scps_mlp_create(int32_t n_in, const int32_t *hidden, int n_hidden, int32_t m
     l->vb = calloc(nb, sizeof(float));
     l->out = malloc((size_t)max_batch * nb * sizeof(float));
     if (!l->w || !l->gw || !l->mw || !l->vw || !l->b || !l->gb || !l->mb || !l->vb || !l->out) {
-      scps_mlp_destroy(m);
+      scps__mlp_destroy(m);
       return scps_error_set(err, SCPS_ENOMEM, "mlp: out of memory");
     }
     /* He initialisation: uniform with the variance 2 / fan_in. */
@@ -89,14 +89,14 @@ int scps_mlp_create(int32_t n_in, const int32_t *hidden, int n_hidden, int32_t m
   m->delta[0] = malloc((size_t)max_batch * (size_t)widest * sizeof(float));
   m->delta[1] = malloc((size_t)max_batch * (size_t)widest * sizeof(float));
   if (!m->delta[0] || !m->delta[1]) {
-    scps_mlp_destroy(m);
+    scps__mlp_destroy(m);
     return scps_error_set(err, SCPS_ENOMEM, "mlp: out of memory");
   }
   *out = m;
   return 0;
 }
 
-void scps_mlp_forward(scps_mlp *m, const float *x, int32_t batch, float *logits) {
+void scps__mlp_forward(scps_mlp *m, const float *x, int32_t batch, float *logits) {
   m->x = x;
   const float *in = x;
   for (int i = 0; i < m->n_layers; i++) {
@@ -117,7 +117,7 @@ void scps_mlp_forward(scps_mlp *m, const float *x, int32_t batch, float *logits)
   for (int32_t r = 0; r < batch; r++) logits[r] = m->layers[m->n_layers - 1].out[r];
 }
 
-void scps_mlp_backward(scps_mlp *m, const float *dlogits, int32_t batch, float *dx) {
+void scps__mlp_backward(scps_mlp *m, const float *dlogits, int32_t batch, float *dx) {
   float *d = m->delta[0], *dn = m->delta[1];
   memcpy(d, dlogits, sizeof(float) * (size_t)batch);
   for (int i = m->n_layers - 1; i >= 0; i--) {
@@ -162,7 +162,7 @@ static void adam(float *w, float *g, float *mo, float *v, size_t n, float alpha)
   }
 }
 
-void scps_mlp_step(scps_mlp *m) {
+void scps__mlp_step(scps_mlp *m) {
   m->t++;
   double c = sqrt(1 - pow(0.999, (double)m->t)) / (1 - pow(0.9, (double)m->t));
   float alpha = (float)(m->lr * c);
@@ -173,7 +173,7 @@ void scps_mlp_step(scps_mlp *m) {
   }
 }
 
-double scps_bce_with_logits(const float *logits, const float *labels, int32_t batch, float *dlogits) {
+double scps__bce_with_logits(const float *logits, const float *labels, int32_t batch, float *dlogits) {
   double loss = 0;
   for (int32_t r = 0; r < batch; r++) {
     double z = logits[r], y = labels[r];
@@ -193,7 +193,7 @@ static int by_score(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-double scps_auc(const float *scores, const float *labels, int64_t n) {
+double scps__auc(const float *scores, const float *labels, int64_t n) {
   /* A NaN score has no rank (and would keep the tie scan below from
    * moving): the AUC of a diverged model is NaN. */
   for (int64_t i = 0; i < n; i++)

@@ -94,9 +94,9 @@ typedef struct trainer {
 
 static int hook_inputs(void *ud, int64_t batch, const scps_feature_input **in, scps_error *err) {
   trainer *t = ud;
-  scps_ctr_next(t->data);
-  memcpy(t->labels[batch % SCPS_SCHEDULE_SLOTS], scps_ctr_labels(t->data), sizeof(float) * (size_t)t->batch);
-  *in = scps_ctr_inputs(t->data);
+  scps__ctr_next(t->data);
+  memcpy(t->labels[batch % SCPS_SCHEDULE_SLOTS], scps__ctr_labels(t->data), sizeof(float) * (size_t)t->batch);
+  *in = scps__ctr_inputs(t->data);
   return 0;
 }
 
@@ -109,10 +109,10 @@ static void gather_inputs(trainer *t, float *const *acts) {
 }
 
 static void progress(trainer *t, int final) {
-  double tn = scps_clock_s();
+  double tn = scps__clock_s();
   if (!final && tn - t->last_print < (t->tty ? 0.25 : 5.0)) return;
   t->last_print = tn;
-  double auc = scps_auc(t->window_scores, t->window_labels, t->window_fill);
+  double auc = scps__auc(t->window_scores, t->window_labels, t->window_fill);
   double loss = t->window_n ? t->window_loss / (double)t->window_n : 0;
   double rate = (double)(t->done * t->batch) / (tn - t->t0);
   int width = 30, fill = (int)(width * t->done / (t->steps ? t->steps : 1));
@@ -136,10 +136,10 @@ static int hook_compute(void *ud, int64_t batch, float *const *acts, float *cons
   trainer *t = ud;
   const float *labels = t->labels[batch % SCPS_SCHEDULE_SLOTS];
   gather_inputs(t, acts);
-  scps_mlp_forward(t->mlp, t->x, t->batch, t->logits);
-  double loss = scps_bce_with_logits(t->logits, labels, t->batch, t->dlogits);
-  scps_mlp_backward(t->mlp, t->dlogits, t->batch, t->dx);
-  scps_mlp_step(t->mlp);
+  scps__mlp_forward(t->mlp, t->x, t->batch, t->logits);
+  double loss = scps__bce_with_logits(t->logits, labels, t->batch, t->dlogits);
+  scps__mlp_backward(t->mlp, t->dlogits, t->batch, t->dx);
+  scps__mlp_step(t->mlp);
   for (int f = 0; f < t->n_features; f++)
     for (int32_t r = 0; r < t->batch; r++)
       memcpy(grads[f] + (size_t)r * (size_t)t->dims[f], t->dx + (size_t)r * (size_t)t->width + (size_t)t->offsets[f],
@@ -187,18 +187,18 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
   for (int f = 0; !rc && f < t->n_features; f++)
     if (!(acts[f] = malloc(sizeof(float) * (size_t)t->batch * (size_t)t->dims[f])))
       rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
-  if (!rc) rc = scps_ctr_create(w, 0x4e1d07, logit_std, &held, err);
+  if (!rc) rc = scps__ctr_create(w, 0x4e1d07, logit_std, &held, err);
   if (!rc) rc = scps_batch_create(c, &b, err);
   double sum = 0, psum = 0;
   for (int k = 0; !rc && k < batches; k++) {
-    scps_ctr_next(held);
-    rc = scps_client_prepare(c, scps_ctr_inputs(held), b, err);
+    scps__ctr_next(held);
+    rc = scps_client_prepare(c, scps__ctr_inputs(held), b, err);
     if (!rc) rc = scps_client_lookup(c, b, acts, deadline_ms, err);
     if (rc) break;
     gather_inputs(t, acts);
-    scps_mlp_forward(t->mlp, t->x, t->batch, t->logits);
-    const float *y = scps_ctr_labels(held), *p = scps_ctr_probs(held);
-    sum += scps_bce_with_logits(t->logits, y, t->batch, NULL) * t->batch;
+    scps__mlp_forward(t->mlp, t->x, t->batch, t->logits);
+    const float *y = scps__ctr_labels(held), *p = scps__ctr_probs(held);
+    sum += scps__bce_with_logits(t->logits, y, t->batch, NULL) * t->batch;
     for (int32_t r = 0; r < t->batch; r++) {
       int64_t i = (int64_t)k * t->batch + r;
       scores[i] = t->logits[r];
@@ -210,8 +210,8 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
   if (!rc) {
     *loss = sum / (double)n;
     *planted_loss = psum / (double)n;
-    *auc = scps_auc(scores, labels, n);
-    *planted_auc = scps_auc(pscores, labels, n);
+    *auc = scps__auc(scores, labels, n);
+    *planted_auc = scps__auc(pscores, labels, n);
   }
   for (int f = 0; acts && f < t->n_features; f++) free(acts[f]);
   free(acts);
@@ -219,14 +219,14 @@ static int evaluate(scps_client *c, trainer *t, const scps_workload *w, int batc
   free(pscores);
   free(labels);
   scps_batch_destroy(b);
-  scps_ctr_destroy(held);
+  scps__ctr_destroy(held);
   return rc;
 }
 
 /* Whole-string integer in [lo, hi], or a message naming the flag. */
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
   scps_error e;
-  if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
+  if (!scps__parse_long(flag, s, lo, hi, out, &e)) return 0;
   fprintf(stderr, "scps-trainer: %s\n", e.msg);
   return -1;
 }
@@ -234,7 +234,7 @@ static int parse_long(const char *flag, const char *s, long lo, long hi, long *o
 /* A --checkpoint-dir the servers may take: relative to theirs. */
 static int check_checkpoint_dir(const char *s) {
   scps_error e;
-  if (!scps_confine_check("--checkpoint-dir", s, 4000, &e)) return 0;
+  if (!scps__confine_check("--checkpoint-dir", s, 4000, &e)) return 0;
   fprintf(stderr, "scps-trainer: %s\n", e.msg);
   return -1;
 }
@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
   const char *checkpoint_dir = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_limit_policy policy = SCPS_LIMIT_ERROR;
-  scps_memtune_apply();
+  scps__memtune_apply();
   double dense_lr = 0.003, logit_std = 1.5;
   int32_t hidden[MAX_HIDDEN] = {48, 24};
   int n_hidden = 2;
@@ -319,11 +319,11 @@ int main(int argc, char **argv) {
     case 'V': printf("scps-trainer %s\n", scps_version()); return 0;
     default: {
       scps_error e;
-      int handled = scps_security_flags_parse(&sec, "scps-trainer", o, optarg, &e);
+      int handled = scps__security_flags_parse(&sec, "scps-trainer", o, optarg, &e);
       if (handled < 0) fprintf(stderr, "scps-trainer: %s\n", e.msg);
       if (handled <= 0) {
         if (!handled) fputs(usage, stderr);
-        scps_security_flags_free(&sec);
+        scps__security_flags_free(&sec);
         return 2;
       }
     }
@@ -349,12 +349,12 @@ int main(int argc, char **argv) {
   trainer t;
   memset(&t, 0, sizeof t);
   scps_jsonw expected;
-  scps_jsonw_init(&expected);
-  int rc = scps_workload_load(workload, &w, &err);
+  scps__jsonw_init(&expected);
+  int rc = scps__workload_load(workload, &w, &err);
   /* The servers must serve the workload's tables and features: libscps
    * compares them, in the workload format, with what the servers declare. */
-  if (!rc) rc = scps_workload_write_specs(w->tables, w->n_tables, w->features, w->n_features, &expected, &err);
-  if (!rc) rc = scps_jsonw_finish(&expected, "the expected declaration", &err);
+  if (!rc) rc = scps__workload_write_specs(w->tables, w->n_tables, w->features, w->n_features, &expected, &err);
+  if (!rc) rc = scps__jsonw_finish(&expected, "the expected declaration", &err);
   if (!rc) {
     scps_client_options co;
     scps_client_options_init(&co);
@@ -390,19 +390,19 @@ int main(int argc, char **argv) {
         !t.dlogits || !t.window_scores || !t.window_labels)
       rc = scps_error_set(&err, SCPS_ENOMEM, "out of memory");
   }
-  if (!rc) rc = scps_ctr_create(w, 1, logit_std, &t.data, &err);
-  if (!rc) rc = scps_mlp_create(t.width, hidden, n_hidden, t.batch, dense_lr, 7, &t.mlp, &err);
+  if (!rc) rc = scps__ctr_create(w, 1, logit_std, &t.data, &err);
+  if (!rc) rc = scps__mlp_create(t.width, hidden, n_hidden, t.batch, dense_lr, 7, &t.mlp, &err);
   scps_schedule_stats st = {0};
   if (!rc) {
     fprintf(stderr, "scps-trainer: %s, %d features (%d embedding columns), batch %d, %d servers, %s\n", w->name,
             w->n_features, t.width, t.batch, n_servers, mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential");
     t.tty = isatty(2);
-    t.t0 = t.last_print = scps_clock_s();
+    t.t0 = t.last_print = scps__clock_s();
     int64_t first = scps_client_step(c) + 1;
     if (first > 0) fprintf(stderr, "scps-trainer: the servers hold step %lld; resuming at step %lld\n",
                            (long long)first - 1, (long long)first);
     scps_train_options to;
-    scps_train_options_init(&to);
+    scps__train_options_init(&to);
     to.mode = mode;
     to.steps = steps;
     to.first_step = first;
@@ -410,7 +410,7 @@ int main(int argc, char **argv) {
     to.checkpoint_every_steps = checkpoint_every;
     to.checkpoint_dir = checkpoint_dir;
     scps_train_hooks hooks = {.inputs = hook_inputs, .compute = hook_compute, .checkpointed = hook_checkpointed};
-    rc = scps_train_run(c, &to, &hooks, &t, &st, &err);
+    rc = scps__train_run(c, &to, &hooks, &t, &st, &err);
     progress(&t, 1);
   }
   double loss = 0, auc = 0, ploss = 0, pauc = 0;
@@ -448,8 +448,8 @@ int main(int argc, char **argv) {
   } else {
     fprintf(stderr, "scps-trainer: %s: %s\n", scps_strerror(rc), err.msg);
   }
-  scps_mlp_destroy(t.mlp);
-  scps_ctr_destroy(t.data);
+  scps__mlp_destroy(t.mlp);
+  scps__ctr_destroy(t.data);
   for (int k = 0; k < SCPS_SCHEDULE_SLOTS; k++) free(t.labels[k]);
   free(t.x);
   free(t.dx);
@@ -460,8 +460,8 @@ int main(int argc, char **argv) {
   free(t.offsets);
   free(t.dims);
   scps_client_destroy(c);
-  scps_workload_destroy(w);
-  scps_jsonw_free(&expected);
-  scps_security_flags_free(&sec);
+  scps__workload_destroy(w);
+  scps__jsonw_free(&expected);
+  scps__security_flags_free(&sec);
   return rc ? 1 : 0;
 }

@@ -58,19 +58,19 @@ static int cluster_create(cluster *c, const scps_workload *w, const scps_topolog
   if (!tables) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   memcpy(tables, w->tables, sizeof *tables * (size_t)w->n_tables);
   if (planted)
-    for (int i = 0; i < w->n_tables; i++) tables[i].initializer.seed = scps_init_seed(&tables[i]) ^ 0x5eedULL;
-  int rc = scps_layout_create(tables, w->n_tables, w->features, w->n_features, t, NULL, &c->layout, err);
+    for (int i = 0; i < w->n_tables; i++) tables[i].initializer.seed = scps__init_seed(&tables[i]) ^ 0x5eedULL;
+  int rc = scps__layout_create(tables, w->n_tables, w->features, w->n_features, t, NULL, &c->layout, err);
   free(tables);
   for (int p = 0; !rc && p < t->num_processes; p++) {
-    rc = scps_engine_create(c->layout, p, &c->engines[p], err);
+    rc = scps__engine_create(c->layout, p, &c->engines[p], err);
     c->P = p + 1;
   }
   return rc;
 }
 
 static void cluster_destroy(cluster *c) {
-  for (int p = 0; p < c->P; p++) scps_engine_destroy(c->engines[p]);
-  scps_layout_destroy(c->layout);
+  for (int p = 0; p < c->P; p++) scps__engine_destroy(c->engines[p]);
+  scps__layout_destroy(c->layout);
 }
 
 static void cluster_lookup(cluster *c, const scps_prep *prep, int st, float *out) {
@@ -78,19 +78,19 @@ static void cluster_lookup(cluster *c, const scps_prep *prep, int st, float *out
   const scps_stack_layout *sl = &c->layout->stacks[st];
   memset(out, 0, sizeof(float) * (size_t)(sl->total_sample_count * sl->dim));
   for (int32_t sc = 0; sc < c->layout->num_sc; sc++)
-    scps_engine_lookup(c->engines[sc / S], st, sc % S, scps_prep_coo(prep, st, sc), 0, (uint32_t)sl->total_sample_count,
+    scps__engine_lookup(c->engines[sc / S], st, sc % S, scps__prep_coo(prep, st, sc), 0, (uint32_t)sl->total_sample_count,
                        out);
 }
 
 static void log_change(void *ctx, const scps_fdo_change *c) {
   char line[512];
-  scps_fdo_change_format(c, line, sizeof line);
+  scps__fdo_change_format(c, line, sizeof line);
   printf("FDO: %s\n", line);
 }
 
 static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
   scps_error e;
-  if (!scps_parse_long(flag, s, lo, hi, out, &e)) return 0;
+  if (!scps__parse_long(flag, s, lo, hi, out, &e)) return 0;
   fprintf(stderr, "scps-engine-demo: %s\n", e.msg);
   return -1;
 }
@@ -127,7 +127,7 @@ int main(int argc, char **argv) {
       topo.sc_per_process = (int32_t)v;
       break;
     case 'm':
-      if (scps_parse_bytes(optarg, &topo.sc_memory_bytes)) {
+      if (scps__parse_bytes(optarg, &topo.sc_memory_bytes)) {
         fprintf(stderr, "scps-engine-demo: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
         return 2;
       }
@@ -153,13 +153,13 @@ int main(int argc, char **argv) {
   cluster train, planted;
   memset(&train, 0, sizeof train);
   memset(&planted, 0, sizeof planted);
-  int rc = scps_workload_load(path, &w, &err);
+  int rc = scps__workload_load(path, &w, &err);
   if (!rc) rc = cluster_create(&train, w, &topo, 0, &err);
   if (!rc) rc = cluster_create(&planted, w, &topo, 1, &err);
-  if (!rc) rc = scps_prep_create(train.layout, &po, &prep, &err);
-  if (!rc) rc = scps_workload_gen_create(w, 1, &gen, &err);
+  if (!rc) rc = scps__prep_create(train.layout, &po, &prep, &err);
+  if (!rc) rc = scps__workload_gen_create(w, 1, &gen, &err);
   scps_fdo_options fo = {.adaptive = adaptive, .headroom = 0.25, .log = log_change};
-  if (!rc) rc = scps_fdo_create(train.layout, &fo, &fdo, &err);
+  if (!rc) rc = scps__fdo_create(train.layout, &fo, &fdo, &err);
   if (rc) {
     fprintf(stderr, "scps-engine-demo: %s: %s\n", scps_strerror(rc), err.msg);
     goto out;
@@ -177,16 +177,16 @@ int main(int argc, char **argv) {
   int64_t ids = 0, drops = 0;
   int32_t S = topo.sc_per_process;
   for (long step = 0; step < steps && !rc; step++) {
-    scps_workload_gen_next(gen);
-    const scps_feature_input *in = scps_workload_gen_inputs(gen);
-    double t0 = scps_clock_s();
-    rc = scps_prep_run(prep, in, &err);
+    scps__workload_gen_next(gen);
+    const scps_feature_input *in = scps__workload_gen_inputs(gen);
+    double t0 = scps__clock_s();
+    rc = scps__prep_run(prep, in, &err);
     if (rc == SCPS_ELIMIT && adaptive) {
       /* The refused batch's counts raise the limits; then it fits. */
-      rc = scps_fdo_step(fdo, prep, &err);
-      if (!rc) rc = scps_prep_run(prep, in, &err);
+      rc = scps__fdo_step(fdo, prep, &err);
+      if (!rc) rc = scps__prep_run(prep, in, &err);
     }
-    if (!rc) rc = scps_fdo_step(fdo, prep, &err);
+    if (!rc) rc = scps__fdo_step(fdo, prep, &err);
     if (rc) {
       fprintf(stderr, "scps-engine-demo: step %ld: %s: %s\n", step, scps_strerror(rc), err.msg);
       break;
@@ -205,10 +205,10 @@ int main(int argc, char **argv) {
       }
       scps_step s = {step, -1};
       for (int32_t sc = 0; sc < l->num_sc; sc++)
-        scps_engine_update(train.engines[sc / S], st, sc % S, scps_prep_coo(prep, st, sc), act[st], &s);
-      drops += scps_prep_stats(prep, st)->id_drop_counter;
+        scps__engine_update(train.engines[sc / S], st, sc % S, scps__prep_coo(prep, st, sc), act[st], &s);
+      drops += scps__prep_stats(prep, st)->id_drop_counter;
     }
-    busy += scps_clock_s() - t0;
+    busy += scps__clock_s() - t0;
     for (int f = 0; f < w->n_features; f++) ids += (int64_t)in[f].n_ids;
     loss = sq / (double)w->batch_size;
     if (first_loss < 0) first_loss = loss;
@@ -218,7 +218,7 @@ int main(int argc, char **argv) {
   }
   if (!rc && fdo_dir) {
     char out[4096];
-    rc = scps_fdo_export_csv(fdo, fdo_dir, out, sizeof out, &err);
+    rc = scps__fdo_export_csv(fdo, fdo_dir, out, sizeof out, &err);
     if (rc)
       fprintf(stderr, "scps-engine-demo: %s\n", err.msg);
     else
@@ -228,22 +228,22 @@ int main(int argc, char **argv) {
     printf("loss %.6f -> %.6f (%.1f%% of the first step)\n", first_loss, loss, 100.0 * loss / first_loss);
     for (int p = 0; p < train.P; p++)
       for (int32_t s = 0; s < S; s++) {
-        const scps_hbm *h = scps_engine_hbm(train.engines[p], s);
+        const scps_hbm *h = scps__engine_hbm(train.engines[p], s);
         printf("process %d SparseCore %d: %lld of %lld bytes used\n", p, h->sc, (long long)h->used,
                (long long)h->capacity);
       }
     for (int st = 0; st < l->n_stacks; st++) {
       const scps_stack_layout *sl = &l->stacks[st];
-      const scps_stack_stats *ss = scps_prep_stats(prep, st);
+      const scps_stack_stats *ss = scps__prep_stats(prep, st);
       int32_t max_ids = 0, max_unique = 0, limit_ids, limit_unique;
-      scps_prep_get_limits(prep, st, &limit_ids, &limit_unique);
+      scps__prep_get_limits(prep, st, &limit_ids, &limit_unique);
       for (int32_t sc = 0; sc < ss->num_sc; sc++) {
         if (ss->max_ids_per_partition[sc] > max_ids) max_ids = ss->max_ids_per_partition[sc];
         if (ss->max_unique_ids_per_partition[sc] > max_unique) max_unique = ss->max_unique_ids_per_partition[sc];
       }
       printf("stack %s: %d tables, dim %d, %lld rows per SparseCore, %s; last batch max ids/partition %d "
              "(limit %d), max unique %d (limit %d)\n",
-             sl->name, sl->n_tables, sl->dim, (long long)sl->rows_per_sc, scps_optimizer_name(sl->optimizer.type),
+             sl->name, sl->n_tables, sl->dim, (long long)sl->rows_per_sc, scps__optimizer_name(sl->optimizer.type),
              max_ids, limit_ids, max_unique, limit_unique);
     }
   }
@@ -252,11 +252,11 @@ int main(int argc, char **argv) {
     free(target[st]);
   }
 out:
-  scps_workload_gen_destroy(gen);
-  scps_fdo_destroy(fdo);
-  scps_prep_destroy(prep);
+  scps__workload_gen_destroy(gen);
+  scps__fdo_destroy(fdo);
+  scps__prep_destroy(prep);
   cluster_destroy(&planted);
   cluster_destroy(&train);
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
   return rc ? 1 : 0;
 }

@@ -38,52 +38,52 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
   scps_checkpoint_stats st = {0};
   char plain[4096];
   snprintf(plain, sizeof plain, "%s/plain.bin", dir);
-  int rc = scps_workload_load(workload, &w, err);
-  if (!rc) rc = scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, err);
-  if (!rc) rc = scps_engine_create(l, 0, &e, err);
+  int rc = scps__workload_load(workload, &w, err);
+  if (!rc) rc = scps__layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, err);
+  if (!rc) rc = scps__engine_create(l, 0, &e, err);
   if (!rc && !(chunk = malloc(PLAIN_CHUNK))) rc = scps_error_set(err, SCPS_ENOMEM, "out of memory");
   if (!rc) memset(chunk, 0x5a, PLAIN_CHUNK);
   for (int i = 0; i < runs && !rc; i++) {
-    double t0 = scps_clock_s();
-    rc = scps_checkpoint_save(e, dir, i, NULL, &st, err);
-    t_save[i] = scps_clock_s() - t0;
+    double t0 = scps__clock_s();
+    rc = scps__checkpoint_save(e, dir, i, NULL, &st, err);
+    t_save[i] = scps__clock_s() - t0;
     char step_dir[4096];
     snprintf(step_dir, sizeof step_dir, "%s/step-%012d", dir, i);
     scps_checkpoint *c = NULL;
     scps_engine *fresh = NULL;
-    if (!rc) rc = scps_engine_create(l, 0, &fresh, err);
-    t0 = scps_clock_s();
-    if (!rc) rc = scps_checkpoint_open(step_dir, &c, err);
-    if (!rc) rc = scps_checkpoint_load(c, fresh, NULL, err);
-    t_load[i] = scps_clock_s() - t0;
-    scps_checkpoint_close(c);
-    scps_engine_destroy(fresh);
+    if (!rc) rc = scps__engine_create(l, 0, &fresh, err);
+    t0 = scps__clock_s();
+    if (!rc) rc = scps__checkpoint_open(step_dir, &c, err);
+    if (!rc) rc = scps__checkpoint_load(c, fresh, NULL, err);
+    t_load[i] = scps__clock_s() - t0;
+    scps__checkpoint_close(c);
+    scps__engine_destroy(fresh);
     if (!rc) {
       /* Saved without a fingerprint: this declaration's checkpoints are ours. */
       scps_checkpoint_owner own = {.process_index = 0, .layout = l};
       int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
       rc = fd < 0 ? scps_error_set(err, SCPS_EIO, "cannot open '%s'", dir)
-                  : scps_checkpoint_root_retain(fd, dir, &own, 1, i, 1, err);
+                  : scps__checkpoint_root_retain(fd, dir, &own, 1, i, 1, err);
       if (fd >= 0) close(fd);
     }
-    t0 = scps_clock_s();
+    t0 = scps__clock_s();
     uint64_t sum = 0;
     for (int s = 0; s < l->n_stacks; s++)
       for (int32_t sc = 0; sc < topo.sc_per_process; sc++) {
         size_t region = (size_t)l->stacks[s].rows_per_sc * (size_t)l->stacks[s].dim * sizeof(float);
-        sum ^= scps_hash64(scps_engine_shard(e, s, sc), region, 0);
-        for (int k = 0; k < scps_optimizer_num_slots(l->stacks[s].optimizer.type); k++)
-          sum ^= scps_hash64(scps_engine_slot(e, s, sc, k), region, 0);
+        sum ^= scps__hash64(scps__engine_shard(e, s, sc), region, 0);
+        for (int k = 0; k < scps__optimizer_num_slots(l->stacks[s].optimizer.type); k++)
+          sum ^= scps__hash64(scps__engine_slot(e, s, sc, k), region, 0);
       }
-    t_hash[i] = scps_clock_s() - t0 + (double)(sum & 1) * 1e-12;
-    t0 = scps_clock_s();
+    t_hash[i] = scps__clock_s() - t0 + (double)(sum & 1) * 1e-12;
+    t0 = scps__clock_s();
     if (!rc && scps_bench_plain_write(plain, chunk, PLAIN_CHUNK, st.bytes))
       rc = scps_error_set(err, SCPS_EIO, "cannot write '%s'", plain);
-    t_write[i] = scps_clock_s() - t0;
-    t0 = scps_clock_s();
+    t_write[i] = scps__clock_s() - t0;
+    t0 = scps__clock_s();
     if (!rc && scps_bench_plain_read(plain, chunk, PLAIN_CHUNK))
       rc = scps_error_set(err, SCPS_EIO, "cannot read '%s'", plain);
-    t_read[i] = scps_clock_s() - t0;
+    t_read[i] = scps__clock_s() - t0;
     unlink(plain);
   }
   if (!rc) {
@@ -98,9 +98,9 @@ static int run(const char *workload, const char *dir, scps_topology topo, int ru
            gb / save, gb / write, gb / load, gb / read, gb / hash, write / save, read / load);
   }
   free(chunk);
-  scps_engine_destroy(e);
-  scps_layout_destroy(l);
-  scps_workload_destroy(w);
+  scps__engine_destroy(e);
+  scps__layout_destroy(l);
+  scps__workload_destroy(w);
   return rc;
 }
 

@@ -125,13 +125,13 @@ static int time_steps(scps_client *c, scps_batch *b, const stored *st, int disti
                       scps_error *err) {
   for (long i = 0; i < warmup + batches; i++) {
     if (i == warmup) scps_client_traffic(c, sent, received);
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     int rc = scps_client_prepare(c, st[i % distinct].in, b, err);
-    double t1 = scps_clock_s();
+    double t1 = scps__clock_s();
     if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
-    double t2 = scps_clock_s();
+    double t2 = scps__clock_s();
     if (!rc && train) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, i, -1, 60000, err);
-    double t3 = scps_clock_s();
+    double t3 = scps__clock_s();
     if (rc) return rc;
     if (i >= warmup) {
       t_step[i - warmup] = t3 - t0;
@@ -188,13 +188,13 @@ static void *depth_thread(void *p) {
   atomic_fetch_add(&d->warmed, 1);
   while (!atomic_load(&d->go)) sched_yield();
   for (long i; !rc && !atomic_load(&d->rc) && (i = atomic_fetch_add(&d->next, 1)) < d->batches;) {
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     rc = scps_client_prepare(d->c, d->st[i % d->distinct].in, b, &err);
-    double t1 = scps_clock_s();
+    double t1 = scps__clock_s();
     if (!rc) rc = scps_client_lookup(d->c, b, acts, 60000, &err);
-    double t2 = scps_clock_s();
+    double t2 = scps__clock_s();
     if (!rc && d->train) rc = scps_client_apply_gradients(d->c, b, (const float *const *)grads, i, -1, 60000, &err);
-    double t3 = scps_clock_s();
+    double t3 = scps__clock_s();
     t_step[i] = t3 - t0;
     t_prep[i] = t1 - t0;
     t_look[i] = t2 - t1;
@@ -229,10 +229,10 @@ static int time_depth(scps_client *c, const stored *st, int distinct, int nf, si
   }
   while (atomic_load(&d.warmed) < started) sched_yield();
   scps_client_traffic(c, sent, received);
-  double t0 = scps_clock_s();
+  double t0 = scps__clock_s();
   atomic_store(&d.go, true);
   for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
-  *wall = scps_clock_s() - t0;
+  *wall = scps__clock_s() - t0;
   pthread_mutex_destroy(&d.err_mu);
   if (atomic_load(&d.rc)) {
     *err = d.err;
@@ -270,16 +270,16 @@ static void *save_thread(void *p) {
  * to what FDO may raise them to (scps.proto StackLimits): the highest
  * allowed, instead of limits no batch reaches. */
 static int highest_allowed_limits(scps_client *c, scps_error *err) {
-  const scps_layout *l = scps_client_layout(c);
+  const scps_layout *l = scps__client_layout(c);
   scps_fdo *f = NULL;
-  int rc = scps_fdo_create(l, NULL, &f, err);
+  int rc = scps__fdo_create(l, NULL, &f, err);
   for (int s = 0; !rc && s < l->n_stacks; s++) {
-    int32_t cap = scps_fdo_limit_cap(f, s);
+    int32_t cap = scps__fdo_limit_cap(f, s);
     int32_t ids = cap > l->stacks[s].max_ids_per_partition ? cap : l->stacks[s].max_ids_per_partition;
     int32_t uniq = cap > l->stacks[s].max_unique_ids_per_partition ? cap : l->stacks[s].max_unique_ids_per_partition;
-    rc = scps_prep_set_limits(scps_client_prep(c), s, ids, uniq, err);
+    rc = scps__prep_set_limits(scps__client_prep(c), s, ids, uniq, err);
   }
-  scps_fdo_destroy(f);
+  scps__fdo_destroy(f);
   return rc;
 }
 
@@ -313,9 +313,9 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
         t_save[i] = quiet.res.seconds;
       } else if (plain) {
         unlink(plain);
-        double t0 = scps_clock_s();
+        double t0 = scps__clock_s();
         int e = scps_bench_plain_write(plain, chunk, PLAIN_CHUNK, first.res.bytes);
-        t_write[i] = scps_clock_s() - t0;
+        t_write[i] = scps__clock_s() - t0;
         if (e) rc = scps_error_set(err, SCPS_EIO, "cannot write '%s': %s", plain, strerror(-e));
       }
     }
@@ -328,9 +328,9 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   long n = 0;
   while (!atomic_load(&sv.done) && n < MAX_BATCHES && !rc) {
     rc = scps_client_prepare(c, st[n % 4].in, b, err);
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
-    t_look[n++] = scps_clock_s() - t0;
+    t_look[n++] = scps__clock_s() - t0;
   }
   pthread_join(th, NULL);
   if (rc) return rc;
@@ -340,9 +340,9 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
    * what a trainer waits for while a checkpoint is taken. */
   for (long i = 0; i < batches && !rc; i++) {
     rc = scps_client_prepare(c, st[i % 4].in, b, err);
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, 1 + i, -1, 60000, err);
-    t_push[i] = scps_clock_s() - t0;
+    t_push[i] = scps__clock_s() - t0;
   }
   if (rc) return rc;
   scps_bench_sort(t_push, (size_t)batches);
@@ -355,9 +355,9 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   long np = 0;
   while (!atomic_load(&pv.done) && np < MAX_BATCHES && !rc) {
     rc = scps_client_prepare(c, st[np % 4].in, b, err);
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, batches + 1 + np, -1, 60000, err);
-    t_push[np++] = scps_clock_s() - t0;
+    t_push[np++] = scps__clock_s() - t0;
   }
   pthread_join(th, NULL);
   if (rc) return rc;
@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_answer_mode answer = SCPS_ANSWER_AUTO;
   scps_gradient_mode gradients = SCPS_GRADIENTS_AUTO;
-  scps_memtune_apply();
+  scps__memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
                                        {"mode", required_argument, 0, 'm'},    {"batches", required_argument, 0, 'n'},
                                        {"warmup", required_argument, 0, 'u'},  {"help", no_argument, 0, 'h'},
@@ -458,7 +458,7 @@ int main(int argc, char **argv) {
   scps_client *c = NULL;
   scps_workload_gen *gen = NULL;
   scps_batch *b = NULL;
-  int rc = scps_workload_load(workload, &w, &err);
+  int rc = scps__workload_load(workload, &w, &err);
   if (!rc) {
     scps_client_options co;
     scps_client_options_init(&co);
@@ -471,13 +471,13 @@ int main(int argc, char **argv) {
     co.gradients = gradients;
     rc = scps_client_create(&co, &c, &err);
   }
-  if (!rc) rc = scps_workload_gen_create(w, 1, &gen, &err);
+  if (!rc) rc = scps__workload_gen_create(w, 1, &gen, &err);
   if (!rc) rc = scps_batch_create(c, &b, &err);
   if (rc) {
     fprintf(stderr, "scps-bench-client: %s\n", err.msg);
     return 1;
   }
-  const scps_layout *l = scps_client_layout(c);
+  const scps_layout *l = scps__client_layout(c);
   /* The workloads keep the default limits (256 per table), far below what a
    * dlrm8 batch sends one partition; like the engine benchmark, measure with
    * limits no batch reaches rather than with dropped ids: the servers'
@@ -487,8 +487,8 @@ int main(int argc, char **argv) {
   stored st[4];
   memset(st, 0, sizeof st);
   for (int k = 0; k < distinct; k++) {
-    scps_workload_gen_next(gen);
-    if (store(scps_workload_gen_inputs(gen), nf, w->batch_size, &st[k])) {
+    scps__workload_gen_next(gen);
+    if (store(scps__workload_gen_inputs(gen), nf, w->batch_size, &st[k])) {
       fprintf(stderr, "scps-bench-client: out of memory\n");
       return 1;
     }
@@ -518,15 +518,15 @@ int main(int argc, char **argv) {
     scps_train_hooks h = {.inputs = replay_inputs, .compute = replay_compute};
     scps_schedule_stats ss;
     scps_train_options to;
-    scps_train_options_init(&to);
+    scps__train_options_init(&to);
     to.mode = SCPS_SCHEDULE_PIPELINED;
     to.steps = warmup;
     to.learning_rate = -1.0;
     to.deadline_ms = 60000;
-    rc = scps_train_run(c, &to, &h, &r, &ss, &err);
+    rc = scps__train_run(c, &to, &h, &r, &ss, &err);
     to.steps = batches;
     to.first_step = warmup;
-    if (!rc) rc = scps_train_run(c, &to, &h, &r, &ss, &err);
+    if (!rc) rc = scps__train_run(c, &to, &h, &r, &ss, &err);
     free(sizes);
     if (rc) {
       fprintf(stderr, "scps-bench-client: %s\n", err.msg);
@@ -585,8 +585,8 @@ int main(int argc, char **argv) {
     free(st[k].weights);
   }
   scps_batch_destroy(b);
-  scps_workload_gen_destroy(gen);
+  scps__workload_gen_destroy(gen);
   scps_client_destroy(c);
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
   return 0;
 }

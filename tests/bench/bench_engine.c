@@ -10,7 +10,7 @@
  * so every shard has a single writer and no phase takes a lock. Per batch:
  *   lookup = write the thread's slice of the samples of one [samples x dim]
  *            buffer per stack from every SparseCore's partition, process 0's
- *            with scps_engine_gather (as a server's SparseCore workers do
+ *            with scps__engine_gather (as a server's SparseCore workers do
  *            together) and the other processes' added to it, barrier;
  *   update = every owned SparseCore aggregates its gradients per touched row
  *            and applies the stack's optimizer, barrier.
@@ -68,7 +68,7 @@ typedef struct worker {
   bench *b;
   int index;
   pthread_t thread;
-  void *gather_scratch; /* scps_engine_gather's, for the largest of its slices */
+  void *gather_scratch; /* scps__engine_gather's, for the largest of its slices */
 } worker;
 
 struct bench {
@@ -183,7 +183,7 @@ static int parse_args(int argc, char **argv, options *o) {
 
 /* The loader has checked that every feature names a table. */
 static const scps_table_spec *table_of(const scps_workload *w, int f) {
-  return &w->tables[scps_find_table(w->tables, w->n_tables, w->features[f].table)];
+  return &w->tables[scps__find_table(w->tables, w->n_tables, w->features[f].table)];
 }
 
 /* Options for shared/anchors/gather_limit.c: one anchor table per feature,
@@ -232,7 +232,7 @@ static int batch_capture(bench *b, const scps_prep *prep, batch *bt, scps_error 
   if (!bt->parts) return scps_error_set(err, SCPS_ENOMEM, "out of memory for a batch");
   for (int s = 0; s < b->n_stacks; s++)
     for (int32_t sc = 0; sc < b->num_sc; sc++) {
-      const scps_coo *c = scps_prep_coo(prep, s, sc);
+      const scps_coo *c = scps__prep_coo(prep, s, sc);
       part *p = &bt->parts[s * b->num_sc + sc];
       size_t n = c->n ? c->n : 1;
       p->rows = malloc(n * sizeof *p->rows);
@@ -246,7 +246,7 @@ static int batch_capture(bench *b, const scps_prep *prep, batch *bt, scps_error 
       p->coo = (scps_coo){c->n, p->rows, p->samples, p->gains};
       bt->entries += (int64_t)c->n;
       for (size_t i = 0; i < c->n; i++) bt->rows += i == 0 || c->rows[i] != c->rows[i - 1];
-      int rc = scps_engine_check_coo(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
+      int rc = scps__engine_check_coo(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
                                      &p->coo, err);
       if (rc) return rc;
     }
@@ -254,14 +254,14 @@ static int batch_capture(bench *b, const scps_prep *prep, batch *bt, scps_error 
 }
 
 /* Generates and preprocesses every batch; prep ids/s is reported from the
- * median scps_prep_run time. Limits are raised to the ids a stack can get
+ * median scps__prep_run time. Limits are raised to the ids a stack can get
  * in one batch so that nothing is dropped (the policy is ERROR). */
 static int prepare_batches(bench *b, double *prep_ms, scps_error *err) {
   scps_workload_gen *gen = NULL;
   scps_prep *prep = NULL;
   scps_prep_options po = {.policy = SCPS_LIMIT_ERROR, .threads = b->opt.threads};
-  int rc = scps_workload_gen_create(b->w, b->opt.seed, &gen, err);
-  if (!rc) rc = scps_prep_create(b->layout, &po, &prep, err);
+  int rc = scps__workload_gen_create(b->w, b->opt.seed, &gen, err);
+  if (!rc) rc = scps__prep_create(b->layout, &po, &prep, err);
   for (int s = 0; !rc && s < b->n_stacks; s++) {
     const scps_stack_layout *st = &b->layout->stacks[s];
     int64_t most = 0;
@@ -271,20 +271,20 @@ static int prepare_batches(bench *b, double *prep_ms, scps_error *err) {
     }
     if (most < 1) most = 1;
     if (most > INT32_MAX) most = INT32_MAX;
-    rc = scps_prep_set_limits(prep, s, (int32_t)most, (int32_t)most, err);
+    rc = scps__prep_set_limits(prep, s, (int32_t)most, (int32_t)most, err);
   }
   for (int k = 0; !rc && k < b->n_batches; k++) {
-    scps_workload_gen_next(gen);
-    const scps_feature_input *in = scps_workload_gen_inputs(gen);
+    scps__workload_gen_next(gen);
+    const scps_feature_input *in = scps__workload_gen_inputs(gen);
     batch *bt = &b->batches[k];
     for (int f = 0; f < b->w->n_features; f++) bt->ids += (int64_t)in[f].n_ids;
-    double t0 = scps_clock_s();
-    rc = scps_prep_run(prep, in, err);
-    prep_ms[k] = (scps_clock_s() - t0) * 1e3;
+    double t0 = scps__clock_s();
+    rc = scps__prep_run(prep, in, err);
+    prep_ms[k] = (scps__clock_s() - t0) * 1e3;
     if (!rc) rc = batch_capture(b, prep, bt, err);
   }
-  scps_prep_destroy(prep);
-  scps_workload_gen_destroy(gen);
+  scps__prep_destroy(prep);
+  scps__workload_gen_destroy(gen);
   return rc;
 }
 
@@ -299,9 +299,9 @@ static void lookup(worker *wk, const batch *bt) {
      * once), the other processes' added to it. */
     scps_coo local[SCPS_SC_PER_PROCESS_MAX];
     for (int32_t sc = 0; sc < b->sc_per_process; sc++) local[sc] = bt->parts[s * b->num_sc + sc].coo;
-    scps_engine_gather(b->engines[0], s, local, b->sc_per_process, first, end, b->acts[s], wk->gather_scratch);
+    scps__engine_gather(b->engines[0], s, local, b->sc_per_process, first, end, b->acts[s], wk->gather_scratch);
     for (int32_t sc = b->sc_per_process; sc < b->num_sc; sc++)
-      scps_engine_lookup(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
+      scps__engine_lookup(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
                          &bt->parts[s * b->num_sc + sc].coo, first, end, b->acts[s]);
   }
 }
@@ -311,7 +311,7 @@ static void update(worker *wk, const batch *bt, int64_t step) {
   scps_step st = {.step = step, .learning_rate = -1.0};
   for (int s = 0; s < b->n_stacks; s++)
     for (int32_t sc = wk->index; sc < b->num_sc; sc += b->opt.threads)
-      scps_engine_update(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
+      scps__engine_update(b->engines[sc / b->sc_per_process], s, sc % b->sc_per_process,
                          &bt->parts[s * b->num_sc + sc].coo, b->grads[s], &st);
 }
 
@@ -327,13 +327,13 @@ static void *worker_main(void *arg) {
   for (int k = -1; k < b->n_batches; k++) {
     const batch *bt = &b->batches[k < 0 ? 0 : k];
     pthread_barrier_wait(&b->barrier);
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     lookup(wk, bt);
     pthread_barrier_wait(&b->barrier);
-    double t1 = scps_clock_s();
+    double t1 = scps__clock_s();
     update(wk, bt, k + 1);
     pthread_barrier_wait(&b->barrier);
-    double t2 = scps_clock_s();
+    double t2 = scps__clock_s();
     if (wk->index == 0 && k >= 0) {
       b->lookup_ms[k] = (t1 - t0) * 1e3;
       b->update_ms[k] = (t2 - t1) * 1e3;
@@ -380,7 +380,7 @@ static int alloc_buffers(bench *b, scps_error *err) {
         const int64_t total = b->layout->stacks[s].total_sample_count;
         size_t entries = 0;
         for (int32_t sc = 0; sc < b->sc_per_process; sc++) entries += b->batches[k].parts[s * b->num_sc + sc].coo.n;
-        size_t need = scps_engine_gather_scratch(entries, (uint32_t)(total * t / T), (uint32_t)(total * (t + 1) / T));
+        size_t need = scps__engine_gather_scratch(entries, (uint32_t)(total * t / T), (uint32_t)(total * (t + 1) / T));
         if (need > most) most = need;
       }
     b->workers[t].b = b;
@@ -397,15 +397,15 @@ static int alloc_buffers(bench *b, scps_error *err) {
 static int make_layout(bench *b, scps_error *err) {
   scps_topology topo = {b->opt.processes, b->opt.sc_per_process, 1};
   scps_layout *probe = NULL;
-  int rc = scps_layout_create(b->w->tables, b->w->n_tables, b->w->features, b->w->n_features,
+  int rc = scps__layout_create(b->w->tables, b->w->n_tables, b->w->features, b->w->n_features,
                               &topo, NULL, &probe, err);
   if (rc) return rc;
   int64_t need = 0;
   for (int s = 0; s < probe->n_stacks; s++)
-    need += scps_layout_stack_bytes_per_sc(probe, s) + SCPS_HBM_ALIGN;
-  scps_layout_destroy(probe);
+    need += scps__layout_stack_bytes_per_sc(probe, s) + SCPS_HBM_ALIGN;
+  scps__layout_destroy(probe);
   topo.sc_memory_bytes = need > 0 ? need : SCPS_HBM_ALIGN;
-  return scps_layout_create(b->w->tables, b->w->n_tables, b->w->features, b->w->n_features, &topo,
+  return scps__layout_create(b->w->tables, b->w->n_tables, b->w->features, b->w->n_features, &topo,
                             NULL, &b->layout, err);
 }
 
@@ -419,10 +419,10 @@ static void bench_free(bench *b) {
   for (int k = 0; b->batches && k < b->n_batches; k++)
     batch_free(&b->batches[k], b->n_stacks * b->num_sc);
   free(b->batches);
-  for (int p = 0; b->engines && p < b->opt.processes; p++) scps_engine_destroy(b->engines[p]);
+  for (int p = 0; b->engines && p < b->opt.processes; p++) scps__engine_destroy(b->engines[p]);
   free(b->engines);
-  scps_layout_destroy(b->layout);
-  scps_workload_destroy(b->w);
+  scps__layout_destroy(b->layout);
+  scps__workload_destroy(b->w);
   free(b->lookup_ms);
   free(b->update_ms);
 }
@@ -431,7 +431,7 @@ static void bench_free(bench *b) {
 static const char *optimizer_names(const scps_layout *l, char names[128]) {
   names[0] = 0;
   for (int s = 0; s < l->n_stacks; s++) {
-    const char *name = scps_optimizer_name(l->stacks[s].optimizer.type);
+    const char *name = scps__optimizer_name(l->stacks[s].optimizer.type);
     bool seen = false;
     for (int u = 0; u < s; u++) seen |= l->stacks[u].optimizer.type == l->stacks[s].optimizer.type;
     size_t len = strlen(names);
@@ -456,7 +456,7 @@ static void print_phase(const bench *b, const char *phase, double ms, double ids
 
 static int run(bench *b, scps_error *err) {
   const options *o = &b->opt;
-  int rc = scps_workload_load(o->workload, &b->w, err);
+  int rc = scps__workload_load(o->workload, &b->w, err);
   if (rc) return rc;
   if (o->anchor_args) {
     print_anchor_args(b->w);
@@ -475,13 +475,13 @@ static int run(bench *b, scps_error *err) {
   b->n_stacks = b->layout->n_stacks;
   b->n_batches = o->batches;
 
-  double t0 = scps_clock_s();
+  double t0 = scps__clock_s();
   b->engines = calloc((size_t)o->processes, sizeof *b->engines);
   if (!b->engines) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   for (int32_t p = 0; p < o->processes && !rc; p++)
-    rc = scps_engine_create(b->layout, p, &b->engines[p], err);
+    rc = scps__engine_create(b->layout, p, &b->engines[p], err);
   if (rc) return rc;
-  double init_s = scps_clock_s() - t0;
+  double init_s = scps__clock_s() - t0;
 
   b->batches = calloc((size_t)b->n_batches, sizeof *b->batches);
   b->lookup_ms = calloc((size_t)b->n_batches, sizeof(double));
@@ -491,9 +491,9 @@ static int run(bench *b, scps_error *err) {
     free(prep_ms);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
-  t0 = scps_clock_s();
+  t0 = scps__clock_s();
   rc = prepare_batches(b, prep_ms, err);
-  double prepare_s = scps_clock_s() - t0;
+  double prepare_s = scps__clock_s() - t0;
   double prep_median = scps_bench_median(prep_ms, (size_t)b->n_batches);
   free(prep_ms);
   if (!rc) rc = alloc_buffers(b, err);

@@ -1,4 +1,4 @@
-/* bench_prep: input preprocessing throughput (scps_prep_run) on a workload
+/* bench_prep: input preprocessing throughput (scps__prep_run) on a workload
  * file's batches.
  *
  *   scps-bench-prep [--workload FILE] [--threads T[,T...]] [--batches K]
@@ -51,7 +51,7 @@ typedef struct batch {
 static void usage(FILE *fp) {
   fputs("usage: scps-bench-prep [--workload FILE] [--threads T[,T...]] [--batches K]\n"
         "                       [--topology PxS] [--policy error|drop] [--seed N]\n"
-        "Times preprocessing (scps_prep_run) of K generated batches per thread\n"
+        "Times preprocessing (scps__prep_run) of K generated batches per thread\n"
         "count and prints one JSON line per count. Defaults: workload\n"
         "$SCPS_SHARED_DIR/workloads/dlrm8.json (../shared/... without it),\n"
         "threads 1, batches 20, topology 2x4, policy error, seed 1.\n",
@@ -60,7 +60,7 @@ static void usage(FILE *fp) {
 
 static bool parse_int(const char *s, long lo, long hi, long *out) {
   scps_error e;
-  return scps_parse_long("", s, lo, hi, out, &e) == 0;
+  return scps__parse_long("", s, lo, hi, out, &e) == 0;
 }
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -195,7 +195,7 @@ static int run(const options *o, const scps_workload *w, const scps_layout *l, b
   scps_error err;
   scps_prep *p = NULL;
   scps_prep_options po = {.policy = o->policy, .threads = threads};
-  if (scps_prep_create(l, &po, &p, &err) != 0) {
+  if (scps__prep_create(l, &po, &p, &err) != 0) {
     fprintf(stderr, "scps-bench-prep: %s\n", err.msg);
     return 1;
   }
@@ -207,7 +207,7 @@ static int run(const options *o, const scps_workload *w, const scps_layout *l, b
         most += (int64_t)w->batch_size * w->draws[f].valency_max;
       }
       most = most < 1 ? 1 : most > INT32_MAX ? INT32_MAX : most;
-      scps_prep_set_limits(p, s, (int32_t)most, (int32_t)most, NULL);
+      scps__prep_set_limits(p, s, (int32_t)most, (int32_t)most, NULL);
     }
   }
   double *ms = calloc((size_t)o->batches, sizeof *ms);
@@ -216,9 +216,9 @@ static int run(const options *o, const scps_workload *w, const scps_layout *l, b
   int64_t drops = 0, ids = 0;
   for (int k = -WARMUP; k < o->batches && rc == 0; k++) {
     batch *b = &batches[(k + WARMUP) % o->batches];
-    double t0 = scps_clock_s();
-    rc = scps_prep_run(p, b->in, &err);
-    double dt = scps_clock_s() - t0;
+    double t0 = scps__clock_s();
+    rc = scps__prep_run(p, b->in, &err);
+    double dt = scps__clock_s() - t0;
     if (rc != 0) {
       fprintf(stderr, "scps-bench-prep: batch %d: %s\n", k, err.msg);
       break;
@@ -229,7 +229,7 @@ static int run(const options *o, const scps_workload *w, const scps_layout *l, b
     rate[k] = (double)b->n_ids / dt;
     ids += b->n_ids;
     for (int s = 0; s < l->n_stacks; s++)
-      drops += scps_prep_stats(p, s)->id_drop_counter;
+      drops += scps__prep_stats(p, s)->id_drop_counter;
   }
   if (rc == 0) {
     scps_bench_sort(ms, (size_t)o->batches);
@@ -247,7 +247,7 @@ static int run(const options *o, const scps_workload *w, const scps_layout *l, b
   }
   free(ms);
   free(rate);
-  scps_prep_destroy(p);
+  scps__prep_destroy(p);
   return rc;
 }
 
@@ -262,14 +262,14 @@ int main(int argc, char **argv) {
   scps_layout *l = NULL;
   scps_workload_gen *gen = NULL;
   batch *batches = NULL;
-  if (scps_workload_load(o.workload, &w, &err) != 0) {
+  if (scps__workload_load(o.workload, &w, &err) != 0) {
     fprintf(stderr, "scps-bench-prep: %s\n", err.msg);
     return 1;
   }
   scps_topology topo = {o.processes, o.sc_per_process, INT64_C(1) << 40};
-  rc = scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, &err);
+  rc = scps__layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, &err);
   if (rc == 0)
-    rc = scps_workload_gen_create(w, o.seed, &gen, &err);
+    rc = scps__workload_gen_create(w, o.seed, &gen, &err);
   if (rc != 0) {
     fprintf(stderr, "scps-bench-prep: %s\n", err.msg);
     goto out;
@@ -280,8 +280,8 @@ int main(int argc, char **argv) {
     goto out;
   }
   for (int k = 0; k < o.batches; k++) {
-    scps_workload_gen_next(gen);
-    if (batch_copy(&batches[k], w, scps_workload_gen_inputs(gen)) != 0) {
+    scps__workload_gen_next(gen);
+    if (batch_copy(&batches[k], w, scps__workload_gen_inputs(gen)) != 0) {
       fprintf(stderr, "scps-bench-prep: out of memory copying batch %d\n", k);
       rc = 1;
       goto out;
@@ -294,8 +294,8 @@ out:
     for (int k = 0; k < o.batches; k++)
       batch_free(&batches[k], w->n_features);
   free(batches);
-  scps_workload_gen_destroy(gen);
-  scps_layout_destroy(l);
-  scps_workload_destroy(w);
+  scps__workload_gen_destroy(gen);
+  scps__layout_destroy(l);
+  scps__workload_destroy(w);
   return rc;
 }

@@ -298,8 +298,8 @@ static int store_batches(bench *bn, scps_workload_gen *gen, scps_error *err) {
   if (!bn->b) return scps_error_set(err, SCPS_ENOMEM, "cannot allocate %d batches", bn->nb);
   for (int k = 0; k < bn->nb; k++) {
     batch *b = &bn->b[k];
-    scps_workload_gen_next(gen);
-    const scps_feature_input *in = scps_workload_gen_inputs(gen);
+    scps__workload_gen_next(gen);
+    const scps_feature_input *in = scps__workload_gen_inputs(gen);
     b->offsets = calloc((size_t)nf, sizeof *b->offsets);
     b->ids = calloc((size_t)nf, sizeof *b->ids);
     b->weights = calloc((size_t)nf, sizeof *b->weights);
@@ -487,7 +487,7 @@ static int run(bench *bn, conn *c, int first, int count, double *done, scps_erro
       continue;
     }
     if (finish_batch(bn, c, finished % depth, first + finished, err)) return err->code;
-    if (done) done[finished] = scps_clock_s();
+    if (done) done[finished] = scps__clock_s();
     finished++;
   }
   return 0;
@@ -650,22 +650,22 @@ int main(int argc, char **argv) {
   int64_t keys = 0;
   double t_load = 0.0, *done = calloc((size_t)batches + 1, sizeof *done);
   int rc = done ? 0 : scps_error_set(&err, SCPS_ENOMEM, "%ld batches", batches);
-  if (!rc) rc = scps_workload_load(workload, &w, &err);
-  if (!rc) rc = scps_workload_gen_create(w, (uint64_t)seed, &gen, &err);
+  if (!rc) rc = scps__workload_load(workload, &w, &err);
+  if (!rc) rc = scps__workload_gen_create(w, (uint64_t)seed, &gen, &err);
   bn.w = w;
   if (!rc) rc = store_batches(&bn, gen, &err);
   if (!rc) rc = bench_init(&bn, &err);
   if (!rc) rc = conn_open(&c, host, (int)port, &err);
   if (!rc) rc = redis_version(&c, version, sizeof version, &err);
   if (!rc) {
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     rc = load_rows(&bn, &c, &keys, &err);
-    t_load = scps_clock_s() - t0;
+    t_load = scps__clock_s() - t0;
   }
   if (!rc) rc = run(&bn, &c, 0, (int)warmup, NULL, &err);
   if (!rc) {
     bn.rows_returned = 0;
-    done[0] = scps_clock_s();
+    done[0] = scps__clock_s();
     rc = run(&bn, &c, (int)warmup, (int)batches, done + 1, &err);
   }
   if (!rc) rc = check_batch(&bn, bn.nb - 1, &err);
@@ -689,8 +689,8 @@ int main(int argc, char **argv) {
   }
   conn_close(&c);
   bench_free(&bn);
-  scps_workload_gen_destroy(gen);
-  scps_workload_destroy(w);
+  scps__workload_gen_destroy(gen);
+  scps__workload_destroy(w);
   free(done);
   return rc ? 1 : 0;
 }

@@ -80,7 +80,7 @@ int main(int argc, char **argv) {
     return 1;
   }
   const int64_t period = period_us * 1000;
-  const int64_t start = scps_clock_ns(), stop = start + (int64_t)(seconds * 1e9);
+  const int64_t start = scps__clock_ns(), stop = start + (int64_t)(seconds * 1e9);
   long wakeups = 0, over2 = 0, over5 = 0, over10 = 0;
   double lost_ms = 0, max_ms = 0;
   late worst[WORST];
@@ -89,7 +89,7 @@ int main(int argc, char **argv) {
     struct timespec d = {.tv_sec = due / 1000000000, .tv_nsec = due % 1000000000};
     while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &d, NULL) == EINTR) {
     }
-    const int64_t now = scps_clock_ns();
+    const int64_t now = scps__clock_ns();
     const double late_ms = (double)(now - due) * 1e-6;
     wakeups++;
     over2 += late_ms > 2;

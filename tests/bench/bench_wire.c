@@ -107,10 +107,10 @@ static int measure(size_t len, int rounds, double *t) {
   if (!rc && !started) rc = EAGAIN;
   for (int r = 0; !rc && r < rounds; r++) {
     const uint8_t ask = 1;
-    double t0 = scps_clock_s();
+    double t0 = scps__clock_s();
     rc = send_all(b, &ask, 1);
     if (!rc) rc = recv_all(b, in, len);
-    t[r] = scps_clock_s() - t0;
+    t[r] = scps__clock_s() - t0;
   }
   if (b >= 0) shutdown(b, SHUT_RDWR);
   if (started) pthread_join(th, NULL);

@@ -23,19 +23,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   memset(&m, 0, sizeof m);
   scps_lookup_reply_stack out[3];
   char msg[512];
-  if (scps_lookup_reply_read(&m, bb, out, 3, want, msg, sizeof msg) == 0) {
+  if (scps__lookup_reply_read(&m, bb, out, 3, want, msg, sizeof msg) == 0) {
     static const char *const names[3] = {"a", "b", "stack_c"};
     for (int k = 0; k < want; k++) {
-      (void)scps_lookup_reply_check(&m, &out[k], k, names[k], k == 1, out[k].len, msg, sizeof msg);
+      (void)scps__lookup_reply_check(&m, &out[k], k, names[k], k == 1, out[k].len, msg, sizeof msg);
       /* The values lie within the message: read the first and last byte. */
       uint8_t tmp[1];
       if (out[k].len) {
-        (void)scps_slices_span(&m, out[k].off, 1, tmp);
-        (void)scps_slices_span(&m, out[k].off + out[k].len - 1, 1, tmp);
+        (void)scps__slices_span(&m, out[k].off, 1, tmp);
+        (void)scps__slices_span(&m, out[k].off + out[k].len - 1, 1, tmp);
       }
     }
   }
-  scps_slices_free(&m);
+  scps__slices_free(&m);
   grpc_byte_buffer_destroy(bb);
   return 0;
 }

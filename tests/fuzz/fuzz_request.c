@@ -22,15 +22,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   scps_request r;
   char msg[256];
   /* A server of 4 stacks and 4 SparseCores per process. */
-  if (scps_request_decode(bb, kind, 4, 5, &r, msg, sizeof msg) == 0) {
+  if (scps__request_decode(bb, kind, 4, 5, &r, msg, sizeof msg) == 0) {
     for (size_t i = 0; i < r.n_stacks; i++) {
       scps_req_partitions *p = &r.stacks[i].partitions;
       size_t entries = p->rows.len / 4;
-      if (scps_request_expand_samples(p, entries, msg, sizeof msg) == 0)
-        (void)scps_request_expand_gains(p, entries, msg, sizeof msg);
+      if (scps__request_expand_samples(p, entries, msg, sizeof msg) == 0)
+        (void)scps__request_expand_gains(p, entries, msg, sizeof msg);
     }
   }
-  scps_request_free(&r);
+  scps__request_free(&r);
   grpc_byte_buffer_destroy(bb);
   return 0;
 }

@@ -9,6 +9,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   scps_workload *w = NULL;
   scps_error err;
-  if (scps_workload_parse((const char *)data, size, &w, &err) == 0) scps_workload_destroy(w);
+  if (scps__workload_parse((const char *)data, size, &w, &err) == 0) scps__workload_destroy(w);
   return 0;
 }

@@ -294,7 +294,7 @@ static void resume_run(const char *root, const reference *ref) {
   MUST(scps_batch_create(c, &b, &err));
   for (int64_t s = 0; s < N_BEFORE; s++) MUST(train_step(c, b, &x, s, &err));
   /* Limits in force travel with the checkpoint. */
-  MUST(scps_prep_set_limits(scps_client_prep(c), 0, 300, 290, &err));
+  MUST(scps__prep_set_limits(scps__client_prep(c), 0, 300, 290, &err));
   scps_client_checkpoint_result res;
   MUST(scps_client_checkpoint(c, N_BEFORE - 1, NULL, DEADLINE_MS, &res, &err));
   CHECK(res.step == N_BEFORE - 1 && res.bytes > 0 && res.files > 0 && strstr(res.path, "step-000000000003"));
@@ -311,7 +311,7 @@ static void resume_run(const char *root, const reference *ref) {
   MUST(connect_client(&cl, false, &c, &err));
   CHECKF(scps_client_step(c) == N_BEFORE - 1, "servers' step %lld", (long long)scps_client_step(c));
   int32_t mi = 0, mu = 0;
-  scps_prep_get_limits(scps_client_prep(c), 0, &mi, &mu);
+  scps__prep_get_limits(scps__client_prep(c), 0, &mi, &mu);
   CHECKF(mi == 300 && mu == 290, "restored limits %d, %d", mi, mu);
   MUST(scps_batch_create(c, &b, &err));
   for (int64_t s = N_BEFORE; s < N_BEFORE + M_AFTER; s++) {

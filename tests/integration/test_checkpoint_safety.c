@@ -166,16 +166,16 @@ static int plant(const char *json, int P, const char *root, int64_t step, scps_e
   scps_workload *w = NULL;
   scps_layout *l = NULL;
   scps_topology t = {P, 1, 32 << 20};
-  int rc = scps_workload_parse(json, strlen(json), &w, err);
-  if (!rc) rc = scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, &t, NULL, &l, err);
+  int rc = scps__workload_parse(json, strlen(json), &w, err);
+  if (!rc) rc = scps__layout_create(w->tables, w->n_tables, w->features, w->n_features, &t, NULL, &l, err);
   for (int p = 0; !rc && p < P; p++) {
     scps_engine *e = NULL;
-    rc = scps_engine_create(l, p, &e, err);
-    if (!rc) rc = scps_checkpoint_save(e, root, step, NULL, NULL, err);
-    scps_engine_destroy(e);
+    rc = scps__engine_create(l, p, &e, err);
+    if (!rc) rc = scps__checkpoint_save(e, root, step, NULL, NULL, err);
+    scps__engine_destroy(e);
   }
-  scps_layout_destroy(l);
-  scps_workload_destroy(w);
+  scps__layout_destroy(l);
+  scps__workload_destroy(w);
   return rc;
 }
 
@@ -413,17 +413,17 @@ static void limits_run(void) {
   MUST(start_with_root(&cl, config_json, 1, 2, root, "--checkpoint-snapshot-max", "1K"));
   MUST(connect_client(&cl, &c, &err));
   int32_t ids0 = 0, uniq0 = 0;
-  scps_prep_get_limits(scps_client_prep(c), 0, &ids0, &uniq0);
+  scps__prep_get_limits(scps__client_prep(c), 0, &ids0, &uniq0);
   scps_client_checkpoint_result res;
-  MUST(scps_prep_set_limits(scps_client_prep(c), 0, 1, 1, &err));
+  MUST(scps__prep_set_limits(scps__client_prep(c), 0, 1, 1, &err));
   int rc = scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &res, &err);
   CHECKF(rc == SCPS_EINVAL && strstr(err.msg, "max_ids_per_partition 1 outside") && strstr(err.msg, "stack"),
          "limits of 1: %d %s", rc, err.msg);
-  MUST(scps_prep_set_limits(scps_client_prep(c), 0, ids0, 1, &err));
+  MUST(scps__prep_set_limits(scps__client_prep(c), 0, ids0, 1, &err));
   rc = scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &res, &err);
   CHECKF(rc == SCPS_EINVAL && strstr(err.msg, "max_unique_ids_per_partition 1 outside"), "unique limit of 1: %d %s",
          rc, err.msg);
-  MUST(scps_prep_set_limits(scps_client_prep(c), 0, 1 << 30, uniq0, &err));
+  MUST(scps__prep_set_limits(scps__client_prep(c), 0, 1 << 30, uniq0, &err));
   rc = scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &res, &err);
   CHECKF(rc == SCPS_EINVAL && strstr(err.msg, "outside"), "a limit of 2^30: %d %s", rc, err.msg);
   CHECKF(!exists(step_dir(root, 0)), "a refused Checkpoint wrote %s", step_dir(root, 0));
@@ -431,10 +431,10 @@ static void limits_run(void) {
   c = NULL;
   MUST(connect_client(&cl, &c, &err));
   int32_t ids = 0, uniq = 0;
-  scps_prep_get_limits(scps_client_prep(c), 0, &ids, &uniq);
+  scps__prep_get_limits(scps__client_prep(c), 0, &ids, &uniq);
   CHECKF(ids == ids0 && uniq == uniq0, "limits in force (%d, %d) after refused Checkpoints, expected (%d, %d)", ids,
          uniq, ids0, uniq0);
-  MUST(scps_prep_set_limits(scps_client_prep(c), 0, ids0 + 8, uniq0 + 8, &err));
+  MUST(scps__prep_set_limits(scps__client_prep(c), 0, ids0 + 8, uniq0 + 8, &err));
   MUST(scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &res, &err));
   snprintf(path, sizeof path, "%s/manifest.p0.json", step_dir(root, 0));
   CHECKF(exists(path), "%s missing", path);
@@ -476,12 +476,12 @@ static void rate_run(void) {
   CHECKF(!strcmp(first.path, again.path) && first.bytes == again.bytes, "the repeated save: %s, %lld bytes",
          again.path, (long long)again.bytes);
   int32_t ids = 0, uniq = 0;
-  scps_prep_get_limits(scps_client_prep(c), 0, &ids, &uniq);
-  MUST(scps_prep_set_limits(scps_client_prep(c), 0, ids + 8, uniq, &err));
+  scps__prep_get_limits(scps__client_prep(c), 0, &ids, &uniq);
+  MUST(scps__prep_set_limits(scps__client_prep(c), 0, ids + 8, uniq, &err));
   int rc = scps_client_checkpoint(c, 0, NULL, DEADLINE_MS, &again, &err);
   CHECKF(rc == SCPS_ENOSPC && strstr(err.msg, "RESOURCE_EXHAUSTED") && strstr(err.msg, "--checkpoint-min-interval"),
          "the same step with other limits: %d %s", rc, err.msg);
-  MUST(scps_prep_set_limits(scps_client_prep(c), 0, ids, uniq, &err));
+  MUST(scps__prep_set_limits(scps__client_prep(c), 0, ids, uniq, &err));
   rc = scps_client_checkpoint(c, 0, "elsewhere", DEADLINE_MS, &again, &err);
   CHECKF(rc == SCPS_ENOSPC && strstr(err.msg, "retry in"), "the same step elsewhere: %d %s", rc, err.msg);
   MUST(train_step(c, b, &x, 1, &err));

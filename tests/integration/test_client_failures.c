@@ -138,7 +138,7 @@ static void test_configuration(void) {
 
   /* The matching declaration is accepted. */
   declare(&e, &topo, w->tables);
-  CHECK_OK(scps_client_create_expecting(&o, &e, &c, &err), &err);
+  CHECK_OK(scps__client_create_expecting(&o, &e, &c, &err), &err);
   scps_client_destroy(c);
   c = NULL;
 
@@ -153,14 +153,14 @@ static void test_configuration(void) {
     if (!strcmp(f[i].table, t[1].name) && f[i].output_dim) f[i].output_dim = 24;
   declare(&e, &topo, t);
   e.features = f;
-  int rc = scps_client_create_expecting(&o, &e, &c, &err);
+  int rc = scps__client_create_expecting(&o, &e, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && !c, "rc %d", rc);
   CHECKF(contains(err.msg, "server 0 (") && contains(err.msg, "table 'users' embedding_dim") &&
              contains(err.msg, "24") && contains(err.msg, "FAILED_PRECONDITION"),
          "%s", err.msg);
   printf("declared dim 24: %s\n", err.msg);
   e.features = w->features;
-  rc = scps_client_create_expecting(&o, &e, &c, &err);
+  rc = scps__client_create_expecting(&o, &e, &c, &err);
   CHECKF(rc == SCPS_EINVAL && !c && contains(err.msg, "INVALID_ARGUMENT") && contains(err.msg, "expected:") &&
              contains(err.msg, "output_dim"),
          "declared dim 24, features left at 8: %d %s", rc, err.msg);
@@ -169,13 +169,13 @@ static void test_configuration(void) {
   /* Another optimizer hyper-parameter. */
   memcpy(t, w->tables, sizeof *t * (size_t)w->n_tables);
   t[0].optimizer.learning_rate = 0.2;
-  rc = scps_client_create_expecting(&o, &e, &c, &err);
+  rc = scps__client_create_expecting(&o, &e, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "table 'items' optimizer learning_rate"), "%d %s", rc, err.msg);
 
   /* Another topology. */
   scps_topology topo4 = {2, 4, SC_MEMORY};
   declare(&e, &topo4, w->tables);
-  rc = scps_client_create_expecting(&o, &e, &c, &err);
+  rc = scps__client_create_expecting(&o, &e, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "sc_per_process"), "%d %s", rc, err.msg);
   free(t);
 
@@ -191,7 +191,7 @@ static void test_configuration(void) {
          "%d %s", rc, err.msg);
   printf("reversed: %s\n", err.msg);
   declare(&e, &topo, w->tables);
-  rc = scps_client_create_expecting(&r, &e, &c, &err);
+  rc = scps__client_create_expecting(&r, &e, &c, &err);
   CHECKF(rc == SCPS_EMISMATCH && contains(err.msg, "is process 1"), "%d %s", rc, err.msg);
 
   /* One address of a two-process cluster. */
@@ -338,11 +338,11 @@ static void test_async(void) {
     scps_it_stop(&cl);
     return;
   }
-  const scps_layout *l = scps_client_layout(c);
+  const scps_layout *l = scps__client_layout(c);
   scps_batch *b[2] = {NULL, NULL};
   scps_workload_gen *gen = NULL;
   bufs sync[2], async[2];
-  CHECK_OK(scps_workload_gen_create(w, 5, &gen, &err), &err);
+  CHECK_OK(scps__workload_gen_create(w, 5, &gen, &err), &err);
   for (int i = 0; i < 2; i++) {
     CHECK_OK(scps_batch_create(c, &b[i], &err), &err);
     bufs_init(&sync[i], l);
@@ -352,8 +352,8 @@ static void test_async(void) {
   /* Misuse: an unprepared batch, NaN gradients, a zero deadline. */
   CHECK(scps_client_lookup(c, b[0], sync[0].acts, 1000, &err) == SCPS_ESTATE && contains(err.msg, "prepared"));
   for (int i = 0; i < 2; i++) {
-    scps_workload_gen_next(gen);
-    CHECK_OK(scps_client_prepare(c, scps_workload_gen_inputs(gen), b[i], &err), &err);
+    scps__workload_gen_next(gen);
+    CHECK_OK(scps_client_prepare(c, scps__workload_gen_inputs(gen), b[i], &err), &err);
   }
   CHECK(scps_client_lookup(c, b[0], sync[0].acts, 0, &err) == SCPS_EINVAL);
   sync[0].grads[2][5 * 8 + 3] = 0.0f / 0.0f;
@@ -374,7 +374,7 @@ static void test_async(void) {
   CHECK_OK(scps_client_create(&ro, &cr, &err), &err);
   if (cr) CHECK_OK(scps_batch_create(cr, &br, &err), &err);
   if (br) {
-    CHECK_OK(scps_client_prepare(cr, scps_workload_gen_inputs(gen), br, &err), &err);
+    CHECK_OK(scps_client_prepare(cr, scps__workload_gen_inputs(gen), br, &err), &err);
     sync[0].grads[2][5 * 8 + 3] = 0.0f / 0.0f;
     rc = scps_client_apply_gradients(cr, br, (const float *const *)sync[0].grads, 1, -1, 1000, &err);
     CHECKF(rc == SCPS_EINVAL && contains(err.msg, "(feature 'user') sample 5 column 3") &&
@@ -419,15 +419,15 @@ static void test_async(void) {
     bufs_free(&sync[i]);
     bufs_free(&async[i]);
   }
-  scps_workload_gen_destroy(gen);
+  scps__workload_gen_destroy(gen);
   scps_client_destroy(c);
   scps_it_stop(&cl);
 }
 
 /* One step's lookup and push, both blocking. */
 static int step(scps_client *c, scps_batch *b, bufs *bf, scps_workload_gen *gen, int64_t s, scps_error *err) {
-  scps_workload_gen_next(gen);
-  int rc = scps_client_prepare(c, scps_workload_gen_inputs(gen), b, err);
+  scps__workload_gen_next(gen);
+  int rc = scps_client_prepare(c, scps__workload_gen_inputs(gen), b, err);
   if (!rc) rc = scps_client_lookup(c, b, bf->acts, LONG_DEADLINE_MS, err);
   if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)bf->grads, s, -1, LONG_DEADLINE_MS, err);
   return rc;
@@ -475,9 +475,9 @@ static void test_server_loss(void) {
     return;
   }
   bufs bf;
-  bufs_init(&bf, scps_client_layout(c));
+  bufs_init(&bf, scps__client_layout(c));
   CHECK_OK(scps_batch_create(c, &b, &err), &err);
-  CHECK_OK(scps_workload_gen_create(w, 11, &gen, &err), &err);
+  CHECK_OK(scps__workload_gen_create(w, 11, &gen, &err), &err);
   for (int s = 0; s < 3; s++) CHECK_OK(step(c, b, &bf, gen, s, &err), &err);
 
   scps_it_kill(&cl, 1);
@@ -547,18 +547,18 @@ static void test_server_loss(void) {
   dt = scps_it_now_ms() - t0;
   CHECKF(dt < 2000, "destroy took %.0f ms", dt);
   bufs_free(&bf);
-  scps_workload_gen_destroy(gen);
+  scps__workload_gen_destroy(gen);
   scps_it_stop(&cl);
 }
 
 int main(void) {
   scps_error err;
-  CHECK_OK(scps_workload_parse(config_json, strlen(config_json), &w, &err), &err);
+  CHECK_OK(scps__workload_parse(config_json, strlen(config_json), &w, &err), &err);
   if (w) {
     test_configuration();
     test_async();
     test_server_loss();
   }
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
   return scps_test_finish("test_client_failures");
 }

@@ -84,16 +84,16 @@ static int ref_init(ref *r, const scps_workload *w, int P, int S, scps_error *er
   r->P = P;
   r->S = S;
   scps_topology topo = {P, S, SC_MEMORY};
-  int rc = scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &r->layout, err);
-  for (int p = 0; p < P && !rc; p++) rc = scps_engine_create(r->layout, p, &r->eng[p], err);
-  if (!rc) rc = scps_prep_create(r->layout, NULL, &r->prep, err);
+  int rc = scps__layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &r->layout, err);
+  for (int p = 0; p < P && !rc; p++) rc = scps__engine_create(r->layout, p, &r->eng[p], err);
+  if (!rc) rc = scps__prep_create(r->layout, NULL, &r->prep, err);
   return rc;
 }
 
 static void ref_free(ref *r) {
-  scps_prep_destroy(r->prep);
-  for (int p = 0; p < r->P; p++) scps_engine_destroy(r->eng[p]);
-  scps_layout_destroy(r->layout);
+  scps__prep_destroy(r->prep);
+  for (int p = 0; p < r->P; p++) scps__engine_destroy(r->eng[p]);
+  scps__layout_destroy(r->layout);
 }
 
 /* Rounds through bfloat16 by its definition (nearest, ties to even, on the
@@ -113,8 +113,8 @@ static float bf16_round(float f) {
 static void ref_rows_bf16(ref *r, int p, int st, float *blk) {
   const size_t dim = (size_t)r->layout->stacks[st].dim;
   for (int k = 0; k < r->S; k++) {
-    const scps_coo *coo = scps_prep_coo(r->prep, st, p * r->S + k);
-    const float *shard = scps_engine_shard(r->eng[p], st, k);
+    const scps_coo *coo = scps__prep_coo(r->prep, st, p * r->S + k);
+    const float *shard = scps__engine_shard(r->eng[p], st, k);
     for (size_t i = 0; i < coo->n; i++)
       for (size_t c = 0; c < dim; c++)
         blk[(size_t)coo->samples[i] * dim + c] += coo->gains[i] * bf16_round(shard[(size_t)coo->rows[i] * dim + c]);
@@ -125,7 +125,7 @@ static void ref_rows_bf16(ref *r, int p, int st, float *blk) {
  * in order, rounded to bfloat16 if that is the wire format) and what a
  * client makes of it (processes summed in order). */
 static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_error *err) {
-  int rc = scps_prep_run(r->prep, in, err);
+  int rc = scps__prep_run(r->prep, in, err);
   if (rc) return rc;
   const scps_layout *l = r->layout;
   for (int st = 0; st < l->n_stacks; st++) {
@@ -138,7 +138,7 @@ static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_e
         ref_rows_bf16(r, p, st, blk);
       } else {
         for (int k = 0; k < r->S; k++)
-          scps_engine_lookup(r->eng[p], st, k, scps_prep_coo(r->prep, st, p * r->S + k), 0,
+          scps__engine_lookup(r->eng[p], st, k, scps__prep_coo(r->prep, st, p * r->S + k), 0,
                              (uint32_t)sl->total_sample_count, blk);
         if (r->bf16)
           for (size_t j = 0; j < block; j++) blk[j] = bf16_round(blk[j]);
@@ -171,7 +171,7 @@ static void ref_apply_rows(ref *r, int p, int st, int k, const scps_coo *coo, co
     for (size_t c = 0; c < dim; c++) sum[c] += coo->gains[i] * g[(size_t)coo->samples[i] * dim + c];
   }
   for (size_t j = 0; j < n * dim; j++) sums[j] = bf16_round(sums[j]);
-  scps_engine_update_rows(r->eng[p], st, k, rows, n, sums, s);
+  scps__engine_update_rows(r->eng[p], st, k, rows, n, sums, s);
   free(rows);
   free(sums);
 }
@@ -194,9 +194,9 @@ static void ref_apply(ref *r, float *const *grads, int64_t step, double lr) {
     }
     for (int p = 0; p < r->P; p++)
       for (int k = 0; k < r->S; k++) {
-        const scps_coo *coo = scps_prep_coo(r->prep, st, p * r->S + k);
+        const scps_coo *coo = scps__prep_coo(r->prep, st, p * r->S + k);
         if (r->bf16 && r->grad_rows) ref_apply_rows(r, p, st, k, coo, g, &s);
-        else scps_engine_update(r->eng[p], st, k, coo, g, &s);
+        else scps__engine_update(r->eng[p], st, k, coo, g, &s);
       }
     free(g);
   }
@@ -464,19 +464,19 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
   o.answer = answer;
   o.gradients = gradients;
   const scps_client_expected e = {&topo, w->tables, w->n_tables, w->features, w->n_features};
-  MUST(scps_client_create_expecting(&o, declare ? &e : NULL, &c, &err));
-  l = scps_client_layout(c);
+  MUST(scps__client_create_expecting(&o, declare ? &e : NULL, &c, &err));
+  l = scps__client_layout(c);
   CHECK(l->n_stacks == r.layout->n_stacks && l->n_features == w->n_features);
-  CHECK(scps_layout_find_stack(l, "explicit") >= 0);
+  CHECK(scps__layout_find_stack(l, "explicit") >= 0);
   MUST(scps_batch_create(c, &b, &err));
-  MUST(scps_workload_gen_create(w, 99, &gen, &err));
+  MUST(scps__workload_gen_create(w, 99, &gen, &err));
   bufs_init(&bf, l);
   manual_init(&m, l, 8);
   counts n = {0, 0, 0};
   double t_lookup = 0, t_apply = 0, t_min = 1e30;
   for (int step = 0; step < STEPS; step++) {
-    scps_workload_gen_next(gen);
-    const scps_feature_input *in = scps_workload_gen_inputs(gen);
+    scps__workload_gen_next(gen);
+    const scps_feature_input *in = scps__workload_gen_inputs(gen);
     MUST(scps_client_prepare(c, in, b, &err));
     double t0 = scps_it_now_ms();
     MUST(scps_client_lookup(c, b, bf.acts, DEADLINE_MS, &err));
@@ -544,7 +544,7 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
 out:
   if (m.in) manual_free(&m, l);
   if (bf.acts) bufs_free(&bf, l);
-  scps_workload_gen_destroy(gen);
+  scps__workload_gen_destroy(gen);
   scps_batch_destroy(b);
   scps_client_destroy(c);
   ref_free(&r);
@@ -617,7 +617,7 @@ static void run_twins(const twin_case *tc) {
     CHECKF(0, "%s: cannot start the servers", what);
     goto out;
   }
-  MUST(scps_workload_parse(tc->json, strlen(tc->json), &w, &err));
+  MUST(scps__workload_parse(tc->json, strlen(tc->json), &w, &err));
   for (int k = 0; k < 2; k++) {
     scps_client_options o;
     scps_client_options_init(&o);
@@ -628,14 +628,14 @@ static void run_twins(const twin_case *tc) {
     o.gradients = tc->gradients[k];
     MUST(scps_client_create(&o, &c[k], &err));
     MUST(scps_batch_create(c[k], &b[k], &err));
-    l = scps_client_layout(c[k]);
+    l = scps__client_layout(c[k]);
     bufs_init(&bf[k], l);
   }
-  MUST(scps_workload_gen_create(w, (uint64_t)tc->seed, &gen, &err));
+  MUST(scps__workload_gen_create(w, (uint64_t)tc->seed, &gen, &err));
   counts n = {0, 0, 0};
   for (int step = 0; step < 4; step++) {
-    scps_workload_gen_next(gen);
-    const scps_feature_input *in = scps_workload_gen_inputs(gen);
+    scps__workload_gen_next(gen);
+    const scps_feature_input *in = scps__workload_gen_inputs(gen);
     random_grads(l, bf[0].grads);
     for (int k = 0; k < 2; k++) {
       MUST(scps_client_prepare(c[k], in, b[k], &err));
@@ -647,26 +647,26 @@ static void run_twins(const twin_case *tc) {
     }
     compare(l, bf[1].acts, bf[0].acts, what, &n);
   }
-  const scps_coo *sc0 = scps_prep_coo(scps_client_prep(c[1]), 0, 0);
+  const scps_coo *sc0 = scps__prep_coo(scps__client_prep(c[1]), 0, 0);
   printf("%s: %ld values, %ld bitwise equal to %s (%zu entries on SparseCore 0)\n", what, n.values, n.exact,
          tc->than, sc0->n);
   CHECK(sc0->n > tc->min_entries);
   CHECK(n.values > 0 && n.exact == n.values);
 out:
   for (int k = 0; k < 2; k++) {
-    if (bf[k].acts) bufs_free(&bf[k], scps_client_layout(c[k]));
+    if (bf[k].acts) bufs_free(&bf[k], scps__client_layout(c[k]));
     scps_batch_destroy(b[k]);
     scps_client_destroy(c[k]);
   }
   for (int k = 0; k < n_cl; k++) scps_it_stop(&cl[k]);
-  scps_workload_gen_destroy(gen);
-  scps_workload_destroy(w);
+  scps__workload_gen_destroy(gen);
+  scps__workload_destroy(w);
 }
 
 int main(void) {
   scps_error err;
   scps_workload *w = NULL;
-  CHECK_OK(scps_workload_parse(config_json, strlen(config_json), &w, &err), &err);
+  CHECK_OK(scps__workload_parse(config_json, strlen(config_json), &w, &err), &err);
   if (w) {
     /* Pushes by sample and by row give bit-identical tables in float32, so
      * every float32 run checks against the same by-sample reference. */
@@ -682,6 +682,6 @@ int main(void) {
                          {SCPS_ANSWER_POOLED, SCPS_ANSWER_DISTINCT_ROWS}, {0, 0}, 0});
   run_twins(&(twin_case){"1x2 pushes by row in items", split_json, "pushes by sample", 1, 8, true,
                          {0, 0}, {SCPS_GRADIENTS_BY_SAMPLE, SCPS_GRADIENTS_BY_ROW}, 2 * 8192});
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
   return scps_test_finish("test_cluster");
 }

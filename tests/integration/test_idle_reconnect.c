@@ -109,14 +109,14 @@ int main(void) {
   scps_train_hooks h = {.inputs = probe_inputs, .compute = probe_compute};
   for (int round = 0; round < 3; round++) {
     scps_train_options to;
-    scps_train_options_init(&to);
+    scps__train_options_init(&to);
     to.mode = SCPS_SCHEDULE_SEQUENTIAL;
     to.steps = 3;
     to.first_step = 3 * round;
     to.learning_rate = -1.0;
     to.deadline_ms = 10000;
     scps_schedule_stats st;
-    CHECK_OK(scps_train_run(c, &to, &h, &p, &st, &err), &err);
+    CHECK_OK(scps__train_run(c, &to, &h, &p, &st, &err), &err);
     /* Batch 2 of the round saw the 3 * round + 2 pushes before it. */
     CHECKF(p.last == 0.5f + (float)(3 * round + 2), "round %d: the last batch saw %g", round, p.last);
     for (int i = 0; i < 2; i++)

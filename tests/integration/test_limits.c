@@ -50,9 +50,9 @@ static const char *err_msg(const scps_error *e) { return e->msg; }
 
 /* Limits no batch reaches, as a client that bypassed the servers' would set. */
 static int raise_limits(scps_client *c, scps_error *err) {
-  const scps_layout *l = scps_client_layout(c);
+  const scps_layout *l = scps__client_layout(c);
   for (int s = 0; s < l->n_stacks; s++) {
-    int rc = scps_prep_set_limits(scps_client_prep(c), s, 1 << 30, 1 << 30, err);
+    int rc = scps__prep_set_limits(scps__client_prep(c), s, 1 << 30, 1 << 30, err);
     if (rc) return rc;
   }
   return 0;
@@ -112,8 +112,8 @@ int main(void) {
     CHECK(!"the clusters did not start");
     goto out;
   }
-  MUST(scps_workload_parse(config_json, strlen(config_json), &w, &err));
-  MUST(scps_workload_gen_create(w, 17, &gen, &err));
+  MUST(scps__workload_parse(config_json, strlen(config_json), &w, &err));
+  MUST(scps__workload_gen_create(w, 17, &gen, &err));
   /* sender: every id to the drop servers; dropper: drops them itself, to the
    * refusing servers; bypass: every id to the refusing servers. */
   sender = connect_to(&drop_cl, SCPS_LIMIT_ERROR, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE, &err);
@@ -131,7 +131,7 @@ int main(void) {
   MUST(raise_limits(bypass, &err));
   MUST(raise_limits(rows, &err));
   MUST(raise_limits(by_row, &err));
-  l = scps_client_layout(sender);
+  l = scps__client_layout(sender);
   MUST(scps_batch_create(sender, &bs, &err));
   MUST(scps_batch_create(dropper, &bd, &err));
   MUST(scps_batch_create(bypass, &bb, &err));
@@ -144,11 +144,11 @@ int main(void) {
   int64_t drops = 0;
   int refused = 0;
   for (int step = 0; step < STEPS; step++) {
-    scps_workload_gen_next(gen);
-    const scps_feature_input *in = scps_workload_gen_inputs(gen);
+    scps__workload_gen_next(gen);
+    const scps_feature_input *in = scps__workload_gen_inputs(gen);
     MUST(scps_client_prepare(sender, in, bs, &err));
     MUST(scps_client_prepare(dropper, in, bd, &err));
-    for (int s = 0; s < l->n_stacks; s++) drops += scps_prep_stats(scps_client_prep(dropper), s)->id_drop_counter;
+    for (int s = 0; s < l->n_stacks; s++) drops += scps__prep_stats(scps__client_prep(dropper), s)->id_drop_counter;
     MUST(scps_client_lookup(sender, bs, acts_s, DEADLINE_MS, &err));
     MUST(scps_client_lookup(dropper, bd, acts_d, DEADLINE_MS, &err));
     for (int f = 0; f < l->n_features; f++)
@@ -194,9 +194,9 @@ int main(void) {
   /* --partition-limits: GetConfig's limits in force, which libscps adopts. */
   adopter = connect_to(&raised_cl, SCPS_LIMIT_ERROR, SCPS_ANSWER_AUTO, SCPS_GRADIENTS_AUTO, &err);
   CHECKF(adopter, "%s", err.msg);
-  for (int s = 0; adopter && s < scps_client_layout(adopter)->n_stacks; s++) {
+  for (int s = 0; adopter && s < scps__client_layout(adopter)->n_stacks; s++) {
     int32_t mi = 0, mu = 0;
-    scps_prep_get_limits(scps_client_prep(adopter), s, &mi, &mu);
+    scps__prep_get_limits(scps__client_prep(adopter), s, &mi, &mu);
     CHECKF(mi == 5000 && mu == 4000, "stack %d: limits adopted from --partition-limits: %d, %d", s, mi, mu);
   }
 out:
@@ -214,8 +214,8 @@ out:
   scps_client_destroy(rows);
   scps_client_destroy(by_row);
   scps_client_destroy(adopter);
-  scps_workload_gen_destroy(gen);
-  scps_workload_destroy(w);
+  scps__workload_gen_destroy(gen);
+  scps__workload_destroy(w);
   scps_it_stop(&drop_cl);
   scps_it_stop(&refuse_cl);
   scps_it_stop(&raised_cl);

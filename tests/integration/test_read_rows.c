@@ -48,8 +48,8 @@ int main(void) {
   o.n_servers = 2;
   CHECK_OK(scps_client_create(&o, &c, &err), &err);
   if (!c) goto out;
-  const scps_layout *l = scps_client_layout(c);
-  for (int p = 0; p < 2; p++) CHECK_OK(scps_engine_create(l, p, &e[p], &err), &err);
+  const scps_layout *l = scps__client_layout(c);
+  for (int p = 0; p < 2; p++) CHECK_OK(scps__engine_create(l, p, &e[p], &err), &err);
   if (!e[0] || !e[1]) goto out;
   /* Every id once, shuffled, then 3000 repeats. */
   uint64_t x = 99;
@@ -62,11 +62,11 @@ int main(void) {
   }
   for (int64_t i = VOCAB; i < N_IDS; i++) ids[i] = ids[i - VOCAB] / 2;
   CHECK_OK(scps_client_read_rows(c, "big", ids, N_IDS, rows, slots, 30000, &err), &err);
-  const int t = scps_find_table(l->table_specs, l->n_tables, "big");
+  const int t = scps__find_table(l->table_specs, l->n_tables, "big");
   int wrong = 0;
   for (int64_t i = 0; i < N_IDS && t >= 0; i++) {
-    int p = scps_layout_process_of_sc(l, scps_layout_sc_of(l, t, ids[i]));
-    if (scps_engine_read_row(e[p], t, ids[i], want, want_slots, &err) ||
+    int p = scps__layout_process_of_sc(l, scps__layout_sc_of(l, t, ids[i]));
+    if (scps__engine_read_row(e[p], t, ids[i], want, want_slots, &err) ||
         memcmp(want, rows + i * DIM, sizeof want) || memcmp(want_slots, slots + i * 2 * DIM, sizeof want_slots))
       wrong++;
   }
@@ -84,8 +84,8 @@ int main(void) {
   CHECKF(rc == SCPS_EINVAL && strstr(err.msg, "ids[1] = 37") && strstr(err.msg, "[0, 37)"), "%d %s", rc, err.msg);
   printf("test_read_rows: %d ids of 2 x 64 slots and rows read in pieces under a 1 MiB limit\n", N_IDS);
 out:
-  scps_engine_destroy(e[0]);
-  scps_engine_destroy(e[1]);
+  scps__engine_destroy(e[0]);
+  scps__engine_destroy(e[1]);
   scps_client_destroy(c);
   scps_it_stop(&cl);
   free(ids);

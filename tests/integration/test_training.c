@@ -57,7 +57,7 @@ static void run(scps_client *c, scps_schedule_mode mode, float *start) {
   p.in.ids = p.ids;
   p.in.n_ids = BATCH;
   scps_train_options o;
-  scps_train_options_init(&o);
+  scps__train_options_init(&o);
   o.mode = mode;
   o.steps = STEPS;
   o.learning_rate = -1.0;
@@ -68,9 +68,9 @@ static void run(scps_client *c, scps_schedule_mode mode, float *start) {
   /* Options never initialised are refused before any step. */
   scps_train_options zero;
   memset(&zero, 0, sizeof zero);
-  CHECKF(scps_train_run(c, &zero, &h, &p, &st, &err) == SCPS_EINVAL && strstr(err.msg, "scps_train_options_init"),
+  CHECKF(scps__train_run(c, &zero, &h, &p, &st, &err) == SCPS_EINVAL && strstr(err.msg, "scps__train_options_init"),
          "%s", err.msg);
-  CHECK_OK(scps_train_run(c, &o, &h, &p, &st, &err), &err);
+  CHECK_OK(scps__train_run(c, &o, &h, &p, &st, &err), &err);
   CHECK(st.steps == STEPS);
   int wrong = 0;
   for (int64_t i = 0; i < STEPS; i++) {

@@ -1,6 +1,6 @@
 /* ckpt_fixture: writes a checkpoint of a workload's tables with every row and
  * slot float set to a distinct value, and the same values read back through
- * scps_engine_read_row as raw float32 files, for the scps-admin test:
+ * scps__engine_read_row as raw float32 files, for the scps-admin test:
  *   ckpt_fixture WORKLOAD ROOT PROCESSES SC_PER_PROCESS STEP DUMP_DIR
  * DUMP_DIR gets <table>.f32 ([vocabulary x dim]) and <table>.slot<k>.f32. */
 #include <stdio.h>
@@ -21,7 +21,7 @@ static int fail(const scps_error *err) {
 static int dump(const scps_layout *l, scps_engine **e, const char *dir) {
   for (int t = 0; t < l->n_tables; t++) {
     const scps_table_spec *spec = &l->table_specs[t];
-    int d = spec->embedding_dim, ns = scps_optimizer_num_slots(spec->optimizer.type);
+    int d = spec->embedding_dim, ns = scps__optimizer_num_slots(spec->optimizer.type);
     float *row = malloc(sizeof(float) * (size_t)d), *slots = malloc(sizeof(float) * (size_t)(d * 2));
     FILE *f[1 + SCPS_MAX_SLOTS] = {0};
     for (int k = -1; k < ns; k++) {
@@ -34,9 +34,9 @@ static int dump(const scps_layout *l, scps_engine **e, const char *dir) {
       }
     }
     for (int64_t id = 0; id < spec->vocabulary_size; id++) {
-      int p = scps_layout_process_of_sc(l, scps_layout_sc_of(l, t, id));
+      int p = scps__layout_process_of_sc(l, scps__layout_sc_of(l, t, id));
       scps_error err;
-      if (scps_engine_read_row(e[p], t, id, row, slots, &err)) return fail(&err);
+      if (scps__engine_read_row(e[p], t, id, row, slots, &err)) return fail(&err);
       fwrite(row, sizeof(float), (size_t)d, f[0]);
       for (int k = 0; k < ns; k++) fwrite(slots + (size_t)k * (size_t)d, sizeof(float), (size_t)d, f[k + 1]);
     }
@@ -57,28 +57,28 @@ int main(int argc, char **argv) {
   scps_error err;
   scps_workload *w;
   scps_layout *l;
-  if (scps_workload_load(argv[1], &w, &err)) return fail(&err);
-  if (scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, &err))
+  if (scps__workload_load(argv[1], &w, &err)) return fail(&err);
+  if (scps__layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, &err))
     return fail(&err);
   scps_engine *e[MAX_P] = {0};
   for (int p = 0; p < topo.num_processes; p++) {
-    if (scps_engine_create(l, p, &e[p], &err)) return fail(&err);
+    if (scps__engine_create(l, p, &e[p], &err)) return fail(&err);
     for (int s = 0; s < l->n_stacks; s++)
       for (int32_t ls = 0; ls < topo.sc_per_process; ls++) {
         size_t n = (size_t)l->stacks[s].rows_per_sc * (size_t)l->stacks[s].dim;
-        for (int k = -1; k < scps_optimizer_num_slots(l->stacks[s].optimizer.type); k++) {
-          float *v = k < 0 ? scps_engine_shard(e[p], s, ls) : scps_engine_slot(e[p], s, ls, k);
+        for (int k = -1; k < scps__optimizer_num_slots(l->stacks[s].optimizer.type); k++) {
+          float *v = k < 0 ? scps__engine_shard(e[p], s, ls) : scps__engine_slot(e[p], s, ls, k);
           for (size_t i = 0; i < n; i++) {
             uint64_t x[4] = {(uint64_t)p, (uint64_t)s, (uint64_t)(ls * 8 + k + 1), i};
-            v[i] = (float)(scps_hash64(x, sizeof x, 0) >> 40) * 0x1p-20f - 8.0f;
+            v[i] = (float)(scps__hash64(x, sizeof x, 0) >> 40) * 0x1p-20f - 8.0f;
           }
         }
       }
-    if (scps_checkpoint_save(e[p], argv[2], atoll(argv[5]), NULL, NULL, &err)) return fail(&err);
+    if (scps__checkpoint_save(e[p], argv[2], atoll(argv[5]), NULL, NULL, &err)) return fail(&err);
   }
   int rc = dump(l, e, argv[6]);
-  for (int p = 0; p < topo.num_processes; p++) scps_engine_destroy(e[p]);
-  scps_layout_destroy(l);
-  scps_workload_destroy(w);
+  for (int p = 0; p < topo.num_processes; p++) scps__engine_destroy(e[p]);
+  scps__layout_destroy(l);
+  scps__workload_destroy(w);
   return rc;
 }

@@ -35,9 +35,9 @@ static void done(scps_budget_waiter *w, bool admitted, size_t in_use, size_t lim
 static void start(scps_budget *b, rec *r, size_t need, double wait_s) {
   memset(r, 0, sizeof *r);
   r->w.need = need;
-  r->w.deadline_ns = scps_clock_ns() + (int64_t)(wait_s * 1e9);
+  r->w.deadline_ns = scps__clock_ns() + (int64_t)(wait_s * 1e9);
   r->w.done = done;
-  scps_budget_wait(b, &r->w);
+  scps__budget_wait(b, &r->w);
 }
 
 /* Waits (up to 10 s) until r is decided; returns its state. */
@@ -51,27 +51,27 @@ static int settle(rec *r) {
 
 static void test_reserve_charge(void) {
   scps_budget *b;
-  CHECK(scps_budget_create(10 * MiB, &b) == 0);
-  CHECK(scps_budget_reserve(b, 6 * MiB));
-  CHECK(!scps_budget_reserve(b, 5 * MiB));
-  CHECK(scps_budget_reserve(b, 4 * MiB));
-  scps_budget_charge(b, 3 * MiB); /* already allocated: counted past the limit */
+  CHECK(scps__budget_create(10 * MiB, &b) == 0);
+  CHECK(scps__budget_reserve(b, 6 * MiB));
+  CHECK(!scps__budget_reserve(b, 5 * MiB));
+  CHECK(scps__budget_reserve(b, 4 * MiB));
+  scps__budget_charge(b, 3 * MiB); /* already allocated: counted past the limit */
   scps_budget_stats st;
-  scps_budget_get_stats(b, &st);
+  scps__budget_get_stats(b, &st);
   CHECKF(st.in_use == (int64_t)(13 * MiB) && st.peak == st.in_use && st.limit == (int64_t)(10 * MiB),
          "in use %lld peak %lld", (long long)st.in_use, (long long)st.peak);
-  scps_budget_release(b, 13 * MiB);
-  CHECK(!scps_budget_reserve(b, 11 * MiB));
-  CHECK(scps_budget_reserve(b, 10 * MiB));
-  scps_budget_release(b, 10 * MiB);
-  scps_budget_get_stats(b, &st);
+  scps__budget_release(b, 13 * MiB);
+  CHECK(!scps__budget_reserve(b, 11 * MiB));
+  CHECK(scps__budget_reserve(b, 10 * MiB));
+  scps__budget_release(b, 10 * MiB);
+  scps__budget_get_stats(b, &st);
   CHECK(st.in_use == 0 && st.waited == 0 && st.refused == 0);
-  scps_budget_destroy(b);
+  scps__budget_destroy(b);
 }
 
 static void test_wait(void) {
   scps_budget *b;
-  CHECK(scps_budget_create(10 * MiB, &b) == 0);
+  CHECK(scps__budget_create(10 * MiB, &b) == 0);
   rec now, huge, big, small, late;
   start(b, &now, 8 * MiB, 5);
   CHECK(atomic_load(&now.state) == 1); /* decided on this thread */
@@ -86,76 +86,76 @@ static void test_wait(void) {
          late.in_use);
   CHECK(atomic_load(&big.state) == 0);
   scps_budget_stats st;
-  scps_budget_get_stats(b, &st);
+  scps__budget_get_stats(b, &st);
   CHECKF(st.waiting == 1 && st.waited == 2 && st.refused == 2, "waiting %lld waited %lld refused %lld",
          (long long)st.waiting, (long long)st.waited, (long long)st.refused);
-  scps_budget_release(b, 8 * MiB); /* now's */
+  scps__budget_release(b, 8 * MiB); /* now's */
   CHECK(settle(&big) == 1);
-  scps_budget_get_stats(b, &st);
+  scps__budget_get_stats(b, &st);
   CHECKF(st.in_use == (int64_t)(8 * MiB) && st.waiting == 0, "in use %lld", (long long)st.in_use);
-  scps_budget_release(b, 8 * MiB);
-  scps_budget_destroy(b);
+  scps__budget_release(b, 8 * MiB);
+  scps__budget_destroy(b);
 }
 
 static void test_refuse_waiting(void) {
   scps_budget *b;
-  CHECK(scps_budget_create(4 * MiB, &b) == 0);
-  CHECK(scps_budget_reserve(b, 4 * MiB));
+  CHECK(scps__budget_create(4 * MiB, &b) == 0);
+  CHECK(scps__budget_reserve(b, 4 * MiB));
   rec r[3];
   for (int i = 0; i < 3; i++) start(b, &r[i], MiB, 60);
-  scps_budget_refuse_waiting(b);
+  scps__budget_refuse_waiting(b);
   for (int i = 0; i < 3; i++) CHECK(atomic_load(&r[i].state) == 2);
   /* And the destroy of a budget with calls waiting refuses them too. */
   rec last;
   start(b, &last, MiB, 60);
-  scps_budget_destroy(b);
+  scps__budget_destroy(b);
   CHECK(atomic_load(&last.state) == 2);
 }
 
-static size_t reclaim(void *pool, size_t want) { return scps_scratch_drop_idle(pool, want); }
+static size_t reclaim(void *pool, size_t want) { return scps__scratch_drop_idle(pool, want); }
 
 /* The scratch pool's blocks are counted while taken and while idle, and
  * idle ones are freed when a call would otherwise wait. */
 static void test_scratch(void) {
   scps_budget *b;
   scps_scratch *pool;
-  CHECK(scps_budget_create(16 * MiB, &b) == 0);
-  CHECK(scps_scratch_create(4, &pool) == 0);
-  scps_scratch_set_budget(pool, b);
-  scps_budget_set_reclaim(b, reclaim, pool);
+  CHECK(scps__budget_create(16 * MiB, &b) == 0);
+  CHECK(scps__scratch_create(4, &pool) == 0);
+  scps__scratch_set_budget(pool, b);
+  scps__budget_set_reclaim(b, reclaim, pool);
   size_t n = 2 * MiB / sizeof(float), cap;
-  CHECK(scps_budget_reserve(b, n * sizeof(float)));
-  float *m1 = scps_scratch_take(pool, n, &cap);
+  CHECK(scps__budget_reserve(b, n * sizeof(float)));
+  float *m1 = scps__scratch_take(pool, n, &cap);
   CHECK(m1 && cap == n);
-  CHECK(scps_budget_reserve(b, n * sizeof(float)));
-  float *m2 = scps_scratch_take(pool, n, &cap);
+  CHECK(scps__budget_reserve(b, n * sizeof(float)));
+  float *m2 = scps__scratch_take(pool, n, &cap);
   scps_budget_stats st;
-  scps_budget_get_stats(b, &st);
+  scps__budget_get_stats(b, &st);
   CHECK(st.in_use == (int64_t)(4 * MiB));
-  scps_scratch_give(pool, m1, n);
-  scps_scratch_give(pool, m2, n);
-  scps_budget_get_stats(b, &st);
-  CHECKF(st.in_use == (int64_t)(4 * MiB) && scps_scratch_idle_bytes(pool) == 4 * MiB, "idle blocks counted: %lld",
+  scps__scratch_give(pool, m1, n);
+  scps__scratch_give(pool, m2, n);
+  scps__budget_get_stats(b, &st);
+  CHECKF(st.in_use == (int64_t)(4 * MiB) && scps__scratch_idle_bytes(pool) == 4 * MiB, "idle blocks counted: %lld",
          (long long)st.in_use);
   /* Reusing an idle block takes nothing more. */
-  CHECK(scps_budget_reserve(b, n * sizeof(float)));
-  m1 = scps_scratch_take(pool, n, &cap);
-  scps_budget_get_stats(b, &st);
-  CHECK(st.in_use == (int64_t)(4 * MiB) && scps_scratch_idle_bytes(pool) == 2 * MiB);
+  CHECK(scps__budget_reserve(b, n * sizeof(float)));
+  m1 = scps__scratch_take(pool, n, &cap);
+  scps__budget_get_stats(b, &st);
+  CHECK(st.in_use == (int64_t)(4 * MiB) && scps__scratch_idle_bytes(pool) == 2 * MiB);
   /* 13 MiB do not fit beside 4 MiB counted, but do once the idle block goes. */
   rec r;
   start(b, &r, 13 * MiB, 5);
-  CHECK(atomic_load(&r.state) == 1 && scps_scratch_idle_bytes(pool) == 0);
-  scps_budget_get_stats(b, &st);
+  CHECK(atomic_load(&r.state) == 1 && scps__scratch_idle_bytes(pool) == 0);
+  scps__budget_get_stats(b, &st);
   CHECK(st.in_use == (int64_t)(15 * MiB));
-  scps_budget_release(b, 13 * MiB);
-  scps_scratch_give(pool, m1, cap);
-  CHECK(scps_scratch_drop_idle(pool, SIZE_MAX) == 2 * MiB);
-  scps_budget_get_stats(b, &st);
+  scps__budget_release(b, 13 * MiB);
+  scps__scratch_give(pool, m1, cap);
+  CHECK(scps__scratch_drop_idle(pool, SIZE_MAX) == 2 * MiB);
+  scps__budget_get_stats(b, &st);
   CHECK(st.in_use == 0);
-  scps_scratch_set_budget(pool, NULL);
-  scps_budget_destroy(b);
-  scps_scratch_release(pool);
+  scps__scratch_set_budget(pool, NULL);
+  scps__budget_destroy(b);
+  scps__scratch_release(pool);
 }
 
 int main(void) {

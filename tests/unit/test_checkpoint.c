@@ -62,18 +62,18 @@ typedef struct specs {
 static void make_specs(specs *s) {
   for (int i = 0; i < N_TABLES; i++) {
     scps_table_spec *t = &s->t[i];
-    scps_table_spec_init(t);
+    scps__table_spec_init(t);
     snprintf(t->name, sizeof t->name, "t%02d", i);
     t->vocabulary_size = 50 + 23 * i;
     t->embedding_dim = 3 + (i * 5) % 14;
     int type = i < 2 * N_TYPES ? i / 2 : 1;
-    scps_optimizer_spec_init(&t->optimizer, all_types[type]);
+    scps__optimizer_spec_init(&t->optimizer, all_types[type]);
     t->initializer.type = SCPS_INIT_UNIFORM;
     t->initializer.scale = 0.1;
     /* Pairs share an explicit stack; the last table is stacked automatically. */
-    if (i < 2 * N_TYPES) snprintf(t->stack, sizeof t->stack, "s_%s", scps_optimizer_name(all_types[type]));
+    if (i < 2 * N_TYPES) snprintf(t->stack, sizeof t->stack, "s_%s", scps__optimizer_name(all_types[type]));
     scps_feature_spec *f = &s->f[i];
-    scps_feature_spec_init(f);
+    scps__feature_spec_init(f);
     snprintf(f->name, sizeof f->name, "f%02d", i);
     snprintf(f->table, sizeof f->table, "%s", t->name);
     f->batch_size = 8;
@@ -92,10 +92,10 @@ static int cluster_create(cluster *c, const specs *s, int P, int S) {
   memset(c, 0, sizeof *c);
   scps_topology topo = {P, S, 1 << 20};
   scps_error err_, *err = &err_;
-  int rc = scps_layout_create(s->t, N_TABLES, s->f, N_TABLES, &topo, NULL, &c->layout, err);
+  int rc = scps__layout_create(s->t, N_TABLES, s->f, N_TABLES, &topo, NULL, &c->layout, err);
   CHECK_OK(rc, err);
   for (int p = 0; !rc && p < P; p++) {
-    rc = scps_engine_create(c->layout, p, &c->e[p], err);
+    rc = scps__engine_create(c->layout, p, &c->e[p], err);
     CHECK_OK(rc, err);
     c->P = p + 1;
   }
@@ -103,8 +103,8 @@ static int cluster_create(cluster *c, const specs *s, int P, int S) {
 }
 
 static void cluster_destroy(cluster *c) {
-  for (int p = 0; p < c->P; p++) scps_engine_destroy(c->e[p]);
-  scps_layout_destroy(c->layout);
+  for (int p = 0; p < c->P; p++) scps__engine_destroy(c->e[p]);
+  scps__layout_destroy(c->layout);
   memset(c, 0, sizeof *c);
 }
 
@@ -116,13 +116,13 @@ static void scramble(cluster *c, uint64_t seed) {
     for (int s = 0; s < l->n_stacks; s++)
       for (int32_t ls = 0; ls < l->topology.sc_per_process; ls++) {
         size_t n = (size_t)l->stacks[s].rows_per_sc * (size_t)l->stacks[s].dim;
-        int slots = scps_optimizer_num_slots(l->stacks[s].optimizer.type);
+        int slots = scps__optimizer_num_slots(l->stacks[s].optimizer.type);
         for (int k = -1; k < slots; k++) {
-          float *v = k < 0 ? scps_engine_shard(c->e[p], s, ls) : scps_engine_slot(c->e[p], s, ls, k);
+          float *v = k < 0 ? scps__engine_shard(c->e[p], s, ls) : scps__engine_slot(c->e[p], s, ls, k);
           for (size_t i = 0; i < n; i++) {
             uint64_t x = seed ^ ((uint64_t)p << 56) ^ ((uint64_t)s << 48) ^ ((uint64_t)ls << 40) ^
                          ((uint64_t)(k + 1) << 36) ^ i;
-            v[i] = (float)(scps_hash64(&x, sizeof x, 0) >> 40) * 0x1p-20f - 8.0f;
+            v[i] = (float)(scps__hash64(&x, sizeof x, 0) >> 40) * 0x1p-20f - 8.0f;
           }
         }
       }
@@ -134,13 +134,13 @@ static int compare_rows(const cluster *a, const cluster *b, const char *what) {
   int bad = 0;
   float ra[32], rb[32], sa[64], sb[64];
   for (int t = 0; t < la->n_tables; t++) {
-    int d = la->table_specs[t].embedding_dim, ns = scps_optimizer_num_slots(la->table_specs[t].optimizer.type);
+    int d = la->table_specs[t].embedding_dim, ns = scps__optimizer_num_slots(la->table_specs[t].optimizer.type);
     for (int64_t id = 0; id < la->table_specs[t].vocabulary_size; id++) {
-      int pa = scps_layout_process_of_sc(la, scps_layout_sc_of(la, t, id));
-      int pb = scps_layout_process_of_sc(lb, scps_layout_sc_of(lb, t, id));
+      int pa = scps__layout_process_of_sc(la, scps__layout_sc_of(la, t, id));
+      int pb = scps__layout_process_of_sc(lb, scps__layout_sc_of(lb, t, id));
       scps_error err;
-      if (scps_engine_read_row(a->e[pa], t, id, ra, sa, &err) ||
-          scps_engine_read_row(b->e[pb], t, id, rb, sb, &err)) {
+      if (scps__engine_read_row(a->e[pa], t, id, ra, sa, &err) ||
+          scps__engine_read_row(b->e[pb], t, id, rb, sb, &err)) {
         CHECKF(0, "%s: read_row: %s", what, err.msg);
         return 1;
       }
@@ -157,16 +157,16 @@ static void save_all(const cluster *c, const char *root, int64_t step, const scp
   scps_error err_, *err = &err_;
   for (int p = 0; p < c->P; p++) {
     scps_checkpoint_stats st = {0};
-    CHECK_OK(scps_checkpoint_save(c->e[p], root, step, lim, &st, err), err);
+    CHECK_OK(scps__checkpoint_save(c->e[p], root, step, lim, &st, err), err);
     CHECK(st.files == c->layout->n_stacks * c->layout->topology.sc_per_process && st.bytes > 0);
   }
 }
 
 static int load_all(cluster *c, const char *dir, scps_error *err) {
   scps_checkpoint *ck = NULL;
-  int rc = scps_checkpoint_open(dir, &ck, err);
-  for (int p = 0; !rc && p < c->P; p++) rc = scps_checkpoint_load(ck, c->e[p], NULL, err);
-  scps_checkpoint_close(ck);
+  int rc = scps__checkpoint_open(dir, &ck, err);
+  for (int p = 0; !rc && p < c->P; p++) rc = scps__checkpoint_load(ck, c->e[p], NULL, err);
+  scps__checkpoint_close(ck);
   return rc;
 }
 
@@ -191,10 +191,10 @@ static void test_same_topology_bitwise(const specs *s) {
     for (int st = 0; st < l->n_stacks; st++)
       for (int32_t ls = 0; ls < 2; ls++) {
         size_t n = (size_t)l->stacks[st].rows_per_sc * (size_t)l->stacks[st].dim * sizeof(float);
-        CHECKF(!memcmp(scps_engine_shard(a.e[p], st, ls), scps_engine_shard(b.e[p], st, ls), n),
+        CHECKF(!memcmp(scps__engine_shard(a.e[p], st, ls), scps__engine_shard(b.e[p], st, ls), n),
                "process %d stack %d sc %d rows", p, st, ls);
-        for (int k = 0; k < scps_optimizer_num_slots(l->stacks[st].optimizer.type); k++)
-          CHECKF(!memcmp(scps_engine_slot(a.e[p], st, ls, k), scps_engine_slot(b.e[p], st, ls, k), n),
+        for (int k = 0; k < scps__optimizer_num_slots(l->stacks[st].optimizer.type); k++)
+          CHECKF(!memcmp(scps__engine_slot(a.e[p], st, ls, k), scps__engine_slot(b.e[p], st, ls, k), n),
                  "process %d stack %d sc %d slot %d", p, st, ls, k);
       }
 out:
@@ -226,55 +226,55 @@ static void test_reshard_round_trip(const specs *s) {
 
   /* Step, specs and the limits in force survive, by stack name. */
   scps_checkpoint *ck = NULL;
-  CHECK_OK(scps_checkpoint_open(step_dir(ra, 42), &ck, err), err);
+  CHECK_OK(scps__checkpoint_open(step_dir(ra, 42), &ck, err), err);
   if (ck) {
-    CHECK(scps_checkpoint_step(ck) == 42);
-    CHECK(scps_checkpoint_topology(ck)->num_processes == 2);
+    CHECK(scps__checkpoint_step(ck) == 42);
+    CHECK(scps__checkpoint_topology(ck)->num_processes == 2);
     for (int st = 0; st < l->n_stacks; st++) {
       int32_t m = 0, u = 0;
-      CHECK_OK(scps_checkpoint_limits_of(ck, l->stacks[st].name, &m, &u), err);
+      CHECK_OK(scps__checkpoint_limits_of(ck, l->stacks[st].name, &m, &u), err);
       CHECKF(m == 1000 + st && u == 500 + st, "stack %s limits %d %d", l->stacks[st].name, m, u);
     }
-    CHECK(scps_checkpoint_limits_of(ck, "no such stack", &(int32_t){0}, &(int32_t){0}) == SCPS_ENOENT);
+    CHECK(scps__checkpoint_limits_of(ck, "no such stack", &(int32_t){0}, &(int32_t){0}) == SCPS_ENOENT);
     const scps_table_spec *t;
     const scps_feature_spec *f;
     int nt, nf;
-    scps_checkpoint_specs(ck, &t, &nt, &f, &nf);
+    scps__checkpoint_specs(ck, &t, &nt, &f, &nf);
     char msg[512];
-    CHECKF(!scps_specs_diff(&l->topology, s->t, N_TABLES, s->f, N_TABLES, &l->topology, t, nt, f, nf,
+    CHECKF(!scps__specs_diff(&l->topology, s->t, N_TABLES, s->f, N_TABLES, &l->topology, t, nt, f, nf,
                             "test", "checkpoint", msg, sizeof msg), "%s", msg);
-    CHECK_OK(scps_checkpoint_verify(ck, NULL, err), err);
-    scps_checkpoint_close(ck);
+    CHECK_OK(scps__checkpoint_verify(ck, NULL, err), err);
+    scps__checkpoint_close(ck);
   }
   /* Limits of the 3x1 save were the layout's own. */
-  CHECK_OK(scps_checkpoint_open(step_dir(rb, 42), &ck, err), err);
+  CHECK_OK(scps__checkpoint_open(step_dir(rb, 42), &ck, err), err);
   if (ck) {
     int32_t m = 0, u = 0;
-    CHECK_OK(scps_checkpoint_limits_of(ck, b.layout->stacks[0].name, &m, &u), err);
+    CHECK_OK(scps__checkpoint_limits_of(ck, b.layout->stacks[0].name, &m, &u), err);
     CHECK(m == b.layout->stacks[0].max_ids_per_partition);
-    scps_checkpoint_close(ck);
+    scps__checkpoint_close(ck);
   }
 
   /* The offline converter: 2x2 -> 1x4 under another root, same values and limits. */
   scps_topology to = {1, 4, 1 << 20};
   scps_checkpoint_stats cst = {0};
-  CHECK_OK(scps_checkpoint_export_topology(step_dir(ra, 42), &to, sub("conv"), &cst, err), err);
+  CHECK_OK(scps__checkpoint_export_topology(step_dir(ra, 42), &to, sub("conv"), &cst, err), err);
   CHECK(cst.files > 0 && cst.bytes > 0);
   /* Into the source's own root it would overwrite what it reads: refused,
    * the source still whole. */
-  int crc = scps_checkpoint_export_topology(step_dir(ra, 42), &to, ra, &cst, err);
+  int crc = scps__checkpoint_export_topology(step_dir(ra, 42), &to, ra, &cst, err);
   CHECKF(crc == SCPS_EEXIST && strstr(err->msg, "already exists"), "rc %d: %s", crc, err->msg);
-  CHECK_OK(scps_checkpoint_open(step_dir(ra, 42), &ck, err), err);
-  scps_checkpoint_close(ck);
+  CHECK_OK(scps__checkpoint_open(step_dir(ra, 42), &ck, err), err);
+  scps__checkpoint_close(ck);
   if (cluster_create(&d, s, 1, 4) == 0) {
     CHECK_OK(load_all(&d, step_dir(sub("conv"), 42), err), err);
     compare_rows(&a, &d, "convert 2x2 -> 1x4");
-    CHECK_OK(scps_checkpoint_open(step_dir(sub("conv"), 42), &ck, err), err);
+    CHECK_OK(scps__checkpoint_open(step_dir(sub("conv"), 42), &ck, err), err);
     if (ck) {
       int32_t m = 0, u = 0;
-      CHECK_OK(scps_checkpoint_limits_of(ck, l->stacks[1].name, &m, &u), err);
+      CHECK_OK(scps__checkpoint_limits_of(ck, l->stacks[1].name, &m, &u), err);
       CHECK(m == 1001 && u == 501);
-      scps_checkpoint_close(ck);
+      scps__checkpoint_close(ck);
     }
   }
   /* Specs that differ are refused, naming the difference. */
@@ -323,7 +323,7 @@ static void reseal(char *text, size_t len) {
   char *digits = key + strlen("\"checksum\": \"");
   memset(digits, '0', 16);
   char hex[17];
-  snprintf(hex, sizeof hex, "%016" PRIx64, scps_hash64(text, len, 0));
+  snprintf(hex, sizeof hex, "%016" PRIx64, scps__hash64(text, len, 0));
   memcpy(digits, hex, 16);
 }
 
@@ -364,10 +364,10 @@ static void test_corruption(const specs *s) {
     /* Truncated: open refuses, naming it. */
     write_file(path, orig, len - 1);
     scps_checkpoint *ck = NULL;
-    int rc = scps_checkpoint_open(dirc, &ck, err);
+    int rc = scps__checkpoint_open(dirc, &ck, err);
     CHECKF(rc == SCPS_ECORRUPT && strstr(err->msg, de->d_name), "truncated %s: rc %d: %s", de->d_name,
            rc, err->msg);
-    scps_checkpoint_close(ck);
+    scps__checkpoint_close(ck);
     write_file(path, orig, len);
     free(orig);
   }
@@ -393,10 +393,10 @@ static void test_corruption(const specs *s) {
     write_file(later, lbad, llen);
     for (int rep = 0; rep < 5; rep++) {
       scps_checkpoint *ck = NULL;
-      CHECK_OK(scps_checkpoint_open(dirc, &ck, err), err);
-      int rc = ck ? scps_checkpoint_verify(ck, NULL, err) : SCPS_EINVAL;
+      CHECK_OK(scps__checkpoint_open(dirc, &ck, err), err);
+      int rc = ck ? scps__checkpoint_verify(ck, NULL, err) : SCPS_EINVAL;
       CHECKF(rc == SCPS_ECORRUPT && strstr(err->msg, "0.sc3.bin"), "verify %d: rc %d: %s", rep, rc, err->msg);
-      scps_checkpoint_close(ck);
+      scps__checkpoint_close(ck);
     }
     write_file(first, forig, flen);
     write_file(later, lorig, llen);
@@ -439,12 +439,12 @@ static void test_corruption(const specs *s) {
     write_file(mpath, ed, nlen);
     free(ed);
     scps_checkpoint *ck = NULL;
-    int rc = scps_checkpoint_open(dirc, &ck, err);
+    int rc = scps__checkpoint_open(dirc, &ck, err);
     CHECKF(rc == edits[i].code && strstr(err->msg, edits[i].says), "edit %zu: rc %d: %s", i, rc, err->msg);
-    scps_checkpoint_close(ck);
+    scps__checkpoint_close(ck);
   }
   write_file(mpath, "not json", 8);
-  CHECK(scps_checkpoint_open(dirc, &(scps_checkpoint *){NULL}, err) == SCPS_ECORRUPT);
+  CHECK(scps__checkpoint_open(dirc, &(scps_checkpoint *){NULL}, err) == SCPS_ECORRUPT);
   CHECKF(strstr(err->msg, "manifest.p1.json"), "%s", err->msg);
   if (orig) write_file(mpath, orig, len);
   free(orig);
@@ -453,7 +453,7 @@ static void test_corruption(const specs *s) {
   snprintf(dpath, sizeof dpath, "%s/0.sc3.bin", dirc);
   char *data = read_file(dpath, &len);
   unlink(dpath);
-  CHECK(scps_checkpoint_open(dirc, &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
+  CHECK(scps__checkpoint_open(dirc, &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
   CHECKF(strstr(err->msg, "0.sc3.bin"), "%s", err->msg);
   if (data) write_file(dpath, data, len);
   free(data);
@@ -472,7 +472,7 @@ static bool save_over_fsize_limit(const cluster *a, const char *root, int64_t st
     struct rlimit rl = {4096, 4096};
     setrlimit(RLIMIT_FSIZE, &rl);
     scps_error e;
-    int r = scps_checkpoint_save(a->e[0], root, step, NULL, NULL, &e);
+    int r = scps__checkpoint_save(a->e[0], root, step, NULL, NULL, &e);
     _exit(r == SCPS_ENOSPC && strstr(e.msg, ".bin") ? 0 : 1);
   }
   int status = 0;
@@ -487,28 +487,28 @@ static void test_latest_and_errors(const specs *s) {
   scps_error err_, *err = &err_;
   const char *root = sub("latest");
   char path[512];
-  CHECK(scps_checkpoint_root_latest(root, path, sizeof path, err) == SCPS_ENOENT);
+  CHECK(scps__checkpoint_root_latest(root, path, sizeof path, err) == SCPS_ENOENT);
   save_all(&a, root, 10, NULL);
   scramble(&a, 5);
   save_all(&a, root, 20, NULL);
-  CHECK_OK(scps_checkpoint_root_latest(root, path, sizeof path, err), err);
+  CHECK_OK(scps__checkpoint_root_latest(root, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(root, 20)), "%s", path);
   /* A crash before process 1's manifest: step 20 is incomplete. */
   char m[600];
   snprintf(m, sizeof m, "%s/manifest.p1.json", step_dir(root, 20));
   CHECK(unlink(m) == 0);
-  CHECK_OK(scps_checkpoint_root_latest(root, path, sizeof path, err), err);
+  CHECK_OK(scps__checkpoint_root_latest(root, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(root, 10)), "%s", path);
-  CHECK(scps_checkpoint_open(step_dir(root, 20), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
+  CHECK(scps__checkpoint_open(step_dir(root, 20), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
   CHECKF(strstr(err->msg, "manifest.p1.json"), "%s", err->msg);
   /* What --restore and 'scps-admin checkpoint verify' are given by mistake:
    * a step that is not there, the root itself, a file. */
-  CHECK(scps_checkpoint_open(step_dir(root, 99), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
+  CHECK(scps__checkpoint_open(step_dir(root, 99), &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
   CHECKF(strstr(err->msg, "does not exist"), "%s", err->msg);
-  CHECK(scps_checkpoint_open(root, &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
+  CHECK(scps__checkpoint_open(root, &(scps_checkpoint *){NULL}, err) == SCPS_ENOENT);
   CHECKF(strstr(err->msg, "is a checkpoint root") && strstr(err->msg, "step-"), "%s", err->msg);
   snprintf(m, sizeof m, "%s/manifest.p0.json", step_dir(root, 10));
-  CHECK(scps_checkpoint_open(m, &(scps_checkpoint *){NULL}, err) == SCPS_EINVAL);
+  CHECK(scps__checkpoint_open(m, &(scps_checkpoint *){NULL}, err) == SCPS_EINVAL);
   CHECKF(strstr(err->msg, "not a directory"), "%s", err->msg);
   /* A newer one with every file present but one a byte short was damaged,
    * not cut short: named, not passed over for step 10. */
@@ -517,7 +517,7 @@ static void test_latest_and_errors(const specs *s) {
   snprintf(data, sizeof data, "%s/0.sc0.bin", step_dir(root, 30));
   struct stat sb;
   CHECK(stat(data, &sb) == 0 && truncate(data, sb.st_size - 1) == 0);
-  int lrc = scps_checkpoint_root_latest(root, path, sizeof path, err);
+  int lrc = scps__checkpoint_root_latest(root, path, sizeof path, err);
   CHECKF(lrc == SCPS_ECORRUPT && strstr(err->msg, "damaged") && strstr(err->msg, "0.sc0.bin"), "rc %d: %s", lrc,
          err->msg);
 
@@ -525,7 +525,7 @@ static void test_latest_and_errors(const specs *s) {
   write_file(sub("plainfile"), "x", 1);
   char bad_root[600];
   snprintf(bad_root, sizeof bad_root, "%s/ckpt", sub("plainfile"));
-  int rc = scps_checkpoint_save(a.e[0], bad_root, 1, NULL, NULL, err);
+  int rc = scps__checkpoint_save(a.e[0], bad_root, 1, NULL, NULL, err);
   CHECKF(rc == SCPS_EIO && strstr(err->msg, sub("plainfile")), "rc %d: %s", rc, err->msg);
 
   /* A file-size limit: the save fails with ENOSPC, leaves no temporaries and
@@ -540,7 +540,7 @@ static void test_latest_and_errors(const specs *s) {
     if (de->d_name[0] != '.') leftovers++;
   if (d) closedir(d);
   CHECKF(leftovers == 0, "%d files left in the failed save's directory", leftovers);
-  CHECK_OK(scps_checkpoint_root_latest(froot, path, sizeof path, err), err);
+  CHECK_OK(scps__checkpoint_root_latest(froot, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(froot, 1)), "%s", path);
   CHECK_OK(load_all(&a, path, err), err);
 
@@ -554,7 +554,7 @@ static void test_latest_and_errors(const specs *s) {
     if (strstr(de->d_name, ".tmp")) leftovers++;
   if (d) closedir(d);
   CHECKF(leftovers == 0, "%d temporaries left beside step 1", leftovers);
-  CHECK_OK(scps_checkpoint_root_latest(froot, path, sizeof path, err), err);
+  CHECK_OK(scps__checkpoint_root_latest(froot, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(froot, 1)), "the failed re-save of step 1 kept it: %s", path);
   CHECK_OK(load_all(&a, path, err), err);
   cluster_destroy(&a);
@@ -567,7 +567,7 @@ static int retain_as_p0(const cluster *c, const char *root, int keep, int64_t sa
   scps_checkpoint_owner own = {.process_index = 0, .layout = c->layout};
   int fd = open(root, O_RDONLY | O_DIRECTORY);
   if (fd < 0) return scps_error_set(err, SCPS_EIO, "cannot open '%s'", root);
-  int rc = scps_checkpoint_root_retain(fd, root, &own, keep, saved, in_progress, err);
+  int rc = scps__checkpoint_root_retain(fd, root, &own, keep, saved, in_progress, err);
   close(fd);
   return rc;
 }
@@ -605,7 +605,7 @@ static void test_retain(const specs *s) {
     if (step < 3) CHECKF(stat(step_dir(root, step), &st) != 0, "step %d's directory is still there", step);
   }
   char path[512];
-  CHECK_OK(scps_checkpoint_root_latest(root, path, sizeof path, err), err);
+  CHECK_OK(scps__checkpoint_root_latest(root, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(root, 5)), "%s", path);
 
   /* Incomplete saves newer than every complete one: besides the one just
@@ -630,7 +630,7 @@ static void test_retain(const specs *s) {
   char aside[600];
   snprintf(aside, sizeof aside, "%s/superseded-step-%012d", rroot, 4);
   CHECKF(stat(aside, &st) == 0, "%s missing", aside);
-  CHECK_OK(scps_checkpoint_root_latest(rroot, path, sizeof path, err), err);
+  CHECK_OK(scps__checkpoint_root_latest(rroot, path, sizeof path, err), err);
   CHECKF(!strcmp(path, step_dir(rroot, 3)), "%s", path);
   CHECKF(stat(step_dir(rroot, 2), &st) != 0, "keep 1: step 2 should go");
   cluster_destroy(&a);
@@ -640,7 +640,7 @@ static void test_retain(const specs *s) {
 static int open_dir(const char *path) { return open(path, O_RDONLY | O_DIRECTORY); }
 
 /* Saves every process of c at step under root as the owner with fingerprint
- * byte fp (0: none), through scps_checkpoint_save_at. */
+ * byte fp (0: none), through scps__checkpoint_save_at. */
 static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t fp, scps_error *err) {
   mkdir(root, 0755);
   int fd = open_dir(root), rc = 0;
@@ -649,7 +649,7 @@ static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t 
     scps_checkpoint_owner own = {.process_index = p, .has_fingerprint = fp != 0, .layout = c->layout};
     memset(own.fingerprint, fp, sizeof own.fingerprint);
     scps_checkpoint_save_opts so = {.owner = &own};
-    rc = scps_checkpoint_save_at(fd, root, c->e[p], step, NULL, &so, NULL, err);
+    rc = scps__checkpoint_save_at(fd, root, c->e[p], step, NULL, &so, NULL, err);
   }
   close(fd);
   return rc;
@@ -676,28 +676,28 @@ static void test_snapshot(const specs *s) {
   snprintf(copied, sizeof copied, "%s", sub("snap_copied"));
   save_all(&a, plain, 1, NULL);
   scps_checkpoint_snapshot *snap = NULL;
-  CHECK_OK(scps_checkpoint_snapshot_take(a.e[0], &snap, err), err);
+  CHECK_OK(scps__checkpoint_snapshot_take(a.e[0], &snap, err), err);
   scramble(&a, 8);
   mkdir(copied, 0755);
   int fd = open_dir(copied);
   scps_checkpoint_save_opts so = {.snapshot = snap};
   scps_checkpoint_stats st = {0};
-  CHECK_OK(scps_checkpoint_save_at(fd, copied, a.e[0], 1, NULL, &so, &st, err), err);
-  CHECK(st.bytes == scps_checkpoint_snapshot_bytes(a.e[0]));
+  CHECK_OK(scps__checkpoint_save_at(fd, copied, a.e[0], 1, NULL, &so, &st, err), err);
+  CHECK(st.bytes == scps__checkpoint_snapshot_bytes(a.e[0]));
   close(fd);
   /* Idle, then refilled in place from the engine as it is now. */
-  scps_checkpoint_snapshot_idle(snap);
+  scps__checkpoint_snapshot_idle(snap);
   scps_checkpoint_snapshot *same = snap;
-  CHECK_OK(scps_checkpoint_snapshot_take(a.e[0], &snap, err), err);
+  CHECK_OK(scps__checkpoint_snapshot_take(a.e[0], &snap, err), err);
   CHECK(snap == same);
   const char *refilled = sub("snap_refilled"), *now = sub("snap_now");
   save_all(&a, now, 1, NULL);
   mkdir(refilled, 0755);
   fd = open_dir(refilled);
   so.snapshot = snap;
-  CHECK_OK(scps_checkpoint_save_at(fd, refilled, a.e[0], 1, NULL, &so, NULL, err), err);
+  CHECK_OK(scps__checkpoint_save_at(fd, refilled, a.e[0], 1, NULL, &so, NULL, err), err);
   close(fd);
-  scps_checkpoint_snapshot_free(snap);
+  scps__checkpoint_snapshot_free(snap);
   snap = NULL;
   char ra[600], rb[600];
   snprintf(ra, sizeof ra, "%s/0.sc1.bin", step_dir(now, 1));
@@ -717,18 +717,18 @@ static void test_snapshot(const specs *s) {
   /* Another engine's snapshot is refused. */
   cluster b;
   if (cluster_create(&b, s, 1, 2) == 0) {
-    CHECK_OK(scps_checkpoint_snapshot_take(b.e[0], &snap, err), err);
+    CHECK_OK(scps__checkpoint_snapshot_take(b.e[0], &snap, err), err);
     fd = open_dir(copied);
     so.snapshot = snap;
-    CHECK(scps_checkpoint_save_at(fd, copied, a.e[0], 2, NULL, &so, NULL, err) == SCPS_EINVAL);
+    CHECK(scps__checkpoint_save_at(fd, copied, a.e[0], 2, NULL, &so, NULL, err) == SCPS_EINVAL);
     close(fd);
     /* Taking from another engine replaces it. */
-    CHECK_OK(scps_checkpoint_snapshot_take(a.e[0], &snap, err), err);
+    CHECK_OK(scps__checkpoint_snapshot_take(a.e[0], &snap, err), err);
     so.snapshot = snap;
     fd = open_dir(copied);
-    CHECK_OK(scps_checkpoint_save_at(fd, copied, a.e[0], 3, NULL, &so, NULL, err), err);
+    CHECK_OK(scps__checkpoint_save_at(fd, copied, a.e[0], 3, NULL, &so, NULL, err), err);
     close(fd);
-    scps_checkpoint_snapshot_free(snap);
+    scps__checkpoint_snapshot_free(snap);
     cluster_destroy(&b);
   }
   cluster_destroy(&a);
@@ -771,7 +771,7 @@ static void test_save_no_follow(const specs *s) {
   if (d) closedir(d);
   CHECKF(n == 1, "%d entries outside the root, expected the victim alone", n);
   char found[512];
-  CHECK_OK(scps_checkpoint_root_latest(root, found, sizeof found, err), err);
+  CHECK_OK(scps__checkpoint_root_latest(root, found, sizeof found, err), err);
   CHECK_OK(load_all(&a, found, err), err);
   cluster_destroy(&a);
 }
@@ -825,9 +825,9 @@ static void test_ownership(const specs *s) {
   write_file(path, "mine", 4);
 
   char found[512];
-  CHECK_OK(scps_checkpoint_root_latest(root, found, sizeof found, err), err);
+  CHECK_OK(scps__checkpoint_root_latest(root, found, sizeof found, err), err);
   CHECKF(!strcmp(found, step_dir(root, 999999999999LL)), "%s", found);
-  CHECK_OK(scps_checkpoint_root_latest_own(root, &own, found, sizeof found, err), err);
+  CHECK_OK(scps__checkpoint_root_latest_own(root, &own, found, sizeof found, err), err);
   /* Restoring reads through the link the operator's root holds (only
    * writing and pruning never follow one). */
   CHECKF(!strcmp(found, step_dir(root, 5)), "%s", found);
@@ -835,7 +835,7 @@ static void test_ownership(const specs *s) {
 
   int fd = open_dir(root);
   seen.n = 0;
-  CHECK_OK(scps_checkpoint_root_retain(fd, root, &own, 2, 4, 1, err), err);
+  CHECK_OK(scps__checkpoint_root_retain(fd, root, &own, 2, 4, 1, err), err);
   close(fd);
   struct stat st;
   CHECK(stat(step_dir(root, 999999999999LL), &st) == 0 && stat(step_dir(root, 999999999998LL), &st) == 0);
@@ -854,9 +854,9 @@ static void test_ownership(const specs *s) {
   CHECKF(rc == SCPS_EMISMATCH && strstr(err->msg, "not this cluster's"), "rc %d: %s", rc, err->msg);
   CHECK(has_manifest(root, 999999999999LL, 0));
   scps_checkpoint *ck = NULL;
-  CHECK_OK(scps_checkpoint_open(step_dir(root, 999999999999LL), &ck, err), err);
-  CHECK(ck && !scps_checkpoint_is_owned(ck, &own, NULL, 0));
-  scps_checkpoint_close(ck);
+  CHECK_OK(scps__checkpoint_open(step_dir(root, 999999999999LL), &ck, err), err);
+  CHECK(ck && !scps__checkpoint_is_owned(ck, &own, NULL, 0));
+  scps__checkpoint_close(ck);
   cluster_destroy(&other);
   cluster_destroy(&a);
 }

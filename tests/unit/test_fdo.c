@@ -19,19 +19,19 @@ static scps_layout *make_layout(int32_t sc_per_process, int64_t memory) {
   scps_feature_spec f[2];
   const char *names[2] = {"t_one", "t_two"};
   for (int i = 0; i < 2; i++) {
-    scps_table_spec_init(&t[i]);
+    scps__table_spec_init(&t[i]);
     snprintf(t[i].name, sizeof t[i].name, "tab%d", i);
     snprintf(t[i].stack, sizeof t[i].stack, "%s", names[i]);
     t[i].vocabulary_size = 1000;
     t[i].embedding_dim = 8;
-    scps_feature_spec_init(&f[i]);
+    scps__feature_spec_init(&f[i]);
     snprintf(f[i].name, sizeof f[i].name, "f%d", i);
     snprintf(f[i].table, sizeof f[i].table, "tab%d", i);
     f[i].batch_size = 4;
   }
   scps_layout *l = NULL;
   scps_error err;
-  CHECK_OK(scps_layout_create(t, 2, f, 2, &(scps_topology){1, sc_per_process, memory}, NULL, &l,
+  CHECK_OK(scps__layout_create(t, 2, f, 2, &(scps_topology){1, sc_per_process, memory}, NULL, &l,
                               &err),
            &err);
   return l;
@@ -89,23 +89,23 @@ static void test_record_and_export(void) {
     return;
   scps_fdo *f = NULL;
   scps_error err;
-  CHECK_OK(scps_fdo_create(l, &(scps_fdo_options){.process_index = 3}, &f, &err), &err);
+  CHECK_OK(scps__fdo_create(l, &(scps_fdo_options){.process_index = 3}, &f, &err), &err);
   if (!f) {
-    scps_layout_destroy(l);
+    scps__layout_destroy(l);
     return;
   }
-  int one = scps_layout_find_stack(l, "t_one"), two = scps_layout_find_stack(l, "t_two");
+  int one = scps__layout_find_stack(l, "t_one"), two = scps__layout_find_stack(l, "t_two");
   CHECK(one >= 0 && two >= 0);
   int32_t ids[4], uniq[4];
   int64_t req[4];
   scps_stack_stats s;
   set_stats(&s, 4, ids, uniq, req, (int32_t[]){10, 20, 30, 40}, (int32_t[]){1, 2, 3, 4},
             (int64_t[]){64, 0, 8, 16}, 5);
-  CHECK_OK(scps_fdo_record(f, one, &s, &err), &err);
+  CHECK_OK(scps__fdo_record(f, one, &s, &err), &err);
   set_stats(&s, 4, ids, uniq, req, (int32_t[]){5, 25, 15, 45}, (int32_t[]){0, 3, 2, 5},
             (int64_t[]){32, 8, 8, 8}, 2);
-  CHECK_OK(scps_fdo_record(f, one, &s, &err), &err);
-  const scps_stack_stats *a = scps_fdo_stats(f, one);
+  CHECK_OK(scps__fdo_record(f, one, &s, &err), &err);
+  const scps_stack_stats *a = scps__fdo_stats(f, one);
   const int32_t e_ids[4] = {10, 25, 30, 45}, e_uniq[4] = {1, 3, 3, 5};
   const int64_t e_req[4] = {64, 8, 8, 16};
   for (int i = 0; i < 4; i++)
@@ -113,19 +113,19 @@ static void test_record_and_export(void) {
                a->required_buffer_size_per_sc[i] == e_req[i],
            "accumulated sc %d", i);
   CHECK(a->id_drop_counter == 7);
-  CHECK(scps_fdo_stats(f, two)->max_ids_per_partition[0] == 0);
-  CHECK(scps_fdo_stats(f, 2) == NULL);
+  CHECK(scps__fdo_stats(f, two)->max_ids_per_partition[0] == 0);
+  CHECK(scps__fdo_stats(f, 2) == NULL);
 
   scps_stack_stats wrong = s;
   wrong.num_sc = 2;
-  CHECK(scps_fdo_record(f, one, &wrong, &err) == SCPS_EMISMATCH);
-  CHECK(scps_fdo_record(f, 5, &s, &err) == SCPS_ERANGE);
+  CHECK(scps__fdo_record(f, one, &wrong, &err) == SCPS_EMISMATCH);
+  CHECK(scps__fdo_record(f, 5, &s, &err) == SCPS_ERANGE);
 
   char *dir = make_dir();
   CHECK(dir != NULL);
   if (dir) {
     char path[512];
-    CHECK_OK(scps_fdo_export_csv(f, dir, path, sizeof path, &err), &err);
+    CHECK_OK(scps__fdo_export_csv(f, dir, path, sizeof path, &err), &err);
     const char *base = strrchr(path, '/') + 1;
     long long ts = 0;
     char tail[8] = "";
@@ -135,7 +135,7 @@ static void test_record_and_export(void) {
      * order, stacks in layout order, CRLF, no quotes around "v0 v1 ...". */
     char want[2048];
     const char *n0 = l->stacks[0].name, *n1 = l->stacks[1].name;
-    const scps_stack_stats *s0 = scps_fdo_stats(f, 0), *s1 = scps_fdo_stats(f, 1);
+    const scps_stack_stats *s0 = scps__fdo_stats(f, 0), *s1 = scps__fdo_stats(f, 1);
     snprintf(want, sizeof want,
              "key,values\r\n"
              "%s_max_ids,%d %d %d %d\r\n%s_max_ids,%d %d %d %d\r\n"
@@ -163,27 +163,27 @@ static void test_record_and_export(void) {
 
     /* Round trip: a fresh fdo loads what was exported. */
     scps_fdo *g = NULL;
-    CHECK_OK(scps_fdo_create(l, NULL, &g, &err), &err);
+    CHECK_OK(scps__fdo_create(l, NULL, &g, &err), &err);
     if (g) {
-      CHECK_OK(scps_fdo_load_csv(g, dir, &err), &err);
-      const scps_stack_stats *b = scps_fdo_stats(g, one);
+      CHECK_OK(scps__fdo_load_csv(g, dir, &err), &err);
+      const scps_stack_stats *b = scps__fdo_stats(g, one);
       for (int i = 0; i < 4; i++)
         CHECK(b->max_ids_per_partition[i] == e_ids[i] && b->max_unique_ids_per_partition[i] == e_uniq[i] &&
               b->required_buffer_size_per_sc[i] == e_req[i]);
       CHECK(b->id_drop_counter == 7);
-      scps_fdo_destroy(g);
+      scps__fdo_destroy(g);
     }
     /* A second export sorts later. */
     char path2[512];
-    CHECK_OK(scps_fdo_export_csv(f, dir, path2, sizeof path2, &err), &err);
+    CHECK_OK(scps__fdo_export_csv(f, dir, path2, sizeof path2, &err), &err);
     CHECK(strcmp(path, path2) != 0);
     remove_dir(dir);
     free(dir);
   }
-  scps_fdo_reset(f);
-  CHECK(scps_fdo_stats(f, one)->max_ids_per_partition[3] == 0 && scps_fdo_stats(f, one)->id_drop_counter == 0);
-  scps_fdo_destroy(f);
-  scps_layout_destroy(l);
+  scps__fdo_reset(f);
+  CHECK(scps__fdo_stats(f, one)->max_ids_per_partition[3] == 0 && scps__fdo_stats(f, one)->id_drop_counter == 0);
+  scps__fdo_destroy(f);
+  scps__layout_destroy(l);
 }
 
 /* The reference's test_load_multiple_files, with N = 4 buffer sizes, plus an
@@ -192,14 +192,14 @@ static void test_load(void) {
   scps_layout *l = make_layout(4, 1 << 30);
   char *dir = make_dir();
   if (!l || !dir) {
-    scps_layout_destroy(l);
+    scps__layout_destroy(l);
     free(dir);
     return;
   }
   scps_fdo *f = NULL;
   scps_error err;
-  CHECK_OK(scps_fdo_create(l, NULL, &f, &err), &err);
-  CHECK(scps_fdo_load_csv(f, dir, &err) == SCPS_ENOENT);
+  CHECK_OK(scps__fdo_create(l, NULL, &f, &err), &err);
+  CHECK(scps__fdo_load_csv(f, dir, &err) == SCPS_ENOENT);
   CHECK(strstr(err.msg, "no fdo_stats_*.csv files") != NULL);
 
   write_text(dir, "fdo_stats_0_9.csv", "key,values\r\nt_one_max_ids,900 900 900 900\r\n");
@@ -224,9 +224,9 @@ static void test_load(void) {
              "t_two_id_drop_counters,4\n");
   write_text(dir, "other.csv", "garbage");
   write_text(dir, "fdo_stats_x_1.csv", "garbage");
-  CHECK_OK(scps_fdo_load_csv(f, dir, &err), &err);
-  int one = scps_layout_find_stack(l, "t_one"), two = scps_layout_find_stack(l, "t_two");
-  const scps_stack_stats *a = scps_fdo_stats(f, one), *b = scps_fdo_stats(f, two);
+  CHECK_OK(scps__fdo_load_csv(f, dir, &err), &err);
+  int one = scps__layout_find_stack(l, "t_one"), two = scps__layout_find_stack(l, "t_two");
+  const scps_stack_stats *a = scps__fdo_stats(f, one), *b = scps__fdo_stats(f, two);
   const int32_t a_ids[4] = {20, 20, 40, 40}, b_ids[4] = {60, 60, 80, 90};
   const int32_t a_u[4] = {2, 2, 4, 4}, b_u[4] = {6, 6, 8, 8};
   for (int i = 0; i < 4; i++) {
@@ -240,28 +240,28 @@ static void test_load(void) {
 
   /* Failures name file, line and key, and change nothing. */
   write_text(dir, "fdo_stats_2_5.csv", "key,values\r\nt_one_max_ids,1 2 3\r\n");
-  CHECK(scps_fdo_load_csv(f, dir, &err) == SCPS_EMISMATCH);
+  CHECK(scps__fdo_load_csv(f, dir, &err) == SCPS_EMISMATCH);
   CHECKF(strstr(err.msg, "fdo_stats_2_5.csv' line 2: stack 't_one' max_ids has 3 values, expected 4"),
          "%s", err.msg);
-  CHECK(scps_fdo_stats(f, one)->max_ids_per_partition[0] == 20);
+  CHECK(scps__fdo_stats(f, one)->max_ids_per_partition[0] == 20);
   write_text(dir, "fdo_stats_2_6.csv", "key,values\r\nnope_max_ids,1 2 3 4\r\n");
-  CHECK(scps_fdo_load_csv(f, dir, &err) == SCPS_ENOENT);
+  CHECK(scps__fdo_load_csv(f, dir, &err) == SCPS_ENOENT);
   CHECKF(strstr(err.msg, "unknown stack 'nope'") != NULL, "%s", err.msg);
   write_text(dir, "fdo_stats_2_7.csv", "key,values\r\nt_one_max_ids,1 2 x 4\r\n");
-  CHECK(scps_fdo_load_csv(f, dir, &err) == SCPS_EPARSE);
+  CHECK(scps__fdo_load_csv(f, dir, &err) == SCPS_EPARSE);
   write_text(dir, "fdo_stats_2_8.csv", "key,values\r\nt_one_bogus,1 2 3 4\r\n");
-  CHECK(scps_fdo_load_csv(f, dir, &err) == SCPS_EPARSE);
+  CHECK(scps__fdo_load_csv(f, dir, &err) == SCPS_EPARSE);
   CHECKF(strstr(err.msg, "key 't_one_bogus' does not end with a known suffix") != NULL, "%s", err.msg);
   write_text(dir, "fdo_stats_2_9.csv", "key,values\r\nt_one_max_ids,\"1 2 3 4\r\n");
-  CHECK(scps_fdo_load_csv(f, dir, &err) == SCPS_EPARSE);
+  CHECK(scps__fdo_load_csv(f, dir, &err) == SCPS_EPARSE);
   write_text(dir, "fdo_stats_2_10.csv", "key,values\r\nt_one_max_ids,1 2 3 4\r\n");
-  CHECK_OK(scps_fdo_load_csv(f, dir, &err), &err);
-  CHECK(scps_fdo_stats(f, one)->max_ids_per_partition[0] == 20);
-  CHECK(scps_fdo_load_csv(f, "/nonexistent/scps", &err) == SCPS_ENOENT);
-  scps_fdo_destroy(f);
+  CHECK_OK(scps__fdo_load_csv(f, dir, &err), &err);
+  CHECK(scps__fdo_stats(f, one)->max_ids_per_partition[0] == 20);
+  CHECK(scps__fdo_load_csv(f, "/nonexistent/scps", &err) == SCPS_ENOENT);
+  scps__fdo_destroy(f);
   remove_dir(dir);
   free(dir);
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 }
 
 typedef struct change_log {
@@ -274,7 +274,7 @@ static void on_change(void *ctx, const scps_fdo_change *c) {
   change_log *log = ctx;
   log->n++;
   log->last = *c;
-  scps_fdo_change_format(c, log->text, sizeof log->text);
+  scps__fdo_change_format(c, log->text, sizeof log->text);
 }
 
 static int32_t expect_raise(int32_t old, int32_t obs, double h, int32_t cap) {
@@ -304,7 +304,7 @@ static void run_batch(scps_prep *p, int per_sample, int expect_rc) {
       {.form = SCPS_INPUT_RAGGED, .n_ids = 4, .ids = ids1, .row_offsets = offs1},
   };
   scps_error err;
-  int rc = scps_prep_run(p, in, &err);
+  int rc = scps__prep_run(p, in, &err);
   CHECKF(rc == expect_rc, "run with %d ids per sample: %d (%s), expected %d", per_sample, rc,
          err.msg, expect_rc);
 }
@@ -313,14 +313,14 @@ static void test_adaptive(void) {
   scps_layout *l = make_layout(1, 1 << 30);
   if (!l)
     return;
-  int one = scps_layout_find_stack(l, "t_one"), two = scps_layout_find_stack(l, "t_two");
+  int one = scps__layout_find_stack(l, "t_one"), two = scps__layout_find_stack(l, "t_two");
   scps_prep *p = NULL;
   scps_fdo *f = NULL;
   scps_error err;
-  CHECK_OK(scps_prep_create(l, NULL, &p, &err), &err);
+  CHECK_OK(scps__prep_create(l, NULL, &p, &err), &err);
   change_log log = {0};
   double h = 0.25;
-  CHECK_OK(scps_fdo_create(l,
+  CHECK_OK(scps__fdo_create(l,
                            &(scps_fdo_options){.adaptive = true, .headroom = h, .log = on_change,
                                                .log_ctx = &log},
                            &f, &err),
@@ -329,17 +329,17 @@ static void test_adaptive(void) {
     goto out;
   /* Default budget: the memory left after both stacks' rows, split in two,
    * over 12-byte entries times N = 1 destination, rounded down to 8. */
-  int64_t left = ((int64_t)1 << 30) - scps_layout_stack_bytes_per_sc(l, 0) -
-                 scps_layout_stack_bytes_per_sc(l, 1);
+  int64_t left = ((int64_t)1 << 30) - scps__layout_stack_bytes_per_sc(l, 0) -
+                 scps__layout_stack_bytes_per_sc(l, 1);
   int32_t cap = (int32_t)(left / 2 / 12 / 8 * 8);
-  CHECK(scps_fdo_limit_cap(f, one) == cap);
+  CHECK(scps__fdo_limit_cap(f, one) == cap);
 
-  CHECK_OK(scps_prep_set_limits(p, one, 16, 16, &err), &err);
-  CHECK_OK(scps_prep_set_limits(p, two, 16, 16, &err), &err);
+  CHECK_OK(scps__prep_set_limits(p, one, 16, 16, &err), &err);
+  CHECK_OK(scps__prep_set_limits(p, two, 16, 16, &err), &err);
   run_batch(p, 10, SCPS_ELIMIT); /* 40 ids > 16 */
-  CHECK_OK(scps_fdo_step(f, p, &err), &err);
+  CHECK_OK(scps__fdo_step(f, p, &err), &err);
   int32_t a, u;
-  scps_prep_get_limits(p, one, &a, &u);
+  scps__prep_get_limits(p, one, &a, &u);
   int32_t want = expect_raise(16, 40, h, cap);
   CHECKF(a == want && u == want && want == 56, "limits %d/%d, expected %d", a, u, want);
   CHECK(log.n == 1 && log.last.stack == one && log.last.old_max_ids == 16 && log.last.new_max_ids == 56 &&
@@ -348,29 +348,29 @@ static void test_adaptive(void) {
   CHECKF(!strcmp(log.text, "stack 't_one': max_ids_per_partition 16 -> 56, "
                            "max_unique_ids_per_partition 16 -> 56 (observed 40 ids, 40 unique)"),
          "%s", log.text);
-  scps_prep_get_limits(p, two, &a, &u);
+  scps__prep_get_limits(p, two, &a, &u);
   CHECK(a == 16 && u == 16); /* 1 id per partition: far from the limit */
   run_batch(p, 10, 0);       /* the same batch now passes without a restart */
-  CHECK_OK(scps_fdo_step(f, p, &err), &err);
+  CHECK_OK(scps__fdo_step(f, p, &err), &err);
   CHECK(log.n == 1);
 
   /* 12 * 4 = 48 ids; 48 * 1.25 = 60 > 56: raised again (within the headroom). */
   run_batch(p, 12, 0);
-  CHECK_OK(scps_fdo_step(f, p, &err), &err);
-  scps_prep_get_limits(p, one, &a, &u);
+  CHECK_OK(scps__fdo_step(f, p, &err), &err);
+  scps__prep_get_limits(p, one, &a, &u);
   CHECK(a == expect_raise(56, 48, h, cap) && a == 64 && log.n == 2);
   /* Smaller batches never lower a limit. */
   run_batch(p, 1, 0);
-  CHECK_OK(scps_fdo_step(f, p, &err), &err);
-  scps_prep_get_limits(p, one, &a, &u);
+  CHECK_OK(scps__fdo_step(f, p, &err), &err);
+  scps__prep_get_limits(p, one, &a, &u);
   CHECK(a == 64 && log.n == 2);
-  CHECK(scps_fdo_steps(f) == 4);
-  scps_fdo_destroy(f);
+  CHECK(scps__fdo_steps(f) == 4);
+  scps__fdo_destroy(f);
   f = NULL;
 
   /* A budget of 12 * 1 * 72 bytes caps both limits at 72. */
   log = (change_log){0};
-  CHECK_OK(scps_fdo_create(l,
+  CHECK_OK(scps__fdo_create(l,
                            &(scps_fdo_options){.adaptive = false, .headroom = 0.5,
                                                .coo_budget_bytes_per_sc = 12 * 72 + 11,
                                                .log = on_change, .log_ctx = &log},
@@ -378,22 +378,22 @@ static void test_adaptive(void) {
            &err);
   if (!f)
     goto out;
-  CHECK(scps_fdo_limit_cap(f, one) == 72);
+  CHECK(scps__fdo_limit_cap(f, one) == 72);
   run_batch(p, 25, SCPS_ELIMIT); /* 100 ids > 64 */
-  CHECK_OK(scps_fdo_step(f, p, &err), &err);
-  scps_prep_get_limits(p, one, &a, &u);
+  CHECK_OK(scps__fdo_step(f, p, &err), &err);
+  scps__prep_get_limits(p, one, &a, &u);
   CHECK(a == 64 && log.n == 0); /* not adaptive: only recorded */
   int changed = -1;
-  CHECK_OK(scps_fdo_adapt(f, p, &changed, &err), &err);
-  scps_prep_get_limits(p, one, &a, &u);
+  CHECK_OK(scps__fdo_adapt(f, p, &changed, &err), &err);
+  scps__prep_get_limits(p, one, &a, &u);
   CHECK(changed == 1 && a == 72 && u == 72 && a == expect_raise(64, 100, 0.5, 72));
   CHECK(log.n == 1 && log.last.capped && strstr(log.text, "capped by the SparseCore budget"));
   run_batch(p, 25, SCPS_ELIMIT); /* still too many for the budget */
 
 out:
-  scps_fdo_destroy(f);
-  scps_prep_destroy(p);
-  scps_layout_destroy(l);
+  scps__fdo_destroy(f);
+  scps__prep_destroy(p);
+  scps__layout_destroy(l);
 }
 
 static void test_options(void) {
@@ -402,12 +402,12 @@ static void test_options(void) {
     return;
   scps_fdo *f = NULL;
   scps_error err;
-  CHECK(scps_fdo_create(l, &(scps_fdo_options){.headroom = -1}, &f, &err) == SCPS_EINVAL);
+  CHECK(scps__fdo_create(l, &(scps_fdo_options){.headroom = -1}, &f, &err) == SCPS_EINVAL);
   CHECK(strstr(err.msg, "headroom -1") != NULL);
-  CHECK(scps_fdo_create(l, &(scps_fdo_options){.process_index = -2}, &f, &err) == SCPS_EINVAL);
-  CHECK(scps_fdo_create(l, &(scps_fdo_options){.coo_budget_bytes_per_sc = -5}, &f, &err) == SCPS_EINVAL);
+  CHECK(scps__fdo_create(l, &(scps_fdo_options){.process_index = -2}, &f, &err) == SCPS_EINVAL);
+  CHECK(scps__fdo_create(l, &(scps_fdo_options){.coo_budget_bytes_per_sc = -5}, &f, &err) == SCPS_EINVAL);
   CHECK(f == NULL);
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 }
 
 /* Per source, distinct (row, source) pairs and entries, counted by brute force. */
@@ -455,7 +455,7 @@ static void test_count_sources(void) {
       }
       scps_coo coo = {.n = n, .rows = rows, .samples = samples, .gains = gains};
       for (int32_t s = 0; s < n_src; s++) ids[s] = unique[s] = -7;
-      CHECK(scps_fdo_count_sources(&coo, src_of, n_src, ids, unique) == 0);
+      CHECK(scps__fdo_count_sources(&coo, src_of, n_src, ids, unique) == 0);
       count_plain(&coo, src_of, n_src, want_ids, want_unique);
       for (int32_t s = 0; s < n_src; s++)
         if (ids[s] != want_ids[s] || unique[s] != want_unique[s]) {

@@ -32,7 +32,7 @@ static void test_sanity_vectors(void) {
   uint8_t buf[222];
   sanity_buffer(buf, sizeof buf);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    uint64_t got = scps_hash64(buf, cases[i].len, cases[i].seed);
+    uint64_t got = scps__hash64(buf, cases[i].len, cases[i].seed);
     CHECKF(got == cases[i].want, "len %zu seed %llu: %016llx, want %016llx", cases[i].len,
            (unsigned long long)cases[i].seed, (unsigned long long)got,
            (unsigned long long)cases[i].want);
@@ -40,9 +40,9 @@ static void test_sanity_vectors(void) {
 }
 
 static void test_strings(void) {
-  CHECK(scps_hash64("abc", 3, 0) == UINT64_C(0x44BC2CF5AD770999));
+  CHECK(scps__hash64("abc", 3, 0) == UINT64_C(0x44BC2CF5AD770999));
   const char *s = "Nobody inspects the spammish repetition";
-  CHECK(scps_hash64(s, strlen(s), 0) == UINT64_C(0xFBCEA83C8A378BF1));
+  CHECK(scps__hash64(s, strlen(s), 0) == UINT64_C(0xFBCEA83C8A378BF1));
 }
 
 /* Every split point of every length up to 100 (stripe and tail edges),
@@ -51,26 +51,26 @@ static void test_streaming(void) {
   uint8_t buf[222];
   sanity_buffer(buf, sizeof buf);
   for (size_t len = 0; len <= 100; len++) {
-    uint64_t want = scps_hash64(buf, len, 7);
+    uint64_t want = scps__hash64(buf, len, 7);
     for (size_t cut = 0; cut <= len; cut++) {
       scps_hash64_ctx h;
-      scps_hash64_init(&h, 7);
-      scps_hash64_update(&h, buf, cut);
-      scps_hash64_update(&h, buf + cut, len - cut);
-      CHECKF(scps_hash64_digest(&h) == want, "len %zu split at %zu", len, cut);
+      scps__hash64_init(&h, 7);
+      scps__hash64_update(&h, buf, cut);
+      scps__hash64_update(&h, buf + cut, len - cut);
+      CHECKF(scps__hash64_digest(&h) == want, "len %zu split at %zu", len, cut);
     }
   }
-  uint64_t want = scps_hash64(buf, sizeof buf, 0);
+  uint64_t want = scps__hash64(buf, sizeof buf, 0);
   for (size_t a = 0; a < sizeof buf; a += 13)
     for (size_t b = a; b < sizeof buf; b += 17) {
       scps_hash64_ctx h;
-      scps_hash64_init(&h, 0);
-      scps_hash64_update(&h, buf, a);
-      scps_hash64_update(&h, buf + a, b - a);
+      scps__hash64_init(&h, 0);
+      scps__hash64_update(&h, buf, a);
+      scps__hash64_update(&h, buf + a, b - a);
       /* digest mid-stream must not disturb the state */
-      (void)scps_hash64_digest(&h);
-      scps_hash64_update(&h, buf + b, sizeof buf - b);
-      CHECKF(scps_hash64_digest(&h) == want, "splits at %zu and %zu", a, b);
+      (void)scps__hash64_digest(&h);
+      scps__hash64_update(&h, buf + b, sizeof buf - b);
+      CHECKF(scps__hash64_digest(&h) == want, "splits at %zu and %zu", a, b);
     }
 }
 

@@ -22,7 +22,7 @@ static uint64_t next_u64(void) {
 }
 static double next_unit(void) { return (double)(next_u64() >> 11) * 0x1p-53; }
 
-/* The exact q-quantile: the value of rank ceil(q * n), as scps_hist_quantile defines it. */
+/* The exact q-quantile: the value of rank ceil(q * n), as scps__hist_quantile defines it. */
 static uint64_t exact(const uint64_t *sorted, size_t n, double q) {
   double r = ceil(q * (double)n);
   size_t rank = r < 1.0 ? 1 : (size_t)r;
@@ -31,23 +31,23 @@ static uint64_t exact(const uint64_t *sorted, size_t n, double q) {
 
 static void check_against_sort(const char *what, uint64_t *v, size_t n) {
   static scps_hist h;
-  scps_hist_clear(&h);
+  scps__hist_clear(&h);
   double sum = 0.0;
   for (size_t i = 0; i < n; i++) {
-    scps_hist_record(&h, v[i]);
+    scps__hist_record(&h, v[i]);
     sum += (double)v[i];
   }
   qsort(v, n, sizeof *v, cmp_u64);
   static const double qs[] = {0.0, 0.001, 0.1, 0.25, 0.5, 0.75, 0.9, 0.99, 0.999, 0.9999, 1.0};
   for (size_t k = 0; k < sizeof qs / sizeof *qs; k++) {
-    uint64_t want = exact(v, n, qs[k]), got = scps_hist_quantile(&h, qs[k]);
+    uint64_t want = exact(v, n, qs[k]), got = scps__hist_quantile(&h, qs[k]);
     double rel = want ? fabs((double)got - (double)want) / (double)want : (double)got;
     CHECKF(rel <= 0.01, "%s: q=%g: histogram %llu, sorted %llu (relative error %.4f)", what, qs[k],
            (unsigned long long)got, (unsigned long long)want, rel);
   }
   CHECK(h.n == n);
   CHECK(h.min == v[0] && h.max == v[n - 1]);
-  CHECK(fabs(scps_hist_mean(&h) - sum / (double)n) <= 1e-9 * sum / (double)n);
+  CHECK(fabs(scps__hist_mean(&h) - sum / (double)n) <= 1e-9 * sum / (double)n);
 }
 
 int main(void) {
@@ -76,21 +76,21 @@ int main(void) {
 
   /* Merging two halves equals recording everything into one. */
   static scps_hist a, b, all;
-  scps_hist_clear(&a);
-  scps_hist_clear(&b);
-  scps_hist_clear(&all);
+  scps__hist_clear(&a);
+  scps__hist_clear(&b);
+  scps__hist_clear(&all);
   for (size_t i = 0; i < N; i++) {
     uint64_t x = 1000 + next_u64() % 5000000;
-    scps_hist_record(i % 2 ? &a : &b, x);
-    scps_hist_record(&all, x);
+    scps__hist_record(i % 2 ? &a : &b, x);
+    scps__hist_record(&all, x);
   }
-  scps_hist_merge(&a, &b);
+  scps__hist_merge(&a, &b);
   CHECK(a.n == all.n && a.min == all.min && a.max == all.max);
   CHECK(!memcmp(a.counts, all.counts, sizeof a.counts));
 
   /* Empty: zeros, not garbage. */
-  scps_hist_clear(&a);
-  CHECK(scps_hist_quantile(&a, 0.5) == 0 && scps_hist_mean(&a) == 0.0);
+  scps__hist_clear(&a);
+  CHECK(scps__hist_quantile(&a, 0.5) == 0 && scps__hist_mean(&a) == 0.0);
 
   free(v);
   return scps_test_finish("test_hist");

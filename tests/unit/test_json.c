@@ -13,7 +13,7 @@
 static int parse_exact(const char *text, size_t len, scps_json **root, scps_error *err) {
   char *copy = malloc(len ? len : 1);
   memcpy(copy, text, len);
-  int rc = scps_json_parse(copy, len, root, err);
+  int rc = scps__json_parse(copy, len, root, err);
   free(copy);
   return rc;
 }
@@ -35,7 +35,7 @@ static void expect_error(const char *text, size_t len, const char *fragment) {
   if (fragment)
     CHECKF(strstr(err->msg, fragment), "input \"%.*s\": \"%s\" lacks \"%s\"", (int)len, text,
            err->msg, fragment);
-  scps_json_destroy(root);
+  scps__json_destroy(root);
 }
 
 static void bad(const char *text, const char *fragment) {
@@ -50,83 +50,83 @@ static void test_document(void) {
   scps_error err_, *err = &err_;
   CHECK_OK(parse(text, &root, err), err);
   if (!root) return;
-  CHECK(scps_json_typeof(root) == SCPS_JSON_OBJECT);
-  CHECK(scps_json_length(root) == 9);
+  CHECK(scps__json_typeof(root) == SCPS_JSON_OBJECT);
+  CHECK(scps__json_length(root) == 9);
 
   const char *expected_keys[] = {"name", "n", "x", "ok", "no", "nothing", "list", "empty", "obj"};
   for (size_t i = 0; i < 9; i++) {
     const char *key = NULL;
     size_t key_len = 0;
-    const scps_json *v = scps_json_member(root, i, &key, &key_len);
+    const scps_json *v = scps__json_member(root, i, &key, &key_len);
     CHECKF(v && key && !strcmp(key, expected_keys[i]) && key_len == strlen(expected_keys[i]),
            "member %zu: %s", i, key ? key : "(null)");
-    CHECK(v == scps_json_get(root, expected_keys[i]));
+    CHECK(v == scps__json_get(root, expected_keys[i]));
   }
-  CHECK(scps_json_member(root, 9, NULL, NULL) == NULL);
-  CHECK(scps_json_get(root, "missing") == NULL);
-  CHECK(scps_json_get(root, "nam") == NULL);
+  CHECK(scps__json_member(root, 9, NULL, NULL) == NULL);
+  CHECK(scps__json_get(root, "missing") == NULL);
+  CHECK(scps__json_get(root, "nam") == NULL);
 
   size_t len = 0;
-  const char *s = scps_json_string(scps_json_get(root, "name"), &len);
+  const char *s = scps__json_string(scps__json_get(root, "name"), &len);
   CHECK(s && !strcmp(s, "dlrm") && len == 4);
-  CHECK(scps_json_string(scps_json_get(root, "n"), NULL) == NULL);
+  CHECK(scps__json_string(scps__json_get(root, "n"), NULL) == NULL);
 
   int64_t i64 = 0;
   double d = 0;
-  CHECK_OK(scps_json_int(scps_json_get(root, "n"), &i64), err);
+  CHECK_OK(scps__json_int(scps__json_get(root, "n"), &i64), err);
   CHECK(i64 == 42);
-  CHECK_OK(scps_json_number(scps_json_get(root, "x"), &d), err);
+  CHECK_OK(scps__json_number(scps__json_get(root, "x"), &d), err);
   CHECK(d == -150.0);
-  CHECK(scps_json_is_int(scps_json_get(root, "x")));
-  CHECK(scps_json_int(scps_json_get(root, "name"), &i64) == SCPS_EINVAL);
-  CHECK(scps_json_number(scps_json_get(root, "ok"), &d) == SCPS_EINVAL);
+  CHECK(scps__json_is_int(scps__json_get(root, "x")));
+  CHECK(scps__json_int(scps__json_get(root, "name"), &i64) == SCPS_EINVAL);
+  CHECK(scps__json_number(scps__json_get(root, "ok"), &d) == SCPS_EINVAL);
 
   bool b = false;
-  CHECK_OK(scps_json_bool(scps_json_get(root, "ok"), &b), err);
+  CHECK_OK(scps__json_bool(scps__json_get(root, "ok"), &b), err);
   CHECK(b);
-  CHECK_OK(scps_json_bool(scps_json_get(root, "no"), &b), err);
+  CHECK_OK(scps__json_bool(scps__json_get(root, "no"), &b), err);
   CHECK(!b);
-  CHECK(scps_json_bool(scps_json_get(root, "nothing"), &b) == SCPS_EINVAL);
-  CHECK(scps_json_typeof(scps_json_get(root, "nothing")) == SCPS_JSON_NULL);
+  CHECK(scps__json_bool(scps__json_get(root, "nothing"), &b) == SCPS_EINVAL);
+  CHECK(scps__json_typeof(scps__json_get(root, "nothing")) == SCPS_JSON_NULL);
 
-  const scps_json *list = scps_json_get(root, "list");
-  CHECK(scps_json_typeof(list) == SCPS_JSON_ARRAY && scps_json_length(list) == 4);
-  CHECK(scps_json_typeof(scps_json_at(list, 0)) == SCPS_JSON_NUMBER);
-  CHECK(!strcmp(scps_json_string(scps_json_at(list, 1), NULL), "two"));
-  CHECK(scps_json_length(scps_json_at(list, 2)) == 1);
-  CHECK(scps_json_typeof(scps_json_at(list, 3)) == SCPS_JSON_OBJECT);
-  CHECK(scps_json_length(scps_json_at(list, 3)) == 0);
-  CHECK(scps_json_at(list, 4) == NULL);
-  CHECK(scps_json_at(root, 0) == NULL);
-  CHECK(scps_json_get(list, "x") == NULL);
-  CHECK(scps_json_length(scps_json_get(root, "empty")) == 0);
-  CHECK(scps_json_length(scps_json_get(root, "n")) == 0);
+  const scps_json *list = scps__json_get(root, "list");
+  CHECK(scps__json_typeof(list) == SCPS_JSON_ARRAY && scps__json_length(list) == 4);
+  CHECK(scps__json_typeof(scps__json_at(list, 0)) == SCPS_JSON_NUMBER);
+  CHECK(!strcmp(scps__json_string(scps__json_at(list, 1), NULL), "two"));
+  CHECK(scps__json_length(scps__json_at(list, 2)) == 1);
+  CHECK(scps__json_typeof(scps__json_at(list, 3)) == SCPS_JSON_OBJECT);
+  CHECK(scps__json_length(scps__json_at(list, 3)) == 0);
+  CHECK(scps__json_at(list, 4) == NULL);
+  CHECK(scps__json_at(root, 0) == NULL);
+  CHECK(scps__json_get(list, "x") == NULL);
+  CHECK(scps__json_length(scps__json_get(root, "empty")) == 0);
+  CHECK(scps__json_length(scps__json_get(root, "n")) == 0);
 
-  const scps_json *obj = scps_json_get(root, "obj");
-  CHECK_OK(scps_json_int(scps_json_get(obj, "k"), &i64), err);
+  const scps_json *obj = scps__json_get(root, "obj");
+  CHECK_OK(scps__json_int(scps__json_get(obj, "k"), &i64), err);
   CHECK(i64 == 7);
 
   /* Positions: "nothing" is on line 2, its value at column 13. */
-  const scps_json *nothing = scps_json_get(root, "nothing");
-  CHECK(scps_json_line(root) == 1 && scps_json_column(root) == 1);
-  CHECKF(scps_json_line(nothing) == 2 && scps_json_column(nothing) == 13, "at %u:%u",
-         scps_json_line(nothing), scps_json_column(nothing));
+  const scps_json *nothing = scps__json_get(root, "nothing");
+  CHECK(scps__json_line(root) == 1 && scps__json_column(root) == 1);
+  CHECKF(scps__json_line(nothing) == 2 && scps__json_column(nothing) == 13, "at %u:%u",
+         scps__json_line(nothing), scps__json_column(nothing));
 
-  CHECK(!strcmp(scps_json_type_name(SCPS_JSON_OBJECT), "object"));
-  CHECK(!strcmp(scps_json_type_name(SCPS_JSON_BOOL), "boolean"));
-  scps_json_destroy(root);
+  CHECK(!strcmp(scps__json_type_name(SCPS_JSON_OBJECT), "object"));
+  CHECK(!strcmp(scps__json_type_name(SCPS_JSON_BOOL), "boolean"));
+  scps__json_destroy(root);
 
   /* Any value may be the top level; surrounding whitespace is fine. */
   CHECK_OK(parse(" \t\r\n 17 \n", &root, err), err);
-  CHECK(scps_json_typeof(root) == SCPS_JSON_NUMBER);
-  scps_json_destroy(root);
+  CHECK(scps__json_typeof(root) == SCPS_JSON_NUMBER);
+  scps__json_destroy(root);
   CHECK_OK(parse("\"only\"", &root, err), err);
-  CHECK(!strcmp(scps_json_string(root, NULL), "only"));
-  scps_json_destroy(root);
+  CHECK(!strcmp(scps__json_string(root, NULL), "only"));
+  scps__json_destroy(root);
   CHECK_OK(parse("\xEF\xBB\xBF[null]", &root, err), err);
-  CHECK(scps_json_length(root) == 1);
-  scps_json_destroy(root);
-  scps_json_destroy(NULL);
+  CHECK(scps__json_length(root) == 1);
+  scps__json_destroy(root);
+  scps__json_destroy(NULL);
 }
 
 static void check_string(const char *json, const char *bytes, size_t n) {
@@ -136,9 +136,9 @@ static void check_string(const char *json, const char *bytes, size_t n) {
   CHECKF(rc == 0, "%s: %s", json, err->msg);
   if (rc) return;
   size_t len = 0;
-  const char *s = scps_json_string(root, &len);
+  const char *s = scps__json_string(root, &len);
   CHECKF(s && len == n && !memcmp(s, bytes, n) && s[n] == '\0', "%s: got %zu bytes", json, len);
-  scps_json_destroy(root);
+  scps__json_destroy(root);
 }
 
 static void test_strings(void) {
@@ -163,12 +163,12 @@ static void test_strings(void) {
   if (root) {
     const char *key;
     size_t key_len;
-    scps_json_member(root, 0, &key, &key_len);
+    scps__json_member(root, 0, &key, &key_len);
     CHECK(key_len == 3 && !memcmp(key, "a\0b", 3));
     int64_t v = 0;
-    CHECK_OK(scps_json_int(scps_json_get(root, "a"), &v), err);
+    CHECK_OK(scps__json_int(scps__json_get(root, "a"), &v), err);
     CHECK(v == 2);
-    scps_json_destroy(root);
+    scps__json_destroy(root);
   }
 }
 
@@ -214,14 +214,14 @@ static void test_numbers(void) {
     CHECKF(rc == 0, "%s: %s", c->text, err->msg);
     if (rc) continue;
     double d = -1;
-    CHECK_OK(scps_json_number(root, &d), err);
+    CHECK_OK(scps__json_number(root, &d), err);
     CHECKF(d == c->value && signbit(d) == signbit(c->value), "%s: %.17g", c->text, d);
-    CHECKF(scps_json_is_int(root) == c->is_int, "%s: is_int %d", c->text, scps_json_is_int(root));
+    CHECKF(scps__json_is_int(root) == c->is_int, "%s: is_int %d", c->text, scps__json_is_int(root));
     int64_t v = -99;
-    rc = scps_json_int(root, &v);
+    rc = scps__json_int(root, &v);
     if (c->is_int) CHECKF(rc == 0 && v == c->int_value, "%s: int %lld", c->text, (long long)v);
     else CHECKF(rc == SCPS_EINVAL, "%s: int accepted", c->text);
-    scps_json_destroy(root);
+    scps__json_destroy(root);
   }
 }
 
@@ -298,7 +298,7 @@ static void test_errors(void) {
 
   /* A NULL err is allowed. */
   scps_json *root = (scps_json *)&root;
-  CHECK(scps_json_parse("[", 1, &root, NULL) == SCPS_EPARSE);
+  CHECK(scps__json_parse("[", 1, &root, NULL) == SCPS_EPARSE);
   CHECK(root == NULL);
 }
 
@@ -315,12 +315,12 @@ static void test_limits(void) {
       CHECKF(rc == 0, "depth %d: %s", depth, err->msg);
       const scps_json *v = root;
       int levels = 0;
-      while (v && scps_json_typeof(v) == SCPS_JSON_ARRAY) {
+      while (v && scps__json_typeof(v) == SCPS_JSON_ARRAY) {
         levels++;
-        v = scps_json_at(v, 0);
+        v = scps__json_at(v, 0);
       }
       CHECK(levels == depth);
-      scps_json_destroy(root);
+      scps__json_destroy(root);
     } else {
       CHECKF(rc == SCPS_EPARSE && strstr(err->msg, "nesting"), "depth %d: rc %d %s", depth, rc,
              err->msg);
@@ -339,9 +339,9 @@ static void test_limits(void) {
 
   /* Only len bytes are read. */
   CHECK_OK(parse_exact("[1,2]garbage", 5, &root, err), err);
-  CHECK(scps_json_length(root) == 2);
-  scps_json_destroy(root);
-  CHECK(scps_json_parse(NULL, 0, &root, err) == SCPS_EPARSE);
+  CHECK(scps__json_length(root) == 2);
+  scps__json_destroy(root);
+  CHECK(scps__json_parse(NULL, 0, &root, err) == SCPS_EPARSE);
 
   /* A large array and a large object (beyond one arena block). */
   size_t count = 200000;
@@ -352,11 +352,11 @@ static void test_limits(void) {
   text[n++] = ']';
   CHECK_OK(parse_exact(text, n, &root, err), err);
   if (root) {
-    CHECK(scps_json_length(root) == count);
+    CHECK(scps__json_length(root) == count);
     int64_t v = 0;
-    CHECK_OK(scps_json_int(scps_json_at(root, count - 1), &v), err);
+    CHECK_OK(scps__json_int(scps__json_at(root, count - 1), &v), err);
     CHECK(v == (int64_t)(count - 1) * 3);
-    scps_json_destroy(root);
+    scps__json_destroy(root);
   }
   size_t keys = 5000;
   n = 0;
@@ -366,13 +366,13 @@ static void test_limits(void) {
   text[n++] = '}';
   CHECK_OK(parse_exact(text, n, &root, err), err);
   if (root) {
-    CHECK(scps_json_length(root) == keys);
+    CHECK(scps__json_length(root) == keys);
     const char *key;
-    scps_json_member(root, 4321, &key, NULL);
+    scps__json_member(root, 4321, &key, NULL);
     CHECK(!strcmp(key, "k4321"));
-    const char *s = scps_json_string(scps_json_get(root, "k4999"), NULL);
+    const char *s = scps__json_string(scps__json_get(root, "k4999"), NULL);
     CHECK(s && !strcmp(s, "v4999"));
-    scps_json_destroy(root);
+    scps__json_destroy(root);
   }
   free(text);
 }
@@ -387,11 +387,11 @@ static void test_robustness(void) {
   scps_json *root;
   scps_error err_, *err = &err_;
   CHECK_OK(parse(doc, &root, err), err);
-  scps_json_destroy(root);
+  scps__json_destroy(root);
   int ok = 0, failed = 0, other = 0;
   for (size_t cut = 0; cut < len; cut++) {
     int rc = parse_exact(doc, cut, &root, err);
-    if (rc == 0) ok++, scps_json_destroy(root);
+    if (rc == 0) ok++, scps__json_destroy(root);
     else if (rc == SCPS_EPARSE) failed++;
     else other++;
   }
@@ -406,8 +406,8 @@ static void test_robustness(void) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       copy[(x >> 8) % len] = alphabet[(x >> 40) % (sizeof alphabet - 1)];
     }
-    int rc = scps_json_parse(copy, len, &root, err);
-    if (rc == 0) scps_json_destroy(root);
+    int rc = scps__json_parse(copy, len, &root, err);
+    if (rc == 0) scps__json_destroy(root);
     else if (rc != SCPS_EPARSE) other++;
   }
   free(copy);

@@ -9,17 +9,17 @@
 
 static scps_table_spec table(const char *name, int64_t vocab, int32_t dim, scps_optimizer_type opt) {
   scps_table_spec t;
-  scps_table_spec_init(&t);
+  scps__table_spec_init(&t);
   snprintf(t.name, sizeof t.name, "%s", name);
   t.vocabulary_size = vocab;
   t.embedding_dim = dim;
-  scps_optimizer_spec_init(&t.optimizer, opt);
+  scps__optimizer_spec_init(&t.optimizer, opt);
   return t;
 }
 
 static scps_feature_spec feature(const char *name, const char *tab, int32_t batch) {
   scps_feature_spec f;
-  scps_feature_spec_init(&f);
+  scps__feature_spec_init(&f);
   snprintf(f.name, sizeof f.name, "%s", name);
   snprintf(f.table, sizeof f.table, "%s", tab);
   f.batch_size = batch;
@@ -41,7 +41,7 @@ static void test_dlrm8_stacking(void) {
   scps_error err;
   scps_layout *l;
   /* 1x1: 64 * 4096 * 4 = 1 MiB per table, so two per 2 MiB stack. */
-  CHECK_OK(scps_layout_create(t, 8, f, 8, &(scps_topology){1, 1, 1 << 30}, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(t, 8, f, 8, &(scps_topology){1, 1, 1 << 30}, NULL, &l, &err), &err);
   if (!l) return;
   CHECK(l->n_stacks == 4);
   CHECK(!strcmp(l->stacks[0].name, "t0_t1"));
@@ -52,10 +52,10 @@ static void test_dlrm8_stacking(void) {
   CHECK(l->stacks[1].total_sample_count == 8192);
   CHECK(l->features[3].sample_offset == 4096 && l->features[3].stack == 1);
   CHECK(l->stacks[0].max_ids_per_partition == 512);
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 
   /* 3x2: N = 6, vocab padded to a multiple of 48, 683 samples per SC: one stack. */
-  CHECK_OK(scps_layout_create(t, 8, f, 8, &(scps_topology){3, 2, 1 << 30}, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(t, 8, f, 8, &(scps_topology){3, 2, 1 << 30}, NULL, &l, &err), &err);
   if (!l) return;
   CHECK(l->num_sc == 6);
   CHECK(l->n_stacks == 1);
@@ -68,10 +68,10 @@ static void test_dlrm8_stacking(void) {
     CHECK(l->tables[i].row_offset_in_shard == (int64_t)i * 1000032 / 6);
   }
   /* Id 7 of t1 (rotation 2): SC (7 % 6 + 2) % 6 = 3, row 7 / 6 + offset. */
-  CHECK(scps_layout_sc_of(l, 1, 7) == 3);
-  CHECK(scps_layout_local_row(l, 1, 7) == 1 + 1000032 / 6);
-  CHECK(scps_layout_process_of_sc(l, 3) == 1);
-  scps_layout_destroy(l);
+  CHECK(scps__layout_sc_of(l, 1, 7) == 3);
+  CHECK(scps__layout_local_row(l, 1, 7) == 1 + 1000032 / 6);
+  CHECK(scps__layout_process_of_sc(l, 3) == 1);
+  scps__layout_destroy(l);
 }
 
 static void test_mapping_bijective(void) {
@@ -82,7 +82,7 @@ static void test_mapping_bijective(void) {
   for (size_t k = 0; k < sizeof topologies / sizeof topologies[0]; k++) {
     scps_error err;
     scps_layout *l;
-    CHECK_OK(scps_layout_create(t, 3, f, 2, &(scps_topology){topologies[k][0], topologies[k][1], 1 << 20},
+    CHECK_OK(scps__layout_create(t, 3, f, 2, &(scps_topology){topologies[k][0], topologies[k][1], 1 << 20},
                                 NULL, &l, &err), &err);
     if (!l) continue;
     CHECK(l->n_stacks == 1);
@@ -94,8 +94,8 @@ static void test_mapping_bijective(void) {
     int bad = 0;
     for (int tb = 0; tb < 3; tb++)
       for (int64_t id = 0; id < t[tb].vocabulary_size; id++) {
-        int32_t sc = scps_layout_sc_of(l, tb, id);
-        int64_t row = scps_layout_local_row(l, tb, id);
+        int32_t sc = scps__layout_sc_of(l, tb, id);
+        int64_t row = scps__layout_local_row(l, tb, id);
         if (sc < 0 || sc >= l->num_sc || row < 0 || row >= st->rows_per_sc || seen[sc][row]) {
           bad++;
           continue;
@@ -103,7 +103,7 @@ static void test_mapping_bijective(void) {
         seen[sc][row] = 1;
         int t2;
         int64_t id2;
-        if (scps_layout_row_to_id(l, 0, sc, row, &t2, &id2) != 0 || t2 != tb || id2 != id) bad++;
+        if (scps__layout_row_to_id(l, 0, sc, row, &t2, &id2) != 0 || t2 != tb || id2 != id) bad++;
       }
     CHECKF(bad == 0, "topology %dx%d: %d ids map wrongly", topologies[k][0], topologies[k][1], bad);
     /* Rows not claimed by an id are padding. */
@@ -112,10 +112,10 @@ static void test_mapping_bijective(void) {
       for (int64_t row = 0; row < st->rows_per_sc; row++) {
         int t2;
         int64_t id2;
-        if (!seen[sc][row] && scps_layout_row_to_id(l, 0, sc, row, &t2, &id2) != SCPS_ERANGE) pad_ok = 0;
+        if (!seen[sc][row] && scps__layout_row_to_id(l, 0, sc, row, &t2, &id2) != SCPS_ERANGE) pad_ok = 0;
       }
     CHECK(pad_ok);
-    scps_layout_destroy(l);
+    scps__layout_destroy(l);
   }
 }
 
@@ -131,7 +131,7 @@ static void test_grouping_and_names(void) {
   }
   scps_error err;
   scps_layout *l;
-  CHECK_OK(scps_layout_create(t, 26, f, 26, &(scps_topology){1, 2, 1 << 30}, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(t, 26, f, 26, &(scps_topology){1, 2, 1 << 30}, NULL, &l, &err), &err);
   if (!l) return;
   CHECK(l->n_stacks == 2);
   for (int s = 0; s < l->n_stacks; s++) {
@@ -144,33 +144,33 @@ static void test_grouping_and_names(void) {
     }
     uint8_t d[32];
     char hex[13], expect[128];
-    scps_sha256(full, strlen(full), d);
-    scps_sha256_hex(d, 12, hex);
+    scps__sha256(full, strlen(full), d);
+    scps__sha256_hex(d, 12, hex);
     snprintf(expect, sizeof expect, "%.50s...%s", full, hex);
     CHECKF(!strcmp(st->name, expect), "name %s, expected %s", st->name, expect);
     CHECK(strlen(st->name) == 65);
   }
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 
   /* A different optimizer separates tables; an explicit stack joins widths. */
   scps_table_spec u[3] = {table("x", 10, 4, SCPS_OPT_SGD), table("y", 10, 12, SCPS_OPT_SGD),
                           table("z", 10, 4, SCPS_OPT_ADAM)};
-  CHECK_OK(scps_layout_create(u, 3, NULL, 0, &(scps_topology){1, 1, 1 << 20}, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(u, 3, NULL, 0, &(scps_topology){1, 1, 1 << 20}, NULL, &l, &err), &err);
   if (l) {
     CHECK(l->n_stacks == 3);
-    scps_layout_destroy(l);
+    scps__layout_destroy(l);
   }
   snprintf(u[0].stack, sizeof u[0].stack, "xy");
   snprintf(u[1].stack, sizeof u[1].stack, "xy");
-  CHECK_OK(scps_layout_create(u, 3, NULL, 0, &(scps_topology){1, 1, 1 << 20}, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(u, 3, NULL, 0, &(scps_topology){1, 1, 1 << 20}, NULL, &l, &err), &err);
   if (l) {
-    int s = scps_layout_find_stack(l, "xy");
+    int s = scps__layout_find_stack(l, "xy");
     CHECK(s >= 0 && l->stacks[s].dim == 16 && l->stacks[s].n_tables == 2);
     CHECK(l->tables[1].row_offset_in_shard == 16); /* x: 10 rows padded to 16 on 1 SC */
-    scps_layout_destroy(l);
+    scps__layout_destroy(l);
   }
   snprintf(u[2].stack, sizeof u[2].stack, "xy");
-  CHECK(scps_layout_create(u, 3, NULL, 0, &(scps_topology){1, 1, 1 << 20}, NULL, &l, &err) ==
+  CHECK(scps__layout_create(u, 3, NULL, 0, &(scps_topology){1, 1, 1 << 20}, NULL, &l, &err) ==
         SCPS_EINVAL);
   CHECKF(strstr(err.msg, "'z'") != NULL, "%s", err.msg);
 }
@@ -179,11 +179,11 @@ static void expect_error(scps_table_spec *t, int nt, scps_feature_spec *f, int n
                          const char *needle) {
   scps_error err;
   scps_layout *l = NULL;
-  int rc = scps_layout_create(t, nt, f, nf, &(scps_topology){1, 1, 1 << 20}, NULL, &l, &err);
+  int rc = scps__layout_create(t, nt, f, nf, &(scps_topology){1, 1, 1 << 20}, NULL, &l, &err);
   CHECKF(rc == code, "expected %d (%s), got %d: %s", code, needle, rc, err.msg);
   CHECKF(rc == 0 || strstr(err.msg, needle), "message '%s' lacks '%s'", err.msg, needle);
   CHECK(rc != 0 || l != NULL);
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 }
 
 static void test_spec_errors(void) {
@@ -216,7 +216,7 @@ static void test_spec_errors(void) {
   t[0].optimizer.learning_rate = 0.1;
   scps_error err;
   scps_layout *l;
-  CHECK(scps_layout_create(t, 2, f, 2, &(scps_topology){0, 1, 1 << 20}, NULL, &l, &err) == SCPS_EINVAL);
+  CHECK(scps__layout_create(t, 2, f, 2, &(scps_topology){0, 1, 1 << 20}, NULL, &l, &err) == SCPS_EINVAL);
   CHECK(strstr(err.msg, "num_processes 0") != NULL);
 }
 
@@ -226,23 +226,23 @@ static void test_specs_diff(void) {
   scps_feature_spec f[1] = {feature("fa", "a", 8)}, g[1] = {f[0]};
   scps_topology x = {2, 2, 1 << 20}, y = x;
   char msg[256];
-  CHECK(scps_specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 0);
+  CHECK(scps__specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 0);
   u[1].embedding_dim = 8;
-  CHECK(scps_specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 1);
+  CHECK(scps__specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 1);
   CHECKF(!strcmp(msg, "table 'b' embedding_dim: client 4, server 8"), "%s", msg);
   u[1] = t[1];
   u[1].optimizer.beta2 = 0.5;
-  CHECK(scps_specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 1);
+  CHECK(scps__specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 1);
   CHECKF(!strcmp(msg, "table 'b' optimizer beta2: client 0.999, server 0.5"), "%s", msg);
   u[1] = t[1];
   y.sc_per_process = 4;
-  CHECK(scps_specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 1);
+  CHECK(scps__specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 1);
   CHECKF(!strcmp(msg, "topology sc_per_process: client 2, server 4"), "%s", msg);
   y = x;
   g[0].batch_size = 16;
-  CHECK(scps_specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 1);
+  CHECK(scps__specs_diff(&x, t, 2, f, 1, &y, u, 2, g, 1, "client", "server", msg, sizeof msg) == 1);
   CHECKF(!strcmp(msg, "feature 'fa' batch_size: client 8, server 16"), "%s", msg);
-  CHECK(scps_specs_diff(&x, t, 2, f, 1, &y, u, 1, g, 1, "a", "b", msg, sizeof msg) == 1);
+  CHECK(scps__specs_diff(&x, t, 2, f, 1, &y, u, 1, g, 1, "a", "b", msg, sizeof msg) == 1);
   CHECKF(!strcmp(msg, "number of tables: a 2, b 1"), "%s", msg);
 }
 

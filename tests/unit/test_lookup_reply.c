@@ -63,15 +63,15 @@ static size_t pack_response(uint8_t **out, int n, const float *data, size_t per,
 static int parse_sliced(const uint8_t *buf, size_t len, size_t every, scps_slices *m, scps_lookup_reply_stack *a,
                         int max) {
   grpc_byte_buffer *bb = sliced(buf, len, every);
-  int rc = scps_slices_init(m, bb);
+  int rc = scps__slices_init(m, bb);
   grpc_byte_buffer_destroy(bb);
-  return rc ? -2 : scps_lookup_reply_parse(m, a, max);
+  return rc ? -2 : scps__lookup_reply_parse(m, a, max);
 }
 
 static int parse(const uint8_t *buf, size_t len, scps_lookup_reply_stack *a, int max) {
   scps_slices m;
   int n = parse_sliced(buf, len, 7, &m, a, max);
-  scps_slices_free(&m);
+  scps__slices_free(&m);
   return n;
 }
 
@@ -90,12 +90,12 @@ static void test_lookup_response(void) {
         char want[16];
         uint8_t tmp[64 * sizeof(float)];
         snprintf(want, sizeof want, "stack_%d", i);
-        CHECK(a[i].stack_len == strlen(want) && !memcmp(scps_slices_span(&m, a[i].stack_off, a[i].stack_len, tmp),
+        CHECK(a[i].stack_len == strlen(want) && !memcmp(scps__slices_span(&m, a[i].stack_off, a[i].stack_len, tmp),
                                                         want, a[i].stack_len));
         CHECK(a[i].rows == (i == 1) && a[i].len == 64 * sizeof(float) &&
-              !memcmp(scps_slices_span(&m, a[i].off, a[i].len, tmp), data + i * 64, a[i].len));
+              !memcmp(scps__slices_span(&m, a[i].off, a[i].len, tmp), data + i * 64, a[i].len));
       }
-      scps_slices_free(&m);
+      scps__slices_free(&m);
     }
     /* Fewer slots than stacks: the count still says how many there are. */
     CHECK(parse(buf, len, a, 1) == 3);
@@ -137,7 +137,7 @@ static size_t frame(uint8_t *out, const stack_in *st, int n, const uint8_t *valu
   for (int i = 0; i < n; i++) {
     uint8_t head[SCPS_LOOKUP_REPLY_HEAD_MAX(200)];
     size_t name_len = strlen(st[i].name);
-    size_t h = scps_lookup_reply_put_head(head, st[i].name, name_len, st[i].rows, st[i].len);
+    size_t h = scps__lookup_reply_put_head(head, st[i].name, name_len, st[i].rows, st[i].len);
     CHECK(h <= SCPS_LOOKUP_REPLY_HEAD_MAX(name_len));
     memcpy(out + at, head, h);
     memcpy(out + at + h, values + from, st[i].len);
@@ -179,17 +179,17 @@ static void test_round_trip(void) {
     scps_lookup_reply_stack a[8];
     char msg[SCPS_ERROR_MSG_MAX];
     grpc_byte_buffer *bb = sliced(buf, len, every);
-    CHECKF(scps_lookup_reply_read(&s, bb, a, 8, n, msg, sizeof msg) == 0, "%s", msg);
+    CHECKF(scps__lookup_reply_read(&s, bb, a, 8, n, msg, sizeof msg) == 0, "%s", msg);
     from = 0;
     for (int i = 0; i < n; i++) {
       uint8_t *tmp = malloc(st[i].len + 256);
-      CHECKF(scps_lookup_reply_check(&s, &a[i], i, st[i].name, st[i].rows, st[i].len, msg, sizeof msg) == 0, "%s", msg);
+      CHECKF(scps__lookup_reply_check(&s, &a[i], i, st[i].name, st[i].rows, st[i].len, msg, sizeof msg) == 0, "%s", msg);
       CHECK(a[i].rows == st[i].rows && a[i].len == st[i].len &&
-            !memcmp(scps_slices_span(&s, a[i].off, a[i].len, tmp), values + from, a[i].len));
+            !memcmp(scps__slices_span(&s, a[i].off, a[i].len, tmp), values + from, a[i].len));
       from += st[i].len;
       free(tmp);
     }
-    scps_slices_free(&s);
+    scps__slices_free(&s);
     grpc_byte_buffer_destroy(bb);
   }
   free(values);
@@ -206,31 +206,31 @@ static void test_checks(void) {
   scps_lookup_reply_stack a[2];
   char msg[SCPS_ERROR_MSG_MAX];
   grpc_byte_buffer *bb = sliced(buf, len, 3);
-  CHECK(scps_lookup_reply_read(&s, bb, a, 2, 3, msg, sizeof msg) == SCPS_EIO &&
+  CHECK(scps__lookup_reply_read(&s, bb, a, 2, 3, msg, sizeof msg) == SCPS_EIO &&
         !strcmp(msg, "Lookup answered 2 stacks for a request of 3"));
-  CHECK(scps_lookup_reply_read(&s, bb, a, 1, 2, msg, sizeof msg) == 0); /* a second read replaces the first */
-  CHECK(scps_lookup_reply_check(&s, &a[0], 0, "b", false, 8, msg, sizeof msg) == SCPS_EIO &&
+  CHECK(scps__lookup_reply_read(&s, bb, a, 1, 2, msg, sizeof msg) == 0); /* a second read replaces the first */
+  CHECK(scps__lookup_reply_check(&s, &a[0], 0, "b", false, 8, msg, sizeof msg) == SCPS_EIO &&
         !strcmp(msg, "Lookup answer stacks[0] is 'a', requested 'b'"));
-  CHECK(scps_lookup_reply_check(&s, &a[0], 0, "aa", false, 8, msg, sizeof msg) == SCPS_EIO &&
+  CHECK(scps__lookup_reply_check(&s, &a[0], 0, "aa", false, 8, msg, sizeof msg) == SCPS_EIO &&
         !strcmp(msg, "Lookup answer stacks[0] is 'a', requested 'aa'"));
-  CHECK(scps_lookup_reply_check(&s, &a[0], 0, "a", true, 8, msg, sizeof msg) == SCPS_EIO &&
+  CHECK(scps__lookup_reply_check(&s, &a[0], 0, "a", true, 8, msg, sizeof msg) == SCPS_EIO &&
         !strcmp(msg, "Lookup answer for stack 'a' holds pooled activations, distinct rows were asked for"));
-  CHECK(scps_lookup_reply_check(&s, &a[0], 0, "a", false, 16, msg, sizeof msg) == SCPS_EIO &&
+  CHECK(scps__lookup_reply_check(&s, &a[0], 0, "a", false, 16, msg, sizeof msg) == SCPS_EIO &&
         !strcmp(msg, "Lookup answer for stack 'a' holds 8 bytes of activations, expected 16"));
   grpc_byte_buffer_destroy(bb);
   bb = sliced(buf, len, 0);
-  CHECK(scps_lookup_reply_read(&s, bb, a, 2, 2, msg, sizeof msg) == 0);
-  CHECK(scps_lookup_reply_check(&s, &a[1], 1, "b", false, 4, msg, sizeof msg) == SCPS_EIO &&
+  CHECK(scps__lookup_reply_read(&s, bb, a, 2, 2, msg, sizeof msg) == 0);
+  CHECK(scps__lookup_reply_check(&s, &a[1], 1, "b", false, 4, msg, sizeof msg) == SCPS_EIO &&
         !strcmp(msg, "Lookup answer for stack 'b' holds distinct rows, pooled activations were asked for"));
-  CHECK(scps_lookup_reply_check(&s, &a[1], 1, "b", true, 2, msg, sizeof msg) == SCPS_EIO &&
+  CHECK(scps__lookup_reply_check(&s, &a[1], 1, "b", true, 2, msg, sizeof msg) == SCPS_EIO &&
         !strcmp(msg, "Lookup answer for stack 'b' holds 4 bytes of distinct rows, expected 2"));
   grpc_byte_buffer_destroy(bb);
   bb = sliced(buf, len - 1, 0);
-  CHECK(scps_lookup_reply_read(&s, bb, a, 2, 2, msg, sizeof msg) == SCPS_EIO &&
+  CHECK(scps__lookup_reply_read(&s, bb, a, 2, 2, msg, sizeof msg) == SCPS_EIO &&
         !strcmp(msg, "Lookup: response of 25 bytes is not a valid scps.v1.LookupResponse"));
   CHECKF(len == 26, "%zu bytes", len);
   grpc_byte_buffer_destroy(bb);
-  scps_slices_free(&s);
+  scps__slices_free(&s);
 }
 
 int main(void) {

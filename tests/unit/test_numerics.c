@@ -47,7 +47,7 @@ static void make_config(config *c, scps_optimizer_type opt, scps_combiner comb, 
   int32_t dim[2] = {5, stacked ? 7 : 13}; /* 8/8 share a stack; 8/16 do not */
   for (int t = 0; t < 2; t++) {
     scps_table_spec *s = &c->tables[t];
-    scps_table_spec_init(s);
+    scps__table_spec_init(s);
     snprintf(s->name, sizeof s->name, "%s", tn[t]);
     s->vocabulary_size = vocab[t];
     s->embedding_dim = dim[t];
@@ -56,7 +56,7 @@ static void make_config(config *c, scps_optimizer_type opt, scps_combiner comb, 
     s->initializer.scale = 0.05;
     s->initializer.seed = 11 + (uint64_t)t;
     scps_optimizer_spec *o = &s->optimizer;
-    scps_optimizer_spec_init(o, opt);
+    scps__optimizer_spec_init(o, opt);
     o->learning_rate = 0.05;
     switch (opt) {
     case SCPS_OPT_ADAGRAD_MOMENTUM:
@@ -91,7 +91,7 @@ static void make_config(config *c, scps_optimizer_type opt, scps_combiner comb, 
   const char *ft[MAXF] = {"ta", "tb", "ta"};
   c->n_features = stacked ? 3 : 2;
   for (int f = 0; f < c->n_features; f++) {
-    scps_feature_spec_init(&c->features[f]);
+    scps__feature_spec_init(&c->features[f]);
     snprintf(c->features[f].name, sizeof c->features[f].name, "%s", fn[f]);
     snprintf(c->features[f].table, sizeof c->features[f].table, "%s", ft[f]);
     c->features[f].batch_size = BATCH;
@@ -119,7 +119,7 @@ typedef struct batch {
 static void make_batch(const config *c, uint64_t seed, batch *b) {
   uint64_t s = seed;
   for (int f = 0; f < c->n_features; f++) {
-    int t = scps_find_table(c->tables, c->n_tables, c->features[f].table);
+    int t = scps__find_table(c->tables, c->n_tables, c->features[f].table);
     int64_t vocab = c->tables[t].vocabulary_size;
     int64_t hot[4] = {0, 1, 7, vocab - 1};
     int64_t n = 0;
@@ -162,36 +162,36 @@ typedef struct sim {
 static int sim_create(sim *m, const config *c, int p, int s, scps_error *err) {
   memset(m, 0, sizeof *m);
   scps_topology t = {p, s, 1 << 22};
-  int rc = scps_layout_create(c->tables, c->n_tables, c->features, c->n_features, &t, NULL, &m->layout, err);
+  int rc = scps__layout_create(c->tables, c->n_tables, c->features, c->n_features, &t, NULL, &m->layout, err);
   for (int i = 0; !rc && i < p; i++) {
-    rc = scps_engine_create(m->layout, i, &m->engines[i], err);
+    rc = scps__engine_create(m->layout, i, &m->engines[i], err);
     m->P = i + 1;
   }
   scps_prep_options po = {SCPS_LIMIT_ERROR, 1};
-  if (!rc) rc = scps_prep_create(m->layout, &po, &m->prep, err);
+  if (!rc) rc = scps__prep_create(m->layout, &po, &m->prep, err);
   for (int st = 0; !rc && st < m->layout->n_stacks; st++)
     m->buf[st] = malloc(sizeof(float) * (size_t)(m->layout->stacks[st].total_sample_count * m->layout->stacks[st].dim));
   return rc;
 }
 
 static void sim_destroy(sim *m) {
-  for (int i = 0; i < m->P; i++) scps_engine_destroy(m->engines[i]);
+  for (int i = 0; i < m->P; i++) scps__engine_destroy(m->engines[i]);
   for (int st = 0; st < 4; st++) free(m->buf[st]);
-  scps_prep_destroy(m->prep);
-  scps_layout_destroy(m->layout);
+  scps__prep_destroy(m->prep);
+  scps__layout_destroy(m->layout);
 }
 
 static void sim_for_each_sc(sim *m, int st, const float *grads, const scps_step *step, float *out) {
   const scps_layout *l = m->layout;
   int32_t S = l->topology.sc_per_process;
   for (int32_t sc = 0; sc < l->num_sc; sc++) {
-    const scps_coo *coo = scps_prep_coo(m->prep, st, sc);
+    const scps_coo *coo = scps__prep_coo(m->prep, st, sc);
     scps_error err;
-    CHECK_OK(scps_engine_check_coo(m->engines[sc / S], st, sc % S, coo, &err), &err);
+    CHECK_OK(scps__engine_check_coo(m->engines[sc / S], st, sc % S, coo, &err), &err);
     if (out)
-      scps_engine_lookup(m->engines[sc / S], st, sc % S, coo, 0, (uint32_t)l->stacks[st].total_sample_count, out);
+      scps__engine_lookup(m->engines[sc / S], st, sc % S, coo, 0, (uint32_t)l->stacks[st].total_sample_count, out);
     else
-      scps_engine_update(m->engines[sc / S], st, sc % S, coo, grads, step);
+      scps__engine_update(m->engines[sc / S], st, sc % S, coo, grads, step);
   }
 }
 
@@ -208,7 +208,7 @@ static int sim_step(sim *m, const config *c, batch *b, const scps_step *step, fl
     in[f].n_ids = (size_t)b->offsets[f][BATCH];
     in[f].weights = c->weighted ? b->weights[f] : NULL;
   }
-  int rc = scps_prep_run(m->prep, in, err);
+  int rc = scps__prep_run(m->prep, in, err);
   if (rc) return rc;
   const scps_layout *l = m->layout;
   for (int st = 0; st < l->n_stacks; st++) {
@@ -234,8 +234,8 @@ static int sim_step(sim *m, const config *c, batch *b, const scps_step *step, fl
 }
 
 static int sim_read(sim *m, int t, int64_t id, float *row, float *slots) {
-  int32_t p = scps_layout_process_of_sc(m->layout, scps_layout_sc_of(m->layout, t, id));
-  return scps_engine_read_row(m->engines[p], t, id, row, slots, NULL);
+  int32_t p = scps__layout_process_of_sc(m->layout, scps__layout_sc_of(m->layout, t, id));
+  return scps__engine_read_row(m->engines[p], t, id, row, slots, NULL);
 }
 
 /* Every row and slot of every table, in (table, id) order. */
@@ -254,7 +254,7 @@ static double worst;
 
 static void run_config(const config *c) {
   char label[128];
-  snprintf(label, sizeof label, "%s/%s/%s/%s", scps_optimizer_name(c->opt), scps_combiner_name(c->combiner),
+  snprintf(label, sizeof label, "%s/%s/%s/%s", scps__optimizer_name(c->opt), scps__combiner_name(c->combiner),
            c->weighted ? "weighted" : "unweighted", c->stacked ? "stacked" : "unstacked");
   float *snap[4] = {0};
   size_t len = 0;
@@ -300,7 +300,7 @@ static void run_config(const config *c) {
       CHECK_OK(scps_ref_lookup(ref, rin, racts, &err), &err);
       CHECK_OK(scps_ref_apply_gradients(ref, rin, rgrads, step, lr, &err), &err);
       for (int f = 0; f < c->n_features; f++) {
-        int dim = c->tables[scps_find_table(c->tables, c->n_tables, c->features[f].table)].embedding_dim;
+        int dim = c->tables[scps__find_table(c->tables, c->n_tables, c->features[f].table)].embedding_dim;
         tensor_err te = {0, 0};
         for (int i = 0; i < BATCH * dim; i++) err_add(&te, acts[f][i], racts[f][i]);
         err_act = fmax(err_act, err_of(&te));
@@ -308,7 +308,7 @@ static void run_config(const config *c) {
     }
     float slots[32];
     for (int t = 0; t < c->n_tables; t++) {
-      int dim = c->tables[t].embedding_dim, ns = scps_optimizer_num_slots(c->opt);
+      int dim = c->tables[t].embedding_dim, ns = scps__optimizer_num_slots(c->opt);
       tensor_err te[3] = {{0, 0}, {0, 0}, {0, 0}};
       for (int64_t id = 0; id < c->tables[t].vocabulary_size; id++) {
         sim_read(&m, t, id, row, slots);

@@ -128,7 +128,7 @@ static double run_case(const char *name, const scps_optimizer_spec *o, int64_t f
   float w[ROWS][DIM], s0[ROWS][DIM], s1[ROWS][DIM], g[DIM];
   ref_row ref[ROWS];
   double gd[DIM];
-  const int nslots = scps_optimizer_num_slots(o->type);
+  const int nslots = scps__optimizer_num_slots(o->type);
   double col_sign[DIM];
   rng_state = seed;
   for (int i = 0; i < DIM; i++)
@@ -136,8 +136,8 @@ static double run_case(const char *name, const scps_optimizer_spec *o, int64_t f
   for (int r = 0; r < ROWS; r++)
     for (int i = 0; i < DIM; i++) {
       w[r][i] = (float)(-col_sign[i] * rnd_uniform(0.2, 1.0));
-      s0[r][i] = (float)scps_optimizer_slot_init(o, 0);
-      s1[r][i] = (float)scps_optimizer_slot_init(o, 1);
+      s0[r][i] = (float)scps__optimizer_slot_init(o, 0);
+      s1[r][i] = (float)scps__optimizer_slot_init(o, 1);
       ref[r].w[i] = w[r][i];
       ref[r].s0[i] = s0[r][i];
       ref[r].s1[i] = s1[r][i];
@@ -146,7 +146,7 @@ static double run_case(const char *name, const scps_optimizer_spec *o, int64_t f
   for (int64_t step = first_step; step < first_step + STEPS; step++) {
     scps_step s = {.step = step, .learning_rate = lr_override};
     scps_opt_step st;
-    scps_optimizer_prepare(o, &s, &st);
+    scps__optimizer_prepare(o, &s, &st);
     double lr = lr_override >= 0 ? lr_override : o->learning_rate;
     for (int r = 0; r < ROWS; r++) {
       if ((step + r) % 3 == 2)
@@ -155,7 +155,7 @@ static double run_case(const char *name, const scps_optimizer_spec *o, int64_t f
         g[i] = (float)(col_sign[i] * rnd_uniform(0.2, 1.0));
         gd[i] = g[i];
       }
-      scps_optimizer_apply(&st, DIM, w[r], nslots > 0 ? s0[r] : NULL,
+      scps__optimizer_apply(&st, DIM, w[r], nslots > 0 ? s0[r] : NULL,
                            nslots > 1 ? s1[r] : NULL, g);
       ref_update(o, step, lr, &ref[r], gd);
       for (int i = 0; i < DIM; i++) {
@@ -180,15 +180,15 @@ static void test_all_optimizers(void) {
   scps_optimizer_spec o;
   const uint64_t seed = 12345;
 
-  scps_optimizer_spec_init(&o, SCPS_OPT_SGD);
+  scps__optimizer_spec_init(&o, SCPS_OPT_SGD);
   run_case("sgd", &o, 0, -1, seed);
   run_case("sgd lr override 0.05", &o, 0, 0.05, seed);
 
-  scps_optimizer_spec_init(&o, SCPS_OPT_ADAGRAD);
+  scps__optimizer_spec_init(&o, SCPS_OPT_ADAGRAD);
   o.learning_rate = 0.05;
   run_case("adagrad", &o, 0, -1, seed);
 
-  scps_optimizer_spec_init(&o, SCPS_OPT_ADAGRAD_MOMENTUM);
+  scps__optimizer_spec_init(&o, SCPS_OPT_ADAGRAD_MOMENTUM);
   o.learning_rate = 0.05;
   run_case("adagrad_momentum", &o, 0, -1, seed);
   o.use_nesterov = true;
@@ -203,7 +203,7 @@ static void test_all_optimizers(void) {
   o.use_nesterov = true;
   run_case("adagrad_momentum nesterov exp3", &o, 0, -1, seed);
 
-  scps_optimizer_spec_init(&o, SCPS_OPT_ADAM);
+  scps__optimizer_spec_init(&o, SCPS_OPT_ADAM);
   o.learning_rate = 0.05;
   run_case("adam", &o, 0, -1, seed);
   run_case("adam from step 100", &o, 100, -1, seed);
@@ -212,7 +212,7 @@ static void test_all_optimizers(void) {
     for (int l1 = 0; l1 < 2; l1++)
       for (int gen = 0; gen < 2; gen++) {
         char name[64];
-        scps_optimizer_spec_init(&o, SCPS_OPT_FTRL);
+        scps__optimizer_spec_init(&o, SCPS_OPT_FTRL);
         o.learning_rate = 0.1;
         o.multiply_linear_by_learning_rate = mult;
         o.l1 = l1 ? 0.3 : 0.0;
@@ -223,17 +223,17 @@ static void test_all_optimizers(void) {
                  o.learning_rate_power);
         run_case(name, &o, 0, -1, seed);
       }
-  scps_optimizer_spec_init(&o, SCPS_OPT_FTRL);
+  scps__optimizer_spec_init(&o, SCPS_OPT_FTRL);
   o.multiply_linear_by_learning_rate = true;
   o.l1 = 0.3;
   run_case("ftrl mult_lr l1 lr override", &o, 0, 0.2, seed);
 
-  scps_optimizer_spec_init(&o, SCPS_OPT_LAPROP);
+  scps__optimizer_spec_init(&o, SCPS_OPT_LAPROP);
   o.learning_rate = 0.05;
   run_case("laprop", &o, 0, -1, seed);
   run_case("laprop from step 50", &o, 50, -1, seed);
 
-  scps_optimizer_spec_init(&o, SCPS_OPT_F2A);
+  scps__optimizer_spec_init(&o, SCPS_OPT_F2A);
   run_case("f2a", &o, 0, -1, seed);
   o.l1 = 0.01;
   o.l2 = 0.02;
@@ -251,21 +251,21 @@ static void test_prepare(void) {
   scps_opt_step st;
   scps_step s = {.step = 0, .learning_rate = NAN};
 
-  scps_optimizer_spec_init(&o, SCPS_OPT_SGD);
-  scps_optimizer_prepare(&o, &s, &st);
+  scps__optimizer_spec_init(&o, SCPS_OPT_SGD);
+  scps__optimizer_prepare(&o, &s, &st);
   CHECK(st.lr == 0.001f);
   s.learning_rate = -1.0;
-  scps_optimizer_prepare(&o, &s, &st);
+  scps__optimizer_prepare(&o, &s, &st);
   CHECK(st.lr == 0.001f);
   s.learning_rate = 0.0;
-  scps_optimizer_prepare(&o, &s, &st);
+  scps__optimizer_prepare(&o, &s, &st);
   CHECK(st.lr == 0.0f);
-  scps_optimizer_prepare(&o, NULL, &st);
+  scps__optimizer_prepare(&o, NULL, &st);
   CHECK(st.lr == 0.001f);
 
   /* LaProp at step 0: d = b2(1-1)/(1-b2) = 0, so nu = g^2 + eps and, with
    * mu = 0, mu = sqrt(1 - b1^2) * sign(g); without a step d = b2. */
-  scps_optimizer_spec_init(&o, SCPS_OPT_LAPROP);
+  scps__optimizer_spec_init(&o, SCPS_OPT_LAPROP);
   float w[8], mu[8], nu[8], g[8];
   for (int i = 0; i < 8; i++) {
     w[i] = 1.0f;
@@ -274,8 +274,8 @@ static void test_prepare(void) {
   }
   s.step = 0;
   s.learning_rate = -1.0;
-  scps_optimizer_prepare(&o, &s, &st);
-  scps_optimizer_apply(&st, 8, w, mu, nu, g);
+  scps__optimizer_prepare(&o, &s, &st);
+  scps__optimizer_apply(&st, 8, w, mu, nu, g);
   const double c = sqrt(1.0 - 0.81);
   for (int i = 0; i < 8; i++) {
     CHECKF(fabs(mu[i] - (i % 2 ? -c : c)) < 1e-6, "mu[%d] = %g", i, mu[i]);
@@ -287,8 +287,8 @@ static void test_prepare(void) {
     nu[i] = 1.0f;
     g[i] = 0.0f;
   }
-  scps_optimizer_prepare(&o, NULL, &st);
-  scps_optimizer_apply(&st, 8, w, mu, nu, g);
+  scps__optimizer_prepare(&o, NULL, &st);
+  scps__optimizer_apply(&st, 8, w, mu, nu, g);
   /* nu = b2 * 1 + (1 - b2) * eps */
   for (int i = 0; i < 8; i++)
     CHECKF(fabsf(nu[i] - 0.95f) < 1e-7f, "nu[%d] = %g without a step", i, nu[i]);
@@ -296,7 +296,7 @@ static void test_prepare(void) {
   /* Adam, step 0 (t = 1): alpha_1 = lr * sqrt(1 - b2) / (1 - b1), and the
    * first update moves w by alpha_1 * (1-b1) g / (sqrt(1-b2)|g| + eps*sqrt(1-b2))
    * = lr * g / (|g| + eps), i.e. lr * sign(g) up to eps. */
-  scps_optimizer_spec_init(&o, SCPS_OPT_ADAM);
+  scps__optimizer_spec_init(&o, SCPS_OPT_ADAM);
   float m[8], v[8];
   for (int i = 0; i < 8; i++) {
     w[i] = 0.0f;
@@ -304,14 +304,14 @@ static void test_prepare(void) {
     g[i] = (i % 2 ? -0.5f : 2.0f);
   }
   s.step = 0;
-  scps_optimizer_prepare(&o, &s, &st);
-  scps_optimizer_apply(&st, 8, w, m, v, g);
+  scps__optimizer_prepare(&o, &s, &st);
+  scps__optimizer_apply(&st, 8, w, m, v, g);
   for (int i = 0; i < 8; i++)
     CHECKF(fabs(w[i] - (i % 2 ? 0.001 : -0.001)) < 1e-8, "adam w[%d] = %.9g", i, w[i]);
 
   /* F2A at step 4 on a fresh row: f = sqrt(4/1) = 2, a = 0.1 + 1, and sign(0)
    * = 0 drops the l1 term for a zero weight. */
-  scps_optimizer_spec_init(&o, SCPS_OPT_F2A);
+  scps__optimizer_spec_init(&o, SCPS_OPT_F2A);
   o.l1 = 0.5;
   o.l2 = 0.25;
   float acc[8], ls[8];
@@ -322,8 +322,8 @@ static void test_prepare(void) {
     g[i] = 1.0f;
   }
   s.step = 4;
-  scps_optimizer_prepare(&o, &s, &st);
-  scps_optimizer_apply(&st, 8, w, acc, ls, g);
+  scps__optimizer_prepare(&o, &s, &st);
+  scps__optimizer_apply(&st, 8, w, acc, ls, g);
   for (int i = 0; i < 8; i++) {
     double w0 = (double)(i % 3) - 1.0;
     double want = w0 - 0.01 * (2.0 / sqrt(1.1) + 0.5 * w0 + 0.25 * w0);
@@ -345,29 +345,29 @@ static void test_zero_gradient_and_null_slots(void) {
     acc[i] = acc0[i] = 0.1f;
     g[i] = 0.0f;
   }
-  scps_optimizer_spec_init(&o, SCPS_OPT_SGD);
-  scps_optimizer_prepare(&o, &s, &st);
-  scps_optimizer_apply(&st, DIM, w, NULL, NULL, g);
+  scps__optimizer_spec_init(&o, SCPS_OPT_SGD);
+  scps__optimizer_prepare(&o, &s, &st);
+  scps__optimizer_apply(&st, DIM, w, NULL, NULL, g);
   CHECK(memcmp(w, w0, sizeof w) == 0);
 
-  scps_optimizer_spec_init(&o, SCPS_OPT_ADAGRAD);
-  scps_optimizer_prepare(&o, &s, &st);
-  scps_optimizer_apply(&st, DIM, w, acc, NULL, g);
+  scps__optimizer_spec_init(&o, SCPS_OPT_ADAGRAD);
+  scps__optimizer_prepare(&o, &s, &st);
+  scps__optimizer_apply(&st, DIM, w, acc, NULL, g);
   CHECK(memcmp(w, w0, sizeof w) == 0);
   CHECK(memcmp(acc, acc0, sizeof acc) == 0);
 
   /* A non-zero gradient does move them (the checks above can fail). */
   g[DIM - 1] = 1.0f;
-  scps_optimizer_apply(&st, DIM, w, acc, NULL, g);
+  scps__optimizer_apply(&st, DIM, w, acc, NULL, g);
   CHECK(w[DIM - 1] != w0[DIM - 1] && acc[DIM - 1] == 1.1f);
   CHECK(memcmp(w, w0, (DIM - 1) * sizeof(float)) == 0);
 
   /* dim 0 touches nothing even with a gradient. */
-  scps_optimizer_spec_init(&o, SCPS_OPT_SGD);
-  scps_optimizer_prepare(&o, &s, &st);
+  scps__optimizer_spec_init(&o, SCPS_OPT_SGD);
+  scps__optimizer_prepare(&o, &s, &st);
   memcpy(w0, w, sizeof w);
   g[0] = 1.0f;
-  scps_optimizer_apply(&st, 0, w, NULL, NULL, g);
+  scps__optimizer_apply(&st, 0, w, NULL, NULL, g);
   CHECK(memcmp(w, w0, sizeof w) == 0);
 }
 
@@ -380,7 +380,7 @@ static float bounded_value(double mag, double lo) {
   return (float)(rnd_uniform(0, 1) < 0.5 ? -v : v);
 }
 
-/* scps_optimizer_update_bounded is sound: wherever it proves an update
+/* scps__optimizer_update_bounded is sound: wherever it proves an update
  * finite for random bounds (magnitudes from 2^-10 to 2^105, learning rates
  * up to float32's largest, gradients up to 2^60, hyper-parameters of every
  * kind), rows and slots drawn within those bounds, often at their ends,
@@ -409,7 +409,7 @@ static void test_update_bounds(void) {
   for (size_t v = 0; v < sizeof variants / sizeof variants[0]; v++) {
     const variant *x = &variants[v];
     scps_optimizer_spec o;
-    scps_optimizer_spec_init(&o, x->type);
+    scps__optimizer_spec_init(&o, x->type);
     if (strstr(x->what, "nesterov")) {
       o.use_nesterov = true;
       o.exponent = 3.0;
@@ -426,18 +426,18 @@ static void test_update_bounds(void) {
       o.l1 = 0.001;
       o.l2 = 0.002;
     }
-    const int slots = scps_optimizer_num_slots(x->type);
+    const int slots = scps__optimizer_num_slots(x->type);
     /* Ordinary training is proven. */
     scps_opt_step st;
     scps_step step = {.step = 10, .learning_rate = 0.05};
-    scps_optimizer_prepare(&o, &step, &st);
+    scps__optimizer_prepare(&o, &step, &st);
     scps_value_bounds ordinary[3] = {{1.0, -1}, {2.0, x->pos0 ? 0.1 : -1}, {3.0, x->pos1 ? 0.0 : -1}};
-    CHECKF(scps_optimizer_update_bounded(&st, ordinary, 1e4), "%s: ordinary training not proven finite", x->what);
+    CHECKF(scps__optimizer_update_bounded(&st, ordinary, 1e4), "%s: ordinary training not proven finite", x->what);
     int proven = 0, wrong = 0, trials = 3000, floors_bad = 0, floors_kept = 0;
     for (int trial = 0; trial < trials; trial++) {
       step.step = (int64_t)rnd_uniform(0, 1000);
       step.learning_rate = fmin(pow(2.0, rnd_uniform(-30, 128)), 3.4e38);
-      scps_optimizer_prepare(&o, &step, &st);
+      scps__optimizer_prepare(&o, &step, &st);
       scps_value_bounds b[3];
       for (int k = 0; k < 3; k++) {
         b[k].mag = pow(2.0, rnd_uniform(-10, 105));
@@ -451,7 +451,7 @@ static void test_update_bounds(void) {
         b[k].lo = pos ? (double)lo : -1;
       }
       const double G = pow(2.0, rnd_uniform(-70, 60));
-      if (!scps_optimizer_update_bounded(&st, b, G)) continue;
+      if (!scps__optimizer_update_bounded(&st, b, G)) continue;
       proven++;
       float w[DIM], s0[DIM], s1[DIM], g[DIM];
       for (int i = 0; i < DIM; i++) {
@@ -460,12 +460,12 @@ static void test_update_bounds(void) {
         s1[i] = bounded_value(b[2].mag, b[2].lo);
         g[i] = bounded_value(G, -1);
       }
-      scps_optimizer_apply(&st, DIM, w, slots > 0 ? s0 : NULL, slots > 1 ? s1 : NULL, g);
+      scps__optimizer_apply(&st, DIM, w, slots > 0 ? s0 : NULL, slots > 1 ? s1 : NULL, g);
       bool finite = true;
       for (int i = 0; i < DIM; i++)
         finite &= isfinite(w[i]) && (slots < 1 || isfinite(s0[i])) && (slots < 2 || isfinite(s1[i]));
       /* The lower bounds the engine keeps for the slots hold after it. */
-      const double floor0 = scps_optimizer_slot_floor(&st, 0, b[1].lo), floor1 = scps_optimizer_slot_floor(&st, 1, b[2].lo);
+      const double floor0 = scps__optimizer_slot_floor(&st, 0, b[1].lo), floor1 = scps__optimizer_slot_floor(&st, 1, b[2].lo);
       for (int i = 0; i < DIM; i++) {
         floors_bad += slots > 0 && floor0 >= 0 && !((double)s0[i] >= floor0);
         floors_bad += slots > 1 && floor1 >= 0 && !((double)s1[i] >= floor1);

@@ -13,7 +13,7 @@ static int slices_of(scps_slices *m, const uint8_t *p, size_t n) {
   grpc_slice s = grpc_slice_from_copied_buffer((const char *)p, n);
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
   grpc_slice_unref(s);
-  int rc = scps_slices_init(m, bb);
+  int rc = scps__slices_init(m, bb);
   grpc_byte_buffer_destroy(bb);
   return rc;
 }
@@ -23,8 +23,8 @@ static void test_varints(void) {
   const size_t sizes[] = {1, 1, 1, 2, 2, 2, 3, 5, 10};
   for (size_t i = 0; i < sizeof v / sizeof *v; i++) {
     uint8_t buf[16];
-    uint8_t *end = scps_pbw_put_varint(buf, v[i]);
-    CHECKF((size_t)(end - buf) == sizes[i] && scps_pbw_varint_size(v[i]) == sizes[i], "varint %llu",
+    uint8_t *end = scps__pbw_put_varint(buf, v[i]);
+    CHECKF((size_t)(end - buf) == sizes[i] && scps__pbw_varint_size(v[i]) == sizes[i], "varint %llu",
            (unsigned long long)v[i]);
     CHECK(sizes[i] <= SCPS_PBW_VARINT_MAX);
     uint64_t back = 0;
@@ -33,8 +33,8 @@ static void test_varints(void) {
     scps_slices m;
     CHECK(slices_of(&m, buf, sizes[i]) == 0);
     back = ~v[i];
-    CHECK(scps_slices_varint(&m, &back) == 0 && back == v[i] && m.pos == sizes[i]);
-    scps_slices_free(&m);
+    CHECK(scps__slices_varint(&m, &back) == 0 && back == v[i] && m.pos == sizes[i]);
+    scps__slices_free(&m);
   }
 }
 
@@ -45,16 +45,16 @@ static void test_fields(void) {
   for (size_t i = 0; i < sizeof body; i++) body[i] = (uint8_t)(i * 7);
   const size_t lens[] = {0, 1, 127, 128, 300};
   for (size_t i = 0; i < sizeof lens / sizeof *lens; i++) {
-    uint8_t *w = scps_pbw_put_bytes(buf, 1, "name", 4);
-    CHECK((size_t)(w - buf) == scps_pbw_len_size(4));
+    uint8_t *w = scps__pbw_put_bytes(buf, 1, "name", 4);
+    CHECK((size_t)(w - buf) == scps__pbw_len_size(4));
     uint8_t *at = w;
-    w = scps_pbw_put_len(w, 3, lens[i]);
-    CHECK((size_t)(w - at) + lens[i] == scps_pbw_len_size(lens[i]));
+    w = scps__pbw_put_len(w, 3, lens[i]);
+    CHECK((size_t)(w - at) + lens[i] == scps__pbw_len_size(lens[i]));
     memcpy(w, body, lens[i]);
     w += lens[i];
     at = w;
-    w = scps_pbw_put_key(w, 9, SCPS_WT_VARINT); /* an unknown field */
-    w = scps_pbw_put_varint(w, 5);
+    w = scps__pbw_put_key(w, 9, SCPS_WT_VARINT); /* an unknown field */
+    w = scps__pbw_put_varint(w, 5);
     CHECK(w - at == 2 && at[0] == (9 << 3 | SCPS_WT_VARINT));
     Scps__V1__StackActivations *m = scps__v1__stack_activations__unpack(NULL, (size_t)(w - buf), buf);
     CHECKF(m != NULL, "length %zu", lens[i]);

@@ -49,7 +49,7 @@ typedef struct submitter {
 
 static void *submit_all(void *arg) {
   submitter *s = arg;
-  for (int i = 0; i < s->n; i++) scps_pipeline_submit(s->p, &s->recs[i].job);
+  for (int i = 0; i < s->n; i++) scps__pipeline_submit(s->p, &s->recs[i].job);
   return NULL;
 }
 
@@ -76,7 +76,7 @@ static void nothing(scps_job *job) {}
 static void test_gang(void) {
   scps_pipeline *p;
   scps_error err;
-  CHECK_OK(scps_pipeline_create(NSC, 1, NULL, &p, &err), &err);
+  CHECK_OK(scps__pipeline_create(NSC, 1, NULL, &p, &err), &err);
   if (!p) return;
   enum { N = 3000 };
   scps_job *jobs = calloc(N, sizeof *jobs);
@@ -86,9 +86,9 @@ static void test_gang(void) {
     gangs += jobs[i].gang;
     jobs[i].sc_fn = jobs[i].gang ? read_cells : write_cell;
     jobs[i].tc_fn = nothing;
-    scps_pipeline_submit(p, &jobs[i]);
+    scps__pipeline_submit(p, &jobs[i]);
   }
-  scps_pipeline_destroy(p);
+  scps__pipeline_destroy(p);
   CHECKF(atomic_load(&gang_torn) == 0, "%d gang parts saw a SparseCore written while they ran",
          atomic_load(&gang_torn));
   CHECK(atomic_load(&gang_parts) == gangs * NSC);
@@ -121,7 +121,7 @@ static void free_owned(scps_job *job) {
 static void test_gang_freed(void) {
   scps_pipeline *p;
   scps_error err;
-  CHECK_OK(scps_pipeline_create(NSC, 2, NULL, &p, &err), &err);
+  CHECK_OK(scps__pipeline_create(NSC, 2, NULL, &p, &err), &err);
   if (!p) return;
   enum { N = 2000 };
   int submitted = 0;
@@ -132,16 +132,16 @@ static void test_gang_freed(void) {
     o->job.sc_fn = count_part;
     o->job.tc_fn = free_owned;
     o->job.data = o;
-    scps_pipeline_submit(p, &o->job);
+    scps__pipeline_submit(p, &o->job);
     submitted++;
   }
-  scps_pipeline_destroy(p);
+  scps__pipeline_destroy(p);
   CHECK(submitted == N && atomic_load(&owned_done) == N);
   CHECKF(atomic_load(&owned_early) == 0, "%d TensorCore parts ran before every SparseCore part",
          atomic_load(&owned_early));
 }
 
-/* scps_pipeline_gang_sync: each worker writes its slot (a plain int, so
+/* scps__pipeline_gang_sync: each worker writes its slot (a plain int, so
  * ThreadSanitizer reports a read that is not ordered after the write), syncs,
  * then reads every slot; in every third job one worker is late by 2 ms, past
  * the barrier's spin, so the others also go through its sleeping path. */
@@ -156,7 +156,7 @@ static void sync_part(scps_job *job, int32_t sc) {
     nanosleep(&late, NULL);
   }
   sync_slot[sc] = id;
-  scps_pipeline_gang_sync(sync_p, job);
+  scps__pipeline_gang_sync(sync_p, job);
   for (int k = 0; k < NSC; k++)
     if (sync_slot[k] != id) atomic_fetch_add(&sync_missed, 1);
   atomic_fetch_add(&sync_parts, 1);
@@ -164,7 +164,7 @@ static void sync_part(scps_job *job, int32_t sc) {
 
 static void test_gang_sync(void) {
   scps_error err;
-  CHECK_OK(scps_pipeline_create(NSC, 1, NULL, &sync_p, &err), &err);
+  CHECK_OK(scps__pipeline_create(NSC, 1, NULL, &sync_p, &err), &err);
   if (!sync_p) return;
   enum { N = 300 };
   scps_job *jobs = calloc(N, sizeof *jobs);
@@ -174,9 +174,9 @@ static void test_gang_sync(void) {
     jobs[i].sc_fn = sync_part;
     jobs[i].tc_fn = nothing;
     jobs[i].data = (void *)(intptr_t)(i + 1);
-    scps_pipeline_submit(sync_p, &jobs[i]);
+    scps__pipeline_submit(sync_p, &jobs[i]);
   }
-  scps_pipeline_destroy(sync_p);
+  scps__pipeline_destroy(sync_p);
   CHECK(atomic_load(&sync_parts) == N * NSC);
   CHECKF(atomic_load(&sync_missed) == 0, "%d reads after the sync point missed another worker's write",
          atomic_load(&sync_missed));
@@ -208,15 +208,15 @@ static void test_pinned(void) {
     }
   if (cpus[0] < 0) cpus[0] = cpus[1];
   scps_pipeline *p;
-  CHECK_OK(scps_pipeline_create(2, 1, cpus, &p, &err), &err);
+  CHECK_OK(scps__pipeline_create(2, 1, cpus, &p, &err), &err);
   scps_job job = {.sc_fn = sc_affinity, .tc_fn = tc_none};
-  scps_pipeline_submit(p, &job);
-  scps_pipeline_destroy(p);
+  scps__pipeline_submit(p, &job);
+  scps__pipeline_destroy(p);
   for (int k = 0; k < 2; k++)
     CHECKF(CPU_COUNT(&seen_cpus[k]) == 1 && CPU_ISSET(cpus[k], &seen_cpus[k]),
            "worker %d: %d CPUs allowed, expected CPU %d alone", k, CPU_COUNT(&seen_cpus[k]), cpus[k]);
   int bad[2] = {cpus[0], CPU_SETSIZE + 5};
-  CHECK(scps_pipeline_create(2, 1, bad, &p, &err) == SCPS_EINVAL);
+  CHECK(scps__pipeline_create(2, 1, bad, &p, &err) == SCPS_EINVAL);
   CHECKF(strstr(err.msg, "worker 1") && strstr(err.msg, "1029"), "message: %s", err.msg);
 }
 
@@ -226,7 +226,7 @@ int main(void) {
   test_gang_sync();
   scps_pipeline *p;
   scps_error err;
-  CHECK_OK(scps_pipeline_create(NSC, 2, NULL, &p, &err), &err);
+  CHECK_OK(scps__pipeline_create(NSC, 2, NULL, &p, &err), &err);
   if (!p) return scps_test_finish("test_pipeline");
   rec *recs = calloc(2 * JOBS, sizeof *recs);
   for (int i = 0; i < 2 * JOBS; i++) {
@@ -240,9 +240,9 @@ int main(void) {
   for (int k = 0; k < 2; k++) pthread_create(&th[k], NULL, submit_all, &s[k]);
   for (int k = 0; k < 2; k++) pthread_join(th[k], NULL);
   scps_stage_stats st[NSC + 1];
-  int n = scps_pipeline_stats(p, st, NSC + 1);
+  int n = scps__pipeline_stats(p, st, NSC + 1);
   CHECK(n == NSC + 1 && !strcmp(st[0].name, "sc0") && !strcmp(st[NSC].name, "tc"));
-  scps_pipeline_destroy(p); /* drains */
+  scps__pipeline_destroy(p); /* drains */
   CHECK(atomic_load(&tc_runs) == 2 * JOBS);
   int late = 0, mismatch = 0;
   for (int i = 0; i < 2 * JOBS; i++) late += recs[i].tc_saw != NSC;
@@ -262,15 +262,15 @@ int main(void) {
   CHECK(out_of_order == 0);
 
   /* Counters: a job with no SparseCore part goes straight to the TensorCore. */
-  CHECK_OK(scps_pipeline_create(2, 1, NULL, &p, &err), &err);
+  CHECK_OK(scps__pipeline_create(2, 1, NULL, &p, &err), &err);
   rec solo = {.id = 0};
   solo.job.tc_fn = tc_part;
   solo.job.data = &solo;
   atomic_store(&tc_runs, 0);
-  scps_pipeline_submit(p, &solo.job);
-  scps_pipeline_destroy(p);
+  scps__pipeline_submit(p, &solo.job);
+  scps__pipeline_destroy(p);
   CHECK(atomic_load(&tc_runs) == 1 && solo.tc_saw == 0);
-  CHECK(scps_pipeline_create(0, 1, NULL, &p, &err) == SCPS_EINVAL);
+  CHECK(scps__pipeline_create(0, 1, NULL, &p, &err) == SCPS_EINVAL);
   test_pinned();
   free(recs);
   return scps_test_finish("test_pipeline");

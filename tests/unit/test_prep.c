@@ -32,7 +32,7 @@ static double rnd_unit(uint64_t *s) { return (double)(rnd(s) >> 11) / 9007199254
 static scps_table_spec table(const char *name, int64_t vocab, int32_t dim, scps_combiner c,
                              const char *stack) {
   scps_table_spec t;
-  scps_table_spec_init(&t);
+  scps__table_spec_init(&t);
   snprintf(t.name, sizeof t.name, "%s", name);
   snprintf(t.stack, sizeof t.stack, "%s", stack);
   t.vocabulary_size = vocab;
@@ -44,7 +44,7 @@ static scps_table_spec table(const char *name, int64_t vocab, int32_t dim, scps_
 static scps_feature_spec feature(const char *name, const char *tab, int32_t batch,
                                  int32_t valency) {
   scps_feature_spec f;
-  scps_feature_spec_init(&f);
+  scps__feature_spec_init(&f);
   snprintf(f.name, sizeof f.name, "%s", name);
   snprintf(f.table, sizeof f.table, "%s", tab);
   f.batch_size = batch;
@@ -68,7 +68,7 @@ static scps_layout *mixed_layout(scps_combiner c, scps_topology topo) {
   };
   scps_layout *l = NULL;
   scps_error err;
-  CHECK_OK(scps_layout_create(t, 5, f, 7, &topo, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(t, 5, f, 7, &topo, NULL, &l, &err), &err);
   return l;
 }
 
@@ -199,7 +199,7 @@ static void compare_ref(const scps_prep *p, const scps_ref_prep_result *r, const
                         bool check_coo, const char *ctx) {
   int32_t n = l->num_sc;
   for (int s = 0; s < l->n_stacks; s++) {
-    const scps_stack_stats *st = scps_prep_stats(p, s);
+    const scps_stack_stats *st = scps__prep_stats(p, s);
     CHECKF(st->num_sc == n, "%s: num_sc %d", ctx, st->num_sc);
     for (int32_t d = 0; d < n; d++) {
       size_t cell = (size_t)s * n + d;
@@ -213,15 +213,15 @@ static void compare_ref(const scps_prep *p, const scps_ref_prep_result *r, const
              (long long)st->required_buffer_size_per_sc[d], (long long)r->required_buffer[cell]);
       if (!check_coo)
         continue;
-      const scps_coo *c = scps_prep_coo(p, s, d);
+      const scps_coo *c = scps__prep_coo(p, s, d);
       CHECKF(c->n == r->n_coo[cell], "%s: stack %d sc %d: %zu entries, ref %zu", ctx, s, d, c->n,
              r->n_coo[cell]);
       if (c->n != r->n_coo[cell])
         continue;
       size_t not_one = 0;
       for (size_t i = 0; i < c->n; i++) not_one += c->gains[i] != 1.0f;
-      CHECKF(scps_prep_gain_exceptions(p, s, d) == not_one, "%s: stack %d sc %d: %zu gain exceptions, %zu gains "
-             "not 1.0", ctx, s, d, scps_prep_gain_exceptions(p, s, d), not_one);
+      CHECKF(scps__prep_gain_exceptions(p, s, d) == not_one, "%s: stack %d sc %d: %zu gain exceptions, %zu gains "
+             "not 1.0", ctx, s, d, scps__prep_gain_exceptions(p, s, d), not_one);
       if (c->n) ++*(not_one ? &other_gain_partitions : &unit_gain_partitions);
       for (size_t i = 0; i < c->n; i++) {
         const scps_ref_entry *e = &r->coo[cell][i];
@@ -242,14 +242,14 @@ static void compare_ref(const scps_prep *p, const scps_ref_prep_result *r, const
 static void compare_preps(const scps_prep *a, const scps_prep *b, const scps_layout *l,
                           const char *ctx) {
   for (int s = 0; s < l->n_stacks; s++) {
-    const scps_stack_stats *x = scps_prep_stats(a, s), *y = scps_prep_stats(b, s);
+    const scps_stack_stats *x = scps__prep_stats(a, s), *y = scps__prep_stats(b, s);
     CHECKF(x->id_drop_counter == y->id_drop_counter, "%s: stack %d drops differ", ctx, s);
     for (int32_t d = 0; d < l->num_sc; d++) {
       CHECKF(x->max_ids_per_partition[d] == y->max_ids_per_partition[d] &&
                  x->max_unique_ids_per_partition[d] == y->max_unique_ids_per_partition[d] &&
                  x->required_buffer_size_per_sc[d] == y->required_buffer_size_per_sc[d],
              "%s: stack %d sc %d stats differ", ctx, s, d);
-      const scps_coo *c = scps_prep_coo(a, s, d), *e = scps_prep_coo(b, s, d);
+      const scps_coo *c = scps__prep_coo(a, s, d), *e = scps__prep_coo(b, s, d);
       bool same = c->n == e->n;
       if (same && c->n > 0)
         same = !memcmp(c->rows, e->rows, c->n * sizeof *c->rows) &&
@@ -264,7 +264,7 @@ static scps_prep *make_prep(const scps_layout *l, scps_limit_policy policy, int 
   scps_prep_options o = {.policy = policy, .threads = threads};
   scps_prep *p = NULL;
   scps_error err;
-  CHECK_OK(scps_prep_create(l, &o, &p, &err), &err);
+  CHECK_OK(scps__prep_create(l, &o, &p, &err), &err);
   return p;
 }
 
@@ -283,7 +283,7 @@ static void random_against_ref(const scps_layout *l, uint64_t *rng, int batches,
     goto out;
   scps_error err;
   for (int s = 0; s < ns; s++)
-    CHECK_OK(scps_prep_set_limits(big, s, INT32_MAX, INT32_MAX, &err), &err);
+    CHECK_OK(scps__prep_set_limits(big, s, INT32_MAX, INT32_MAX, &err), &err);
   for (int k = 0; k < batches; k++) {
     int form = (int)(k % 4) - 1;
     id_mode mode = (id_mode)((k / 4) % IDS_MODES);
@@ -296,9 +296,9 @@ static void random_against_ref(const scps_layout *l, uint64_t *rng, int batches,
     for (int s = 0; s < ns; s++) {
       lim_ids[s] = (int32_t)(1 + rnd_below(rng, 40));
       lim_uniq[s] = (int32_t)(1 + rnd_below(rng, 12));
-      CHECK_OK(scps_prep_set_limits(drop1, s, lim_ids[s], lim_uniq[s], &err), &err);
-      CHECK_OK(scps_prep_set_limits(drop2, s, lim_ids[s], lim_uniq[s], &err), &err);
-      CHECK_OK(scps_prep_set_limits(strict, s, lim_ids[s], lim_uniq[s], &err), &err);
+      CHECK_OK(scps__prep_set_limits(drop1, s, lim_ids[s], lim_uniq[s], &err), &err);
+      CHECK_OK(scps__prep_set_limits(drop2, s, lim_ids[s], lim_uniq[s], &err), &err);
+      CHECK_OK(scps__prep_set_limits(strict, s, lim_ids[s], lim_uniq[s], &err), &err);
     }
 
     /* Policy ERROR with small limits: the reference's COO is undropped, so it
@@ -310,10 +310,10 @@ static void random_against_ref(const scps_layout *l, uint64_t *rng, int batches,
       batch_free(&b);
       continue;
     }
-    CHECK_OK(scps_prep_run(big, b.in, &err), &err);
+    CHECK_OK(scps__prep_run(big, b.in, &err), &err);
     compare_ref(big, &ref_all, l, true, ctx);
 
-    int rc = scps_prep_run(strict, b.in, &err);
+    int rc = scps__prep_run(strict, b.in, &err);
     CHECKF(rc == ref_rc, "%s: strict run %d, reference %d (%s)", ctx, rc, ref_rc, err.msg);
     if (rc == SCPS_ELIMIT && ref_rc == SCPS_ELIMIT) {
       char want[256];
@@ -328,9 +328,9 @@ static void random_against_ref(const scps_layout *l, uint64_t *rng, int batches,
     scps_ref_prep_result_free(&ref_all);
 
     CHECK(scps_ref_prep_run(l, b.in, lim_ids, lim_uniq, SCPS_LIMIT_DROP, &ref_drop) == 0);
-    CHECK_OK(scps_prep_run(drop1, b.in, &err), &err);
+    CHECK_OK(scps__prep_run(drop1, b.in, &err), &err);
     compare_ref(drop1, &ref_drop, l, true, ctx);
-    CHECK_OK(scps_prep_run(drop2, b.in, &err), &err);
+    CHECK_OK(scps__prep_run(drop2, b.in, &err), &err);
     compare_preps(drop1, drop2, l, ctx);
     scps_ref_prep_result_free(&ref_drop);
     batch_free(&b);
@@ -338,10 +338,10 @@ static void random_against_ref(const scps_layout *l, uint64_t *rng, int batches,
 out:
   free(lim_ids);
   free(lim_uniq);
-  scps_prep_destroy(big);
-  scps_prep_destroy(drop1);
-  scps_prep_destroy(drop2);
-  scps_prep_destroy(strict);
+  scps__prep_destroy(big);
+  scps__prep_destroy(drop1);
+  scps__prep_destroy(drop2);
+  scps__prep_destroy(strict);
 }
 
 static void test_random(void) {
@@ -355,9 +355,9 @@ static void test_random(void) {
         continue;
       char name[64];
       snprintf(name, sizeof name, "%dx%d %s", topos[t].num_processes, topos[t].sc_per_process,
-               scps_combiner_name(combs[c]));
+               scps__combiner_name(combs[c]));
       random_against_ref(l, &rng, 4 * IDS_MODES * 3, 50, name);
-      scps_layout_destroy(l);
+      scps__layout_destroy(l);
     }
 }
 
@@ -368,8 +368,8 @@ static void test_unordered_samples(void) {
   scps_layout *l = mixed_layout(SCPS_COMBINER_MEAN, (scps_topology){1, 4, 1 << 30});
   if (!l)
     return;
-  int a = scps_find_feature(l->feature_specs, l->n_features, "fa1");
-  int b = scps_find_feature(l->feature_specs, l->n_features, "fa2");
+  int a = scps__find_feature(l->feature_specs, l->n_features, "fa1");
+  int b = scps__find_feature(l->feature_specs, l->n_features, "fa2");
   CHECK(l->features[a].stack == l->features[b].stack);
   int64_t base = l->features[a].sample_offset < l->features[b].sample_offset
                      ? l->features[a].sample_offset
@@ -378,7 +378,7 @@ static void test_unordered_samples(void) {
   l->features[b].sample_offset = base;
   l->features[a].sample_offset = base + l->feature_specs[b].batch_size;
   random_against_ref(l, &rng, 4 * IDS_MODES * 3, 30, "unordered");
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 }
 
 /* ---- hand-derived cases ---- */
@@ -389,7 +389,7 @@ static scps_layout *single_layout(int64_t vocab, int32_t batch, scps_combiner c,
   scps_feature_spec f = feature("f", "t", batch, valency);
   scps_layout *l = NULL;
   scps_error err;
-  CHECK_OK(scps_layout_create(&t, 1, &f, 1, &topo, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(&t, 1, &f, 1, &topo, NULL, &l, &err), &err);
   return l;
 }
 
@@ -407,45 +407,45 @@ static void test_drop_by_hand(void) {
   scps_prep *p = make_prep(l, SCPS_LIMIT_DROP, 1);
   scps_error err;
   if (!p) {
-    scps_layout_destroy(l);
+    scps__layout_destroy(l);
     return;
   }
   /* Unlimited: 5 entries, the duplicate's gains summed 2 + 0.5. */
-  CHECK_OK(scps_prep_set_limits(p, 0, 100, 100, &err), &err);
-  CHECK_OK(scps_prep_run(p, &in, &err), &err);
-  const scps_coo *c = scps_prep_coo(p, 0, 0);
+  CHECK_OK(scps__prep_set_limits(p, 0, 100, 100, &err), &err);
+  CHECK_OK(scps__prep_run(p, &in, &err), &err);
+  const scps_coo *c = scps__prep_coo(p, 0, 0);
   const uint32_t er[5] = {3, 3, 5, 7, 9}, es[5] = {0, 1, 0, 1, 0};
   const float eg[5] = {2.5f, 4, 1, 1, 1};
   CHECK(c->n == 5);
   for (size_t i = 0; i < 5 && c->n == 5; i++)
     CHECKF(c->rows[i] == er[i] && c->samples[i] == es[i] && c->gains[i] == eg[i],
            "entry %zu: (%u, %u, %g)", i, c->rows[i], c->samples[i], (double)c->gains[i]);
-  const scps_stack_stats *st = scps_prep_stats(p, 0);
+  const scps_stack_stats *st = scps__prep_stats(p, 0);
   CHECK(st->max_ids_per_partition[0] == 5 && st->max_unique_ids_per_partition[0] == 4);
   CHECK(st->required_buffer_size_per_sc[0] == 8 && st->id_drop_counter == 0);
 
   /* Two unique rows: rows 3 and 5 stay, (7,1) and (9,0) go. */
-  CHECK_OK(scps_prep_set_limits(p, 0, 100, 2, &err), &err);
-  CHECK_OK(scps_prep_run(p, &in, &err), &err);
-  c = scps_prep_coo(p, 0, 0);
+  CHECK_OK(scps__prep_set_limits(p, 0, 100, 2, &err), &err);
+  CHECK_OK(scps__prep_run(p, &in, &err), &err);
+  c = scps__prep_coo(p, 0, 0);
   CHECK(c->n == 3 && c->rows[2] == 5 && st->id_drop_counter == 2);
   CHECK(st->max_ids_per_partition[0] == 5 && st->max_unique_ids_per_partition[0] == 4);
 
   /* Two ids: both entries of row 3 stay. */
-  CHECK_OK(scps_prep_set_limits(p, 0, 2, 100, &err), &err);
-  CHECK_OK(scps_prep_run(p, &in, &err), &err);
-  c = scps_prep_coo(p, 0, 0);
+  CHECK_OK(scps__prep_set_limits(p, 0, 2, 100, &err), &err);
+  CHECK_OK(scps__prep_run(p, &in, &err), &err);
+  c = scps__prep_coo(p, 0, 0);
   CHECK(c->n == 2 && c->rows[0] == 3 && c->rows[1] == 3 && c->samples[1] == 1);
   CHECK(st->id_drop_counter == 3);
   int32_t a = 0, u = 0;
-  scps_prep_get_limits(p, 0, &a, &u);
+  scps__prep_get_limits(p, 0, &a, &u);
   CHECK(a == 2 && u == 100);
-  scps_prep_destroy(p);
+  scps__prep_destroy(p);
 
   /* Policy ERROR names stack, partition, count and limit. */
   p = make_prep(l, SCPS_LIMIT_ERROR, 1);
-  CHECK_OK(scps_prep_set_limits(p, 0, 4, 100, &err), &err);
-  CHECK(scps_prep_run(p, &in, &err) == SCPS_ELIMIT);
+  CHECK_OK(scps__prep_set_limits(p, 0, 4, 100, &err), &err);
+  CHECK(scps__prep_run(p, &in, &err) == SCPS_ELIMIT);
   CHECKF(strstr(err.msg, "stack 't': partition src 0 -> dst 0 has 5 ids, above "
                          "max_ids_per_partition 4") != NULL,
          "%s", err.msg);
@@ -454,17 +454,17 @@ static void test_drop_by_hand(void) {
   CHECKF(strstr(err.msg, "set tables[0].max_ids_per_partition (table 't') to 5 or more") != NULL &&
              strstr(err.msg, "SCPS_LIMIT_DROP") != NULL && strstr(err.msg, "--policy drop") != NULL,
          "%s", err.msg);
-  CHECK_OK(scps_prep_set_limits(p, 0, 100, 3, &err), &err);
-  CHECK(scps_prep_run(p, &in, &err) == SCPS_ELIMIT);
+  CHECK_OK(scps__prep_set_limits(p, 0, 100, 3, &err), &err);
+  CHECK(scps__prep_run(p, &in, &err) == SCPS_ELIMIT);
   CHECKF(strstr(err.msg, "has 4 unique ids, above max_unique_ids_per_partition 3") != NULL, "%s",
          err.msg);
   CHECKF(strstr(err.msg, "set tables[0].max_unique_ids_per_partition (table 't') to 4 or more") != NULL, "%s",
          err.msg);
-  CHECK(scps_prep_set_limits(p, 1, 8, 8, &err) == SCPS_ERANGE);
-  CHECK(scps_prep_set_limits(p, 0, 0, 8, &err) == SCPS_EINVAL);
+  CHECK(scps__prep_set_limits(p, 1, 8, 8, &err) == SCPS_ERANGE);
+  CHECK(scps__prep_set_limits(p, 0, 0, 8, &err) == SCPS_EINVAL);
   CHECK(strstr(err.msg, "max_ids_per_partition 0") != NULL);
-  scps_prep_destroy(p);
-  scps_layout_destroy(l);
+  scps__prep_destroy(p);
+  scps__layout_destroy(l);
 }
 
 /* Combiner gains computed by hand, and sources: with N = 4 and batch 6,
@@ -483,9 +483,9 @@ static void test_gains_and_sources(void) {
   scps_prep *p = make_prep(l, SCPS_LIMIT_ERROR, 1);
   scps_error err;
   if (p) {
-    CHECK_OK(scps_prep_run(p, &in, &err), &err);
+    CHECK_OK(scps__prep_run(p, &in, &err), &err);
     int32_t dst = (int32_t)((1 % 4 + l->tables[0].shard_rotation) % 4);
-    const scps_coo *c = scps_prep_coo(p, 0, dst);
+    const scps_coo *c = scps__prep_coo(p, 0, dst);
     CHECK(c->n == 6);
     if (c->n == 6) {
       CHECK(c->rows[0] == 0 && c->samples[0] == 0 && gain_close(c->gains[0], 1.4f));
@@ -493,15 +493,15 @@ static void test_gains_and_sources(void) {
         CHECKF(c->rows[i] == (uint32_t)i && c->samples[i] == (uint32_t)i && c->gains[i] == 1.0f,
                "entry %d", i);
     }
-    const scps_stack_stats *st = scps_prep_stats(p, 0);
+    const scps_stack_stats *st = scps__prep_stats(p, 0);
     /* Sources 0..3 hold samples {0,1}, {2}, {3,4}, {5}. */
     const int64_t req[4] = {8, 8, 8, 8};
     for (int s = 0; s < 4; s++)
       CHECK(st->required_buffer_size_per_sc[s] == req[s]);
     CHECK(st->max_ids_per_partition[dst] == 2 && st->max_unique_ids_per_partition[dst] == 2);
-    scps_prep_destroy(p);
+    scps__prep_destroy(p);
   }
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 
   /* Mean: gain w / sum(w); empty rows add nothing. */
   l = single_layout(64, 3, SCPS_COMBINER_MEAN, (scps_topology){1, 1, 1 << 30}, 0);
@@ -514,15 +514,15 @@ static void test_gains_and_sources(void) {
                             .row_offsets = offs2, .batch_size = 3};
   p = make_prep(l, SCPS_LIMIT_ERROR, 1);
   if (p) {
-    CHECK_OK(scps_prep_run(p, &in2, &err), &err);
-    const scps_coo *c = scps_prep_coo(p, 0, 0);
+    CHECK_OK(scps__prep_run(p, &in2, &err), &err);
+    const scps_coo *c = scps__prep_coo(p, 0, 0);
     CHECK(c->n == 3);
     if (c->n == 3)
       CHECK(c->samples[0] == 1 && gain_close(c->gains[0], 0.25f) && gain_close(c->gains[1], 0.75f) &&
             c->samples[2] == 2 && c->gains[2] == 1.0f);
-    scps_prep_destroy(p);
+    scps__prep_destroy(p);
   }
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 }
 
 /* ---- malformed inputs ---- */
@@ -537,14 +537,14 @@ static void expect_fail(scps_prep *p, const scps_layout *l, const scps_feature_i
                         bad_case bc) {
   scps_error err;
   scps_error_clear(&err);
-  int rc = scps_prep_run(p, in, &err);
+  int rc = scps__prep_run(p, in, &err);
   CHECKF(rc == bc.code, "%s: code %d, expected %d (%s)", bc.what, rc, bc.code, err.msg);
   CHECKF(strstr(err.msg, bc.msg) != NULL, "%s: message '%s' lacks '%s'", bc.what, err.msg, bc.msg);
   /* Nothing downstream ran: no partitions, no stats. */
   for (int s = 0; s < l->n_stacks; s++)
     for (int32_t d = 0; d < l->num_sc; d++) {
-      CHECKF(scps_prep_coo(p, s, d)->n == 0, "%s: partition left behind", bc.what);
-      CHECKF(scps_prep_stats(p, s)->max_ids_per_partition[d] == 0, "%s: stats left behind",
+      CHECKF(scps__prep_coo(p, s, d)->n == 0, "%s: partition left behind", bc.what);
+      CHECKF(scps__prep_stats(p, s)->max_ids_per_partition[d] == 0, "%s: stats left behind",
              bc.what);
     }
 }
@@ -556,17 +556,17 @@ static void test_malformed(void) {
                             feature("fs", "ts", 4, 0)};
   scps_layout *l = NULL;
   scps_error err;
-  CHECK_OK(scps_layout_create(t, 2, f, 3, &(scps_topology){1, 2, 1 << 30}, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(t, 2, f, 3, &(scps_topology){1, 2, 1 << 30}, NULL, &l, &err), &err);
   if (!l)
     return;
   scps_prep *p = make_prep(l, SCPS_LIMIT_ERROR, 2);
   if (!p) {
-    scps_layout_destroy(l);
+    scps__layout_destroy(l);
     return;
   }
-  int fr = scps_find_feature(l->feature_specs, 3, "fr");
-  int fd = scps_find_feature(l->feature_specs, 3, "fd");
-  int fs = scps_find_feature(l->feature_specs, 3, "fs");
+  int fr = scps__find_feature(l->feature_specs, 3, "fr");
+  int fd = scps__find_feature(l->feature_specs, 3, "fd");
+  int fs = scps__find_feature(l->feature_specs, 3, "fs");
 
   int64_t r_ids[6] = {1, 2, 3, 4, 5, 99};
   float r_w[6] = {1, 1, 1, 1, 1, 1};
@@ -582,7 +582,7 @@ static void test_malformed(void) {
   good[fd] = (scps_feature_input){.form = SCPS_INPUT_DENSE, .n_ids = 12, .ids = d_ids, .valency = 3};
   good[fs] = (scps_feature_input){.form = SCPS_INPUT_SPARSE, .n_ids = 3, .ids = s_ids, .weights = s_w,
                                   .indices = s_ind, .dense_shape = {4, 2}};
-  CHECK_OK(scps_prep_run(p, good, &err), &err);
+  CHECK_OK(scps__prep_run(p, good, &err), &err);
 
   scps_feature_input in[3];
   int64_t ids_bad[12];
@@ -609,7 +609,7 @@ static void test_malformed(void) {
   RESET();
   in[fr].row_offsets = NULL;
   in[fr].row_lengths = r_lens;
-  CHECK_OK(scps_prep_run(p, in, &err), &err);
+  CHECK_OK(scps__prep_run(p, in, &err), &err);
   memcpy(lens_bad, r_lens, sizeof lens_bad);
   lens_bad[3] = 2;
   in[fr].row_lengths = lens_bad;
@@ -710,13 +710,13 @@ static void test_malformed(void) {
   RESET();
   in[fd].form = (scps_input_form)7;
   expect_fail(p, l, in, (bad_case){"form", SCPS_EINVAL, "feature 'fd': unknown input form 7"});
-  CHECK(scps_prep_run(p, NULL, &err) == SCPS_EINVAL);
+  CHECK(scps__prep_run(p, NULL, &err) == SCPS_EINVAL);
 #undef RESET
 
   /* A good batch still goes through afterwards. */
-  CHECK_OK(scps_prep_run(p, good, &err), &err);
-  scps_prep_destroy(p);
-  scps_layout_destroy(l);
+  CHECK_OK(scps__prep_run(p, good, &err), &err);
+  scps__prep_destroy(p);
+  scps__layout_destroy(l);
 }
 
 /* ---- a larger batch: radix passes, two threads, reuse ---- */
@@ -733,7 +733,7 @@ static void test_large_threads(void) {
   }
   scps_layout *l = NULL;
   scps_error err;
-  CHECK_OK(scps_layout_create(t, 8, f, 8, &(scps_topology){2, 4, 1 << 30}, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(t, 8, f, 8, &(scps_topology){2, 4, 1 << 30}, NULL, &l, &err), &err);
   if (!l)
     return;
   scps_prep *p1 = make_prep(l, SCPS_LIMIT_DROP, 1), *p2 = make_prep(l, SCPS_LIMIT_DROP, 2);
@@ -744,11 +744,11 @@ static void test_large_threads(void) {
     gen(&rng, l, SCPS_INPUT_DENSE, k % 2 ? IDS_FEW : IDS_UNIFORM, k >= 3 ? 1 : 0, 0, &b);
     for (int s = 0; s < l->n_stacks; s++) {
       lim[s] = k < 2 ? INT32_MAX : 64;
-      CHECK_OK(scps_prep_set_limits(p1, s, lim[s], lim[s], &err), &err);
-      CHECK_OK(scps_prep_set_limits(p2, s, lim[s], lim[s], &err), &err);
+      CHECK_OK(scps__prep_set_limits(p1, s, lim[s], lim[s], &err), &err);
+      CHECK_OK(scps__prep_set_limits(p2, s, lim[s], lim[s], &err), &err);
     }
-    CHECK_OK(scps_prep_run(p1, b.in, &err), &err);
-    CHECK_OK(scps_prep_run(p2, b.in, &err), &err);
+    CHECK_OK(scps__prep_run(p1, b.in, &err), &err);
+    CHECK_OK(scps__prep_run(p2, b.in, &err), &err);
     char ctx[64];
     snprintf(ctx, sizeof ctx, "large batch %d", k);
     compare_preps(p1, p2, l, ctx);
@@ -759,12 +759,12 @@ static void test_large_threads(void) {
     batch_free(&b);
   }
   free(lim);
-  scps_prep_destroy(p1);
-  scps_prep_destroy(p2);
-  scps_layout_destroy(l);
+  scps__prep_destroy(p1);
+  scps__prep_destroy(p2);
+  scps__layout_destroy(l);
 }
 
-/* scps_prep_parallel: every item exactly once, on one thread or a pool,
+/* scps__prep_parallel: every item exactly once, on one thread or a pool,
  * and a run afterwards still matches the one-thread prep. */
 static void mark_item(void *ctx, int item) { atomic_fetch_add(&((atomic_int *)ctx)[item], 1); }
 
@@ -773,7 +773,7 @@ static void test_parallel(void) {
   scps_feature_spec f[1] = {feature("f", "t", 64, 2)};
   scps_layout *l = NULL;
   scps_error err;
-  CHECK_OK(scps_layout_create(t, 1, f, 1, &(scps_topology){1, 2, 1 << 20}, NULL, &l, &err), &err);
+  CHECK_OK(scps__layout_create(t, 1, f, 1, &(scps_topology){1, 2, 1 << 20}, NULL, &l, &err), &err);
   if (!l) return;
   enum { ITEMS = 1000 };
   for (int threads = 1; threads <= 3; threads += 2) {
@@ -781,7 +781,7 @@ static void test_parallel(void) {
     static atomic_int seen[ITEMS];
     for (int round = 0; p && one && round < 20; round++) {
       for (int i = 0; i < ITEMS; i++) atomic_store(&seen[i], 0);
-      scps_prep_parallel(p, ITEMS - round, mark_item, seen);
+      scps__prep_parallel(p, ITEMS - round, mark_item, seen);
       int wrong = 0;
       for (int i = 0; i < ITEMS; i++) wrong += atomic_load(&seen[i]) != (i < ITEMS - round);
       CHECKF(wrong == 0, "%d threads, round %d: %d items not run exactly once", threads, round, wrong);
@@ -790,15 +790,15 @@ static void test_parallel(void) {
     gen_batch b;
     if (p && one) {
       gen(&rng, l, SCPS_INPUT_DENSE, IDS_UNIFORM, 0, 0, &b);
-      CHECK_OK(scps_prep_run(p, b.in, &err), &err);
-      CHECK_OK(scps_prep_run(one, b.in, &err), &err);
-      compare_preps(one, p, l, "after scps_prep_parallel");
+      CHECK_OK(scps__prep_run(p, b.in, &err), &err);
+      CHECK_OK(scps__prep_run(one, b.in, &err), &err);
+      compare_preps(one, p, l, "after scps__prep_parallel");
       batch_free(&b);
     }
-    scps_prep_destroy(p);
-    scps_prep_destroy(one);
+    scps__prep_destroy(p);
+    scps__prep_destroy(one);
   }
-  scps_layout_destroy(l);
+  scps__layout_destroy(l);
 }
 
 int main(void) {

@@ -43,7 +43,7 @@ static void put(buf *b, const void *d, size_t n) {
 
 static void put_varint(buf *b, uint64_t v) {
   uint8_t t[SCPS_PBW_VARINT_MAX];
-  put(b, t, (size_t)(scps_pbw_put_varint(t, v) - t));
+  put(b, t, (size_t)(scps__pbw_put_varint(t, v) - t));
 }
 
 static void put_key(buf *b, int field, int wt) { put_varint(b, (uint64_t)(field << 3 | wt)); }
@@ -199,7 +199,7 @@ static bool same_span(const scps_request *r, scps_req_span a, ProtobufCBinaryDat
   if (a.len != b.len) return false;
   if (!b.len) return true;
   uint8_t *tmp = malloc(a.len);
-  bool same = tmp && a.off + a.len <= r->msg.total && !memcmp(scps_slices_span(&r->msg, a.off, a.len, tmp), b.data, b.len);
+  bool same = tmp && a.off + a.len <= r->msg.total && !memcmp(scps__slices_span(&r->msg, a.off, a.len, tmp), b.data, b.len);
   free(tmp);
   return same;
 }
@@ -228,14 +228,14 @@ static bool agree(const uint8_t *p, size_t n, scps_request_kind kind, int *accep
   grpc_byte_buffer *bb = sliced(p, n);
   scps_request r;
   char msg[512];
-  int rc = scps_request_decode(bb, kind, SIZE_MAX, SIZE_MAX, &r, msg, sizeof msg);
+  int rc = scps__request_decode(bb, kind, SIZE_MAX, SIZE_MAX, &r, msg, sizeof msg);
   bool ok = (rc == 0) == (m != NULL);
   if (ok && m)
     ok = kind == SCPS_REQUEST_LOOKUP ? same_lookup(&r, (const Scps__V1__LookupRequest *)m)
                                      : same_apply(&r, (const Scps__V1__ApplyGradientsRequest *)m);
   if (rc) ok = ok && strstr(msg, "not a valid") && strstr(msg, "at byte");
   *accepted += rc == 0;
-  scps_request_free(&r);
+  scps__request_free(&r);
   grpc_byte_buffer_destroy(bb);
   if (m) protobuf_c_message_free_unpacked(m, NULL);
   return ok;
@@ -333,12 +333,12 @@ static void decode_both_ways(const uint8_t *p, size_t n, scps_request_kind kind,
     grpc_byte_buffer *bb = way ? sliced(repacked, rn) : sliced(p, n);
     scps_request r;
     char msg[512];
-    int rc = scps_request_decode(bb, kind, SIZE_MAX, SIZE_MAX, &r, msg, sizeof msg);
+    int rc = scps__request_decode(bb, kind, SIZE_MAX, SIZE_MAX, &r, msg, sizeof msg);
     CHECKF(rc == 0, "%s", msg);
     CHECKF(!rc && (kind == SCPS_REQUEST_LOOKUP ? same_lookup(&r, (const Scps__V1__LookupRequest *)m)
                                                 : same_apply(&r, (const Scps__V1__ApplyGradientsRequest *)m)),
            "kind %d, %s", (int)kind, way ? "packed by protobuf-c" : "ours");
-    scps_request_free(&r);
+    scps__request_free(&r);
     grpc_byte_buffer_destroy(bb);
   }
   free(repacked);
@@ -380,27 +380,27 @@ static void test_lookup_request(int32_t process_index, int format) {
   /* Four stacks of the layout, the fourth (slot -1) not sent. */
   const bool distinct[4] = {false, true, false, true};
   const int slot[4] = {0, 1, 2, -1};
-  size_t la = scps_request_partitions_size("stack_a", ca, 3, ea, false),
-         lb = scps_request_partitions_size(long_name, cb, 3, 0, true),
-         lx = scps_request_partitions_size("x", cx, 3, ex, false);
-  size_t total = scps_request_view_size(process_index) + scps_request_format_size(format) +
-                 scps_request_lookup_stack_prefix_size(la) + la + scps_request_lookup_stack_prefix_size(lb) + lb +
-                 scps_request_lookup_stack_prefix_size(lx) + lx + scps_request_distinct_rows_size(3);
-  uint8_t *out = malloc(total), *w = scps_request_put_view(out, fp, process_index);
-  w = scps_request_put_lookup_format(w, format);
-  w = scps_request_put_lookup_stack_prefix(w, la);
+  size_t la = scps__request_partitions_size("stack_a", ca, 3, ea, false),
+         lb = scps__request_partitions_size(long_name, cb, 3, 0, true),
+         lx = scps__request_partitions_size("x", cx, 3, ex, false);
+  size_t total = scps__request_view_size(process_index) + scps__request_format_size(format) +
+                 scps__request_lookup_stack_prefix_size(la) + la + scps__request_lookup_stack_prefix_size(lb) + lb +
+                 scps__request_lookup_stack_prefix_size(lx) + lx + scps__request_distinct_rows_size(3);
+  uint8_t *out = malloc(total), *w = scps__request_put_view(out, fp, process_index);
+  w = scps__request_put_lookup_format(w, format);
+  w = scps__request_put_lookup_stack_prefix(w, la);
   uint8_t *pa = w;
-  w = scps_request_put_partitions(w, "stack_a", ca, 3, ea, false);
+  w = scps__request_put_partitions(w, "stack_a", ca, 3, ea, false);
   CHECK((size_t)(w - pa) == la);
-  w = scps_request_put_lookup_stack_prefix(w, lb);
+  w = scps__request_put_lookup_stack_prefix(w, lb);
   pa = w;
-  w = scps_request_put_partitions(w, long_name, cb, 3, 0, true);
+  w = scps__request_put_partitions(w, long_name, cb, 3, 0, true);
   CHECK((size_t)(w - pa) == lb);
-  w = scps_request_put_lookup_stack_prefix(w, lx);
+  w = scps__request_put_lookup_stack_prefix(w, lx);
   pa = w;
-  w = scps_request_put_partitions(w, "x", cx, 3, ex, false);
+  w = scps__request_put_partitions(w, "x", cx, 3, ex, false);
   CHECK((size_t)(w - pa) == lx);
-  w = scps_request_put_distinct_rows(w, distinct, slot, 4, 3);
+  w = scps__request_put_distinct_rows(w, distinct, slot, 4, 3);
   CHECKF((size_t)(w - out) == total, "wrote %zu of %zu", (size_t)(w - out), total);
   Scps__V1__LookupRequest *m = scps__v1__lookup_request__unpack(NULL, total, out);
   CHECK(m != NULL);
@@ -441,33 +441,33 @@ static void test_apply_request(int64_t step, double lr, int format, uint64_t sta
   float gains0[2][300];
   for (int k = 0; k < 2; k++) memcpy(gains0[k], a[k].gains, sizeof gains0[k]);
   const uint32_t row_start[4] = {0, 2, 2, 5}, rows[5] = {7, 900000, 3, 4, 1u << 31};
-  const size_t rlen = 5 * 8 * vb, row_plen = scps_request_row_partitions_size("by_row", row_start, 3);
-  uint8_t *out = malloc(256 + 2 * (scps_request_partitions_size("s", ca, 2, exceptions, false) + glen) + row_plen + rlen);
-  uint8_t *w = scps_request_put_view(out, fp, 5);
-  w = scps_request_put_step(w, step, lr);
-  w = scps_request_put_state_id(w, state_id);
-  w = scps_request_put_apply_format(w, format);
+  const size_t rlen = 5 * 8 * vb, row_plen = scps__request_row_partitions_size("by_row", row_start, 3);
+  uint8_t *out = malloc(256 + 2 * (scps__request_partitions_size("s", ca, 2, exceptions, false) + glen) + row_plen + rlen);
+  uint8_t *w = scps__request_put_view(out, fp, 5);
+  w = scps__request_put_step(w, step, lr);
+  w = scps__request_put_state_id(w, state_id);
+  w = scps__request_put_apply_format(w, format);
   for (int rep = 0; rep < 2; rep++) {
     if (rep == 1)
       for (int k = 0; k < 2; k++)
         for (size_t i = 0; i < a[k].coo.n; i++) a[k].gains[i] = 1.0f;
-    const size_t e = gain_exceptions(ca, 2), plen = scps_request_partitions_size("s", ca, 2, e, false);
+    const size_t e = gain_exceptions(ca, 2), plen = scps__request_partitions_size("s", ca, 2, e, false);
     CHECK(rep == 0 ? e == exceptions : e == 0);
-    w = scps_request_put_apply_stack_prefix(w, plen, glen);
+    w = scps__request_put_apply_stack_prefix(w, plen, glen);
     uint8_t *at = w;
-    w = scps_request_put_partitions(w, "s", ca, 2, e, false);
+    w = scps__request_put_partitions(w, "s", ca, 2, e, false);
     CHECK((size_t)(w - at) == plen);
-    w = scps_request_put_gradients_prefix(w, glen);
+    w = scps__request_put_gradients_prefix(w, glen);
     memcpy(w, grads, glen);
     w += glen;
   }
   /* By row: the stack's prefix counts the row_gradients as it would a
    * gradients field of the same size. */
-  w = scps_request_put_apply_stack_prefix(w, row_plen, rlen);
+  w = scps__request_put_apply_stack_prefix(w, row_plen, rlen);
   uint8_t *at = w;
-  w = scps_request_put_row_partitions(w, "by_row", row_start, 3, rows);
+  w = scps__request_put_row_partitions(w, "by_row", row_start, 3, rows);
   CHECK((size_t)(w - at) == row_plen);
-  w = scps_request_put_row_gradients_prefix(w, rlen);
+  w = scps__request_put_row_gradients_prefix(w, rlen);
   memcpy(w, grads + glen, rlen);
   w += rlen;
   size_t total = (size_t)(w - out);
@@ -549,23 +549,23 @@ int main(void) {
   grpc_byte_buffer *bb = sliced(b.p, b.n);
   scps_request r;
   char msg[256];
-  CHECK(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, 1, 3, &r, msg, sizeof msg) == 0);
+  CHECK(scps__request_decode(bb, SCPS_REQUEST_LOOKUP, 1, 3, &r, msg, sizeof msg) == 0);
   CHECK(r.n_stacks == 1 && r.stacks[0].partitions.rows.len == 12 &&
         (uintptr_t)r.stacks[0].partitions.rows.data % 4 == 0 && !strcmp(r.stacks[0].partitions.stack, "s"));
-  scps_request_free(&r);
+  scps__request_free(&r);
   grpc_byte_buffer_destroy(bb);
   /* A varint of 11 bytes and a group are refused, naming the byte. */
   uint8_t longv[] = {0x10, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01};
   bb = sliced(longv, sizeof longv);
-  CHECK(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
+  CHECK(scps__request_decode(bb, SCPS_REQUEST_LOOKUP, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
         strstr(msg, "varint"));
-  scps_request_free(&r);
+  scps__request_free(&r);
   grpc_byte_buffer_destroy(bb);
   uint8_t group[] = {0x0b, 0x0c};
   bb = sliced(group, sizeof group);
-  CHECK(scps_request_decode(bb, SCPS_REQUEST_APPLY, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
+  CHECK(scps__request_decode(bb, SCPS_REQUEST_APPLY, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
         strstr(msg, "byte 1"));
-  scps_request_free(&r);
+  scps__request_free(&r);
   grpc_byte_buffer_destroy(bb);
   /* A key that starts inside a stacks entry and ends in the request around
    * it belongs to neither: refused, as protobuf-c refuses it. Both the
@@ -575,9 +575,9 @@ int main(void) {
     int accepted = 0;
     CHECK(agree(over, sizeof over, (scps_request_kind)kind, &accepted) && accepted == 0);
     bb = sliced(over, sizeof over);
-    CHECKF(scps_request_decode(bb, (scps_request_kind)kind, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
+    CHECKF(scps__request_decode(bb, (scps_request_kind)kind, 1, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
                strstr(msg, "runs past the end of its message"), "kind %d: %s", kind, msg);
-    scps_request_free(&r);
+    scps__request_free(&r);
     grpc_byte_buffer_destroy(bb);
   }
   /* More stacks entries than the server has stacks are refused while
@@ -591,12 +591,12 @@ int main(void) {
   }
   for (int k = 0; k < 3; k++) put_len(&many, 3, offs.p, offs.n);
   bb = sliced(many.p, many.n);
-  CHECKF(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, 2, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
+  CHECKF(scps__request_decode(bb, SCPS_REQUEST_LOOKUP, 2, 3, &r, msg, sizeof msg) == SCPS_EPARSE &&
              strstr(msg, "more than 2 entries"), "%s", msg);
-  scps_request_free(&r);
-  CHECK(scps_request_decode(bb, SCPS_REQUEST_LOOKUP, 3, 3, &r, msg, sizeof msg) == 0);
+  scps__request_free(&r);
+  CHECK(scps__request_decode(bb, SCPS_REQUEST_LOOKUP, 3, 3, &r, msg, sizeof msg) == 0);
   CHECK(r.n_stacks == 3 && r.stacks[2].partitions.n_sc_offsets == 5 && r.stacks[2].partitions.sc_offsets[2] == 2);
-  scps_request_free(&r);
+  scps__request_free(&r);
   grpc_byte_buffer_destroy(bb);
   free(many.p);
   free(offs.p);

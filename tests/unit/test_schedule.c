@@ -80,7 +80,7 @@ static void run(scps_schedule_mode mode) {
   f.mode = mode;
   scps_schedule_stats st;
   scps_error err;
-  CHECK_OK(scps_schedule_run(&ops, &f, STEPS, mode, &st, &err), &err);
+  CHECK_OK(scps__schedule_run(&ops, &f, STEPS, mode, &st, &err), &err);
   CHECK(st.steps == STEPS && f.order_errors == 0 && f.overlap_misses == 0);
   int stale_errors = 0;
   for (int64_t i = 0; i < STEPS; i++) {
@@ -97,7 +97,7 @@ static void run(scps_schedule_mode mode) {
   f.lookups_started = 0;
   f.fail_push_at = 5;
   f.mode = SCPS_SCHEDULE_SEQUENTIAL; /* no rendezvous: the run stops early */
-  int rc = scps_schedule_run(&ops, &f, STEPS, mode, &st, &err);
+  int rc = scps__schedule_run(&ops, &f, STEPS, mode, &st, &err);
   CHECK(rc == SCPS_EUNAVAIL && strstr(err.msg, "batch 5"));
   CHECK(st.steps == 5 && f.pushed_count == 6 && f.state[STEPS - 1] == 0);
 
@@ -108,7 +108,7 @@ static void run(scps_schedule_mode mode) {
   f.lookups_started = 0;
   f.fail_push_at = -1;
   f.fail_compute_at = 5;
-  rc = scps_schedule_run(&ops, &f, STEPS, mode, &st, &err);
+  rc = scps__schedule_run(&ops, &f, STEPS, mode, &st, &err);
   CHECK(rc == SCPS_EINVAL && strstr(err.msg, "batch 5"));
   CHECKF(st.steps == f.pushed_count && f.pushed_count == 5, "mode %d: steps %lld, pushes applied %lld", mode,
          (long long)st.steps, (long long)f.pushed_count);
@@ -120,6 +120,6 @@ int main(void) {
   run(SCPS_SCHEDULE_SEQUENTIAL);
   run(SCPS_SCHEDULE_PIPELINED);
   scps_error err;
-  CHECK(scps_schedule_run(&ops, NULL, -1, SCPS_SCHEDULE_SEQUENTIAL, NULL, &err) == SCPS_EINVAL);
+  CHECK(scps__schedule_run(&ops, NULL, -1, SCPS_SCHEDULE_SEQUENTIAL, NULL, &err) == SCPS_EINVAL);
   return scps_test_finish("test_schedule");
 }

@@ -10,8 +10,8 @@
 
 static void hex_of(const void *data, size_t len, char out[SCPS_SHA256_HEX_LEN + 1]) {
   uint8_t d[SCPS_SHA256_DIGEST_LEN];
-  scps_sha256(data, len, d);
-  scps_sha256_hex(d, SCPS_SHA256_HEX_LEN, out);
+  scps__sha256(data, len, d);
+  scps__sha256_hex(d, SCPS_SHA256_HEX_LEN, out);
 }
 
 static void check_vector(const char *msg, const char *want) {
@@ -36,12 +36,12 @@ static void test_million_a(void) {
   char chunk[1000];
   memset(chunk, 'a', sizeof chunk);
   scps_sha256_ctx s;
-  scps_sha256_init(&s);
-  for (int i = 0; i < 1000; i++) scps_sha256_update(&s, chunk, sizeof chunk);
+  scps__sha256_init(&s);
+  for (int i = 0; i < 1000; i++) scps__sha256_update(&s, chunk, sizeof chunk);
   uint8_t d[SCPS_SHA256_DIGEST_LEN];
-  scps_sha256_final(&s, d);
+  scps__sha256_final(&s, d);
   char got[SCPS_SHA256_HEX_LEN + 1];
-  scps_sha256_hex(d, SCPS_SHA256_HEX_LEN, got);
+  scps__sha256_hex(d, SCPS_SHA256_HEX_LEN, got);
   CHECKF(strcmp(got, want) == 0, "million a (chunked) = %s", got);
 
   char *big = malloc(1000000);
@@ -84,50 +84,50 @@ static void test_incremental_splits(void) {
   uint8_t msg[200];
   for (size_t i = 0; i < sizeof msg; i++) msg[i] = (uint8_t)(i * 37 + 11);
   uint8_t want[SCPS_SHA256_DIGEST_LEN];
-  scps_sha256(msg, sizeof msg, want);
+  scps__sha256(msg, sizeof msg, want);
 
   int bad_splits = 0;
   for (size_t cut = 0; cut <= sizeof msg; cut++) {
     scps_sha256_ctx s;
     uint8_t got[SCPS_SHA256_DIGEST_LEN];
-    scps_sha256_init(&s);
-    scps_sha256_update(&s, msg, cut);
-    scps_sha256_update(&s, NULL, 0);
-    scps_sha256_update(&s, msg + cut, sizeof msg - cut);
-    scps_sha256_final(&s, got);
+    scps__sha256_init(&s);
+    scps__sha256_update(&s, msg, cut);
+    scps__sha256_update(&s, NULL, 0);
+    scps__sha256_update(&s, msg + cut, sizeof msg - cut);
+    scps__sha256_final(&s, got);
     if (memcmp(got, want, sizeof want) != 0) bad_splits++;
   }
   CHECKF(bad_splits == 0, "%d two-way splits differ from one shot", bad_splits);
 
   scps_sha256_ctx s;
   uint8_t got[SCPS_SHA256_DIGEST_LEN];
-  scps_sha256_init(&s);
-  for (size_t i = 0; i < sizeof msg; i++) scps_sha256_update(&s, msg + i, 1);
-  scps_sha256_final(&s, got);
+  scps__sha256_init(&s);
+  for (size_t i = 0; i < sizeof msg; i++) scps__sha256_update(&s, msg + i, 1);
+  scps__sha256_final(&s, got);
   CHECK(memcmp(got, want, sizeof want) == 0);
 
   /* A re-initialised state hashes from scratch. */
-  scps_sha256_init(&s);
-  scps_sha256_update(&s, "abc", 3);
-  scps_sha256_final(&s, got);
+  scps__sha256_init(&s);
+  scps__sha256_update(&s, "abc", 3);
+  scps__sha256_final(&s, got);
   char hex[SCPS_SHA256_HEX_LEN + 1];
-  scps_sha256_hex(got, SCPS_SHA256_HEX_LEN, hex);
+  scps__sha256_hex(got, SCPS_SHA256_HEX_LEN, hex);
   CHECK(strcmp(hex, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad") == 0);
 }
 
 static void test_hex_prefix(void) {
   uint8_t d[SCPS_SHA256_DIGEST_LEN];
-  scps_sha256("abc", 3, d);
+  scps__sha256("abc", 3, d);
   char out[SCPS_SHA256_HEX_LEN + 8];
   memset(out, 'x', sizeof out);
-  scps_sha256_hex(d, 12, out);
+  scps__sha256_hex(d, 12, out);
   CHECKF(strcmp(out, "ba7816bf8f01") == 0, "12-hex prefix %s", out);
   CHECK(out[13] == 'x'); /* nothing written past the NUL */
-  scps_sha256_hex(d, 3, out);
+  scps__sha256_hex(d, 3, out);
   CHECKF(strcmp(out, "ba7") == 0, "odd prefix %s", out);
-  scps_sha256_hex(d, 0, out);
+  scps__sha256_hex(d, 0, out);
   CHECK(out[0] == '\0');
-  scps_sha256_hex(d, 1000, out); /* capped at the full digest */
+  scps__sha256_hex(d, 1000, out); /* capped at the full digest */
   CHECK(strlen(out) == SCPS_SHA256_HEX_LEN);
 }
 

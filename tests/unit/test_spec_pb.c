@@ -64,7 +64,7 @@ static const scps_combiner all_combiners[] = {SCPS_COMBINER_SUM, SCPS_COMBINER_M
  * default is not 0 are set to 0 on some tables so that "explicitly 0" must
  * survive the trip. Odd tables clip, every third names a stack. */
 static void make_table(int i, scps_table_spec *t) {
-  scps_table_spec_init(t);
+  scps__table_spec_init(t);
   snprintf(t->name, sizeof t->name, "table_%d", i);
   t->vocabulary_size = 1000003 + (int64_t)i * 7919;
   t->embedding_dim = 8 + 5 * i;
@@ -74,7 +74,7 @@ static void make_table(int i, scps_table_spec *t) {
   t->initializer.stddev = 0.01 * (i + 3);
   t->initializer.seed = 0x9e3779b97f4a7c15ull + (uint64_t)i;
   scps_optimizer_spec *o = &t->optimizer;
-  scps_optimizer_spec_init(o, all_optimizers[i % N_OPT]);
+  scps__optimizer_spec_init(o, all_optimizers[i % N_OPT]);
   int zero = (i / N_OPT) % 2; /* second pass over the types: zeros */
   o->learning_rate = zero ? 0.0 : 0.0371 + i;
   o->initial_accumulator = zero ? 0.0 : 0.33;
@@ -102,7 +102,7 @@ static void make_table(int i, scps_table_spec *t) {
 }
 
 static void make_feature(int i, int n_tables, scps_feature_spec *f) {
-  scps_feature_spec_init(f);
+  scps__feature_spec_init(f);
   snprintf(f->name, sizeof f->name, "feature_%d", i);
   snprintf(f->table, sizeof f->table, "table_%d", i % n_tables);
   f->batch_size = 128 << (i % 4);
@@ -144,29 +144,29 @@ static void test_cluster_round_trip(void) {
 
   scps_error err_store = {0}, *err = &err_store; /* CHECK_OK wants a pointer */
   scps_cluster_pb *c = NULL;
-  CHECK_OK(scps_cluster_pb_create(&topo, tables, NT, features, NF, &c, err), err);
+  CHECK_OK(scps__cluster_pb_create(&topo, tables, NT, features, NF, &c, err), err);
   if (!c) return;
   size_t len;
   uint8_t *buf = pack(&c->msg.base, &len);
-  scps_cluster_pb_destroy(c);
+  scps__cluster_pb_destroy(c);
   Scps__V1__ClusterSpec *u = buf ? scps__v1__cluster_spec__unpack(NULL, len, buf) : NULL;
   free(buf);
   CHECK(u != NULL);
   if (!u) return;
 
   scps_cluster_spec back;
-  CHECK_OK(scps_cluster_spec_from_pb(u, &back, err), err);
+  CHECK_OK(scps__cluster_spec_from_pb(u, &back, err), err);
   scps__v1__cluster_spec__free_unpacked(u, NULL);
   CHECK(back.n_tables == NT && back.n_features == NF);
   CHECK(back.topology.num_processes == 3 && back.topology.sc_per_process == 4 &&
         back.topology.sc_memory_bytes == (int64_t)5 << 33);
   for (int i = 0; i < NT && i < back.n_tables; i++)
     CHECKF(table_equal(&tables[i], &back.tables[i]), "table %d (%s, %s) differs after round trip",
-           i, scps_optimizer_name(tables[i].optimizer.type),
-           scps_initializer_name(tables[i].initializer.type));
+           i, scps__optimizer_name(tables[i].optimizer.type),
+           scps__initializer_name(tables[i].initializer.type));
   for (int i = 0; i < NF && i < back.n_features; i++)
     CHECKF(feature_equal(&features[i], &back.features[i]), "feature %d differs", i);
-  scps_cluster_spec_free(&back);
+  scps__cluster_spec_free(&back);
   CHECK(back.tables == NULL && back.n_tables == 0);
 }
 
@@ -176,15 +176,15 @@ static void test_table_round_trip(void) {
     scps_table_spec t, back;
     make_table(i, &t);
     scps_table_pb holder;
-    scps_table_spec_to_pb(&t, &holder);
+    scps__table_spec_to_pb(&t, &holder);
     Scps__V1__TableSpec *u = table_wire_trip(&holder.msg);
     if (!u) continue;
     scps_error err_store = {0}, *err = &err_store; /* CHECK_OK wants a pointer */
-    CHECK_OK(scps_table_spec_from_pb(u, &back, err), err);
+    CHECK_OK(scps__table_spec_from_pb(u, &back, err), err);
     CHECKF(table_equal(&t, &back), "table %d differs", i);
     /* The first pass is a realistic spec, so the trip covers values the
      * server would accept, not only odd ones. */
-    if (i < N_OPT) CHECK_OK(scps_specs_validate(&back, 1, NULL, 0, err), err);
+    if (i < N_OPT) CHECK_OK(scps__specs_validate(&back, 1, NULL, 0, err), err);
     scps__v1__table_spec__free_unpacked(u, NULL);
   }
 }
@@ -207,11 +207,11 @@ static void test_documented_defaults(void) {
   for (size_t k = 0; k < sizeof want / sizeof want[0]; k++) {
     Scps__V1__OptimizerSpec m;
     scps__v1__optimizer_spec__init(&m);
-    m.type = scps_optimizer_type_to_pb(want[k].type);
+    m.type = scps__optimizer_type_to_pb(want[k].type);
     scps_optimizer_spec o;
     scps_error err_store = {0}, *err = &err_store; /* CHECK_OK wants a pointer */
-    CHECK_OK(scps_optimizer_spec_from_pb(&m, "t", &o, err), err);
-    const char *name = scps_optimizer_name(want[k].type);
+    CHECK_OK(scps__optimizer_spec_from_pb(&m, "t", &o, err), err);
+    const char *name = scps__optimizer_name(want[k].type);
     CHECKF(o.type == want[k].type, "%s type", name);
 #define DEFAULT_IS(field, v)                                                                  \
   if (!isnan(v)) CHECKF(o.field == (v), "%s default " #field " %g, documented %g", name, o.field, v)
@@ -239,7 +239,7 @@ static void test_documented_defaults(void) {
   m.momentum = 0.0;
   scps_optimizer_spec o;
   scps_error err_store = {0}, *err = &err_store; /* CHECK_OK wants a pointer */
-  CHECK_OK(scps_optimizer_spec_from_pb(&m, "t", &o, err), err);
+  CHECK_OK(scps__optimizer_spec_from_pb(&m, "t", &o, err), err);
   CHECK(o.momentum == 0.0 && o.beta2 == 1.0);
 
   /* ...and is on the wire as field 2 (fixed64), the way a proto3
@@ -265,7 +265,7 @@ static void test_documented_defaults(void) {
   t.optimizer = &m;
   t.combiner = SCPS__V1__COMBINER__COMBINER_MEAN;
   scps_table_spec out;
-  CHECK_OK(scps_table_spec_from_pb(&t, &out, err), err);
+  CHECK_OK(scps__table_spec_from_pb(&t, &out, err), err);
   CHECK(out.max_ids_per_partition == 256 && out.max_unique_ids_per_partition == 256);
   CHECK(out.stack[0] == '\0' && !out.clip && out.combiner == SCPS_COMBINER_MEAN);
 }
@@ -300,7 +300,7 @@ static void expect_rejected(const char *what, const bad_case *b, const char *wan
   if (!u) return;
   scps_table_spec out;
   scps_error err_store = {0}, *err = &err_store; /* CHECK_OK wants a pointer */
-  int rc = scps_table_spec_from_pb(u, &out, err);
+  int rc = scps__table_spec_from_pb(u, &out, err);
   CHECKF(rc == SCPS_EINVAL, "%s: rc %d", what, rc);
   CHECKF(contains(err->msg, want1) && contains(err->msg, want2),
          "%s: message '%s' should name '%s' and '%s'", what, err->msg, want1, want2);
@@ -313,7 +313,7 @@ static void test_rejections(void) {
   scps_table_spec out;
 
   bad_case_init(&b);
-  CHECK_OK(scps_table_spec_from_pb(&b.t, &out, err), err); /* the base case is fine */
+  CHECK_OK(scps__table_spec_from_pb(&b.t, &out, err), err); /* the base case is fine */
 
   bad_case_init(&b);
   b.t.combiner = (Scps__V1__Combiner)99;
@@ -370,7 +370,7 @@ static void test_rejections(void) {
   bad_case_init(&b);
   b.t.name = long_name;
   b.t.stack = long_name;
-  CHECK_OK(scps_table_spec_from_pb(&b.t, &out, err), err);
+  CHECK_OK(scps__table_spec_from_pb(&b.t, &out, err), err);
   CHECK(strlen(out.name) == SCPS_NAME_MAX - 1 && !strcmp(out.stack, long_name));
   long_name[SCPS_NAME_MAX - 1] = 'n';
 
@@ -386,7 +386,7 @@ static void test_rejections(void) {
   f.name = "feat";
   f.table = long_name;
   scps_feature_spec fo;
-  int rc = scps_feature_spec_from_pb(&f, &fo, err);
+  int rc = scps__feature_spec_from_pb(&f, &fo, err);
   CHECK(rc == SCPS_EINVAL && contains(err->msg, "feature 'feat': table name"));
 }
 
@@ -399,12 +399,12 @@ static void test_cluster_rejections(void) {
   scps_topology topo = {.num_processes = 1, .sc_per_process = 2, .sc_memory_bytes = 1 << 30};
   scps_error err_store = {0}, *err = &err_store; /* CHECK_OK wants a pointer */
   scps_cluster_pb *c = NULL;
-  CHECK_OK(scps_cluster_pb_create(&topo, tables, 3, &feature, 1, &c, err), err);
+  CHECK_OK(scps__cluster_pb_create(&topo, tables, 3, &feature, 1, &c, err), err);
   if (!c) return;
   scps_cluster_spec back;
 
   c->tables[1].msg.combiner = (Scps__V1__Combiner)5;
-  int rc = scps_cluster_spec_from_pb(&c->msg, &back, err);
+  int rc = scps__cluster_spec_from_pb(&c->msg, &back, err);
   CHECKF(rc == SCPS_EINVAL && contains(err->msg, "tables[1]: table 'table_1': combiner 5"), "%s",
          err->msg);
   CHECK(back.tables == NULL && back.n_tables == 0);
@@ -412,35 +412,35 @@ static void test_cluster_rejections(void) {
 
   c->features[0].table = "";
   c->features[0].name = NULL; /* hand-built messages may leave strings NULL */
-  CHECK_OK(scps_cluster_spec_from_pb(&c->msg, &back, err), err);
+  CHECK_OK(scps__cluster_spec_from_pb(&c->msg, &back, err), err);
   CHECK(back.n_features == 1 && back.features && back.features[0].name[0] == '\0');
-  scps_cluster_spec_free(&back);
+  scps__cluster_spec_free(&back);
 
   c->msg.topology = NULL;
-  rc = scps_cluster_spec_from_pb(&c->msg, &back, err);
+  rc = scps__cluster_spec_from_pb(&c->msg, &back, err);
   CHECKF(rc == SCPS_EINVAL && contains(err->msg, "topology missing"), "%s", err->msg);
-  scps_cluster_pb_destroy(c);
+  scps__cluster_pb_destroy(c);
 
   c = NULL;
-  rc = scps_cluster_pb_create(&topo, tables, -1, NULL, 0, &c, err);
+  rc = scps__cluster_pb_create(&topo, tables, -1, NULL, 0, &c, err);
   CHECK(rc == SCPS_EINVAL && c == NULL && contains(err->msg, "-1 tables"));
-  rc = scps_cluster_pb_create(&topo, tables, 3, NULL, SCPS_CLUSTER_MAX_FEATURES + 1, &c, err);
+  rc = scps__cluster_pb_create(&topo, tables, 3, NULL, SCPS_CLUSTER_MAX_FEATURES + 1, &c, err);
   CHECK(rc == SCPS_EINVAL && c == NULL);
 
   /* An empty cluster converts both ways (validation rejects it later). */
-  CHECK_OK(scps_cluster_pb_create(&topo, NULL, 0, NULL, 0, &c, err), err);
+  CHECK_OK(scps__cluster_pb_create(&topo, NULL, 0, NULL, 0, &c, err), err);
   if (c) {
-    CHECK_OK(scps_cluster_spec_from_pb(&c->msg, &back, err), err);
+    CHECK_OK(scps__cluster_spec_from_pb(&c->msg, &back, err), err);
     CHECK(back.n_tables == 0 && back.tables == NULL && back.topology.sc_per_process == 2);
-    scps_cluster_spec_free(&back);
-    scps_cluster_pb_destroy(c);
+    scps__cluster_spec_free(&back);
+    scps__cluster_pb_destroy(c);
   }
 }
 
 /* The fingerprint is of what a declaration means: output_dim 0 or the
  * table's embedding_dim, and the optimizer's, initializer's and clipping's
  * fields their types do not read, changed, leave it as it was (and
- * scps_specs_diff finds no difference); a field that is read changes both. */
+ * scps__specs_diff finds no difference); a field that is read changes both. */
 static void test_fingerprint(void) {
   enum { NT = 14, NF = 6 };
   scps_table_spec a[NT], b[NT];
@@ -451,7 +451,7 @@ static void test_fingerprint(void) {
   scps_error err_store = {0}, *err = &err_store;
   uint8_t fp_a[SCPS_FINGERPRINT_BYTES], fp_b[SCPS_FINGERPRINT_BYTES];
   char diff[512];
-  CHECK_OK(scps_fingerprint(&topo, a, NT, fa, NF, fp_a, err), err);
+  CHECK_OK(scps__fingerprint(&topo, a, NT, fa, NF, fp_a, err), err);
   for (int variant = 0; variant < 4; variant++) {
     memcpy(b, a, sizeof b);
     memcpy(fb, fa, sizeof fb);
@@ -476,18 +476,18 @@ static void test_fingerprint(void) {
         t->clip_max = -42;
       }
     }
-    CHECK_OK(scps_fingerprint(&topo, b, NT, fb, NF, fp_b, err), err);
+    CHECK_OK(scps__fingerprint(&topo, b, NT, fb, NF, fp_b, err), err);
     CHECKF(!memcmp(fp_a, fp_b, sizeof fp_a), "variant %d: the fingerprint changed", variant);
-    CHECKF(!scps_specs_diff(&topo, a, NT, fa, NF, &topo, b, NT, fb, NF, "a", "b", diff, sizeof diff),
+    CHECKF(!scps__specs_diff(&topo, a, NT, fa, NF, &topo, b, NT, fb, NF, "a", "b", diff, sizeof diff),
            "variant %d: %s", variant, diff);
   }
   /* A field the type reads: both see it. */
   memcpy(b, a, sizeof b);
   CHECK(b[1].optimizer.type == SCPS_OPT_ADAGRAD);
   b[1].optimizer.initial_accumulator += 1;
-  CHECK_OK(scps_fingerprint(&topo, b, NT, fa, NF, fp_b, err), err);
+  CHECK_OK(scps__fingerprint(&topo, b, NT, fa, NF, fp_b, err), err);
   CHECK(memcmp(fp_a, fp_b, sizeof fp_a) != 0);
-  CHECK(scps_specs_diff(&topo, a, NT, fa, NF, &topo, b, NT, fa, NF, "a", "b", diff, sizeof diff) &&
+  CHECK(scps__specs_diff(&topo, a, NT, fa, NF, &topo, b, NT, fa, NF, "a", "b", diff, sizeof diff) &&
         contains(diff, "table 'table_1' optimizer initial_accumulator"));
 }
 

@@ -37,35 +37,35 @@ int main(void) {
   };
   const size_t n_statuses = sizeof statuses / sizeof *statuses;
   for (size_t i = 0; i < n_statuses; i++)
-    CHECKF(!strcmp(scps_status_name(statuses[i].s), statuses[i].name), "%d: %s", (int)statuses[i].s,
-           scps_status_name(statuses[i].s));
-  CHECK(!strcmp(scps_status_name((grpc_status_code)n_statuses), "UNKNOWN_STATUS"));
-  CHECK(!strcmp(scps_status_name((grpc_status_code)-1), "UNKNOWN_STATUS"));
+    CHECKF(!strcmp(scps__status_name(statuses[i].s), statuses[i].name), "%d: %s", (int)statuses[i].s,
+           scps__status_name(statuses[i].s));
+  CHECK(!strcmp(scps__status_name((grpc_status_code)n_statuses), "UNKNOWN_STATUS"));
+  CHECK(!strcmp(scps__status_name((grpc_status_code)-1), "UNKNOWN_STATUS"));
 
   /* Code to status: the listed one; 0 is OK; anything unlisted INTERNAL. */
-  CHECK(scps_status_from_error(0) == GRPC_STATUS_OK);
+  CHECK(scps__status_from_error(0) == GRPC_STATUS_OK);
   for (size_t i = 0; i < n_codes; i++)
-    CHECKF(scps_status_from_error(codes[i].code) == codes[i].status, "%s: %s, listed %s", codes[i].name,
-           scps_status_name(scps_status_from_error(codes[i].code)), scps_status_name(codes[i].status));
-  CHECK(scps_status_from_error(1) == GRPC_STATUS_INTERNAL && scps_status_from_error(-1000) == GRPC_STATUS_INTERNAL);
+    CHECKF(scps__status_from_error(codes[i].code) == codes[i].status, "%s: %s, listed %s", codes[i].name,
+           scps__status_name(scps__status_from_error(codes[i].code)), scps__status_name(codes[i].status));
+  CHECK(scps__status_from_error(1) == GRPC_STATUS_INTERNAL && scps__status_from_error(-1000) == GRPC_STATUS_INTERNAL);
 
   /* Status to code: the first listed code naming it, else SCPS_EIO. */
-  CHECK(scps_status_to_error(GRPC_STATUS_OK) == 0);
+  CHECK(scps__status_to_error(GRPC_STATUS_OK) == 0);
   for (size_t i = 1; i < n_statuses; i++) {
     grpc_status_code s = statuses[i].s;
     int want = SCPS_EIO;
     for (size_t k = n_codes; k-- > 0;)
       if (codes[k].status == s) want = codes[k].code;
-    CHECKF(scps_status_to_error(s) == want, "%s: %s, expected %s", statuses[i].name,
-           scps_err_name(scps_status_to_error(s)), scps_err_name(want));
+    CHECKF(scps__status_to_error(s) == want, "%s: %s, expected %s", statuses[i].name,
+           scps_err_name(scps__status_to_error(s)), scps_err_name(want));
   }
-  CHECK(scps_status_to_error((grpc_status_code)n_statuses) == SCPS_EIO);
+  CHECK(scps__status_to_error((grpc_status_code)n_statuses) == SCPS_EIO);
 
   /* A round trip keeps every code that is the first to name its status. */
   for (size_t i = 0; i < n_codes; i++) {
     bool first = true;
     for (size_t k = 0; k < i; k++) first = first && codes[k].status != codes[i].status;
-    if (first) CHECKF(scps_status_to_error(scps_status_from_error(codes[i].code)) == codes[i].code, "%s", codes[i].name);
+    if (first) CHECKF(scps__status_to_error(scps__status_from_error(codes[i].code)) == codes[i].code, "%s", codes[i].name);
   }
   return scps_test_finish("test_status");
 }

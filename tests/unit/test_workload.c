@@ -19,14 +19,14 @@ static scps_workload *load_shared(const char *name) {
   snprintf(rel, sizeof rel, "workloads/%s.json", name);
   scps_workload *w = NULL;
   scps_error err_, *err = &err_;
-  CHECK_OK(scps_workload_load(scps_test_shared_path(rel), &w, err), err);
+  CHECK_OK(scps__workload_load(scps_test_shared_path(rel), &w, err), err);
   return w;
 }
 
 static scps_workload *parse_text(const char *text) {
   scps_workload *w = NULL;
   scps_error err_, *err = &err_;
-  CHECK_OK(scps_workload_parse(text, strlen(text), &w, err), err);
+  CHECK_OK(scps__workload_parse(text, strlen(text), &w, err), err);
   return w;
 }
 
@@ -76,7 +76,7 @@ static void test_dlrm8_and_serving(void) {
       CHECK(f->valency == 4 && f->batch_size == batches[k] && f->output_dim == 64);
       CHECK(w->draws[i].valency_min == 4 && w->draws[i].valency_max == 4 && !w->draws[i].weighted);
     }
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
 }
 
@@ -98,7 +98,7 @@ static void test_criteo26(void) {
     CHECK(!strcmp(w->features[i].table, name));
     CHECK(w->features[i].valency == 1 && w->features[i].output_dim == w->tables[i].embedding_dim);
   }
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
 }
 
 static void test_shared_tables(void) {
@@ -140,26 +140,26 @@ static void test_shared_tables(void) {
     CHECK(f->batch_size == 512);
     CHECK(f->output_dim == (!strcmp(expect[i].table, "items") ? 32 : 24));
   }
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
 }
 
 static double json_num(const scps_json *obj, const char *key) {
   double d = NAN;
-  const scps_json *v = scps_json_get(obj, key);
-  if (v) scps_json_number(v, &d);
+  const scps_json *v = scps__json_get(obj, key);
+  if (v) scps__json_number(v, &d);
   return d;
 }
 
 static double json_at_num(const scps_json *arr, size_t i) {
   double d = NAN;
-  const scps_json *v = scps_json_at(arr, i);
-  if (v) scps_json_number(v, &d);
+  const scps_json *v = scps__json_at(arr, i);
+  if (v) scps__json_number(v, &d);
   return d;
 }
 
 static const char *json_str(const scps_json *obj, const char *key) {
-  const scps_json *v = scps_json_get(obj, key);
-  return v ? scps_json_string(v, NULL) : NULL;
+  const scps_json *v = scps__json_get(obj, key);
+  return v ? scps__json_string(v, NULL) : NULL;
 }
 
 /* Every table and feature of every shared file against the file's own DOM. */
@@ -178,36 +178,36 @@ static void test_files_match_dom(void) {
     fclose(f);
     scps_json *root;
     scps_error err_, *err = &err_;
-    CHECK_OK(scps_json_parse(text, len, &root, err), err);
+    CHECK_OK(scps__json_parse(text, len, &root, err), err);
     free(text);
     if (!root) continue;
-    CHECK_OK(scps_specs_validate(w->tables, w->n_tables, w->features, w->n_features, err), err);
+    CHECK_OK(scps__specs_validate(w->tables, w->n_tables, w->features, w->n_features, err), err);
     CHECK(w->batch_size == (int32_t)json_num(root, "batch_size"));
-    const scps_json *tables = scps_json_get(root, "tables");
-    CHECK((size_t)w->n_tables == scps_json_length(tables));
+    const scps_json *tables = scps__json_get(root, "tables");
+    CHECK((size_t)w->n_tables == scps__json_length(tables));
     for (int i = 0; i < w->n_tables; i++) {
-      const scps_json *jt = scps_json_at(tables, (size_t)i);
+      const scps_json *jt = scps__json_at(tables, (size_t)i);
       const scps_table_spec *t = &w->tables[i];
-      const scps_json *opt = scps_json_get(jt, "optimizer"), *init = scps_json_get(jt, "initializer");
+      const scps_json *opt = scps__json_get(jt, "optimizer"), *init = scps__json_get(jt, "initializer");
       CHECKF(!strcmp(t->name, json_str(jt, "name")), "%s table %d", files[k], i);
       CHECK(t->vocabulary_size == (int64_t)json_num(jt, "vocabulary_size"));
       CHECK(t->embedding_dim == (int32_t)json_num(jt, "embedding_dim"));
-      CHECK(!strcmp(scps_combiner_name(t->combiner), json_str(jt, "combiner")));
-      CHECK(!strcmp(scps_optimizer_name(t->optimizer.type), json_str(opt, "type")));
+      CHECK(!strcmp(scps__combiner_name(t->combiner), json_str(jt, "combiner")));
+      CHECK(!strcmp(scps__optimizer_name(t->optimizer.type), json_str(opt, "type")));
       CHECK(t->optimizer.learning_rate == json_num(opt, "learning_rate"));
-      CHECK(!strcmp(scps_initializer_name(t->initializer.type), json_str(init, "type")));
-      if (scps_json_get(init, "scale")) CHECK(t->initializer.scale == json_num(init, "scale"));
-      if (scps_json_get(init, "stddev")) CHECK(t->initializer.stddev == json_num(init, "stddev"));
+      CHECK(!strcmp(scps__initializer_name(t->initializer.type), json_str(init, "type")));
+      if (scps__json_get(init, "scale")) CHECK(t->initializer.scale == json_num(init, "scale"));
+      if (scps__json_get(init, "stddev")) CHECK(t->initializer.stddev == json_num(init, "stddev"));
     }
-    const scps_json *features = scps_json_get(root, "features");
-    CHECK((size_t)w->n_features == scps_json_length(features));
+    const scps_json *features = scps__json_get(root, "features");
+    CHECK((size_t)w->n_features == scps__json_length(features));
     for (int i = 0; i < w->n_features; i++) {
-      const scps_json *jf = scps_json_at(features, (size_t)i);
+      const scps_json *jf = scps__json_at(features, (size_t)i);
       const scps_feature_spec *fs = &w->features[i];
       CHECKF(!strcmp(fs->name, json_str(jf, "name")), "%s feature %d", files[k], i);
       CHECK(!strcmp(fs->table, json_str(jf, "table")));
-      const scps_json *val = scps_json_get(jf, "valency");
-      if (scps_json_typeof(val) == SCPS_JSON_ARRAY) {
+      const scps_json *val = scps__json_get(jf, "valency");
+      if (scps__json_typeof(val) == SCPS_JSON_ARRAY) {
         CHECK(fs->valency == 0);
         CHECK(w->draws[i].valency_min == (int32_t)json_at_num(val, 0));
         CHECK(w->draws[i].valency_max == (int32_t)json_at_num(val, 1));
@@ -215,13 +215,13 @@ static void test_files_match_dom(void) {
         CHECK(fs->valency == (int32_t)json_num(jf, "valency"));
         CHECK(w->draws[i].valency_min == fs->valency && w->draws[i].valency_max == fs->valency);
       }
-      const scps_json *weighted = scps_json_get(jf, "weighted");
+      const scps_json *weighted = scps__json_get(jf, "weighted");
       bool wb = false;
-      if (weighted) scps_json_bool(weighted, &wb);
+      if (weighted) scps__json_bool(weighted, &wb);
       CHECK(w->draws[i].weighted == wb);
     }
-    scps_json_destroy(root);
-    scps_workload_destroy(w);
+    scps__json_destroy(root);
+    scps__workload_destroy(w);
   }
 }
 
@@ -258,18 +258,18 @@ static void refuse(const char *text, int code, const char *frag1, const char *fr
   scps_workload *w = (scps_workload *)&w;
   scps_error err_, *err = &err_;
   scps_error_clear(err);
-  int rc = scps_workload_parse(text, strlen(text), &w, err);
+  int rc = scps__workload_parse(text, strlen(text), &w, err);
   CHECKF(rc == code, "rc %d (want %d): %s", rc, code, err->msg);
   CHECK(w == NULL);
   CHECKF(!frag1 || strstr(err->msg, frag1), "message \"%s\" lacks \"%s\"", err->msg, frag1);
   CHECKF(!frag2 || strstr(err->msg, frag2), "message \"%s\" lacks \"%s\"", err->msg, frag2);
-  if (rc == 0) scps_workload_destroy(w);
+  if (rc == 0) scps__workload_destroy(w);
 }
 
 static void test_rejections(void) {
   scps_workload *w = parse_text(base_text);
   CHECK(w != NULL);
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
 
   const int E = SCPS_EINVAL;
   /* Top level. */
@@ -415,7 +415,7 @@ static void test_rejections(void) {
   /* The file loader names the path and reports missing files. */
   scps_error err_, *err = &err_;
   w = (scps_workload *)&w;
-  CHECK(scps_workload_load("/nonexistent/dir/w.json", &w, err) == SCPS_EIO);
+  CHECK(scps__workload_load("/nonexistent/dir/w.json", &w, err) == SCPS_EIO);
   CHECK(w == NULL && strstr(err->msg, "/nonexistent/dir/w.json"));
 }
 
@@ -434,7 +434,7 @@ static void test_accepted_variants(void) {
     CHECK(w->features[0].valency == 3 && w->features[1].valency == 0);
     CHECK(w->features[0].output_dim == 8 && w->features[1].output_dim == 4);
     CHECK(w->draws[1].valency_min == 0 && w->draws[1].valency_max == 5 && w->draws[1].weighted);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
 
   /* Every optimizer with all of its hyper-parameters by their reference names. */
@@ -445,21 +445,21 @@ static void test_accepted_variants(void) {
     const scps_optimizer_spec *o = &w->tables[1].optimizer;
     CHECK(o->type == SCPS_OPT_ADAM && o->learning_rate == 0.25 && o->beta1 == 0.8 &&
           o->beta2 == 0.99 && o->epsilon == 1e-7);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   w = parse_text(edit("{\"type\": \"sgd\"}", "{\"type\": \"adam\"}"));
   if (w) {
     /* Reference defaults: beta_1 0.9, beta_2 0.999, epsilon 1e-8, lr 0.001. */
     const scps_optimizer_spec *o = &w->tables[1].optimizer;
     CHECK(o->beta1 == 0.9 && o->beta2 == 0.999 && o->epsilon == 1e-8 && o->learning_rate == 0.001);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   w = parse_text(edit("{\"type\": \"sgd\"}",
                       "{\"type\": \"laprop\", \"b1\": 0.7, \"b2\": 0.9, \"eps\": 1e-20}"));
   if (w) {
     const scps_optimizer_spec *o = &w->tables[1].optimizer;
     CHECK(o->type == SCPS_OPT_LAPROP && o->beta1 == 0.7 && o->beta2 == 0.9 && o->epsilon == 1e-20);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   w = parse_text(edit("{\"type\": \"sgd\"}",
                       "{\"type\": \"adagrad_momentum\", \"initial_accumulator\": 0.3, "
@@ -470,7 +470,7 @@ static void test_accepted_variants(void) {
     CHECK(o->type == SCPS_OPT_ADAGRAD_MOMENTUM && o->initial_accumulator == 0.3 &&
           o->momentum == 0.5 && o->beta2 == 0.9 && o->epsilon == 1e-9 && o->exponent == 3 &&
           o->use_nesterov);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   w = parse_text(edit("{\"type\": \"sgd\"}",
                       "{\"type\": \"ftrl\", \"learning_rate_power\": -0.7, \"l1\": 0.1, "
@@ -481,7 +481,7 @@ static void test_accepted_variants(void) {
     CHECK(o->type == SCPS_OPT_FTRL && o->learning_rate_power == -0.7 && o->l1 == 0.1 &&
           o->l2 == 0.2 && o->beta == 0.3 && o->multiply_linear_by_learning_rate &&
           o->initial_linear == 0.4 && o->initial_accumulator == 0.5);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   w = parse_text(edit("{\"type\": \"sgd\"}",
                       "{\"type\": \"f2a\", \"rho\": 0.6, \"l1\": 0.01, \"l2\": 0.02, "
@@ -490,7 +490,7 @@ static void test_accepted_variants(void) {
     const scps_optimizer_spec *o = &w->tables[1].optimizer;
     CHECK(o->type == SCPS_OPT_F2A && o->rho == 0.6 && o->l1 == 0.01 && o->l2 == 0.02 &&
           o->max_lr_multiplier == 100 && o->initial_accumulator == 0.7);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
 
   /* Initializers and the optional table extras. */
@@ -505,19 +505,19 @@ static void test_accepted_variants(void) {
     CHECK(t->clip && t->clip_min == -1.0f && t->clip_max == 0.5f);
     CHECK(t->max_ids_per_partition == 512 && t->max_unique_ids_per_partition == 64);
     CHECK(!strcmp(t->stack, "s1"));
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   w = parse_text(edit("{\"type\": \"zeros\"}", "{\"type\": \"constant\", \"value\": -2.5}"));
   if (w) {
     CHECK(w->tables[1].initializer.type == SCPS_INIT_CONSTANT &&
           w->tables[1].initializer.value == -2.5);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   w = parse_text(edit("{\"type\": \"zeros\"}", "{\"type\": \"normal\", \"stddev\": 1e-3}"));
   if (w) {
     CHECK(w->tables[1].initializer.type == SCPS_INIT_NORMAL &&
           w->tables[1].initializer.stddev == 1e-3);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
 
   /* Uniform ids without exponent; no name or description; no seed. */
@@ -525,18 +525,18 @@ static void test_accepted_variants(void) {
                       "\"distribution\": \"uniform\""));
   if (w) {
     CHECK(w->distribution == SCPS_IDS_UNIFORM && w->seed == 0);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   w = parse_text(edit("\"name\": \"t\", \"description\": \"d\", ", ""));
   if (w) {
     CHECK(w->name[0] == '\0' && w->description && w->description[0] == '\0');
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   /* Whole-number values may be written with a fraction or exponent. */
   w = parse_text(edit("\"vocabulary_size\": 100", "\"vocabulary_size\": 1e2"));
   if (w) {
     CHECK(w->tables[0].vocabulary_size == 100);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
 }
 
@@ -576,13 +576,13 @@ static void test_determinism_and_ranges(void) {
   if (!w) return;
   scps_error err_, *err = &err_;
   scps_workload_gen *g1 = NULL, *g2 = NULL, *g3 = NULL;
-  CHECK_OK(scps_workload_gen_create(w, 7, &g1, err), err);
-  CHECK_OK(scps_workload_gen_create(w, 7, &g2, err), err);
-  CHECK_OK(scps_workload_gen_create(w, 8, &g3, err), err);
+  CHECK_OK(scps__workload_gen_create(w, 7, &g1, err), err);
+  CHECK_OK(scps__workload_gen_create(w, 7, &g2, err), err);
+  CHECK_OK(scps__workload_gen_create(w, 8, &g3, err), err);
   if (!g1 || !g2 || !g3) return;
 
   /* Before the first batch every feature is empty. */
-  const scps_feature_input *in = scps_workload_gen_inputs(g1);
+  const scps_feature_input *in = scps__workload_gen_inputs(g1);
   for (int f = 0; f < w->n_features; f++) {
     CHECK(in[f].form == SCPS_INPUT_RAGGED && in[f].n_ids == 0);
     CHECK(in[f].row_offsets[0] == 0 && in[f].row_offsets[w->batch_size] == 0);
@@ -592,18 +592,18 @@ static void test_determinism_and_ranges(void) {
   double weight_sum = 0;
   size_t weight_n = 0;
   for (int b = 0; b < 4; b++) {
-    scps_workload_gen_next(g1);
-    scps_workload_gen_next(g2);
-    scps_workload_gen_next(g3);
-    const scps_feature_input *a = scps_workload_gen_inputs(g1);
-    CHECKF(same_batch(a, scps_workload_gen_inputs(g2), w->n_features, w->batch_size),
+    scps__workload_gen_next(g1);
+    scps__workload_gen_next(g2);
+    scps__workload_gen_next(g3);
+    const scps_feature_input *a = scps__workload_gen_inputs(g1);
+    CHECKF(same_batch(a, scps__workload_gen_inputs(g2), w->n_features, w->batch_size),
            "batch %d differs between equal seeds", b);
-    CHECKF(!same_batch(a, scps_workload_gen_inputs(g3), w->n_features, w->batch_size),
+    CHECKF(!same_batch(a, scps__workload_gen_inputs(g3), w->n_features, w->batch_size),
            "batch %d equal for different seeds", b);
     for (int f = 0; f < w->n_features; f++) {
       const scps_feature_input *x = &a[f];
       const scps_feature_draw *d = &w->draws[f];
-      int64_t vocab = w->tables[scps_find_table(w->tables, w->n_tables, w->features[f].table)]
+      int64_t vocab = w->tables[scps__find_table(w->tables, w->n_tables, w->features[f].table)]
                           .vocabulary_size;
       CHECK(x->form == SCPS_INPUT_RAGGED && x->row_lengths == NULL);
       CHECK(x->row_offsets[0] == 0 && (size_t)x->row_offsets[w->batch_size] == x->n_ids);
@@ -641,30 +641,30 @@ static void test_determinism_and_ranges(void) {
          weight_sum / (double)weight_n);
 
   /* Features drawing from one table still get their own streams. */
-  const scps_feature_input *a = scps_workload_gen_inputs(g1);
+  const scps_feature_input *a = scps__workload_gen_inputs(g1);
   CHECK(a[4].n_ids != a[5].n_ids || memcmp(a[4].ids, a[5].ids, a[4].n_ids * sizeof(int64_t)));
 
   /* A changed workload seed changes the batches too. */
   scps_workload_gen *g4 = NULL;
   w->seed += 1;
-  CHECK_OK(scps_workload_gen_create(w, 7, &g4, err), err);
+  CHECK_OK(scps__workload_gen_create(w, 7, &g4, err), err);
   /* The generator keeps no reference to the workload. */
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
   if (g4) {
     scps_workload_gen *g5 = NULL;
     scps_workload *w2 = load_shared("shared-tables");
-    CHECK_OK(scps_workload_gen_create(w2, 7, &g5, err), err);
-    scps_workload_gen_next(g4);
-    scps_workload_gen_next(g5);
-    CHECK(!same_batch(scps_workload_gen_inputs(g4), scps_workload_gen_inputs(g5), w2->n_features,
+    CHECK_OK(scps__workload_gen_create(w2, 7, &g5, err), err);
+    scps__workload_gen_next(g4);
+    scps__workload_gen_next(g5);
+    CHECK(!same_batch(scps__workload_gen_inputs(g4), scps__workload_gen_inputs(g5), w2->n_features,
                       w2->batch_size));
-    scps_workload_gen_destroy(g5);
-    scps_workload_destroy(w2);
+    scps__workload_gen_destroy(g5);
+    scps__workload_destroy(w2);
   }
-  scps_workload_gen_destroy(g1);
-  scps_workload_gen_destroy(g2);
-  scps_workload_gen_destroy(g3);
-  scps_workload_gen_destroy(g4);
+  scps__workload_gen_destroy(g1);
+  scps__workload_gen_destroy(g2);
+  scps__workload_gen_destroy(g3);
+  scps__workload_gen_destroy(g4);
 }
 
 /* zeta(s) = sum 1/n^s by direct summation to N plus the Euler-Maclaurin
@@ -685,12 +685,12 @@ static void draw_counts(scps_workload *w, int64_t track, int64_t *counts, int64_
                         size_t total) {
   scps_error err_, *err = &err_;
   scps_workload_gen *g = NULL;
-  CHECK_OK(scps_workload_gen_create(w, 3, &g, err), err);
+  CHECK_OK(scps__workload_gen_create(w, 3, &g, err), err);
   if (!g) return;
   size_t drawn = 0;
   while (drawn < total) {
-    scps_workload_gen_next(g);
-    const scps_feature_input *in = scps_workload_gen_inputs(g);
+    scps__workload_gen_next(g);
+    const scps_feature_input *in = scps__workload_gen_inputs(g);
     for (size_t i = 0; i < in[0].n_ids; i++) {
       int64_t id = in[0].ids[i];
       if (id >= 0 && id < track) counts[id]++;
@@ -698,7 +698,7 @@ static void draw_counts(scps_workload *w, int64_t track, int64_t *counts, int64_
     }
     drawn += in[0].n_ids;
   }
-  scps_workload_gen_destroy(g);
+  scps__workload_gen_destroy(g);
 }
 
 /* |observed - p| within 6 binomial standard deviations. */
@@ -735,7 +735,7 @@ static void test_zipf_shape(void) {
     double rsd = pow(2, s) * sqrt(1.0 / (double)counts[0] + 1.0 / (double)counts[1]);
     CHECKF(fabs(ratio - pow(2, s)) < 6 * rsd, "s %g: count(0)/count(1) %g, expected %g", s, ratio,
            pow(2, s));
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
 }
 
@@ -764,7 +764,7 @@ static void test_zipf_folding(void) {
              counts[r] / (double)n, p);
     }
     free(counts);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
 }
 
@@ -775,10 +775,10 @@ static void test_uniform(void) {
   size_t n = 0;
   scps_error err_, *err = &err_;
   scps_workload_gen *g = NULL;
-  CHECK_OK(scps_workload_gen_create(w, 1, &g, err), err);
+  CHECK_OK(scps__workload_gen_create(w, 1, &g, err), err);
   if (g) {
-    scps_workload_gen_next(g);
-    const scps_feature_input *in = scps_workload_gen_inputs(g);
+    scps__workload_gen_next(g);
+    const scps_feature_input *in = scps__workload_gen_inputs(g);
     n = in[0].n_ids;
     for (size_t i = 0; i < n; i++) {
       if (in[0].ids[i] >= 0 && in[0].ids[i] < 10) counts[in[0].ids[i]]++;
@@ -788,12 +788,12 @@ static void test_uniform(void) {
     /* Mean length 2 over 100000 samples (sd of one length is sqrt(2/3)). */
     double mean_len = (double)n / 100000.0;
     CHECKF(fabs(mean_len - 2.0) < 6 * sqrt(2.0 / 3.0 / 100000.0), "mean length %g", mean_len);
-    scps_workload_gen_destroy(g);
+    scps__workload_gen_destroy(g);
   }
   CHECK(beyond == 0);
   for (int k = 0; k < 10; k++)
     CHECKF(near(counts[k], n, 0.1), "uniform: P(%d) %g", k, counts[k] / (double)n);
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
 }
 
 static void test_generator_limits(void) {
@@ -802,9 +802,9 @@ static void test_generator_limits(void) {
   if (!w) return;
   scps_error err_, *err = &err_;
   scps_workload_gen *g = (scps_workload_gen *)&g;
-  CHECK(scps_workload_gen_create(w, 0, &g, err) == SCPS_EINVAL);
+  CHECK(scps__workload_gen_create(w, 0, &g, err) == SCPS_EINVAL);
   CHECK(g == NULL && strstr(err->msg, "ids"));
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
 }
 
 /* Not a pass/fail check (machines and sanitizers differ): reports the rate
@@ -814,22 +814,22 @@ static void report_throughput(void) {
   if (!w) return;
   scps_error err_, *err = &err_;
   scps_workload_gen *g = NULL;
-  CHECK_OK(scps_workload_gen_create(w, 0, &g, err), err);
+  CHECK_OK(scps__workload_gen_create(w, 0, &g, err), err);
   if (g) {
     struct timespec t0, t1;
     size_t ids = 0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int b = 0; b < 10; b++) {
-      scps_workload_gen_next(g);
-      for (int f = 0; f < w->n_features; f++) ids += scps_workload_gen_inputs(g)[f].n_ids;
+      scps__workload_gen_next(g);
+      for (int f = 0; f < w->n_features; f++) ids += scps__workload_gen_inputs(g)[f].n_ids;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double dt = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) * 1e-9;
     printf("dlrm8 generation: %.1f M ids/s\n", (double)ids / dt / 1e6);
     CHECK(ids == 10u * 8u * 4096u * 4u);
-    scps_workload_gen_destroy(g);
+    scps__workload_gen_destroy(g);
   }
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
 }
 
 /* ---- writing specs back ---- */
@@ -845,7 +845,7 @@ static void test_write_specs_round_trip(void) {
   scps_table_spec t[NT];
   scps_feature_spec f[NT + 1];
   for (int i = 0; i < NT; i++) {
-    scps_table_spec_init(&t[i]);
+    scps__table_spec_init(&t[i]);
     snprintf(t[i].name, sizeof t[i].name, i == 2 ? "t\"%d\\x\x01" : "t%d", i);
     t[i].vocabulary_size = 1000 + 37 * i;
     t[i].embedding_dim = 3 + i;
@@ -853,7 +853,7 @@ static void test_write_specs_round_trip(void) {
     t[i].max_ids_per_partition = 100 + i;
     t[i].max_unique_ids_per_partition = 50 + i;
     scps_optimizer_spec *o = &t[i].optimizer;
-    scps_optimizer_spec_init(o, types[i]);
+    scps__optimizer_spec_init(o, types[i]);
     o->learning_rate = 0.1 / 3;
     switch (types[i]) {
     case SCPS_OPT_SGD: break;
@@ -904,7 +904,7 @@ static void test_write_specs_round_trip(void) {
   }
   for (int i = 0; i <= NT; i++) {
     int ti = i % NT;
-    scps_feature_spec_init(&f[i]);
+    scps__feature_spec_init(&f[i]);
     snprintf(f[i].name, sizeof f[i].name, "f%d", i);
     snprintf(f[i].table, sizeof f[i].table, "%s", t[ti].name);
     f[i].batch_size = 17;
@@ -912,44 +912,44 @@ static void test_write_specs_round_trip(void) {
     f[i].output_dim = t[ti].embedding_dim;
   }
   scps_error err_, *err = &err_;
-  CHECK_OK(scps_specs_validate(t, NT, f, NT + 1, err), err);
+  CHECK_OK(scps__specs_validate(t, NT, f, NT + 1, err), err);
 
   scps_jsonw w;
-  scps_jsonw_init(&w);
-  CHECK_OK(scps_workload_write_specs(t, NT, f, NT + 1, &w, err), err);
+  scps__jsonw_init(&w);
+  CHECK_OK(scps__workload_write_specs(t, NT, f, NT + 1, &w, err), err);
   scps_workload *back = NULL;
-  if (!w.failed) CHECK_OK(scps_workload_parse(w.buf, w.len, &back, err), err);
+  if (!w.failed) CHECK_OK(scps__workload_parse(w.buf, w.len, &back, err), err);
   if (back) {
     scps_topology topo = {1, 1, 1 << 20};
     char msg[512] = "";
-    int diff = scps_specs_diff(&topo, t, NT, f, NT + 1, &topo, back->tables, back->n_tables,
+    int diff = scps__specs_diff(&topo, t, NT, f, NT + 1, &topo, back->tables, back->n_tables,
                                back->features, back->n_features, "written", "read", msg, sizeof msg);
     CHECKF(diff == 0, "%s\n%s", msg, w.buf);
     for (int i = 0; i < NT && i < back->n_tables; i++)
       CHECKF(!memcmp(&t[i].optimizer, &back->tables[i].optimizer, sizeof t[i].optimizer),
              "table %d optimizer not bitwise equal", i);
-    scps_workload_destroy(back);
+    scps__workload_destroy(back);
   }
-  scps_jsonw_free(&w);
+  scps__jsonw_free(&w);
 
   /* What the format cannot carry is refused, naming it. */
   f[3].batch_size = 18;
-  scps_jsonw_init(&w);
-  CHECK(scps_workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
+  scps__jsonw_init(&w);
+  CHECK(scps__workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
   CHECKF(strstr(err->msg, "'f3'") && strstr(err->msg, "batch_size"), "%s", err->msg);
-  scps_jsonw_free(&w);
+  scps__jsonw_free(&w);
   f[3].batch_size = 17;
   f[4].output_dim = 1;
-  scps_jsonw_init(&w);
-  CHECK(scps_workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
+  scps__jsonw_init(&w);
+  CHECK(scps__workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
   CHECKF(strstr(err->msg, "'f4'") && strstr(err->msg, "output_dim"), "%s", err->msg);
-  scps_jsonw_free(&w);
+  scps__jsonw_free(&w);
   f[4].output_dim = t[4].embedding_dim;
   t[1].initializer.seed = ((uint64_t)1 << 53) + 1;
-  scps_jsonw_init(&w);
-  CHECK(scps_workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
+  scps__jsonw_init(&w);
+  CHECK(scps__workload_write_specs(t, NT, f, NT + 1, &w, err) == SCPS_EINVAL);
   CHECKF(strstr(err->msg, "'t1'") && strstr(err->msg, "seed"), "%s", err->msg);
-  scps_jsonw_free(&w);
+  scps__jsonw_free(&w);
 }
 
 /* The shared files' specs survive a write and a parse unchanged. */
@@ -960,20 +960,20 @@ static void test_write_specs_shared_files(void) {
     if (!w) continue;
     scps_error err_, *err = &err_;
     scps_jsonw out;
-    scps_jsonw_init(&out);
-    CHECK_OK(scps_workload_write_specs(w->tables, w->n_tables, w->features, w->n_features, &out, err), err);
-    if (!out.failed) CHECK_OK(scps_workload_parse(out.buf, out.len, &back, err), err);
+    scps__jsonw_init(&out);
+    CHECK_OK(scps__workload_write_specs(w->tables, w->n_tables, w->features, w->n_features, &out, err), err);
+    if (!out.failed) CHECK_OK(scps__workload_parse(out.buf, out.len, &back, err), err);
     if (back) {
       scps_topology topo = {1, 1, 1 << 20};
       char msg[512] = "";
-      CHECKF(!scps_specs_diff(&topo, w->tables, w->n_tables, w->features, w->n_features, &topo,
+      CHECKF(!scps__specs_diff(&topo, w->tables, w->n_tables, w->features, w->n_features, &topo,
                               back->tables, back->n_tables, back->features, back->n_features,
                               "file", "written", msg, sizeof msg),
              "%s: %s", names[k], msg);
     }
-    scps_workload_destroy(back);
-    scps_workload_destroy(w);
-    scps_jsonw_free(&out);
+    scps__workload_destroy(back);
+    scps__workload_destroy(w);
+    scps__jsonw_free(&out);
   }
 }
 
@@ -999,28 +999,28 @@ static void test_limits_sized_from_declaration(void) {
   scps_layout *l = NULL;
   scps_prep *p = NULL;
   const scps_topology topo = {1, 4, (int64_t)1 << 30};
-  CHECK_OK(scps_layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, &err), &err);
-  if (l) CHECK_OK(scps_prep_create(l, NULL, &p, &err), &err);
+  CHECK_OK(scps__layout_create(w->tables, w->n_tables, w->features, w->n_features, &topo, NULL, &l, &err), &err);
+  if (l) CHECK_OK(scps__prep_create(l, NULL, &p, &err), &err);
   if (p) {
     /* Samples 0..255 are source 0's; ids 4k all live on SparseCore 0. */
     int64_t *ids = calloc(1024 * 20, sizeof *ids);
     for (int64_t i = 0; ids && i < 1024 * 20; i++) ids[i] = i < 256 * 20 ? 4 * i : 4 * i + 1;
     scps_feature_input in = {.form = SCPS_INPUT_DENSE, .n_ids = 1024 * 20, .ids = ids, .valency = 20,
                              .batch_size = 1024};
-    if (ids) CHECK_OK(scps_prep_run(p, &in, &err), &err);
-    CHECK(scps_prep_stats(p, 0)->max_ids_per_partition[0] == 5120);
+    if (ids) CHECK_OK(scps__prep_run(p, &in, &err), &err);
+    CHECK(scps__prep_stats(p, 0)->max_ids_per_partition[0] == 5120);
     free(ids);
   }
-  scps_prep_destroy(p);
-  scps_layout_destroy(l);
-  scps_workload_destroy(w);
+  scps__prep_destroy(p);
+  scps__layout_destroy(l);
+  scps__workload_destroy(w);
 
   /* Ragged features count the top of their range; a small vocabulary caps
    * unique ids, never below 256; explicit limits stay. */
   snprintf(text, sizeof text, base, ", \"max_unique_ids_per_partition\": 300");
   if ((w = parse_text(text))) {
     CHECK(w->tables[0].max_ids_per_partition == 20480 && w->tables[0].max_unique_ids_per_partition == 300);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
   static const char *small =
       "{\"batch_size\": 64, \"tables\": [{\"name\": \"t\", \"vocabulary_size\": 1000, \"embedding_dim\": 8,\n"
@@ -1036,7 +1036,7 @@ static void test_limits_sized_from_declaration(void) {
            "t: (%d, %d)", w->tables[0].max_ids_per_partition, w->tables[0].max_unique_ids_per_partition);
     CHECKF(w->tables[1].max_ids_per_partition == 256 && w->tables[1].max_unique_ids_per_partition == 256,
            "u: (%d, %d)", w->tables[1].max_ids_per_partition, w->tables[1].max_unique_ids_per_partition);
-    scps_workload_destroy(w);
+    scps__workload_destroy(w);
   }
 }
 
@@ -1053,9 +1053,9 @@ static void test_ids_section_optional(void) {
   CHECK(!w->has_ids && w->n_tables == 1 && w->n_features == 1);
   scps_error err;
   scps_workload_gen *g = NULL;
-  CHECK(scps_workload_gen_create(w, 1, &g, &err) == SCPS_EINVAL && g == NULL);
+  CHECK(scps__workload_gen_create(w, 1, &g, &err) == SCPS_EINVAL && g == NULL);
   CHECKF(strstr(err.msg, "no \"ids\" section") != NULL, "%s", err.msg);
-  scps_workload_destroy(w);
+  scps__workload_destroy(w);
 }
 
 int main(void) {
