@@ -135,7 +135,7 @@ static void trim(scps_server *s, int64_t now) {
   bool idle = atomic_load(&s->active) == 0 && now - atomic_load(&s->last_call_ns) >= IDLE_TRIM_NS;
   if (idle && atomic_exchange(&s->trim_due, false)) {
     scps__scratch_drop_idle(s->scratch, SIZE_MAX);
-    scps__memtune_trim();
+    scps_memtune_trim();
     atomic_fetch_add(&s->trims, 1);
     s->trim_peak = 0;
     s->next_periodic_trim_ns = now + PERIODIC_TRIM_NS;
@@ -144,7 +144,7 @@ static void trim(scps_server *s, int64_t now) {
   if (now < s->next_periodic_trim_ns) return;
   s->next_periodic_trim_ns = now + PERIODIC_TRIM_NS;
   if (s->trim_peak > st.in_use + PERIODIC_TRIM_SLACK) {
-    scps__memtune_trim();
+    scps_memtune_trim();
     atomic_fetch_add(&s->trims, 1);
   }
   s->trim_peak = st.in_use;

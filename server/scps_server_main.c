@@ -417,7 +417,7 @@ int main(int argc, char **argv) {
   const char *config = NULL, *port_file = NULL;
   scps_server_options o = {0};
   o.listen = "127.0.0.1:50051";
-  scps__memtune_apply();
+  scps_memtune_apply();
   o.topology = (scps_topology){1, 2, (int64_t)4 << 30};
   o.cq_threads = 2;
   o.tc_threads = 1;

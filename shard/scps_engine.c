@@ -548,8 +548,8 @@ static inline void update_row(updater *u, uint32_t row, const float *g) {
 }
 
 /* always_inline: GCC finds that a function which only prefetches has no
- * effect and, unless it is inlined first, deletes the calls (it did here,
- * and the dlrm8 update took 4.7 ms instead of 2.1). */
+ * effect and, unless it is inlined first, deletes the calls (it did here:
+ * BENCHMARKS.md's diary has what that cost the update). */
 static inline __attribute__((always_inline)) void prefetch_state(const shard *sh, size_t row, size_t dim) {
   prefetch_row(sh->rows + row * dim, dim, 1);
   for (int k = 0; k < SCPS_MAX_SLOTS; k++)

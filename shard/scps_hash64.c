@@ -47,8 +47,8 @@ void scps__hash64_init(scps_hash64_ctx *h, uint64_t seed) {
 /* Consumes whole 32-byte stripes; returns the bytes used. The four lanes
  * are independent 64-bit multiply chains that scalar imul (3 cycles) runs
  * side by side; GCC otherwise packs them into one vector whose 64-bit
- * multiply (vpmullq, about 15 cycles) makes the loop 3x slower (dlrm8's
- * 4 GB: 3.3 GB/s vector against ~10 GB/s scalar). The empty asm keeps each
+ * multiply (vpmullq, about 15 cycles) makes the loop several times slower
+ * (BENCHMARKS.md's diary has the figures). The empty asm keeps each
  * lane in a general register, as the reference implementation does. */
 #if defined(__GNUC__)
 #define SCALAR_LANE(x) __asm__("" : "+r"(x))

@@ -18,7 +18,7 @@ int scps__hbm_init(scps_hbm *h, int32_t sc, int64_t capacity, scps_error *err) {
 #ifdef MADV_HUGEPAGE
   /* Lookups and updates touch rows at random across gigabytes of shard
    * memory; with 4 KiB pages nearly every row costs a TLB miss and a page
-   * walk (dlrm8: about 25-30% of the kernels' time). A hint only: where
+   * walk, a large share of the kernels' time. A hint only: where
    * transparent huge pages are off, the call fails and nothing changes. */
   (void)madvise(p, (size_t)capacity, MADV_HUGEPAGE);
 #endif

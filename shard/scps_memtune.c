@@ -6,7 +6,7 @@
 #include <malloc.h>
 #endif
 
-void scps__memtune_apply(void) {
+void scps_memtune_apply(void) {
 #ifdef __GLIBC__
   /* 32 MiB is glibc's largest mmap threshold: smaller blocks come from the
    * heap; a trim threshold of 1 GiB keeps the heap's freed top mapped. */
@@ -22,7 +22,7 @@ void scps__memtune_apply(void) {
 #endif
 }
 
-void scps__memtune_trim(void) {
+void scps_memtune_trim(void) {
 #ifdef __GLIBC__
   malloc_trim(0);
 #endif

@@ -249,7 +249,7 @@ int main(int argc, char **argv) {
     fprintf(stderr, "scps-loadgen: %s\n", err.msg);
     return 1;
   }
-  scps__memtune_apply();
+  scps_memtune_apply();
   scps_workload *w = NULL;
   int rc = scps__workload_load(workload_path, &w, &err);
   if (rc) {

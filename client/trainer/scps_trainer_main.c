@@ -258,7 +258,7 @@ int main(int argc, char **argv) {
   const char *checkpoint_dir = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_limit_policy policy = SCPS_LIMIT_ERROR;
-  scps__memtune_apply();
+  scps_memtune_apply();
   double dense_lr = 0.003, logit_std = 1.5;
   int32_t hidden[MAX_HIDDEN] = {48, 24};
   int n_hidden = 2;

@@ -397,7 +397,7 @@ int main(int argc, char **argv) {
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_answer_mode answer = SCPS_ANSWER_AUTO;
   scps_gradient_mode gradients = SCPS_GRADIENTS_AUTO;
-  scps__memtune_apply();
+  scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
                                        {"mode", required_argument, 0, 'm'},    {"batches", required_argument, 0, 'n'},
                                        {"warmup", required_argument, 0, 'u'},  {"help", no_argument, 0, 'h'},
