@@ -7,7 +7,10 @@ A file's node is its name without .c/.h: a .c and its .h are one node. Checks
   3. shard/ includes nothing from proto/, server/ or client/;
   4. no .c/.h under server/ client/ proto/ shard/ is over MAX_LINES lines;
   5. client/'s own folder holds only libscps: no main() (programs live in
-     its subfolders).
+     its subfolders);
+  6. every function with external linkage defined there is public (declared
+     SCPS_EXTERN in a header of cmake/scps_library.cmake's
+     SCPS_PUBLIC_HEADERS) and named scps_*, or internal and named scps__*.
 Prints every violation and exits 1 if there is one.
 
 usage: layering.py [SOURCE_DIR]   (default: $SCPS_SOURCE_DIR, else ../.. of this file)
@@ -126,6 +129,36 @@ def check_library_root(root, problems):
                     problems.append("client/%s: defines main(); programs belong in a subfolder of client/" % name)
 
 
+DEFINITION = re.compile(r"^(?!static\b|typedef\b|extern\b|[A-Z_]*(?:INLINE|STATIC)\b)[A-Za-z_][\w \t\*]*?\b([A-Za-z_]\w*)\s*\(([^;{}]*)\)\s*\{",
+                        re.M)
+
+
+def public_functions(root):
+    with open(os.path.join(root, "cmake", "scps_library.cmake")) as f:
+        listed = re.search(r"set\(SCPS_PUBLIC_HEADERS(.*?)\)", f.read(), re.S).group(1)
+    names = set()
+    for h in re.findall(r"\$\{CMAKE_SOURCE_DIR\}/(\S+)", listed):
+        with open(os.path.join(root, h)) as f:
+            names |= set(re.findall(r"SCPS_EXTERN[^;(]*?\b(scps_\w+)\s*\(", f.read()))
+    return names
+
+
+def check_prefixes(root, src, problems):
+    public = public_functions(root)
+    for folder in FOLDERS:
+        for rel, text in sorted(src[folder].items()):
+            if not rel.endswith(".c"):
+                continue
+            for m in DEFINITION.finditer(text):
+                name = m.group(1)
+                if name == "main" or name.startswith("scps__") or name in public:
+                    continue
+                why = "is not declared SCPS_EXTERN in a public header" if name.startswith("scps_") else \
+                    "has external linkage without the scps_ or scps__ prefix"
+                problems.append("%s: function %s %s: make it static, or name it scps__%s" %
+                                (rel, name, why, name[5:] if name.startswith("scps_") else name))
+
+
 def check_sizes(src, problems):
     for folder in FOLDERS:
         for rel, text in sorted(src[folder].items()):
@@ -148,12 +181,13 @@ def main():
     check_forbidden(src, header_owner(src), problems)
     check_sizes(src, problems)
     check_library_root(root, problems)
+    check_prefixes(root, src, problems)
     for p in problems:
         print(p)
     if problems:
         return 1
     print("layering: %d files of %s checked: no include cycle in %s, no forbidden include, none over %d lines, "
-          "no program in client/" % (sum(len(f) for f in src.values()), " ".join(f + "/" for f in FOLDERS),
+          "no program in client/, internal functions scps__*" % (sum(len(f) for f in src.values()), " ".join(f + "/" for f in FOLDERS),
                                      " ".join(f + "/" for f in CYCLE_FREE), MAX_LINES))
     return 0
 
