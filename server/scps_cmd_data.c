@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "scps_limits.h"
+#include "scps_status.h"
 
 /* The stack a StackPartitions names (into cs->stack) and the number of
  * its sc_offsets. */
@@ -66,7 +67,7 @@ grpc_status_code scps__cmd_data_check_partitions(scps_call *c, scps_req_partitio
   int rc = scps__request_expand_samples(sp, n, why, sizeof why);
   if (rc) {
     snprintf(msg, len, "%s: %s", field, why);
-    return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
+    return scps__status_from_error(rc);
   }
   if (sp->samples.len != sp->rows.len || (sp->gains.len && sp->gains.len != sp->rows.len)) {
     snprintf(msg, len,
@@ -78,7 +79,7 @@ grpc_status_code scps__cmd_data_check_partitions(scps_call *c, scps_req_partitio
   rc = scps__request_expand_gains(sp, n, why, sizeof why);
   if (rc) {
     snprintf(msg, len, "%s: %s", field, why);
-    return rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
+    return scps__status_from_error(rc);
   }
   bad = scps__cmd_data_check_offsets(c, sp, n, "entry", field, msg, len);
   if (bad != GRPC_STATUS_OK) return bad;
@@ -128,8 +129,7 @@ bool scps__cmd_data_read(scps_call *c, scps_request_kind kind) {
   if (rc) {
     char full[600];
     snprintf(full, sizeof full, "%s: %s", scps__method_name(c->method), msg);
-    scps__call_finish(c, rc == SCPS_ENOMEM ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT, full,
-                     NULL, 0);
+    scps__call_finish(c, scps__status_from_error(rc), full, NULL, 0);
     return false;
   }
   return true;
