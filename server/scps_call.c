@@ -77,6 +77,19 @@ int scps__call_read_payload(scps_call *c, uint8_t **data, size_t *len) {
   return 0;
 }
 
+/* The latency buckets' upper bounds (the last bucket has none). */
+static const int64_t latency_le_ns[SCPS_LATENCY_BUCKETS - 1] = {
+    500000, 1000000, 2500000, 5000000, 10000000, 25000000, 50000000,
+    100000000, 250000000, 500000000, 1000000000, 2500000000, 5000000000, 10000000000};
+
+double scps__call_latency_bound(int i) { return (double)latency_le_ns[i] * 1e-9; }
+
+static int latency_bucket(int64_t ns) {
+  int i = 0;
+  while (i < SCPS_LATENCY_BUCKETS - 1 && ns > latency_le_ns[i]) i++;
+  return i;
+}
+
 /* One batch with the initial metadata, the response if any (c->response)
  * and the status. */
 static void send_final(scps_call *c, grpc_status_code status, const char *details, size_t len) {
@@ -97,11 +110,15 @@ static void send_final(scps_call *c, grpc_status_code status, const char *detail
   n++;
   if (c->method < SCPS_M_COUNT || c->method == SCPS_M_UNKNOWN) {
     scps_method_stats *m = &s->methods[c->method];
-    atomic_fetch_add(&m->calls, 1);
-    if (status != GRPC_STATUS_OK) atomic_fetch_add(&m->errors, 1);
-    atomic_fetch_add(&m->bytes_in, (long long)c->bytes_in);
-    atomic_fetch_add(&m->bytes_out, (long long)(c->response ? len : 0));
-    atomic_fetch_add(&m->ns, (long long)(scps__clock_ns() - c->t0_ns));
+    int64_t ns = scps__clock_ns() - c->t0_ns;
+    atomic_fetch_add_explicit(&m->calls, 1, memory_order_relaxed);
+    if (status != GRPC_STATUS_OK) atomic_fetch_add_explicit(&m->errors, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->codes[(unsigned)status < SCPS_STATUS_CODES ? status : GRPC_STATUS_UNKNOWN], 1,
+                              memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->bytes_in, (long long)c->bytes_in, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->bytes_out, (long long)(c->response ? len : 0), memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->ns, (long long)ns, memory_order_relaxed);
+    atomic_fetch_add_explicit(&m->latency[latency_bucket(ns)], 1, memory_order_relaxed);
   }
   /* The call is freed by its completion-queue thread after the send tag; a
    * release on refs pairs with that thread's acq_rel decrement, making the

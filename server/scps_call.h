@@ -94,6 +94,10 @@ void scps__call_finish_packed(scps_call *c, const ProtobufCMessage *msg);
  * call from now on); len is its size, for the counters. */
 void scps__call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t len);
 
+/* Upper bound, in seconds, of latency bucket i < SCPS_LATENCY_BUCKETS - 1
+ * of scps_method_stats. */
+double scps__call_latency_bound(int i);
+
 /* The call whose wait for memory w is. */
 static inline scps_call *scps__call_of_wait(scps_budget_waiter *w) {
   return (scps_call *)(void *)((char *)w - offsetof(scps_call, wait));

@@ -177,6 +177,8 @@ grpc_status_code scps__partlimits_apply(scps_call *c, char *msg, size_t len) {
         at += 3 * coo->n;
         size_t n = drop_entries(coo, s->sample_src[cs->stack], N, cs->max_ids, cs->max_unique, rows, samples, gains,
                                 scratch, scratch + 2 * N);
+        atomic_fetch_add_explicit(&s->sc_stats[cs->stack * S + k].ids_dropped, (long long)(coo->n - n),
+                                  memory_order_relaxed);
         *coo = (scps_coo){n, rows, samples, gains};
       }
     }

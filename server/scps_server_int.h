@@ -36,8 +36,18 @@ typedef struct scps_tag {
   int kind;
 } scps_tag;
 
+/* The latency histogram's buckets (upper bounds: scps__call_latency_bound),
+ * the last one unbounded; gRPC's status codes 0..16. */
+#define SCPS_LATENCY_BUCKETS 15
+#define SCPS_STATUS_CODES 17
+
+/* One method's counters, bumped by the call layer as a call finishes:
+ * codes[status] and latency[bucket] (calls per bucket, not cumulative)
+ * besides the totals. */
 typedef struct scps_method_stats {
   atomic_llong calls, errors, bytes_in, bytes_out, ns;
+  atomic_llong codes[SCPS_STATUS_CODES];
+  atomic_llong latency[SCPS_LATENCY_BUCKETS];
 } scps_method_stats;
 
 /* FDO maxima one local SparseCore has seen for one stack; written by the
@@ -45,6 +55,7 @@ typedef struct scps_method_stats {
 typedef struct scps_sc_stack_stats {
   atomic_int max_ids, max_unique;
   atomic_llong ids_looked_up, rows_updated;
+  atomic_llong ids_dropped; /* entries dropped to the limits (--limit-policy drop) */
 } scps_sc_stack_stats;
 
 struct scps_server {
