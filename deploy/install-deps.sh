@@ -10,6 +10,7 @@ packages=(
   libgomp1 gnuplot-nox
   redis-server redis-tools
   libssl-dev openssl
+  libmicrohttpd-dev python3-prometheus-client
   clang libclang-rt-14-dev
 )
 

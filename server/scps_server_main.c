@@ -13,6 +13,7 @@
 #include <uv.h>
 
 #include "scps_auth.h"
+#include "scps_metrics.h"
 #include "scps_server.h"
 #include "scps_memtune.h"
 #include "scps_units.h"
@@ -162,6 +163,13 @@ static const char usage[] =
     "  --checkpoint-grid N    solo saves of --checkpoint-every land on multiples\n"
     "                         of N steps; give every process the same N, at most\n"
     "                         the steps a period takes (default 100)\n"
+    "  --metrics-listen ADDR  serve Prometheus metrics over HTTP at\n"
+    "                         http://ADDR/metrics (text format 0.0.4; names in\n"
+    "                         deploy/OPERATING.md); ADDR is HOST:PORT, or PORT\n"
+    "                         alone for 127.0.0.1:PORT; port 0 picks a free one\n"
+    "                         (logged). Plain HTTP without tokens: a non-loopback\n"
+    "                         HOST shows the counters to anyone who can reach it\n"
+    "                         (default: no metrics endpoint)\n"
     "  --help                 this text\n"
     "  --version              print the version and exit\n"
     "\n"
@@ -414,7 +422,7 @@ static int parse_partition_limits(const char *s, int32_t out[2]) {
 }
 
 int main(int argc, char **argv) {
-  const char *config = NULL, *port_file = NULL;
+  const char *config = NULL, *port_file = NULL, *metrics_listen = NULL;
   scps_server_options o = {0};
   o.listen = "127.0.0.1:50051";
   scps_memtune_apply();
@@ -455,6 +463,7 @@ int main(int argc, char **argv) {
       {"limit-policy", required_argument, 0, 3001},  {"partition-limits", required_argument, 0, 3002},
       {"max-step-advance", required_argument, 0, 'A'}, {"drain-quiet-ms", required_argument, 0, 'Q'},
       {"checkpoint-grid", required_argument, 0, 'G'},
+      {"metrics-listen", required_argument, 0, 4001},
       {0, 0, 0, 0}};
   bool insecure = false;
   int c;
@@ -533,6 +542,15 @@ int main(int argc, char **argv) {
     case 'A': if (parse_int("--max-step-advance", optarg, 1, 1L << 53, &v)) return 2; o.max_step_advance = v; break;
     case 'Q': if (parse_int("--drain-quiet-ms", optarg, 0, 3600000, &drain_quiet_ms)) return 2; break;
     case 'G': if (parse_int("--checkpoint-grid", optarg, 1, 1L << 53, &v)) return 2; o.checkpoint_grid = v; break;
+    case 4001: {
+      scps_error e;
+      if (scps__metrics_parse(optarg, NULL, 0, NULL, &e)) {
+        fprintf(stderr, "scps-server: %s\n", e.msg);
+        return 2;
+      }
+      metrics_listen = optarg;
+      break;
+    }
     case 'h': fputs(usage, stdout); return 0;
     case 'V': printf("scps-server %s\n", scps_version()); return 0;
     default: fputs(usage, stderr); return 2;
@@ -628,6 +646,13 @@ int main(int argc, char **argv) {
   int threads = 0;
   bool failed = scps__server_start(ap.server, on_stopped, &ap, &threads, &err) != 0;
   if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);
+  scps_metrics *metrics = NULL;
+  if (!failed && metrics_listen) {
+    failed = scps__metrics_start(ap.server, metrics_listen, &metrics, &err) != 0;
+    if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);
+    else fprintf(stderr, "scps-server: metrics on http://%s/metrics (port %d)\n", metrics_listen,
+                 scps__metrics_port(metrics));
+  }
   /* A port nobody can find serves no one. */
   if (!failed && port_file && write_port_file(port_file, scps__server_port(ap.server))) {
     fprintf(stderr, "scps-server: cannot write --port-file '%s': %s\n", port_file, strerror(errno));
@@ -640,6 +665,7 @@ int main(int argc, char **argv) {
      * loop's handles here. */
     if (!threads) on_stopped_async(&ap.stopped);
     uv_run(ap.loop, UV_RUN_DEFAULT);
+    scps__metrics_stop(metrics);
     scps__server_destroy(ap.server);
     return 1;
   }
@@ -652,6 +678,7 @@ int main(int argc, char **argv) {
   log_limits(ap.server, &o);
   uv_run(ap.loop, UV_RUN_DEFAULT);
   int status = ap.shutting_down && o.checkpoint_dir ? save_at_exit(&ap) : 0;
+  scps__metrics_stop(metrics);
   scps__server_destroy(ap.server);
   uv_loop_close(ap.loop);
   if (ap.shutting_down)
