@@ -19,7 +19,7 @@
 struct scps_metrics {
   struct MHD_Daemon *daemon;
   scps_server *srv;
-  int port;
+  char url[300]; /* http://HOST:PORT/metrics, the port bound */
 };
 
 /* ------------------------------------------------------------ the text */
@@ -348,10 +348,12 @@ int scps__metrics_start(scps_server *s, const char *listen, scps_metrics **out, 
   if (rc) return rc;
   snprintf(portstr, sizeof portstr, "%d", port);
   size_t hl = strlen(host);
-  char *h = host;
+  char bare[256];
+  snprintf(bare, sizeof bare, "%s", host);
+  char *h = bare;
   if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-    host[hl - 1] = '\0';
-    h = host + 1;
+    bare[hl - 1] = '\0';
+    h = bare + 1;
   }
   struct addrinfo hints = {0}, *ai = NULL;
   hints.ai_family = AF_UNSPEC;
@@ -380,12 +382,12 @@ int scps__metrics_start(scps_server *s, const char *listen, scps_metrics **out, 
                           "not this machine's?)", listen);
   }
   const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->daemon, MHD_DAEMON_INFO_BIND_PORT);
-  m->port = info ? info->port : 0;
+  snprintf(m->url, sizeof m->url, "http://%s:%d/metrics", host, info ? info->port : port);
   *out = m;
   return 0;
 }
 
-int scps__metrics_port(const scps_metrics *m) { return m->port; }
+const char *scps__metrics_url(const scps_metrics *m) { return m->url; }
 
 void scps__metrics_stop(scps_metrics *m) {
   if (!m) return;

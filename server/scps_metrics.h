@@ -20,8 +20,8 @@ int scps__metrics_parse(const char *listen, char *host, size_t cap, int *port, s
  * naming the address when it cannot be bound. */
 int scps__metrics_start(scps_server *s, const char *listen, scps_metrics **out, scps_error *err);
 
-/* The port actually bound. */
-int scps__metrics_port(const scps_metrics *m);
+/* "http://HOST:PORT/metrics" with the port actually bound. */
+const char *scps__metrics_url(const scps_metrics *m);
 
 /* Stops the thread (a scrape in progress finishes first) and frees m;
  * before scps__server_destroy. NULL is ignored. */

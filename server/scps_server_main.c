@@ -650,8 +650,7 @@ int main(int argc, char **argv) {
   if (!failed && metrics_listen) {
     failed = scps__metrics_start(ap.server, metrics_listen, &metrics, &err) != 0;
     if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);
-    else fprintf(stderr, "scps-server: metrics on http://%s/metrics (port %d)\n", metrics_listen,
-                 scps__metrics_port(metrics));
+    else fprintf(stderr, "scps-server: metrics on %s\n", scps__metrics_url(metrics));
   }
   /* A port nobody can find serves no one. */
   if (!failed && port_file && write_port_file(port_file, scps__server_port(ap.server))) {

@@ -33,7 +33,7 @@ def metrics_port(srv, timeout=10):
     """The port the server logged for its metrics endpoint."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        m = re.search(r"metrics on http://\S+/metrics \(port (\d+)\)", srv.stderr())
+        m = re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", srv.stderr())
         if m:
             return int(m.group(1))
         time.sleep(0.05)
