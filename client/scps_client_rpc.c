@@ -44,8 +44,11 @@ int scps__client_rpc_call(const char *address, const scps_client_security *secur
   *answer = NULL;
   *answer_len = 0;
   if (deadline_ms <= 0) return scps_error_set(err, SCPS_EINVAL, "deadline_ms %lld must be > 0", (long long)deadline_ms);
-  const char *path = scps__method_path(scps__method_from_name(method));
-  if (!path) return scps_error_set(err, SCPS_EINVAL, "method '%s' is not a method of %s", method, SCPS_METHOD_SERVICE);
+  const char *path =
+      scps__method_path(method && method[0] == '/' ? scps__method_from_path(method) : scps__method_from_name(method));
+  if (!path)
+    return scps_error_set(err, SCPS_EINVAL, "method '%s' is not a method of %s or %s", method ? method : "(null)",
+                          SCPS_METHOD_SERVICE_SCPS, SCPS_METHOD_SERVICE_GRPC_HEALTH);
   grpc_init();
   scps_client_conn *conn;
   int rc = scps__client_conn_create(security, &conn, err);

@@ -1,4 +1,4 @@
-/* scps_client_rpc: one unary call to one server, by method name, with the
+/* scps_client_rpc: one unary call to one server, by method name or path,
  * request and answer as packed bytes: for tools that ask servers one by one
  * (scps-admin), where a cluster client (scps_client.h) would need them all. */
 #ifndef SCPS_CLIENT_RPC_H
@@ -10,10 +10,12 @@
 #include "scps_client.h"
 #include "scps_error.h"
 
-/* Calls /scps.v1.EmbeddingService/<method> on address (host:port) with the
- * packed request, waiting up to deadline_ms (> 0) for the server to be
- * reachable and to answer, over TLS and with a token as security says (NULL:
- * plaintext, no token; as scps_client_options.security). On OK: 0 and
+/* Calls method on address (host:port): a name in the method table
+ * (scps_method.h: "Lookup", "Check") or a full path in it
+ * ("/grpc.health.v1.Health/Check"), with the packed request, waiting up to
+ * deadline_ms (> 0) for the server to be reachable and to answer, over TLS
+ * and with a token as security says (NULL: plaintext, no token; as
+ * scps_client_options.security). On OK: 0 and
  * *answer (malloc'ed, the caller frees it; NULL with *answer_len 0 for an
  * empty message). Otherwise the status's SCPS_E* code (scps__status_to_error:
  * SCPS_EUNAUTH, SCPS_EDENIED for a token refused) and a message naming the

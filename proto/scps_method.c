@@ -2,17 +2,22 @@
 
 #include <string.h>
 
+#include "health.pb-c.h"
 #include "scps.pb-c.h"
 
+/* Each service's protobuf-c message prefix. */
+#define DESC_SCPS(msg) &scps__v1__##msg##__descriptor
+#define DESC_GRPC_HEALTH(msg) &grpc__health__v1__##msg##__descriptor
+
 typedef struct method_row {
-  const char *name, *path;
+  const char *name, *path, *service;
   const ProtobufCMessageDescriptor *request, *response;
 } method_row;
 
 static const method_row methods[SCPS_M_COUNT] = {
-#define XX(e, name, req, resp)                                                                          \
-  [SCPS_M_##e] = {#name, "/" SCPS_METHOD_SERVICE "/" #name, &scps__v1__##req##__descriptor, \
-                  &scps__v1__##resp##__descriptor},
+#define XX(e, svc, name, req, resp)                                                                          \
+  [SCPS_M_##e] = {#name, "/" SCPS_METHOD_SERVICE_##svc "/" #name, SCPS_METHOD_SERVICE_##svc, DESC_##svc(req), \
+                  DESC_##svc(resp)},
     SCPS_METHOD_MAP(XX)
 #undef XX
 };
@@ -23,9 +28,17 @@ const char *scps__method_name(int m) { return row_of(m) ? row_of(m)->name : "unk
 
 const char *scps__method_path(int m) { return row_of(m) ? row_of(m)->path : NULL; }
 
+const char *scps__method_service(int m) { return row_of(m) ? row_of(m)->service : NULL; }
+
 int scps__method_from_name(const char *name) {
   for (int m = 0; name && m < SCPS_M_COUNT; m++)
     if (!strcmp(methods[m].name, name)) return m;
+  return SCPS_M_UNKNOWN;
+}
+
+int scps__method_from_path(const char *path) {
+  for (int m = 0; path && m < SCPS_M_COUNT; m++)
+    if (!strcmp(methods[m].path, path)) return m;
   return SCPS_M_UNKNOWN;
 }
 

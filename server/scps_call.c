@@ -10,17 +10,24 @@
 
 #include "scps_scratch.h"
 
+/* A method any caller may call, with no token or an unknown one: the
+ * standard health Check, as orchestrators' probes carry no token; it reads
+ * only whether the server serves, and is answered at once. */
+#define ROLE_ANYONE (-1)
+
 /* The least role that may call each method when the server has a
  * --token-file (deploy/SECURITY.md). A method missing here is admin-only:
- * a new method is listed only if trainers need it. */
-static const scps_role method_role[SCPS_M_COUNT] = {
+ * a new method is listed only if trainers (or anyone) need it. */
+static const int method_role[SCPS_M_COUNT] = {
     [SCPS_M_GET_CONFIG] = SCPS_ROLE_TRAINING, [SCPS_M_LOOKUP] = SCPS_ROLE_TRAINING,
     [SCPS_M_APPLY_GRADIENTS] = SCPS_ROLE_TRAINING, [SCPS_M_STATS] = SCPS_ROLE_TRAINING,
     [SCPS_M_HEALTH] = SCPS_ROLE_TRAINING, [SCPS_M_CHECKPOINT] = SCPS_ROLE_ADMIN,
+    [SCPS_M_GRPC_HEALTH_CHECK] = ROLE_ANYONE,
 };
 
 static scps_role least_role(int method) {
-  return method_role[method] != SCPS_ROLE_NONE ? method_role[method] : SCPS_ROLE_ADMIN;
+  if (method_role[method] == ROLE_ANYONE) return SCPS_ROLE_NONE;
+  return method_role[method] != SCPS_ROLE_NONE ? (scps_role)method_role[method] : SCPS_ROLE_ADMIN;
 }
 
 bool scps__call_may(const scps_call *c, int method) { return c->role >= least_role(method); }
@@ -165,13 +172,14 @@ void scps__call_finish_buffer(scps_call *c, grpc_byte_buffer *response, size_t l
  * when it may not go on. Neither answer tells which tokens exist. */
 bool scps__call_authorize(scps_call *c) {
   c->role = scps__auth_role(&c->srv->auth, &c->md);
+  if (c->method != SCPS_M_UNKNOWN && scps__call_may(c, c->method)) return true;
   if (c->role == SCPS_ROLE_NONE) {
     scps__call_finish(c, GRPC_STATUS_UNAUTHENTICATED,
                      "no valid bearer token: send metadata 'authorization: Bearer TOKEN' with a token of the "
                      "server's --token-file", NULL, 0);
     return false;
   }
-  if (c->method == SCPS_M_UNKNOWN || scps__call_may(c, c->method)) return true;
+  if (c->method == SCPS_M_UNKNOWN) return true;
   char msg[256];
   snprintf(msg, sizeof msg, "%s needs the %s role; this caller's token has the %s role", scps__method_name(c->method),
            scps__role_name(least_role(c->method)), scps__role_name(c->role));

@@ -8,6 +8,7 @@
 
 #include "scps_cmd_checkpoint.h"
 #include "scps_cmd_config.h"
+#include "scps_cmd_grpc_health.h"
 #include "scps_cmd_lookup.h"
 #include "scps_cmd_push.h"
 #include "scps_cmd_rows.h"
@@ -34,6 +35,7 @@ static const scps_call_handler dispatch[SCPS_M_COUNT] = {
     [SCPS_M_READ_ROWS] = scps__cmd_rows_read,
     [SCPS_M_LIST_CHECKPOINTS] = scps__cmd_checkpoint_list,
     [SCPS_M_RESTORE] = scps__cmd_checkpoint_restore,
+    [SCPS_M_GRPC_HEALTH_CHECK] = scps__cmd_grpc_health_check,
 };
 
 /* The CPUs of scps_server_options.pin_sparsecores, into s->sc_cpus. */

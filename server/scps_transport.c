@@ -25,6 +25,24 @@
  * budget without waiting for room. */
 #define SCPS_FREE_PASS_BYTES ((size_t)4 << 20)
 
+/* grpc.health.v1 Check, which any caller may make, only up to this many
+ * bytes of request (a service name); a larger one waits for room like any
+ * other request. */
+#define SCPS_FREE_PASS_CHECK_BYTES ((size_t)4 << 10)
+
+/* The methods that watch a server (Health, Stats, grpc.health.v1 Check):
+ * served while it drains and not counted among the calls a drain waits for. */
+static bool watches(int method) {
+  return method == SCPS_M_HEALTH || method == SCPS_M_STATS || method == SCPS_M_GRPC_HEALTH_CHECK;
+}
+
+/* Whether a call's request of len bytes is counted in the budget without
+ * waiting, so that a server out of memory can be watched. */
+static bool free_pass(const scps_call *c, size_t len) {
+  if (!watches(c->method) || c->wait.need > SCPS_FREE_PASS_BYTES) return false;
+  return c->method != SCPS_M_GRPC_HEALTH_CHECK || len <= SCPS_FREE_PASS_CHECK_BYTES;
+}
+
 /* Hands the shutdown to gRPC: it closes the listeners, sends GOAWAY and
  * posts the shutdown tag once every call and connection is gone. Once only. */
 static void stop_grpc(scps_server *s) {
@@ -83,8 +101,9 @@ static void request_admitted(scps_budget_waiter *w, bool admitted, size_t in_use
 }
 
 /* The request has arrived (TAG_RECV): its bytes are counted in the budget
- * (waiting for room if need be) before the method runs. Health and Stats
- * are counted without waiting, so a server out of memory can be watched. */
+ * (waiting for room if need be) before the method runs. Health, Stats and
+ * Check are counted without waiting, so a server out of memory can be
+ * watched. */
 static void on_recv(scps_call *c, int ok) {
   scps_server *s = c->srv;
   if (scps__call_unwatch(c) || !ok) {
@@ -93,11 +112,12 @@ static void on_recv(scps_call *c, int ok) {
     scps__call_unref(c); /* this tag's */
     return;
   }
-  c->wait.need = scps__call_request_memory(c, c->payload ? grpc_byte_buffer_length(c->payload) : 0);
+  const size_t len = c->payload ? grpc_byte_buffer_length(c->payload) : 0;
+  c->wait.need = scps__call_request_memory(c, len);
   c->wait.deadline_ns = scps__limits_wait_deadline(c);
   c->wait.done = request_admitted;
   atomic_fetch_add(&c->refs, 1); /* until request_admitted */
-  if ((c->method == SCPS_M_HEALTH || c->method == SCPS_M_STATS) && c->wait.need <= SCPS_FREE_PASS_BYTES) {
+  if (free_pass(c, len)) {
     scps__budget_charge(s->budget, c->wait.need);
     request_admitted(&c->wait, true, 0, 0);
   } else {
@@ -129,12 +149,14 @@ static void on_new_call(scps_call *c, int ok) {
     return;
   }
   if (!atomic_load(&s->grpc_stopping)) post_request(s, c->cq, c->method);
-  /* While draining, Health (which answers DRAINING) and Stats are served;
-   * anything else is refused with the status clients retry elsewhere. A
-   * call that slips in while the drain starts is simply served. */
+  /* While draining, Health (which answers DRAINING), Check (NOT_SERVING)
+   * and Stats are served; anything else is refused with the status clients
+   * retry elsewhere. A call that slips in while the drain starts is simply
+   * served. */
   const bool drain_push = c->method == SCPS_M_APPLY_GRADIENTS && atomic_load(&s->pushes_open);
-  bool refuse = atomic_load(&s->draining) && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS && !drain_push;
-  if (!refuse && c->method != SCPS_M_HEALTH && c->method != SCPS_M_STATS) {
+  const bool watch = watches(c->method);
+  bool refuse = atomic_load(&s->draining) && !watch && !drain_push;
+  if (!refuse && !watch) {
     c->counted = 1;
     atomic_fetch_add(&s->active, 1);
   }
@@ -160,7 +182,8 @@ static void on_new_call(scps_call *c, int ok) {
   if (c->method == SCPS_M_UNKNOWN) {
     char msg[512];
     char *m = grpc_slice_to_c_string(c->details.method);
-    snprintf(msg, sizeof msg, "method %s is not served here; scps-server serves scps.v1.EmbeddingService", m);
+    snprintf(msg, sizeof msg, "method %s is not served here; scps-server serves %s and %s/Check", m,
+             SCPS_METHOD_SERVICE_SCPS, SCPS_METHOD_SERVICE_GRPC_HEALTH);
     gpr_free(m);
     scps__call_finish(c, GRPC_STATUS_UNIMPLEMENTED, msg, NULL, 0);
     return;

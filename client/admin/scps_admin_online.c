@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "health.pb-c.h"
 #include "scps.pb-c.h"
 #include "scps_admin_json.h"
 #include "scps_client.h"
@@ -14,21 +15,27 @@
 #include "scps_client_rpc.h"
 #include "scps_confine.h"
 #include "scps_jsonw.h"
+#include "scps_method.h"
 #include "scps_units.h"
 
 #define MAX_SERVERS 1024
 
 const char scps_admin_health_usage[] =
-    "usage: scps-admin health --servers HOST:PORT[,HOST:PORT...] [--deadline-ms N] [--json]\n"
+    "usage: scps-admin health --servers HOST:PORT[,HOST:PORT...] [--grpc] [--deadline-ms N]\n"
+    "                         [--json]\n"
     "Asks each server for its Health: SERVING, or DRAINING when it is shutting\n"
     "down, with its process index and uptime. Exit status 0 when every server\n"
     "answers SERVING, 1 otherwise.\n"
     "\n"
     "  --servers LIST     server addresses (any order, any subset of a cluster)\n"
+    "  --grpc             ask the standard grpc.health.v1.Health/Check instead\n"
+    "                     (service \"\"): SERVING, or NOT_SERVING when draining;\n"
+    "                     it needs no token: a container's health probe\n"
     "  --deadline-ms N    how long to wait for each server (default 5000)\n"
     "  --json             print a JSON array instead, one object per server: its\n"
     "                     \"server\" address and the answer's fields under their\n"
-    "                     scps.proto names (HealthResponse), or \"error\" for a\n"
+    "                     scps.proto names (HealthResponse; with --grpc\n"
+    "                     health.proto's HealthCheckResponse), or \"error\" for a\n"
     "                     server that did not answer\n" SCPS_SECURITY_USAGE;
 
 const char scps_admin_stats_usage[] =
@@ -91,6 +98,7 @@ typedef struct target {
   long step; /* checkpoint save: -1 for the servers' */
   const char *dir;
   bool json;               /* --json: one JSON array on stdout */
+  bool grpc;               /* health --grpc: grpc.health.v1 Check */
   scps_security_flags sec; /* TLS and the token */
 } target;
 
@@ -107,13 +115,14 @@ static int bad(const char *usage, const char *fmt, const char *arg) {
 }
 
 /* --servers, --deadline-ms, and for a save --step and --dir, for the
- * others --json. */
+ * others --json and --grpc (which the command checks). */
 static int parse_target(int argc, char **argv, const char *usage, bool save, target *t) {
   static const struct option opts[] = {{"servers", required_argument, 0, 's'},
                                        {"deadline-ms", required_argument, 0, 'd'},
                                        {"step", required_argument, 0, 'n'},
                                        {"dir", required_argument, 0, 'D'},
                                        {"json", no_argument, 0, 'j'},
+                                       {"grpc", no_argument, 0, 'g'},
                                        SCPS_SECURITY_LONG_OPTIONS,
                                        {0, 0, 0, 0}};
   memset(t, 0, sizeof *t);
@@ -136,6 +145,10 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
     case 'j':
       if (save) return bad(usage, "%s is not for 'checkpoint save'", "--json");
       t->json = true;
+      break;
+    case 'g':
+      if (save) return bad(usage, "%s is for 'health' only", "--grpc");
+      t->grpc = true;
       break;
     case 'D':
       if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--dir");
@@ -177,20 +190,34 @@ static ProtobufCMessage *ask(const target *t, int i, const char *method, const P
 
 static double mib(int64_t bytes) { return (double)bytes / (1024.0 * 1024.0); }
 
-/* Runs a command that asks every server the same question: method's answer,
- * unpacked as desc, printed by show (or as JSON with --json); fails (NULL:
- * none) says whether an answer fails the command, e.g. a server not serving. */
+/* A question every server is asked: method's answer, unpacked as desc,
+ * printed by show (or as JSON with --json); fails (NULL: none) says whether
+ * an answer fails the command, e.g. a server not serving. */
 typedef void (*show_fn)(const char *addr, const ProtobufCMessage *answer);
 typedef int (*fails_fn)(const ProtobufCMessage *answer);
 
-static int for_each_server(int argc, char **argv, const char *usage, const char *method,
-                           const ProtobufCMessageDescriptor *desc, show_fn show, fails_fn fails) {
+typedef struct question {
+  const char *method;
+  const ProtobufCMessageDescriptor *desc;
+  show_fn show;
+  fails_fn fails;
+} question;
+
+/* Runs a command that asks every server question q, or with --grpc the
+ * question grpc (NULL: the command takes no --grpc). */
+static int for_each_server(int argc, char **argv, const char *usage, const question *q, const question *grpc) {
   target t;
   int rc = parse_target(argc, argv, usage, false, &t);
+  if (!rc && t.grpc && !grpc) rc = bad(usage, "%s is for 'health' only", "--grpc");
   if (rc) {
     target_free(&t);
     return rc;
   }
+  if (t.grpc) q = grpc;
+  const char *method = q->method;
+  const ProtobufCMessageDescriptor *desc = q->desc;
+  show_fn show = q->show;
+  fails_fn fails = q->fails;
   int status = 0;
   scps_jsonw w;
   scps__jsonw_init(&w);
@@ -243,9 +270,25 @@ static void show_health(const char *addr, const ProtobufCMessage *m) {
   printf("server %s: %s, process %d, up %.1f s\n", addr, s, h->process_index, h->uptime_seconds);
 }
 
+static int grpc_health_fails(const ProtobufCMessage *m) {
+  return ((const Grpc__Health__V1__HealthCheckResponse *)m)->status !=
+         GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING;
+}
+
+static void show_grpc_health(const char *addr, const ProtobufCMessage *m) {
+  const Grpc__Health__V1__HealthCheckResponse *h = (const Grpc__Health__V1__HealthCheckResponse *)m;
+  const ProtobufCEnumValue *v =
+      protobuf_c_enum_descriptor_get_value(&grpc__health__v1__health_check_response__serving_status__descriptor,
+                                           (int)h->status);
+  printf("server %s: %s (grpc.health.v1)\n", addr, v ? v->name : "UNKNOWN");
+}
+
 int scps__admin_health(int argc, char **argv) {
-  return for_each_server(argc, argv, scps_admin_health_usage, "Health", &scps__v1__health_response__descriptor,
-                         show_health, health_fails);
+  static const question health = {"Health", &scps__v1__health_response__descriptor, show_health, health_fails};
+  static const question check = {"/" SCPS_METHOD_SERVICE_GRPC_HEALTH "/Check",
+                                 &grpc__health__v1__health_check_response__descriptor, show_grpc_health,
+                                 grpc_health_fails};
+  return for_each_server(argc, argv, scps_admin_health_usage, &health, &check);
 }
 
 static int32_t max_of(const int32_t *v, size_t n) {
@@ -312,8 +355,8 @@ static void show_stats(const char *addr, const ProtobufCMessage *answer) {
 }
 
 int scps__admin_stats(int argc, char **argv) {
-  return for_each_server(argc, argv, scps_admin_stats_usage, "Stats", &scps__v1__stats_response__descriptor,
-                         show_stats, NULL);
+  static const question q = {"Stats", &scps__v1__stats_response__descriptor, show_stats, NULL};
+  return for_each_server(argc, argv, scps_admin_stats_usage, &q, NULL);
 }
 
 static void print_list(const char *what, char **names, size_t n) {
@@ -348,8 +391,8 @@ static void show_config(const char *addr, const ProtobufCMessage *answer) {
 }
 
 int scps__admin_config(int argc, char **argv) {
-  return for_each_server(argc, argv, scps_admin_config_usage, "GetConfig", &scps__v1__get_config_response__descriptor,
-                         show_config, NULL);
+  static const question q = {"GetConfig", &scps__v1__get_config_response__descriptor, show_config, NULL};
+  return for_each_server(argc, argv, scps_admin_config_usage, &q, NULL);
 }
 
 int scps__admin_save(int argc, char **argv) {

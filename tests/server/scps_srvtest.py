@@ -41,13 +41,14 @@ class Env:
         ap.add_argument("--proto", required=True, help="proto/scps.proto")
         ap.add_argument("--shared", required=True, help="the shared/ folder")
         ap.add_argument("--loadgen", help="the scps-loadgen binary, for tests that drive libscps")
+        ap.add_argument("--admin", help="the scps-admin binary, for tests that run it")
         self.args = ap.parse_args()
         self.name = name
         self.tmp = tempfile.mkdtemp(prefix="scps-%s-" % name)
         self.servers = []
         self.checks = 0
         self.failures = []
-        self.pb, self.rpc = self._stubs()
+        self.pb, self.rpc = self.stubs()
         self.grpc = grpc
         # grpcio shuts gRPC down when its last channel closes, holding the
         # GIL while it waits for the connections to go (grpc/grpc#42247):
@@ -56,17 +57,21 @@ class Env:
         # connects) kept for the whole run keeps gRPC up.
         self._keep_grpc_up = grpc.insecure_channel("127.0.0.1:9")
 
-    def _stubs(self):
-        """Generates scps_pb2 and scps_pb2_grpc with grpc_tools.protoc."""
-        out = os.path.join(self.tmp, "stubs")
-        os.makedirs(out)
+    def stubs(self, name=None):
+        """Generates scps_pb2 and scps_pb2_grpc with grpc_tools.protoc, or
+        those of another .proto file beside --proto (name: "health.proto")."""
         proto = os.path.abspath(self.args.proto)
+        if name:
+            proto = os.path.join(os.path.dirname(proto), name)
+        out = os.path.join(self.tmp, "stubs")
+        os.makedirs(out, exist_ok=True)
         cmd = [sys.executable, "-m", "grpc_tools.protoc", "-I", os.path.dirname(proto),
                "--python_out", out, "--grpc_python_out", out, os.path.basename(proto)]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
         if r.returncode != 0:
             raise RuntimeError("protoc failed: %s" % r.stderr)
-        sys.path.insert(0, out)
+        if out not in sys.path:
+            sys.path.insert(0, out)
         stem = os.path.splitext(os.path.basename(proto))[0]
         return importlib.import_module(stem + "_pb2"), importlib.import_module(stem + "_pb2_grpc")
 

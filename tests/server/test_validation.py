@@ -565,7 +565,7 @@ def test_invalid_requests(env):
     v.expect("ApplyGradients over the size limit", "ApplyGradients", biga, "RESOURCE_EXHAUSTED", [str(limit)])
 
     # Methods the server does not serve.
-    for path in (SERVICE + "Train", "/grpc.health.v1.Health/Check"):
+    for path in (SERVICE + "Train", "/grpc.health.v1.Health/Watch"):
         fn = v.channel.unary_unary(path, request_serializer=None, response_deserializer=None)
         got, details, _ = call_status(fn, b"", timeout=30)
         env.check(got == "UNIMPLEMENTED" and path in details, "%s: %s %r, expected UNIMPLEMENTED naming it"
