@@ -3,7 +3,7 @@
 # prometheus package: /usr/bin/prometheus and the C library it loads, made
 # the way rootfs.sh makes the scps base (no shell, no package manager; the
 # package's helpers, promtool and web console assets left out: the HTTP API
-# and the query page's server side are what the compose stack uses). Runs as
+# is what the compose stack uses). Runs as
 # user prometheus (uid 10002) with entrypoint prometheus, reading
 # /etc/prometheus/prometheus.yml (a stand-alone default that scrapes itself;
 # the compose stack mounts its own there) and keeping its TSDB in
@@ -53,8 +53,14 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/data"
 cp "$here/prometheus.Dockerfile" "$ctx/Dockerfile"
-DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base" --build-arg "VERSION=$version" \
-  -t "scps-prometheus:$version" -t scps-prometheus:latest "$ctx" >/dev/null
+# the classic builder: it takes a local FROM image as it is; its deprecation
+# notice is shown only when the build fails
+log=$(mktemp)
+if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base" --build-arg "VERSION=$version" \
+  -t "scps-prometheus:$version" -t scps-prometheus:latest "$ctx" >/dev/null 2>"$log"; then
+  cat "$log" >&2; rm -f "$log"; exit 1
+fi
+rm -f "$log"
 end=$(date +%s%N)
 size=$(docker image inspect -f '{{.Size}}' "scps-prometheus:$version")
 awk -v v="$version" -v s="$size" -v t=$(( (end - start) / 1000000 )) \

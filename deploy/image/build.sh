@@ -69,8 +69,14 @@ done
 cp -r "$repo/deploy/workloads" "$ctx/usr/local/share/scps/"
 cp "$here/scps.Dockerfile" "$ctx/Dockerfile"
 
-DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base" --build-arg "VERSION=$version" \
-  -t "scps:$version" -t scps:latest "$ctx" >/dev/null
+# the classic builder: it takes a local FROM image as it is; its deprecation
+# notice is shown only when the build fails
+log=$(mktemp)
+if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base" --build-arg "VERSION=$version" \
+  -t "scps:$version" -t scps:latest "$ctx" >/dev/null 2>"$log"; then
+  cat "$log" >&2; rm -f "$log"; exit 1
+fi
+rm -f "$log"
 end=$(date +%s%N)
 size=$(docker image inspect -f '{{.Size}}' "scps:$version")
 awk -v v="$version" -v s="$size" -v t=$(( (end - start) / 1000000 )) \
