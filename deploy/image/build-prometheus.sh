@@ -26,6 +26,7 @@ start=$(date +%s%N)
 # prometheus is a Go program loading only libc: its package's other
 # dependencies (adduser, init-system-helpers and what they pull: perl, PAM,
 # the web console's JavaScript libraries) are left out
+scps_image_lists
 keep=" prometheus $(scps_image_names libc6 | tr '\n' ' ') "
 excluded=""
 for p in $(scps_image_names prometheus); do

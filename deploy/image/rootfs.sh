@@ -27,16 +27,33 @@ scps_image_need() {
 # The dependency closure of the seeds, as if installed on an empty system
 # (no Recommends), minus the excluded packages: "name=version" lines, sorted.
 scps_image_resolve() {
-  local seeds=$1 excluded=$2 status
+  local seeds=$1 excluded=$2 status out
   status=$(mktemp)
   # shellcheck disable=SC2086
-  apt-get -s -o Dir::State::status="$status" -o APT::Install-Recommends=false \
-    -o APT::Get::Show-Versions=false install $seeds 2>/dev/null |
-    awk -v ex=" $excluded " '$1 == "Inst" {
-        v = $3; gsub(/[()]/, "", v)
-        if (index(ex, " " $2 " ") == 0) print $2 "=" v
-      }' | sort
+  if ! out=$(apt-get -s -o Dir::State::status="$status" -o APT::Install-Recommends=false \
+      install $seeds 2>&1); then
+    rm -f "$status"
+    echo "scps-image: apt-get cannot resolve $seeds:" >&2
+    echo "$out" | grep '^E:' >&2 || true
+    return 1
+  fi
   rm -f "$status"
+  echo "$out" | awk -v ex=" $excluded " '$1 == "Inst" {
+      v = $3; gsub(/[()]/, "", v)
+      if (index(ex, " " $2 " ") == 0) print $2 "=" v
+    }' | sort
+}
+
+# Package lists to resolve against: a fresh machine has none until
+# apt-get update, which only root may run.
+scps_image_lists() {
+  scps_image_resolve libc6 "" >/dev/null 2>&1 && return 0
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "scps-image: apt has no package lists: run apt-get update as root" >&2
+    exit 1
+  fi
+  echo "scps-image: apt has no package lists; running apt-get update" >&2
+  apt-get update -qq >&2
 }
 
 # The names of the seeds' dependency closure, one a line.
@@ -54,9 +71,10 @@ scps_base_image() {
   local name=$1 seeds=$2 excluded=$3 hook=$4
   scps_image_need apt-get dpkg-deb docker tar sha256sum
   local pkgs key
+  scps_image_lists
   pkgs=$(scps_image_resolve "$seeds" "$excluded")
   if [ -z "$pkgs" ]; then
-    echo "scps-image: apt-get resolved no packages for: $seeds (run apt-get update?)" >&2
+    echo "scps-image: apt-get resolved no packages for: $seeds (run apt-get update)" >&2
     exit 1
   fi
   key=$( { printf '%s\n' "$pkgs"; cat "${BASH_SOURCE[0]}"; declare -f "$hook"; } |
