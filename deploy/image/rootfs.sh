@@ -119,6 +119,14 @@ scps_base_image() {
     "$hook" "$root"
     tar -C "$root" --numeric-owner --owner=0 --group=0 -cf "$tarball.tmp" .
     mv "$tarball.tmp" "$tarball"
+    # one base per name is kept: older keys' tarballs and tags go (an image
+    # still built on an old base keeps its layers until it is removed)
+    local old
+    for old in "$scps_image_cache/$name"-????????????????.tar; do
+      [ "$old" = "$tarball" ] || [ ! -e "$old" ] || rm -f "$old"
+    done
+    docker image ls --format '{{.Repository}}:{{.Tag}}' "$name" | grep -vxF "$image" |
+      while IFS= read -r old; do docker rmi "$old" >/dev/null 2>&1 || true; done
   fi
   docker import --message "scps-image $name from $(echo "$pkgs" | wc -l) Debian packages" \
     "$tarball" "$image" >/dev/null
