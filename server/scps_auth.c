@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 
 #include "scps_credfile.h"
+#include "scps_log.h"
 #include "scps_sha256.h"
 
 /* Shorter tokens could be guessed by trying them. */
@@ -83,8 +84,8 @@ static int load_tokens(scps_auth *a, const char *path, scps_error *err) {
                         "TOKEN')", path);
   unsigned mode;
   if (!rc && scps__credfile_exposed(path, &mode))
-    fprintf(stderr, "scps-server: warning: --token-file '%s' is readable by group or others (mode %04o): "
-            "chmod 600 it\n", path, mode);
+    scps__log(SCPS_LOG_WARN, "warning: --token-file '%s' is readable by group or others (mode %04o): "
+              "chmod 600 it", path, mode);
   return rc;
 }
 

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "scps_call.h"
+#include "scps_log.h"
 #include "scps_saver.h"
 
 /* The part's cluster is this process's: same topology and specs, which is
@@ -165,10 +166,10 @@ void scps__restore_run(scps_server *s, scps_call *c, grpc_status_code *status, c
     }
   }
   if (*status == GRPC_STATUS_OK && load) {
-    fprintf(stderr, "scps-server: Restore: process %d now holds step %lld from %s (held %lld before): %lld bytes "
-            "verified and loaded in %.3f s\n",
-            s->opts.process_index, (long long)req->step, path, (long long)sv->last_step, (long long)vs.bytes,
-            seconds);
+    scps__log(SCPS_LOG_INFO, "Restore: process %d now holds step %lld from %s (held %lld before): %lld bytes "
+              "verified and loaded in %.3f s",
+              s->opts.process_index, (long long)req->step, path, (long long)sv->last_step, (long long)vs.bytes,
+              seconds);
     scps__saver_adopt(s, ck, path, &ls);
     sv->dirty = false;
     sv->due = false;
@@ -177,9 +178,9 @@ void scps__restore_run(scps_server *s, scps_call *c, grpc_status_code *status, c
     scps__restore_new_state(s);
   }
   if (load && *status != GRPC_STATUS_OK && *status != GRPC_STATUS_INTERNAL)
-    fprintf(stderr, "scps-server: Restore of step %lld refused, nothing changed: %s\n", (long long)req->step, msg);
+    scps__log(SCPS_LOG_WARN, "Restore of step %lld refused, nothing changed: %s", (long long)req->step, msg);
   else if (*status == GRPC_STATUS_INTERNAL)
-    fprintf(stderr, "scps-server: Restore of step %lld: %s\n", (long long)req->step, msg);
+    scps__log(SCPS_LOG_ERROR, "Restore of step %lld: %s", (long long)req->step, msg);
   if (load && (*status == GRPC_STATUS_OK || *status == GRPC_STATUS_INTERNAL)) refuse_parked(s, req->step);
   scps__checkpoint_close(ck);
 }

@@ -13,6 +13,7 @@
 #include "scps_checkpoint_root.h"
 #include "scps_confine.h"
 #include "scps_fdo.h"
+#include "scps_log.h"
 #include "scps_step.h"
 
 static int bounds_init(scps_server *s, scps_error *err);
@@ -109,7 +110,7 @@ void scps__saver_free(scps_server *s) {
   sv->stop = true;
   /* A save runs to its end (a save cut short would leave its step
    * incomplete); say so, since it may take seconds past the drain. */
-  if (sv->saving) fprintf(stderr, "scps-server: waiting for the checkpoint save in progress\n");
+  if (sv->saving) scps__log(SCPS_LOG_INFO, "waiting for the checkpoint save in progress");
   pthread_cond_broadcast(&sv->cv);
   pthread_mutex_unlock(&sv->mu);
   if (sv->started) pthread_join(sv->thread, NULL);
@@ -382,17 +383,19 @@ static void run_save(scps_server *s, save_job *j) {
       snprintf(how, sizeof how, "the %.3f s snapshot", held);
     else
       snprintf(how, sizeof how, "the whole save");
-    fprintf(stderr, "scps-server: %s step %lld to %s: %lld bytes in %d files, %.3f s (%.2f GB/s); "
-            "ApplyGradients held for %s\n",
-            req ? "checkpointed" : j->why,
-            (long long)step, j->path, (long long)cs.bytes, cs.files, cs.seconds,
-            cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0, how);
+    scps_log_kv kv[] = {SCPS_LOG_INT("step", step), SCPS_LOG_STRING("path", j->path), SCPS_LOG_INT("bytes", cs.bytes),
+                        SCPS_LOG_DOUBLE("seconds", cs.seconds)};
+    scps__log_kv(SCPS_LOG_INFO, kv, 4, "%s step %lld to %s: %lld bytes in %d files, %.3f s (%.2f GB/s); "
+                 "ApplyGradients held for %s",
+                 req ? "checkpointed" : j->why,
+                 (long long)step, j->path, (long long)cs.bytes, cs.files, cs.seconds,
+                 cs.seconds > 0 ? (double)cs.bytes / cs.seconds * 1e-9 : 0.0, how);
     if (scps__checkpoint_root_retain(fd, j->root, &own, s->opts.checkpoint_keep, step, s->opts.topology.num_processes - 1,
                                &e))
-      fprintf(stderr, "scps-server: keeping the last %d checkpoints under %s: %s\n", s->opts.checkpoint_keep,
-              j->root, e.msg);
+      scps__log(SCPS_LOG_WARN, "keeping the last %d checkpoints under %s: %s", s->opts.checkpoint_keep,
+                j->root, e.msg);
   } else {
-    fprintf(stderr, "scps-server: checkpoint of step %lld failed: %s\n", (long long)step, j->msg);
+    scps__log(SCPS_LOG_ERROR, "checkpoint of step %lld failed: %s", (long long)step, j->msg);
   }
   if (fd >= 0) close(fd);
 
@@ -547,9 +550,9 @@ static void bound_restored_limits(scps_server *s) {
     int32_t ids = clamp_limit(lim->max_ids_per_partition, b->lo_ids, b->hi_ids);
     int32_t uniq = clamp_limit(lim->max_unique_ids_per_partition, b->lo_unique, b->hi_unique);
     if (ids == lim->max_ids_per_partition && uniq == lim->max_unique_ids_per_partition) continue;
-    fprintf(stderr, "scps-server: stack '%s': restored limits (%d, %d) outside [%d, %d] and [%d, %d]; in force: "
-            "(%d, %d)\n", lim->stack, lim->max_ids_per_partition, lim->max_unique_ids_per_partition, b->lo_ids,
-            b->hi_ids, b->lo_unique, b->hi_unique, ids, uniq);
+    scps__log(SCPS_LOG_WARN, "stack '%s': restored limits (%d, %d) outside [%d, %d] and [%d, %d]; in force: "
+              "(%d, %d)", lim->stack, lim->max_ids_per_partition, lim->max_unique_ids_per_partition, b->lo_ids,
+              b->hi_ids, b->lo_unique, b->hi_unique, ids, uniq);
     lim->max_ids_per_partition = ids;
     lim->max_unique_ids_per_partition = uniq;
   }
@@ -560,7 +563,7 @@ static void note_left_alone(void *ctx, const char *step_dir, const char *why) {
   scps_saver *sv = ctx;
   for (int i = 0; i < sv->n_noted; i++)
     if (!strcmp(sv->noted[i], step_dir)) return;
-  fprintf(stderr, "scps-server: left %s alone: %s\n", step_dir, why);
+  scps__log(SCPS_LOG_INFO, "left %s alone: %s", step_dir, why);
   if (sv->n_noted == sv->cap_noted) {
     int cap = sv->cap_noted ? 2 * sv->cap_noted : 16;
     char **nv = realloc(sv->noted, (size_t)cap * sizeof *nv);
@@ -725,13 +728,13 @@ static scps_checkpoint_snapshot *snapshot_or_log(scps_server *s, int64_t step) {
   }
   scps_error e;
   if (bytes > limit) {
-    fprintf(stderr, "scps-server: checkpoint of step %lld: a snapshot would take %lld bytes, more than %s (%lld); "
-            "ApplyGradients wait for the whole save\n", (long long)step, (long long)bytes, what, (long long)limit);
+    scps__log(SCPS_LOG_WARN, "checkpoint of step %lld: a snapshot would take %lld bytes, more than %s (%lld); "
+              "ApplyGradients wait for the whole save", (long long)step, (long long)bytes, what, (long long)limit);
     scps__checkpoint_snapshot_free(sv->snapshot);
     sv->snapshot = NULL;
   } else if (scps__checkpoint_snapshot_take(s->engine, &sv->snapshot, &e)) {
-    fprintf(stderr, "scps-server: checkpoint of step %lld: %s; ApplyGradients wait for the whole save\n",
-            (long long)step, e.msg);
+    scps__log(SCPS_LOG_WARN, "checkpoint of step %lld: %s; ApplyGradients wait for the whole save",
+              (long long)step, e.msg);
   }
   return sv->snapshot;
 }

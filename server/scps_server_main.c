@@ -2,7 +2,8 @@
  * signals, the drain timer and the checkpoint timer while the server threads
  * serve. */
 #include <errno.h>
-#include <getopt.h>
+#include <grpc/support/log.h>
+#include <stddef.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -13,6 +14,8 @@
 #include <uv.h>
 
 #include "scps_auth.h"
+#include "scps_flags.h"
+#include "scps_log.h"
 #include "scps_metrics.h"
 #include "scps_server.h"
 #include "scps_memtune.h"
@@ -35,7 +38,10 @@ static const char usage[] =
     "                         --port-file). An address other machines can reach\n"
     "                         needs TLS and tokens or client certificates, or\n"
     "                         --insecure (see below)\n"
-    "  --process-index I      this process's index in [0, P) (default 0)\n"
+    "  --process-index I      this process's index in [0, P) (default 0); auto:\n"
+    "                         the trailing -N of the host name, a Kubernetes\n"
+    "                         StatefulSet pod's ordinal (pod scps-2 is 2;\n"
+    "                         SCPS_HOSTNAME, when set, stands for the host name)\n"
     "  --num-processes P      processes in the cluster (default 1)\n"
     "  --sc-per-process S     simulated SparseCores in this process (default 2)\n"
     "  --sc-memory BYTES      memory per SparseCore; K, M, G suffixes (default 4G);\n"
@@ -170,8 +176,24 @@ static const char usage[] =
     "                         (logged). Plain HTTP without tokens: a non-loopback\n"
     "                         HOST shows the counters to anyone who can reach it\n"
     "                         (default: no metrics endpoint)\n"
+    "  --log-format text|json log lines on stderr: text (default), each line\n"
+    "                         '2026-11-26T20:15:03.123Z INFO scps-server: ...', or\n"
+    "                         one JSON object per line with \"ts\", \"level\"\n"
+    "                         (debug, info, warn, error), \"msg\", \"process\" and\n"
+    "                         the line's own fields (\"step\", \"path\", ...);\n"
+    "                         timestamps are RFC 3339, UTC, with milliseconds\n"
     "  --help                 this text\n"
     "  --version              print the version and exit\n"
+    "\n"
+    "Every option can also come from the environment: --foo-bar from\n"
+    "SCPS_FOO_BAR (SCPS_CONFIG, SCPS_LISTEN, SCPS_PROCESS_INDEX,\n"
+    "SCPS_NUM_PROCESSES, SCPS_CHECKPOINT_DIR, SCPS_LOG_FORMAT, ...; --insecure\n"
+    "from SCPS_INSECURE=1, true, 0 or false), so one container definition can\n"
+    "run every process of a cluster. A flag on the command line wins over its\n"
+    "variable, which wins over the default; an empty variable counts as unset,\n"
+    "and SCPS_* variables that name no option are ignored. A bad value is\n"
+    "refused as the flag's would be (exit 2), naming the variable. --help and\n"
+    "--version are read from the command line only.\n"
     "\n"
     "Who may connect: a server listening on an address other than loopback\n"
     "refuses to start (exit 2) unless it has TLS (--tls-cert, --tls-key) and\n"
@@ -187,8 +209,8 @@ static const char usage[] =
     "configuration is invalid, the tables do not fit, the checkpoint to restore\n"
     "is missing or corrupt, a TLS or token file is unreadable or malformed, the\n"
     "address is in use, or the save of the step held at exit failed; 2 for bad\n"
-    "flags, and for a non-loopback --listen without TLS and tokens or client\n"
-    "certificates (or --insecure).\n";
+    "flags or variables, and for a non-loopback --listen without TLS and tokens\n"
+    "or client certificates (or --insecure).\n";
 
 typedef struct app {
   uv_loop_t *loop;
@@ -211,7 +233,7 @@ static double since(uint64_t t0) { return (double)(uv_hrtime() - t0) * 1e-9; }
 static void on_stopped_async(uv_async_t *a) {
   app *ap = a->data;
   if (ap->shutting_down)
-    fprintf(stderr, "scps-server: every call finished %.3f s after the signal\n", since(ap->signalled_at));
+    scps__log(SCPS_LOG_INFO, "every call finished %.3f s after the signal", since(ap->signalled_at));
   uv_timer_stop(&ap->drain);
   uv_timer_stop(&ap->checkpoint);
   uv_timer_stop(&ap->quiet);
@@ -231,7 +253,7 @@ static void on_stopped(void *ud) {
 
 static void on_drain_timeout(uv_timer_t *t) {
   app *ap = t->data;
-  fprintf(stderr, "scps-server: calls still in flight after %.3f s; cancelling them\n", since(ap->signalled_at));
+  scps__log(SCPS_LOG_WARN, "calls still in flight after %.3f s; cancelling them", since(ap->signalled_at));
   uv_timer_stop(&ap->quiet);
   scps__server_cancel_all(ap->server);
 }
@@ -271,8 +293,8 @@ static void on_quiet_timer(uv_timer_t *t) {
   if (quiet >= 0 && quiet < ap->drain_quiet_ms) return;
   uv_timer_stop(&ap->quiet);
   if (quiet < 0) return;
-  fprintf(stderr, "scps-server: no ApplyGradients for %lld ms, %.3f s after the signal; taking no more\n",
-          (long long)quiet, since(ap->signalled_at));
+  scps__log(SCPS_LOG_INFO, "no ApplyGradients for %lld ms, %.3f s after the signal; taking no more",
+            (long long)quiet, since(ap->signalled_at));
   scps__server_close_pushes(ap->server);
 }
 
@@ -281,8 +303,8 @@ static void on_quiet_timer(uv_timer_t *t) {
 static void on_signal(uv_signal_t *h, int signum) {
   app *ap = h->data;
   if (ap->shutting_down) {
-    fprintf(stderr, "scps-server: %s again %.3f s after the first signal; cancelling calls in flight\n",
-            signum == SIGTERM ? "SIGTERM" : "SIGINT", since(ap->signalled_at));
+    scps__log(SCPS_LOG_INFO, "%s again %.3f s after the first signal; cancelling calls in flight",
+              signum == SIGTERM ? "SIGTERM" : "SIGINT", since(ap->signalled_at));
     uv_timer_stop(&ap->drain);
     uv_timer_stop(&ap->quiet);
     scps__server_cancel_all(ap->server);
@@ -290,12 +312,12 @@ static void on_signal(uv_signal_t *h, int signum) {
   }
   ap->shutting_down = 1;
   ap->signalled_at = uv_hrtime();
-  fprintf(stderr, "scps-server: %s: finishing calls in flight\n", signum == SIGTERM ? "SIGTERM" : "SIGINT");
+  scps__log(SCPS_LOG_INFO, "%s: finishing calls in flight", signum == SIGTERM ? "SIGTERM" : "SIGINT");
   uv_timer_stop(&ap->checkpoint);
   scps__server_shutdown(ap->server);
   if (scps__server_push_quiet_ms(ap->server) >= 0) {
-    fprintf(stderr, "scps-server: taking ApplyGradients (no Lookups) until none arrives for %ld ms, so pushes in "
-            "flight reach every process; then saving the step held\n", ap->drain_quiet_ms);
+    scps__log(SCPS_LOG_INFO, "taking ApplyGradients (no Lookups) until none arrives for %ld ms, so pushes in "
+              "flight reach every process; then saving the step held", ap->drain_quiet_ms);
     uint64_t poll = ap->drain_quiet_ms >= 200 ? 50 : (uint64_t)(ap->drain_quiet_ms / 4 + 1);
     uv_timer_start(&ap->quiet, on_quiet_timer, poll, poll);
   }
@@ -310,17 +332,18 @@ static int save_at_exit(app *ap) {
   scps_error err;
   int rc = scps__server_save_held(ap->server, &step, path, sizeof path, &err);
   if (rc < 0) {
-    fprintf(stderr, "scps-server: the save of the step held before exiting failed: %s\n", err.msg);
+    scps__log(SCPS_LOG_ERROR, "the save of the step held before exiting failed: %s", err.msg);
     return 1;
   }
-  if (rc > 0)
-    fprintf(stderr, "scps-server: saved step %lld to %s before exiting, %.3f s after the signal\n", (long long)step,
-            path, since(ap->signalled_at));
-  else if (step >= 0)
-    fprintf(stderr, "scps-server: nothing applied since the last save or restore of step %lld; no save at exit\n",
-            (long long)step);
+  if (rc > 0) {
+    scps_log_kv kv[] = {SCPS_LOG_INT("step", step), SCPS_LOG_STRING("path", path)};
+    scps__log_kv(SCPS_LOG_INFO, kv, 2, "saved step %lld to %s before exiting, %.3f s after the signal",
+                 (long long)step, path, since(ap->signalled_at));
+  } else if (step >= 0)
+    scps__log(SCPS_LOG_INFO, "nothing applied since the last save or restore of step %lld; no save at exit",
+              (long long)step);
   else
-    fprintf(stderr, "scps-server: no step applied or restored; nothing to save at exit\n");
+    scps__log(SCPS_LOG_INFO, "no step applied or restored; nothing to save at exit");
   return 0;
 }
 
@@ -353,34 +376,34 @@ static int write_port_file(const char *path, int port) {
  * trusted. Prints why and returns -1 when the server must not start. */
 static int check_exposure(const scps_server_options *o, bool insecure) {
   if (!o->tls_cert_file != !o->tls_key_file) {
-    fprintf(stderr, "scps-server: --tls-cert and --tls-key go together (%s given alone)\n",
-            o->tls_cert_file ? "--tls-cert" : "--tls-key");
+    scps__log(SCPS_LOG_ERROR, "--tls-cert and --tls-key go together (%s given alone)",
+              o->tls_cert_file ? "--tls-cert" : "--tls-key");
     return -1;
   }
   if (o->tls_client_ca_file && !o->tls_cert_file) {
-    fprintf(stderr, "scps-server: --tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)\n");
+    scps__log(SCPS_LOG_ERROR, "--tls-client-ca needs --tls-cert and --tls-key (mutual TLS is TLS)");
     return -1;
   }
   bool tls = o->tls_cert_file != NULL, callers_known = o->token_file || o->tls_client_ca_file;
   if ((tls && callers_known) || scps__listen_is_loopback(o->listen)) return 0;
   if (insecure) {
-    fprintf(stderr,
-            "scps-server: WARNING: --insecure: serving %s %s: anyone who can reach this port can read and "
-            "change every table, push gradients and save checkpoints\n",
-            o->listen, tls ? "with TLS but without tokens or client certificates"
-                           : callers_known ? "with tokens but without TLS (tokens travel in the clear)"
-                                           : "without TLS and without tokens");
+    scps__log(SCPS_LOG_WARN,
+              "WARNING: --insecure: serving %s %s: anyone who can reach this port can read and "
+              "change every table, push gradients and save checkpoints",
+              o->listen, tls ? "with TLS but without tokens or client certificates"
+                             : callers_known ? "with tokens but without TLS (tokens travel in the clear)"
+                                             : "without TLS and without tokens");
     return 0;
   }
-  fprintf(stderr,
-          "scps-server: --listen %s is not a loopback address, and %s: anyone who can reach it could read and "
-          "change every table and save checkpoints. Give it --tls-cert and --tls-key with --token-file or "
-          "--tls-client-ca (deploy/SECURITY.md), listen on 127.0.0.1, or pass --insecure on a network you "
-          "trust\n",
-          o->listen, !tls && !callers_known ? "it has neither TLS nor tokens or client certificates"
-                     : !tls                 ? "it has no TLS (--tls-cert, --tls-key): tokens would travel in the clear"
-                                            : "it has TLS but no tokens (--token-file) or client certificates "
-                                              "(--tls-client-ca)");
+  scps__log(SCPS_LOG_ERROR,
+            "--listen %s is not a loopback address, and %s: anyone who can reach it could read and "
+            "change every table and save checkpoints. Give it --tls-cert and --tls-key with --token-file or "
+            "--tls-client-ca (deploy/SECURITY.md), listen on 127.0.0.1, or pass --insecure on a network you "
+            "trust",
+            o->listen, !tls && !callers_known ? "it has neither TLS nor tokens or client certificates"
+                       : !tls                 ? "it has no TLS (--tls-cert, --tls-key): tokens would travel in the clear"
+                                              : "it has TLS but no tokens (--token-file) or client certificates "
+                                                "(--tls-client-ca)");
   return -1;
 }
 
@@ -389,187 +412,228 @@ static void log_limits(const scps_server *s, const scps_server_options *o) {
   const char *how;
   int64_t quota;
   double budget = (double)scps__server_memory_budget(s, &how, &quota);
-  fprintf(stderr,
-          "scps-server: memory budget %.1f MiB (%s), gRPC buffers up to %.1f MiB more; %d streams per "
-          "connection, idle connections closed after %d s, transfers cancelled after %d s\n",
-          budget / (1 << 20), how, (double)quota / (1 << 20), o->max_streams, o->idle_timeout_s,
-          o->transfer_timeout_s);
+  scps__log(SCPS_LOG_INFO,
+            "memory budget %.1f MiB (%s), gRPC buffers up to %.1f MiB more; %d streams per "
+            "connection, idle connections closed after %d s, transfers cancelled after %d s",
+            budget / (1 << 20), how, (double)quota / (1 << 20), o->max_streams, o->idle_timeout_s,
+            o->transfer_timeout_s);
 }
 
-static int parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
-  scps_error e;
-  if (!scps__parse_long(flag, s, lo, hi, out, &e)) return 0;
-  fprintf(stderr, "scps-server: %s\n", e.msg);
-  return -1;
+/* What the flags and variables fill: the server's options and the
+ * program's own. Fields that are not the options' own type are converted
+ * after parsing. */
+typedef struct args {
+  scps_server_options o;
+  const char *config, *port_file, *metrics_listen;
+  int64_t max_message_mb, drain_seconds, checkpoint_every, checkpoint_min_interval, drain_quiet_ms;
+  int pin_off;    /* --pin-sparsecores: 0 on, 1 off */
+  int limit_drop; /* --limit-policy: 0 refuse, 1 drop */
+  bool insecure;
+  char index_host[256]; /* --process-index auto: the host name it came from */
+} args;
+
+#define MAX_PROCESSES 1024
+
+/* Applied first (the table's first row), so the errors of every other
+ * flag are logged in the format asked for. */
+static int set_log_format(void *dst, const char *v, const char *name, scps_error *err) {
+  (void)dst;
+  scps_log_format f;
+  int rc = scps__log_parse_format(name, v, &f, err);
+  if (!rc) scps__log_set_format(f);
+  return rc;
 }
 
-/* --partition-limits IDS,UNIQUE: two limits in [1, 2^31 - 1]. */
-static int parse_partition_limits(const char *s, int32_t out[2]) {
-  const char *comma = strchr(s, ',');
-  char ids[32];
-  long v;
-  if (!comma || (size_t)(comma - s) >= sizeof ids) {
-    fprintf(stderr, "scps-server: --partition-limits '%s': expected IDS,UNIQUE (e.g. 4096,1024)\n", s);
-    return -1;
-  }
-  memcpy(ids, s, (size_t)(comma - s));
-  ids[comma - s] = '\0';
-  if (parse_int("--partition-limits IDS", ids, 1, INT32_MAX, &v)) return -1;
-  out[0] = (int32_t)v;
-  if (parse_int("--partition-limits UNIQUE", comma + 1, 1, INT32_MAX, &v)) return -1;
-  out[1] = (int32_t)v;
+static int set_listen(void *dst, const char *v, const char *name, scps_error *err) {
+  if (check_listen(v))
+    return scps_error_set(err, SCPS_EINVAL, "%s '%s': expected HOST:PORT with a port in [0, 65535]", name, v);
+  ((args *)dst)->o.listen = v;
   return 0;
 }
 
+/* HOST:PORT or PORT (scps_metrics.h). */
+static int set_metrics_listen(void *dst, const char *v, const char *name, scps_error *err) {
+  scps_error e;
+  if (scps__metrics_parse(v, NULL, 0, NULL, &e)) return scps_error_set(err, SCPS_EINVAL, "%s: %s", name, e.msg);
+  ((args *)dst)->metrics_listen = v;
+  return 0;
+}
+
+/* An index, or auto: the host name's StatefulSet ordinal. */
+static int set_process_index(void *dst, const char *v, const char *name, scps_error *err) {
+  args *a = dst;
+  a->index_host[0] = '\0';
+  if (strcmp(v, "auto")) {
+    long i;
+    scps_error e;
+    if (scps__parse_long(name, v, 0, MAX_PROCESSES - 1, &i, &e))
+      return scps_error_set(err, SCPS_EINVAL, "%s '%s': expected an integer in [0, %d] or auto", name, v,
+                            MAX_PROCESSES - 1);
+    a->o.process_index = (int32_t)i;
+    return 0;
+  }
+  int64_t i;
+  scps_error e;
+  int rc = scps__flags_host_ordinal(MAX_PROCESSES - 1, &i, a->index_host, sizeof a->index_host, &e);
+  if (rc) return scps_error_set(err, rc, "%s 'auto': %s", name, e.msg);
+  a->o.process_index = (int32_t)i;
+  return 0;
+}
+
+static int set_snapshot_max(void *dst, const char *v, const char *name, scps_error *err) {
+  int64_t *max = &((args *)dst)->o.checkpoint_snapshot_max;
+  if (!strcmp(v, "auto"))
+    *max = -1;
+  else if (!strcmp(v, "0"))
+    *max = 0;
+  else if (scps__parse_bytes(v, max))
+    return scps_error_set(err, SCPS_EINVAL, "%s '%s': expected auto, 0 or bytes like 512M or 4G", name, v);
+  return 0;
+}
+
+/* IDS,UNIQUE: two limits in [1, 2^31 - 1]. */
+static int set_partition_limits(void *dst, const char *v, const char *name, scps_error *err) {
+  int32_t *out = ((args *)dst)->o.partition_limits;
+  const char *comma = strchr(v, ',');
+  char ids[32], what[80];
+  long x;
+  if (!comma || (size_t)(comma - v) >= sizeof ids)
+    return scps_error_set(err, SCPS_EINVAL, "%s '%s': expected IDS,UNIQUE (e.g. 4096,1024)", name, v);
+  memcpy(ids, v, (size_t)(comma - v));
+  ids[comma - v] = '\0';
+  snprintf(what, sizeof what, "%s IDS", name);
+  int rc = scps__parse_long(what, ids, 1, INT32_MAX, &x, err);
+  if (rc) return rc;
+  out[0] = (int32_t)x;
+  snprintf(what, sizeof what, "%s UNIQUE", name);
+  rc = scps__parse_long(what, comma + 1, 1, INT32_MAX, &x, err);
+  if (rc) return rc;
+  out[1] = (int32_t)x;
+  return 0;
+}
+
+/* One row of the table per kind (scps_flags.h). */
+#define AT(field) offsetof(args, field)
+#define F_STRING(name, field) {name, SCPS_FLAG_STRING, AT(field), 0, 0, NULL, NULL}
+#define F_INT32(name, field, lo, hi) {name, SCPS_FLAG_INT32, AT(field), lo, hi, NULL, NULL}
+#define F_INT64(name, field, lo, hi) {name, SCPS_FLAG_INT64, AT(field), lo, hi, NULL, NULL}
+#define F_BYTES(name, field, lo) {name, SCPS_FLAG_BYTES, AT(field), lo, 0, NULL, NULL}
+#define F_CHOICE(name, field, choices) {name, SCPS_FLAG_CHOICE, AT(field), 0, 0, choices, NULL}
+#define F_SWITCH(name, field) {name, SCPS_FLAG_SWITCH, AT(field), 0, 0, NULL, NULL}
+#define F_CUSTOM(name, set) {name, SCPS_FLAG_CUSTOM, 0, 0, 0, NULL, set}
+#define F_COMMAND(name) {name, SCPS_FLAG_COMMAND, 0, 0, 0, NULL, NULL}
+
+/* Every flag, one row each: --NAME on the command line, or SCPS_NAME in the
+ * environment (scps_flags.h), applied in this order. */
+static const scps_flag flags[] = {
+    F_CUSTOM("log-format", set_log_format),
+    F_STRING("config", config),
+    F_CUSTOM("listen", set_listen),
+    F_CUSTOM("process-index", set_process_index),
+    F_INT32("num-processes", o.topology.num_processes, 1, MAX_PROCESSES),
+    F_INT32("sc-per-process", o.topology.sc_per_process, 1, 64),
+    F_BYTES("sc-memory", o.topology.sc_memory_bytes, 1),
+    F_INT32("cq-threads", o.cq_threads, 1, 64),
+    F_INT32("tc-threads", o.tc_threads, 1, 64),
+    F_INT64("max-message-mb", max_message_mb, 1, 2047),
+    F_INT64("inline-lookup-entries", o.inline_lookup_entries, 0, (int64_t)1 << 40),
+    F_CHOICE("pin-sparsecores", pin_off, "on|off"),
+    F_INT64("drain-seconds", drain_seconds, 0, 3600),
+    F_STRING("port-file", port_file),
+    F_STRING("checkpoint-dir", o.checkpoint_dir),
+    F_STRING("restore", o.restore_dir),
+    F_INT64("checkpoint-every", checkpoint_every, 1, 30L * 86400),
+    F_INT32("checkpoint-keep", o.checkpoint_keep, 1, 1000000),
+    F_STRING("tls-cert", o.tls_cert_file),
+    F_STRING("tls-key", o.tls_key_file),
+    F_STRING("tls-client-ca", o.tls_client_ca_file),
+    F_STRING("token-file", o.token_file),
+    F_SWITCH("insecure", insecure),
+    F_BYTES("memory-budget", o.memory_budget, 1 << 20),
+    F_INT32("memory-wait-ms", o.memory_wait_ms, 0, 3600000),
+    F_INT32("max-streams", o.max_streams, 1, 1000000),
+    F_INT32("idle-timeout", o.idle_timeout_s, 1, 30L * 86400),
+    F_INT32("transfer-timeout", o.transfer_timeout_s, 1, 86400),
+    F_INT64("checkpoint-min-interval", checkpoint_min_interval, 0, 86400),
+    F_CUSTOM("checkpoint-snapshot-max", set_snapshot_max),
+    F_CHOICE("limit-policy", limit_drop, "refuse|drop"),
+    F_CUSTOM("partition-limits", set_partition_limits),
+    F_INT64("max-step-advance", o.max_step_advance, 1, (int64_t)1 << 53),
+    F_INT64("drain-quiet-ms", drain_quiet_ms, 0, 3600000),
+    F_INT64("checkpoint-grid", o.checkpoint_grid, 1, (int64_t)1 << 53),
+    F_CUSTOM("metrics-listen", set_metrics_listen),
+    F_COMMAND("help"),
+    F_COMMAND("version"),
+};
+
+/* gRPC's own log lines (GRPC_VERBOSITY), in this program's format. */
+static void on_grpc_log(gpr_log_func_args *g) {
+  scps_log_level level = g->severity == GPR_LOG_SEVERITY_ERROR  ? SCPS_LOG_ERROR
+                         : g->severity == GPR_LOG_SEVERITY_INFO ? SCPS_LOG_INFO
+                                                                : SCPS_LOG_DEBUG;
+  scps_log_kv kv[] = {SCPS_LOG_STRING("file", g->file), SCPS_LOG_INT("line", g->line)};
+  scps__log_kv(level, kv, 2, "gRPC %s:%d: %s", g->file, g->line, g->message);
+}
+
 int main(int argc, char **argv) {
-  const char *config = NULL, *port_file = NULL, *metrics_listen = NULL;
-  scps_server_options o = {0};
-  o.listen = "127.0.0.1:50051";
+  scps__log_set_program("scps-server");
+  args a = {0};
+  a.o.listen = "127.0.0.1:50051";
   scps_memtune_apply();
-  o.topology = (scps_topology){1, 2, (int64_t)4 << 30};
-  o.cq_threads = 2;
-  o.tc_threads = 1;
-  o.max_message_bytes = (int64_t)256 << 20;
-  o.checkpoint_keep = 3;
-  o.checkpoint_min_interval = 10;
-  o.checkpoint_snapshot_max = -1;
-  o.inline_lookup_entries = 16384;
-  o.pin_sparsecores = true;
-  o.memory_wait_ms = 2000;
-  o.max_streams = 100;
-  o.idle_timeout_s = 300;
-  o.transfer_timeout_s = 60;
-  double drain = 10;
-  long checkpoint_every = 0, drain_quiet_ms = 1000;
-  static const struct option opts[] = {
-      {"config", required_argument, 0, 'c'},        {"listen", required_argument, 0, 'l'},
-      {"process-index", required_argument, 0, 'i'}, {"num-processes", required_argument, 0, 'p'},
-      {"sc-per-process", required_argument, 0, 's'}, {"sc-memory", required_argument, 0, 'm'},
-      {"cq-threads", required_argument, 0, 'q'},    {"tc-threads", required_argument, 0, 't'},
-      {"max-message-mb", required_argument, 0, 'M'}, {"drain-seconds", required_argument, 0, 'd'},
-      {"port-file", required_argument, 0, 'f'},     {"checkpoint-dir", required_argument, 0, 'C'},
-      {"restore", required_argument, 0, 'R'},       {"checkpoint-every", required_argument, 0, 'E'},
-      {"checkpoint-keep", required_argument, 0, 'K'}, {"help", no_argument, 0, 'h'},
-      {"version", no_argument, 0, 'V'},
-      {"inline-lookup-entries", required_argument, 0, 'I'}, {"pin-sparsecores", required_argument, 0, 'P'},
-      {"tls-cert", required_argument, 0, 1001},     {"tls-key", required_argument, 0, 1002},
-      {"tls-client-ca", required_argument, 0, 1003}, {"token-file", required_argument, 0, 1004},
-      {"insecure", no_argument, 0, 1005},
-      {"memory-budget", required_argument, 0, 'B'}, {"memory-wait-ms", required_argument, 0, 'W'},
-      {"max-streams", required_argument, 0, 'S'},   {"idle-timeout", required_argument, 0, 'T'},
-      {"transfer-timeout", required_argument, 0, 'X'},
-      {"checkpoint-min-interval", required_argument, 0, 2001},
-      {"checkpoint-snapshot-max", required_argument, 0, 2002},
-      {"limit-policy", required_argument, 0, 3001},  {"partition-limits", required_argument, 0, 3002},
-      {"max-step-advance", required_argument, 0, 'A'}, {"drain-quiet-ms", required_argument, 0, 'Q'},
-      {"checkpoint-grid", required_argument, 0, 'G'},
-      {"metrics-listen", required_argument, 0, 4001},
-      {0, 0, 0, 0}};
-  bool insecure = false;
-  int c;
-  long v;
-  while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    switch (c) {
-    case 'c': config = optarg; break;
-    case 'l':
-      if (check_listen(optarg)) {
-        fprintf(stderr, "scps-server: --listen '%s': expected HOST:PORT with a port in [0, 65535]\n", optarg);
-        return 2;
-      }
-      o.listen = optarg;
-      break;
-    case 'i': if (parse_int("--process-index", optarg, 0, 1023, &v)) return 2; o.process_index = (int32_t)v; break;
-    case 'p': if (parse_int("--num-processes", optarg, 1, 1024, &v)) return 2; o.topology.num_processes = (int32_t)v; break;
-    case 's': if (parse_int("--sc-per-process", optarg, 1, 64, &v)) return 2; o.topology.sc_per_process = (int32_t)v; break;
-    case 'q': if (parse_int("--cq-threads", optarg, 1, 64, &v)) return 2; o.cq_threads = (int32_t)v; break;
-    case 't': if (parse_int("--tc-threads", optarg, 1, 64, &v)) return 2; o.tc_threads = (int32_t)v; break;
-    case 'M': if (parse_int("--max-message-mb", optarg, 1, 2047, &v)) return 2; o.max_message_bytes = (int64_t)v << 20; break;
-    case 'd': if (parse_int("--drain-seconds", optarg, 0, 3600, &v)) return 2; drain = (double)v; break;
-    case 'm':
-      if (scps__parse_bytes(optarg, &o.topology.sc_memory_bytes)) {
-        fprintf(stderr, "scps-server: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
-        return 2;
-      }
-      break;
-    case 'f': port_file = optarg; break;
-    case 'C': o.checkpoint_dir = optarg; break;
-    case 'R': o.restore_dir = optarg; break;
-    case 'E': if (parse_int("--checkpoint-every", optarg, 1, 30L * 86400, &checkpoint_every)) return 2; break;
-    case 'K': if (parse_int("--checkpoint-keep", optarg, 1, 1000000, &v)) return 2; o.checkpoint_keep = (int32_t)v; break;
-    case 'I': if (parse_int("--inline-lookup-entries", optarg, 0, 1L << 40, &v)) return 2; o.inline_lookup_entries = v; break;
-    case 'P':
-      if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-        fprintf(stderr, "scps-server: --pin-sparsecores '%s': expected on or off\n", optarg);
-        return 2;
-      }
-      o.pin_sparsecores = !strcmp(optarg, "on");
-      break;
-    case 1001: o.tls_cert_file = optarg; break;
-    case 1002: o.tls_key_file = optarg; break;
-    case 1003: o.tls_client_ca_file = optarg; break;
-    case 1004: o.token_file = optarg; break;
-    case 1005: insecure = true; break;
-    case 'B':
-      if (scps__parse_bytes(optarg, &o.memory_budget) || o.memory_budget < (1 << 20)) {
-        fprintf(stderr, "scps-server: --memory-budget '%s': expected bytes of at least 1M, like 512M or 4G\n", optarg);
-        return 2;
-      }
-      break;
-    case 'W': if (parse_int("--memory-wait-ms", optarg, 0, 3600000, &v)) return 2; o.memory_wait_ms = (int32_t)v; break;
-    case 'S': if (parse_int("--max-streams", optarg, 1, 1000000, &v)) return 2; o.max_streams = (int32_t)v; break;
-    case 'T': if (parse_int("--idle-timeout", optarg, 1, 30L * 86400, &v)) return 2; o.idle_timeout_s = (int32_t)v; break;
-    case 'X': if (parse_int("--transfer-timeout", optarg, 1, 86400, &v)) return 2; o.transfer_timeout_s = (int32_t)v; break;
-    case 2001: if (parse_int("--checkpoint-min-interval", optarg, 0, 86400, &v)) return 2; o.checkpoint_min_interval = (double)v; break;
-    case 2002:
-      if (!strcmp(optarg, "auto"))
-        o.checkpoint_snapshot_max = -1;
-      else if (!strcmp(optarg, "0"))
-        o.checkpoint_snapshot_max = 0;
-      else if (scps__parse_bytes(optarg, &o.checkpoint_snapshot_max)) {
-        fprintf(stderr, "scps-server: --checkpoint-snapshot-max '%s': expected auto, 0 or bytes like 512M or 4G\n",
-                optarg);
-        return 2;
-      }
-      break;
-    case 3001:
-      if (strcmp(optarg, "refuse") && strcmp(optarg, "drop")) {
-        fprintf(stderr, "scps-server: --limit-policy '%s': expected refuse or drop\n", optarg);
-        return 2;
-      }
-      o.limit_policy = strcmp(optarg, "drop") ? SCPS_LIMIT_ERROR : SCPS_LIMIT_DROP;
-      break;
-    case 3002: if (parse_partition_limits(optarg, o.partition_limits)) return 2; break;
-    case 'A': if (parse_int("--max-step-advance", optarg, 1, 1L << 53, &v)) return 2; o.max_step_advance = v; break;
-    case 'Q': if (parse_int("--drain-quiet-ms", optarg, 0, 3600000, &drain_quiet_ms)) return 2; break;
-    case 'G': if (parse_int("--checkpoint-grid", optarg, 1, 1L << 53, &v)) return 2; o.checkpoint_grid = v; break;
-    case 4001: {
-      scps_error e;
-      if (scps__metrics_parse(optarg, NULL, 0, NULL, &e)) {
-        fprintf(stderr, "scps-server: %s\n", e.msg);
-        return 2;
-      }
-      metrics_listen = optarg;
-      break;
-    }
-    case 'h': fputs(usage, stdout); return 0;
-    case 'V': printf("scps-server %s\n", scps_version()); return 0;
-    default: fputs(usage, stderr); return 2;
-    }
+  a.o.topology = (scps_topology){1, 2, (int64_t)4 << 30};
+  a.o.cq_threads = 2;
+  a.o.tc_threads = 1;
+  a.max_message_mb = 256;
+  a.o.checkpoint_keep = 3;
+  a.checkpoint_min_interval = 10;
+  a.o.checkpoint_snapshot_max = -1;
+  a.o.inline_lookup_entries = 16384;
+  a.o.memory_wait_ms = 2000;
+  a.o.max_streams = 100;
+  a.o.idle_timeout_s = 300;
+  a.o.transfer_timeout_s = 60;
+  a.drain_seconds = 10;
+  a.drain_quiet_ms = 1000;
+  const scps_flag *command;
+  scps_error err;
+  int prc = scps__flags_parse(flags, (int)(sizeof flags / sizeof flags[0]), argc, argv, "SCPS_", &a, &command, &err);
+  if (command && !strcmp(command->name, "help")) {
+    fputs(usage, stdout);
+    return 0;
   }
-  if (!config || optind != argc) {
-    fprintf(stderr, "scps-server: %s\n%s", config ? "unexpected argument" : "--config is required", usage);
+  if (command) {
+    printf("scps-server %s\n", scps_version());
+    return 0;
+  }
+  if (prc) {
+    scps__log(SCPS_LOG_ERROR, "%s", err.msg);
+    if (prc == SCPS_EPARSE) fputs(usage, stderr);
     return 2;
   }
+  if (!a.config) {
+    scps__log(SCPS_LOG_ERROR, "--config is required (or SCPS_CONFIG in the environment)");
+    fputs(usage, stderr);
+    return 2;
+  }
+  scps_server_options o = a.o;
+  o.max_message_bytes = a.max_message_mb << 20;
+  o.pin_sparsecores = !a.pin_off;
+  o.limit_policy = a.limit_drop ? SCPS_LIMIT_DROP : SCPS_LIMIT_ERROR;
+  o.checkpoint_min_interval = (double)a.checkpoint_min_interval;
+  const char *config = a.config, *port_file = a.port_file;
   if (o.process_index >= o.topology.num_processes) {
-    fprintf(stderr, "scps-server: --process-index %d must be below --num-processes %d\n", o.process_index,
-            o.topology.num_processes);
+    scps__log(SCPS_LOG_ERROR, "--process-index %d%s%s%s must be below --num-processes %d", o.process_index,
+              a.index_host[0] ? " (the ordinal of host name '" : "", a.index_host, a.index_host[0] ? "')" : "",
+              o.topology.num_processes);
     return 2;
   }
-  if (checkpoint_every && !o.checkpoint_dir) {
-    fprintf(stderr, "scps-server: --checkpoint-every needs --checkpoint-dir\n");
+  scps__log_set_int("process", o.process_index);
+  gpr_set_log_function(on_grpc_log);
+  if (a.checkpoint_every && !o.checkpoint_dir) {
+    scps__log(SCPS_LOG_ERROR, "--checkpoint-every needs --checkpoint-dir");
     return 2;
   }
-  if (check_exposure(&o, insecure)) return 2;
+  if (check_exposure(&o, a.insecure)) return 2;
   /* Logs and GetConfig name the checkpoint root as a path that means
    * something away from this process's working directory. */
   static char checkpoint_root[PATH_MAX];
@@ -577,7 +641,7 @@ int main(int argc, char **argv) {
     char cwd[PATH_MAX];
     if (!getcwd(cwd, sizeof cwd) ||
         snprintf(checkpoint_root, sizeof checkpoint_root, "%s/%s", cwd, o.checkpoint_dir) >= (int)sizeof checkpoint_root) {
-      fprintf(stderr, "scps-server: --checkpoint-dir '%s': cannot make it an absolute path\n", o.checkpoint_dir);
+      scps__log(SCPS_LOG_ERROR, "--checkpoint-dir '%s': cannot make it an absolute path", o.checkpoint_dir);
       return 2;
     }
     o.checkpoint_dir = checkpoint_root;
@@ -585,20 +649,19 @@ int main(int argc, char **argv) {
   /* A file size limit must fail a checkpoint write with EFBIG (reported as
    * RESOURCE_EXHAUSTED), not kill the server. */
   signal(SIGXFSZ, SIG_IGN);
-  scps_error err;
   scps_workload *w = NULL;
   if (scps__workload_load(config, &w, &err)) {
-    fprintf(stderr, "scps-server: %s\n", err.msg);
+    scps__log(SCPS_LOG_ERROR, "%s", err.msg);
     return 1;
   }
   o.tables = w->tables;
   o.n_tables = w->n_tables;
   o.features = w->features;
   o.n_features = w->n_features;
-  o.drain_quiet_ms = (int32_t)drain_quiet_ms;
+  o.drain_quiet_ms = (int32_t)a.drain_quiet_ms;
   app ap = {0};
-  ap.drain_seconds = drain;
-  ap.drain_quiet_ms = drain_quiet_ms;
+  ap.drain_seconds = (double)a.drain_seconds;
+  ap.drain_quiet_ms = a.drain_quiet_ms;
   /* The loop and its signal watchers come first: a SIGTERM or SIGINT while
    * the tables are initialized or restored (seconds to minutes) is noted
    * and handled as soon as the loop runs, instead of killing the process. */
@@ -616,7 +679,7 @@ int main(int argc, char **argv) {
   int rc = scps__server_create(&o, &ap.server, &err);
   scps__workload_destroy(w);
   if (rc) {
-    fprintf(stderr, "scps-server: %s\n", err.msg);
+    scps__log(SCPS_LOG_ERROR, "%s", err.msg);
     return 1;
   }
   int64_t restored_step, restored_bytes;
@@ -625,36 +688,38 @@ int main(int argc, char **argv) {
   const char *restored =
       scps__server_restored(ap.server, &restored_step, &restored_bytes, &restored_seconds, &written_by);
   if (restored) {
-    fprintf(stderr, "scps-server: restored step %lld from %s: %lld bytes in %.3f s (%.2f GB/s)",
-            (long long)restored_step, restored, (long long)restored_bytes, restored_seconds,
-            restored_seconds > 0 ? (double)restored_bytes / restored_seconds * 1e-9 : 0.0);
+    char resharded[128] = "";
     if (written_by.num_processes != o.topology.num_processes || written_by.sc_per_process != o.topology.sc_per_process)
-      fprintf(stderr, "; written by %d x %d SparseCores, resharded into %d x %d", written_by.num_processes,
-              written_by.sc_per_process, o.topology.num_processes, o.topology.sc_per_process);
-    fputc('\n', stderr);
+      snprintf(resharded, sizeof resharded, "; written by %d x %d SparseCores, resharded into %d x %d",
+               written_by.num_processes, written_by.sc_per_process, o.topology.num_processes,
+               o.topology.sc_per_process);
+    scps_log_kv kv[] = {SCPS_LOG_INT("step", restored_step), SCPS_LOG_STRING("path", restored)};
+    scps__log_kv(SCPS_LOG_INFO, kv, 2, "restored step %lld from %s: %lld bytes in %.3f s (%.2f GB/s)%s",
+                 (long long)restored_step, restored, (long long)restored_bytes, restored_seconds,
+                 restored_seconds > 0 ? (double)restored_bytes / restored_seconds * 1e-9 : 0.0, resharded);
   }
   else if (o.checkpoint_dir)
-    fprintf(stderr, "scps-server: no complete checkpoint under %s%s; starting from the initializers\n",
-            o.checkpoint_dir,
-            access(o.checkpoint_dir, F_OK) ? " (no such directory yet: check the path if you meant to resume; "
-                                             "it is created at the first save)"
-                                           : "");
-  if (checkpoint_every) {
-    ap.checkpoint_every_ms = (uint64_t)checkpoint_every * 1000;
+    scps__log(SCPS_LOG_INFO, "no complete checkpoint under %s%s; starting from the initializers",
+              o.checkpoint_dir,
+              access(o.checkpoint_dir, F_OK) ? " (no such directory yet: check the path if you meant to resume; "
+                                               "it is created at the first save)"
+                                             : "");
+  if (a.checkpoint_every) {
+    ap.checkpoint_every_ms = (uint64_t)a.checkpoint_every * 1000;
     uv_timer_start(&ap.checkpoint, on_checkpoint_timer, ms_to_next_tick(ap.checkpoint_every_ms), 0);
   }
   int threads = 0;
   bool failed = scps__server_start(ap.server, on_stopped, &ap, &threads, &err) != 0;
-  if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);
+  if (failed) scps__log(SCPS_LOG_ERROR, "%s", err.msg);
   scps_metrics *metrics = NULL;
-  if (!failed && metrics_listen) {
-    failed = scps__metrics_start(ap.server, metrics_listen, &metrics, &err) != 0;
-    if (failed) fprintf(stderr, "scps-server: %s\n", err.msg);
-    else fprintf(stderr, "scps-server: metrics on %s\n", scps__metrics_url(metrics));
+  if (!failed && a.metrics_listen) {
+    failed = scps__metrics_start(ap.server, a.metrics_listen, &metrics, &err) != 0;
+    if (failed) scps__log(SCPS_LOG_ERROR, "%s", err.msg);
+    else scps__log(SCPS_LOG_INFO, "metrics on %s", scps__metrics_url(metrics));
   }
   /* A port nobody can find serves no one. */
   if (!failed && port_file && write_port_file(port_file, scps__server_port(ap.server))) {
-    fprintf(stderr, "scps-server: cannot write --port-file '%s': %s\n", port_file, strerror(errno));
+    scps__log(SCPS_LOG_ERROR, "cannot write --port-file '%s': %s", port_file, strerror(errno));
     failed = true;
   }
   if (failed) {
@@ -672,8 +737,10 @@ int main(int argc, char **argv) {
   const int *cpus = scps__server_sc_cpus(ap.server);
   for (int k = 0, at = 0; cpus && k < o.topology.sc_per_process && at < (int)sizeof pinned; k++)
     at += snprintf(pinned + at, sizeof pinned - (size_t)at, "%s%d", k ? "," : " on CPUs ", cpus[k]);
-  fprintf(stderr, "scps-server: process %d of %d serving on port %d (%d SparseCores%s)\n", o.process_index,
-          o.topology.num_processes, scps__server_port(ap.server), o.topology.sc_per_process, pinned);
+  scps_log_kv serving[] = {SCPS_LOG_INT("port", scps__server_port(ap.server)),
+                           SCPS_LOG_INT("num_processes", o.topology.num_processes)};
+  scps__log_kv(SCPS_LOG_INFO, serving, 2, "process %d of %d serving on port %d (%d SparseCores%s)", o.process_index,
+               o.topology.num_processes, scps__server_port(ap.server), o.topology.sc_per_process, pinned);
   log_limits(ap.server, &o);
   uv_run(ap.loop, UV_RUN_DEFAULT);
   int status = ap.shutting_down && o.checkpoint_dir ? save_at_exit(&ap) : 0;
@@ -681,9 +748,9 @@ int main(int argc, char **argv) {
   scps__server_destroy(ap.server);
   uv_loop_close(ap.loop);
   if (ap.shutting_down)
-    fprintf(stderr, "scps-server: process %d stopped %.3f s after the signal\n", o.process_index,
-            since(ap.signalled_at));
+    scps__log(SCPS_LOG_INFO, "process %d stopped %.3f s after the signal", o.process_index,
+              since(ap.signalled_at));
   else
-    fprintf(stderr, "scps-server: process %d stopped\n", o.process_index);
+    scps__log(SCPS_LOG_INFO, "process %d stopped", o.process_index);
   return status;
 }

@@ -153,12 +153,13 @@ class Server:
         self.port = None
         self.channels = []
         self.credentials = credentials
+        self.environ = None  # the process's environment: None inherits this one's
         if start:
             self.start()
 
     def start(self):
         with open(self.err_path, "wb") as err, open(self.out_path, "wb") as out:
-            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=self.environ)
 
     def wait_ready(self, timeout=30):
         """Waits for the port file; raises with the server's stderr if the
