@@ -11,4 +11,3 @@ USER 10001:10001
 WORKDIR /var/lib/scps
 EXPOSE 50051
 ENTRYPOINT ["/usr/local/bin/scps-server"]
-CMD ["--help"]

@@ -4,8 +4,9 @@
 # as they are), then checks that
 #  - `docker run --rm scps:latest --version` and `--help` answer, and every
 #    program in the image starts (--version),
-#  - a server container on a user-defined network, configured from the
-#    image's workloads, answers scps-admin health from a second container,
+#  - a server container on a user-defined network, configured by SCPS_*
+#    variables only (its index from its host name), answers the gRPC health
+#    service (scps-admin health --grpc) from a second container,
 #  - it runs as uid 10001 and exits 0 on docker stop (SIGTERM),
 #  - scps-prometheus:latest answers --version, and a Prometheus container
 #    becomes ready (its port published on 127.0.0.1 only).
@@ -17,7 +18,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 reuse=0
 case ${1:-} in
   --reuse) reuse=1 ;;
-  -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   "") ;;
   *) echo "smoke.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
 esac
@@ -55,13 +56,15 @@ done
 step "--version and --help answer: $(docker run --rm scps:latest --version)"
 
 docker network create "$net" >/dev/null
-docker run -d --name "$tag-server" --network "$net" --hostname shard0 scps:latest \
-  --config /usr/local/share/scps/workloads/ctr-demo.json --listen 0.0.0.0:50051 --insecure \
-  --process-index 0 --num-processes 1 --sc-per-process 2 --sc-memory 64M >/dev/null
+# Configured by environment variables only, the index from the host name.
+docker run -d --name "$tag-server" --network "$net" --hostname shard-0 \
+  -e SCPS_CONFIG=/usr/local/share/scps/workloads/ctr-demo.json -e SCPS_LISTEN=0.0.0.0:50051 \
+  -e SCPS_INSECURE=1 -e SCPS_PROCESS_INDEX=auto -e SCPS_NUM_PROCESSES=1 -e SCPS_SC_PER_PROCESS=2 \
+  -e SCPS_SC_MEMORY=64M scps:latest >/dev/null
 healthy=0
 for _ in $(seq 60); do
   if docker run --rm --network "$net" --entrypoint scps-admin scps:latest \
-      health --servers shard0:50051 --deadline-ms 2000 >/dev/null 2>&1; then
+      health --grpc --servers shard-0:50051 --deadline-ms 2000 >/dev/null 2>&1; then
     healthy=1; break
   fi
   [ "$(docker inspect -f '{{.State.Running}}' "$tag-server")" = true ] || break
@@ -69,10 +72,10 @@ for _ in $(seq 60); do
 done
 if [ $healthy -ne 1 ]; then
   docker logs "$tag-server" >&2 || true
-  fail "the server container did not answer scps-admin health"
+  fail "the server container did not answer scps-admin health --grpc"
 fi
 step "server container answers health: $(docker run --rm --network "$net" \
-  --entrypoint scps-admin scps:latest health --servers shard0:50051 | head -1)"
+  --entrypoint scps-admin scps:latest health --servers shard-0:50051 | head -1)"
 
 pid=$(docker inspect -f '{{.State.Pid}}' "$tag-server")
 uid=$(awk '/^Uid:/ { print $2 }' "/proc/$pid/status")
