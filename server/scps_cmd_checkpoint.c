@@ -74,13 +74,8 @@ void scps__cmd_checkpoint_save(scps_call *c) {
       (Scps__V1__CheckpointRequest *)scps__call_read_request(c, &scps__v1__checkpoint_request__descriptor);
   if (!req) return;
   char msg[SCPS_ERROR_MSG_MAX + 128];
-  grpc_status_code st = scps__call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
-                                             req->process_index, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK && req->step < 0) {
-    snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
-    st = GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  if (st == GRPC_STATUS_OK) st = scps__saver_check_step(s, req->step, msg, sizeof msg);
+  grpc_status_code st = scps__saver_check_request(c, req->config_fingerprint.data, req->config_fingerprint.len,
+                                                 req->process_index, req->step, msg, sizeof msg);
   if (st == GRPC_STATUS_OK) st = check_checkpoint(s, req, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
     scps__call_finish(c, st, msg, NULL, 0);

@@ -431,18 +431,12 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
 static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit);
 
 void scps__cmd_push(scps_call *c) {
-  scps_server *s = c->srv;
   if (scps__restore_refused(c)) return;
   if (!scps__cmd_data_read(c, SCPS_REQUEST_APPLY)) return;
   const scps_request *req = &c->req;
   char msg[SCPS_ERROR_MSG_MAX + 128];
-  grpc_status_code st = scps__call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
-                                             req->process_index, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK && req->step < 0) {
-    snprintf(msg, sizeof msg, "step %lld: must be >= 0", (long long)req->step);
-    st = GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  if (st == GRPC_STATUS_OK) st = scps__saver_check_step(s, req->step, msg, sizeof msg);
+  grpc_status_code st = scps__saver_check_request(c, req->config_fingerprint.data, req->config_fingerprint.len,
+                                                 req->process_index, req->step, msg, sizeof msg);
   if (st == GRPC_STATUS_OK) st = scps__restore_check_state(c, req->state_id, msg, sizeof msg);
   bool has_lr = req->has_learning_rate;
   /* The optimizers take the rate as float32: above FLT_MAX it would be

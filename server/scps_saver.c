@@ -252,7 +252,15 @@ void scps__saver_tick(scps_server *s, int64_t tick) {
   pthread_mutex_unlock(&sv->mu);
 }
 
-grpc_status_code scps__saver_check_step(scps_server *s, int64_t step, char *msg, size_t len) {
+grpc_status_code scps__saver_check_request(scps_call *c, const uint8_t *fingerprint, size_t fingerprint_len,
+                                           int32_t process_index, int64_t step, char *msg, size_t len) {
+  grpc_status_code st = scps__call_check_view(c, fingerprint, fingerprint_len, process_index, msg, len);
+  if (st != GRPC_STATUS_OK) return st;
+  if (step < 0) {
+    snprintf(msg, len, "step %lld: must be >= 0", (long long)step);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  scps_server *s = c->srv;
   scps_saver *sv = &s->saver;
   pthread_mutex_lock(&sv->mu);
   int64_t held = sv->last_step;

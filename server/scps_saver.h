@@ -50,11 +50,13 @@ void scps__saver_checkpoint(struct scps_call *c);
 /* See scps__server_checkpoint_tick. */
 void scps__saver_tick(struct scps_server *s, int64_t tick);
 
-/* Whether an ApplyGradients or Checkpoint may name `step`
- * (scps__step_check against the step held and --max-step-advance): OK, or
- * INVALID_ARGUMENT / FAILED_PRECONDITION with msg naming the step, the step
- * held and the flag. */
-grpc_status_code scps__saver_check_step(struct scps_server *s, int64_t step, char *msg, size_t len);
+/* What an ApplyGradients or Checkpoint is checked for first: the caller's
+ * view (scps__call_check_view of its fingerprint and process index), a
+ * step >= 0, and one it may name (scps__step_check against the step held
+ * and --max-step-advance). OK, or the status with msg naming the field,
+ * the step, the step held and the flag. */
+grpc_status_code scps__saver_check_request(struct scps_call *c, const uint8_t *fingerprint, size_t fingerprint_len,
+                                           int32_t process_index, int64_t step, char *msg, size_t len);
 
 /* Takes an opened checkpoint's step, limits in force and place as the
  * process's own (its tables were loaded from it); with mu held, or before
