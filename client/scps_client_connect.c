@@ -8,6 +8,7 @@
 
 #include "scps.pb-c.h"
 #include "scps_client_int.h"
+#include "scps_grpc_args.h"
 #include "scps_spec_pb.h"
 #include "scps_step.h"
 
@@ -20,36 +21,18 @@
 
 int scps__client_connect_servers(scps_client *c, const scps_client_options *o, scps_error *err) {
   grpc_arg args[8];
-  memset(args, 0, sizeof args);
-  args[0].type = GRPC_ARG_INTEGER;
-  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = -1;
-  args[1].type = GRPC_ARG_INTEGER;
-  args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = -1;
+  int n = 0;
+  args[n++] = scps__grpc_args_int(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
+  args[n++] = scps__grpc_args_int(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
   /* A restarted server should be found within a lookup's retries, not after
    * gRPC's default reconnect backoff of up to two minutes. */
-  args[2].type = GRPC_ARG_INTEGER;
-  args[2].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS;
-  args[2].value.integer = 100;
-  args[3].type = GRPC_ARG_INTEGER;
-  args[3].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS;
-  args[3].value.integer = 100;
-  args[4].type = GRPC_ARG_INTEGER;
-  args[4].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS;
-  args[4].value.integer = 1000;
-  /* Responses are megabytes of activations: a 64 KiB stream window and
-   * 16 KiB frames would cost a round trip per window of every response. */
-  args[5].type = GRPC_ARG_INTEGER;
-  args[5].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
-  args[5].value.integer = 64 << 20;
-  args[6].type = GRPC_ARG_INTEGER;
-  args[6].key = GRPC_ARG_HTTP2_MAX_FRAME_SIZE;
-  args[6].value.integer = (1 << 24) - 1;
-  args[7].type = GRPC_ARG_INTEGER;
-  args[7].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL;
-  args[7].value.integer = 1;
-  grpc_channel_args ca = {c->own_connections ? 8 : 7, args};
+  args[n++] = scps__grpc_args_int(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args[n++] = scps__grpc_args_int(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args[n++] = scps__grpc_args_int(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  /* Responses are megabytes of activations. */
+  n += scps__grpc_args_bulk(args + n);
+  if (c->own_connections) args[n++] = scps__grpc_args_int(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  grpc_channel_args ca = {(size_t)n, args};
   int rc = 0;
   for (int p = 0; p < c->n && !rc; p++) {
     server *s = &c->servers[p];

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_grpc_args.h"
 #include "scps_memtune.h"
 #include "scps_scratch.h"
 
@@ -195,12 +196,6 @@ void scps__limits_free(scps_server *s) {
   s->watch_mu_init = false;
 }
 
-static void int_arg(grpc_arg *a, const char *key, int v) {
-  a->type = GRPC_ARG_INTEGER;
-  a->key = (char *)key;
-  a->value.integer = v;
-}
-
 int64_t scps__limits_quota(const scps_server_options *o) {
   /* At least one request of the largest size accepted may arrive whole:
    * a smaller quota would reset it instead of letting the budget refuse it
@@ -211,13 +206,13 @@ int64_t scps__limits_quota(const scps_server_options *o) {
 int scps__limits_channel_args(scps_server *s, grpc_arg *args) {
   const scps_server_options *o = &s->opts;
   int n = 0;
-  int_arg(&args[n++], GRPC_ARG_MAX_CONCURRENT_STREAMS, o->max_streams);
-  int_arg(&args[n++], GRPC_ARG_MAX_CONNECTION_IDLE_MS,
-          o->idle_timeout_s < INT32_MAX / 1000 ? o->idle_timeout_s * 1000 : INT32_MAX);
-  int_arg(&args[n++], GRPC_ARG_KEEPALIVE_TIME_MS, KEEPALIVE_TIME_MS);
-  int_arg(&args[n++], GRPC_ARG_KEEPALIVE_TIMEOUT_MS, KEEPALIVE_TIMEOUT_MS);
-  int_arg(&args[n++], GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-          o->transfer_timeout_s < INT32_MAX / 1000 ? o->transfer_timeout_s * 1000 : INT32_MAX);
+  args[n++] = scps__grpc_args_int(GRPC_ARG_MAX_CONCURRENT_STREAMS, o->max_streams);
+  args[n++] = scps__grpc_args_int(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                                  o->idle_timeout_s < INT32_MAX / 1000 ? o->idle_timeout_s * 1000 : INT32_MAX);
+  args[n++] = scps__grpc_args_int(GRPC_ARG_KEEPALIVE_TIME_MS, KEEPALIVE_TIME_MS);
+  args[n++] = scps__grpc_args_int(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, KEEPALIVE_TIMEOUT_MS);
+  args[n++] = scps__grpc_args_int(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                                  o->transfer_timeout_s < INT32_MAX / 1000 ? o->transfer_timeout_s * 1000 : INT32_MAX);
   /* gRPC's own buffers (bytes of requests still arriving, connections):
    * past its quota, it reads less, refuses new connections and, as a last
    * resort, resets streams. */

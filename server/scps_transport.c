@@ -14,6 +14,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "scps_grpc_args.h"
 #include "scps_limits.h"
 
 /* Requests kept posted per completion queue: enough that a burst of calls
@@ -267,26 +268,15 @@ int scps__transport_create(scps_server *s, const scps_call_handler *handlers, sc
   if (!s->cqs || !s->threads) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   grpc_init();
   grpc_arg args[5 + SCPS_LIMITS_ARGS];
-  args[0].type = GRPC_ARG_INTEGER;
-  args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
-  args[0].value.integer = (int)o->max_message_bytes;
-  args[1].type = GRPC_ARG_INTEGER;
-  args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
-  args[1].value.integer = -1;
+  int n_args = 0;
+  args[n_args++] = scps__grpc_args_int(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)o->max_message_bytes);
+  args[n_args++] = scps__grpc_args_int(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
   /* gRPC lets a second server bind the same port by default; a typo in a
    * cluster's addresses must fail loudly instead. */
-  args[2].type = GRPC_ARG_INTEGER;
-  args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
-  args[2].value.integer = 0;
-  /* Gradient pushes are megabytes: a 64 KiB stream window and 16 KiB frames
-   * would cost a round trip per window of every request. */
-  args[3].type = GRPC_ARG_INTEGER;
-  args[3].key = GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES;
-  args[3].value.integer = 64 << 20;
-  args[4].type = GRPC_ARG_INTEGER;
-  args[4].key = GRPC_ARG_HTTP2_MAX_FRAME_SIZE;
-  args[4].value.integer = (1 << 24) - 1;
-  int n_args = 5 + scps__limits_channel_args(s, args + 5);
+  args[n_args++] = scps__grpc_args_int(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  /* Gradient pushes are megabytes. */
+  n_args += scps__grpc_args_bulk(args + n_args);
+  n_args += scps__limits_channel_args(s, args + n_args);
   grpc_channel_args ca = {(size_t)n_args, args};
   s->server = grpc_server_create(&ca, NULL);
   if (s->quota) grpc_resource_quota_unref(s->quota); /* the server holds its own */
