@@ -7,10 +7,12 @@
 # runtime libraries they load (rootfs.sh; cached, so a rebuild after a code
 # change only compiles and copies the programs). Entrypoint: scps-server.
 #
-#   deploy/image/build.sh [--build-dir DIR] [--jobs N]
+#   deploy/image/build.sh [--build-dir DIR] [--jobs N] [--tag NAME]
 #     --build-dir DIR  CMake build tree for the image's programs (default
 #                      build-image/ in the checkout; always SCPS_NATIVE=OFF)
 #     --jobs N         parallel compile jobs (default: nproc)
+#     --tag NAME       tag the image NAME only, instead of scps:VERSION and
+#                      scps:latest (a test's own image beside the user's)
 # Environment: SCPS_IMAGE_CACHE, the base rootfs cache (default
 # ${XDG_CACHE_HOME:-~/.cache}/scps-image). Needs root or the docker group.
 set -euo pipefail
@@ -18,11 +20,13 @@ here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 build_dir=$repo/build-image
 jobs=$(nproc)
+tags=()
 while [ $# -gt 0 ]; do
   case $1 in
     --build-dir) build_dir=$(realpath -m "$2"); shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --tag) tags=(-t "$2"); shift 2 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -58,6 +62,7 @@ echo "build.sh: base image $base" >&2
 cmake -S "$repo" -B "$build_dir" -DSCPS_NATIVE=OFF -DSCPS_MARCH= >/dev/null
 cmake --build "$build_dir" -j"$jobs" --target scps-server scps-admin scps-loadgen scps-trainer scps scps_static
 version=$("$build_dir/server/scps-server" --version | awk '{print $2}')
+[ "${#tags[@]}" -ne 0 ] || tags=(-t "scps:$version" -t scps:latest)
 
 ctx=$build_dir/image-context
 rm -rf "$ctx" "$build_dir/image-prefix"
@@ -73,12 +78,12 @@ cp "$here/scps.Dockerfile" "$ctx/Dockerfile"
 # notice is shown only when the build fails
 log=$(mktemp)
 if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base" --build-arg "VERSION=$version" \
-  -t "scps:$version" -t scps:latest "$ctx" >/dev/null 2>"$log"; then
+  "${tags[@]}" "$ctx" >/dev/null 2>"$log"; then
   cat "$log" >&2; rm -f "$log"; exit 1
 fi
 rm -f "$log"
 end=$(date +%s%N)
-size=$(docker image inspect -f '{{.Size}}' "scps:$version")
-awk -v v="$version" -v s="$size" -v t=$(( (end - start) / 1000000 )) \
-  'BEGIN { printf "build.sh: scps:%s (scps:latest) %.1f MB, built in %.1f s\n", v, s / 1e6, t / 1e3 }'
+size=$(docker image inspect -f '{{.Size}}' "${tags[1]}")
+awk -v v="${tags[*]}" -v s="$size" -v t=$(( (end - start) / 1000000 )) \
+  'BEGIN { gsub(/-t /, "", v); printf "build.sh: %s %.1f MB, built in %.1f s\n", v, s / 1e6, t / 1e3 }'
 

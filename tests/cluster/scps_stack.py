@@ -5,7 +5,7 @@ directory, removed at the end), with the failures a real host sees
 
 A test module defines functions test_*(stack) and calls
 main("name", [functions], **stack_options); each check that fails is
-printed and makes the exit status 1, and the stack's logs are printed then."""
+printed and makes the exit status 1, and the stack's logs are printed then. The scps image is $SCPS_TEST_IMAGE, default scps:latest."""
 import json
 import os
 import shutil
@@ -36,7 +36,7 @@ class Stack:
         self.servers = ",".join("shard-%d:%d" % (i, GRPC_PORT) for i in range(shards))
         args = ["generate", "--dir", self.dir, "--project", self.project, "--shards", str(shards),
                 "--sc-per-shard", str(sc_per_shard), "--sc-memory", sc_memory, "--workload", workload,
-                "--prometheus-port", "0"]
+                "--prometheus-port", "0", "--image", os.environ.get("SCPS_TEST_IMAGE") or "scps:latest"]
         for k, v in (server_env or {}).items():
             args += ["--server-env", "%s=%s" % (k, v)]
         subprocess.run([SCPS_COMPOSE] + args, check=True)
