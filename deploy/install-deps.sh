@@ -11,6 +11,7 @@ packages=(
   redis-server redis-tools
   libssl-dev openssl
   libmicrohttpd-dev python3-prometheus-client
+  docker-compose
   clang libclang-rt-14-dev
 )
 

@@ -7,9 +7,12 @@
 # runtime libraries they load (rootfs.sh; cached, so a rebuild after a code
 # change only compiles and copies the programs). Entrypoint: scps-server.
 #
-#   deploy/image/build.sh [--build-dir DIR] [--jobs N] [--tag NAME]
+#   deploy/image/build.sh [--build-dir DIR | --from-build DIR] [--jobs N] [--tag NAME]
 #     --build-dir DIR  CMake build tree for the image's programs (default
 #                      build-image/ in the checkout; always SCPS_NATIVE=OFF)
+#     --from-build DIR an existing build tree's programs, configured as it
+#                      is (the tests' own build); refused if it is tuned for
+#                      this CPU or built with sanitizers
 #     --jobs N         parallel compile jobs (default: nproc)
 #     --tag NAME       tag the image NAME only, instead of scps:VERSION and
 #                      scps:latest (a test's own image beside the user's)
@@ -21,12 +24,14 @@ repo=$(cd "$here/../.." && pwd)
 build_dir=$repo/build-image
 jobs=$(nproc)
 tags=()
+from_build=0
 while [ $# -gt 0 ]; do
   case $1 in
     --build-dir) build_dir=$(realpath -m "$2"); shift 2 ;;
+    --from-build) build_dir=$(realpath -m "$2"); from_build=1; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
     --tag) tags=(-t "$2"); shift 2 ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
 done
@@ -59,7 +64,18 @@ scps_image_root() {
 base=$(scps_base_image scps-base "$seeds" "$excluded" scps_image_root)
 echo "build.sh: base image $base" >&2
 
-cmake -S "$repo" -B "$build_dir" -DSCPS_NATIVE=OFF -DSCPS_MARCH= >/dev/null
+if [ $from_build -eq 1 ]; then
+  cache=$build_dir/CMakeCache.txt
+  [ -f "$cache" ] || { echo "build.sh: --from-build $build_dir: no CMakeCache.txt there" >&2; exit 2; }
+  for opt in SCPS_NATIVE SCPS_SANITIZE SCPS_TSAN SCPS_FUZZ; do
+    if grep -Eq "^$opt:BOOL=(ON|TRUE|1)$" "$cache"; then
+      echo "build.sh: --from-build $build_dir: configured with $opt=ON; an image needs a portable plain build" >&2
+      exit 2
+    fi
+  done
+else
+  cmake -S "$repo" -B "$build_dir" -DSCPS_NATIVE=OFF -DSCPS_MARCH= >/dev/null
+fi
 cmake --build "$build_dir" -j"$jobs" --target scps-server scps-admin scps-loadgen scps-trainer scps scps_static
 version=$("$build_dir/server/scps-server" --version | awk '{print $2}')
 [ "${#tags[@]}" -ne 0 ] || tags=(-t "scps:$version" -t scps:latest)
