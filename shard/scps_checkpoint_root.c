@@ -26,6 +26,14 @@ static int cmp_step_desc(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* dir into path (cap bytes). */
+static int copy_path(const char *dir, char *path, size_t cap, scps_error *err) {
+  size_t len = strlen(dir);
+  if (len >= cap) return scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
+  memcpy(path, dir, len + 1);
+  return 0;
+}
+
 /* The step directories under root, newest first, each with what opening it
  * gave: 0 when complete (all manifests present, every listed file of its
  * listed size), SCPS_ENOENT when a file is missing, another code when
@@ -122,11 +130,7 @@ int scps__checkpoint_root_latest(const char *root, char *path, size_t cap, scps_
     if (v[i].open_rc == 0) {
       char dir[PATH_CAP];
       scps__ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
-      if (strlen(dir) >= cap) rc = scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
-      else {
-        memcpy(path, dir, strlen(dir) + 1);
-        rc = 0;
-      }
+      rc = copy_path(dir, path, cap, err);
       break;
     }
   }
@@ -157,12 +161,7 @@ int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_own
         scps__ckpt_owner_note(own, dir, why);
         continue;
       }
-      if (strlen(dir) >= cap) {
-        rc = scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
-      } else {
-        memcpy(path, dir, strlen(dir) + 1);
-        rc = 0;
-      }
+      rc = copy_path(dir, path, cap, err);
       break;
     }
     if (orc == SCPS_ENOENT) continue;
@@ -190,6 +189,7 @@ int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_own
 typedef struct own_step {
   int64_t step;
   bool complete; /* every process's manifest and file present (scps__checkpoint_open) */
+  bool own_part; /* a root of this process's own: only its manifest there, its files all present */
   char name[FILE_NAME_CAP];
 } own_step;
 
@@ -224,8 +224,35 @@ static bool own_manifest(int root_fd, const char *root, const char *name, const 
   return mine;
 }
 
+/* Whether a step directory holds a manifest of a process other than
+ * `process`. */
+static bool other_manifest(const char *dir, int32_t process) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return false;
+  int32_t idx[1024];
+  int n = 0;
+  bool other = false;
+  if (scps__ckpt_manifest_indices(dfd, dir, idx, 1024, &n, NULL) == 0)
+    for (int i = 0; i < n; i++) other |= idx[i] != process;
+  close(dfd);
+  return other;
+}
+
+/* Whether `process`'s part in dir is whole: its manifest and every file
+ * it lists (scps__checkpoint_open_part). */
+static bool part_whole(const char *dir, int32_t process) {
+  scps_checkpoint *c = NULL;
+  bool ok = scps__checkpoint_open_part(dir, process, &c, NULL) == 0;
+  scps__checkpoint_close(c);
+  return ok;
+}
+
 /* The owner's step directories below root_fd, newest first; every other
- * step directory is noted. */
+ * step directory is noted. A root is the owner's own (a volume per
+ * container) when no step directory in it holds another process's
+ * manifest; there, whole parts of the owner's are marked own_part. Where
+ * processes share a root, a directory with the owner's manifest alone is
+ * a save the others have not finished, or cut short: never own_part. */
 static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_owner *own, own_step **out, int *n_out,
                           scps_error *err) {
   *out = NULL;
@@ -235,12 +262,15 @@ static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_o
   if (!d) return rc;
   own_step *v = NULL;
   int n = 0, cap = 0;
+  bool shared = false;
   struct dirent *de;
   while ((de = readdir(d)) && !rc) {
     int64_t step;
     if (!scps__ckpt_manifest_step_of(de->d_name, &step)) continue;
     char dir[PATH_CAP], why[700];
     snprintf(dir, sizeof dir, "%s/%s", root, de->d_name);
+    const bool others_there = other_manifest(dir, own->process_index);
+    shared |= others_there;
     if (!own_manifest(root_fd, root, de->d_name, own, why, sizeof why)) {
       scps__ckpt_owner_note(own, dir, why);
       continue;
@@ -257,8 +287,9 @@ static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_o
     scps_checkpoint *c = NULL;
     v[n].step = step;
     v[n].complete = scps__checkpoint_open(dir, &c, NULL) == 0;
-    snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)sizeof v[n].name - 1, de->d_name);
     scps__checkpoint_close(c);
+    v[n].own_part = !v[n].complete && !others_there && part_whole(dir, own->process_index);
+    snprintf(v[n].name, sizeof v[n].name, "%.*s", (int)sizeof v[n].name - 1, de->d_name);
     n++;
   }
   closedir(d);
@@ -266,10 +297,35 @@ static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_o
     free(v);
     return rc;
   }
+  for (int i = 0; shared && i < n; i++) v[i].own_part = false;
   if (n) qsort(v, (size_t)n, sizeof *v, cmp_own_desc);
   *out = v;
   *n_out = n;
   return 0;
+}
+
+int scps__checkpoint_root_latest_part(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+                                     int64_t *step, scps_error *err) {
+  int root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0)
+    return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint directory '%s' does not exist", root)
+                           : scps__ckpt_file_error(err, errno, "cannot open directory", root);
+  own_step *v;
+  int n, rc = list_own_steps(root_fd, root, own, &v, &n, err);
+  close(root_fd);
+  if (rc) return rc;
+  rc = scps_error_set(err, SCPS_ENOENT, "no part of process %d of this cluster under '%s'", own->process_index,
+                      root);
+  for (int i = 0; i < n; i++) {
+    if (!v[i].own_part) continue;
+    char dir[PATH_CAP];
+    snprintf(dir, sizeof dir, "%s/%s", root, v[i].name);
+    rc = copy_path(dir, path, cap, err);
+    if (!rc) *step = v[i].step;
+    break;
+  }
+  free(v);
+  return rc;
 }
 
 /* Removes the owner's checkpoint `name` below root_fd: for each manifest in
@@ -318,7 +374,10 @@ int scps__checkpoint_root_retain(int root_fd, const char *root, const scps_check
   if (rc) return rc;
   int complete_seen = 0, pending_seen = 0;
   for (int i = 0; i < n && !rc; i++) {
-    if (v[i].complete && v[i].step > saved) {
+    /* A root of the owner's own holds its parts only: those count as its
+     * complete checkpoints, or retention would keep none. */
+    const bool complete = v[i].complete || v[i].own_part;
+    if (complete && v[i].step > saved) {
       /* Newer than the step just saved: the state it holds was left behind
        * (a restore of an older step), and as the newest it would be
        * restored next. Set aside, not deleted. */
@@ -335,8 +394,8 @@ int scps__checkpoint_root_retain(int root_fd, const char *root, const scps_check
     bool drop;
     if (v[i].step == saved) {
       drop = false;
-      complete_seen += v[i].complete;
-    } else if (v[i].complete) {
+      complete_seen += complete;
+    } else if (complete) {
       drop = ++complete_seen > keep;
     } else {
       /* Incomplete ones newer than every complete one may be saves in

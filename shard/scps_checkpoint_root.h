@@ -24,6 +24,15 @@ int scps__checkpoint_root_latest(const char *root, char *path, size_t cap, scps_
 int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
                                     scps_error *err);
 
+/* In a root of the owner's own (a volume per container: no step directory
+ * there holds another process's manifest), the newest step directory with
+ * the owner's part whole (its manifest, which is the owner's, and every
+ * file it lists: scps__checkpoint_open_part): its path (cap bytes) and
+ * step. SCPS_ENOENT when there is none, or the root is shared. The part's
+ * checksums are verified when it is loaded. */
+int scps__checkpoint_root_latest_part(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+                                     int64_t *step, scps_error *err);
+
 /* One step directory under a root, as scps__checkpoint_root_list finds it. */
 typedef struct scps_checkpoint_entry {
   int64_t step;
@@ -40,7 +49,8 @@ int scps__checkpoint_root_list(const char *root, scps_checkpoint_entry **out, in
  * names it in messages), among the step directories there that are the
  * owner's (its own manifest, manifest.p<process_index>.json, verifies and
  * is the owner's: scps_checkpoint_owner): keeps that one and the newest
- * complete checkpoints older than it up to `keep` in all, deletes older
+ * complete checkpoints older than it up to `keep` in all (in a root of the
+ * owner's own, its whole parts count as complete), deletes older
  * ones, and incomplete ones older than the newest kept complete one or
  * beyond the newest `in_progress` (saves other processes may still be
  * writing). Deleting removes the files the owner's manifest lists, then

@@ -2,6 +2,7 @@
 poison the step held (2^63-1, a jump past --max-step-advance) are refused
 and change nothing; ListCheckpoints and Restore (bad requests, a damaged
 part refused with nothing changed, processes with roots of their own);
+a process restarted on a root of its own restores its own part;
 the timer's solo saves of two processes under scps-loadgen --mode train
 with 4 clients meet on common steps; SIGTERM under that load leaves both
 processes on one step after a restart; scps-trainer against a server
@@ -214,6 +215,27 @@ def test_restore_rpc(env):
                        capture_output=True, text=True, timeout=120)
     env.check(r.returncode == 1 and "process 1" in r.stderr and "no checkpoint part" in r.stderr,
               "--step 9, which process 1 lacks: exit %d\n%s%s" % (r.returncode, r.stdout, r.stderr))
+    parts0 = [x.step for x in list_parts(cl, 0).parts]
+    env.check(parts0 == [9, 7, 3], "retention keeps 3 parts in a root of process 0's own (as 3 complete "
+              "checkpoints in a shared one): %s" % parts0)
+    # A crash and a restart of each process: it restores the newest part in
+    # its own root (process 0: 9, process 1: 7); the cluster then holds two
+    # steps until scps-admin brings it to one.
+    for p, want in ((1, 7), (0, 9)):
+        srvs[p].kill()
+        srvs[p] = env.server(cfg, index=p, num_processes=2,
+                             extra=["--checkpoint-dir", roots[p], "--checkpoint-min-interval", "0"]).wait_ready()
+        log = srvs[p].stderr()
+        env.check(held(srvs[p].stub(), pb) == want and ("restored step %d from %s/step-%012d" % (want, roots[p], want))
+                  in log, "process %d after a crash restores its own newest part, step %d: held %s\n%s"
+                  % (p, want, held(srvs[p].stub(), pb), log[-600:]))
+    cl = Cluster(env, srvs)
+    servers = ",".join(s.addr for s in srvs)
+    r = subprocess.run([tool(env, "scps-admin"), "checkpoint", "restore", "--servers", servers],
+                       capture_output=True, text=True, timeout=120)
+    env.check(r.returncode == 0 and "every process holds step 7" in r.stdout and np.array_equal(rows(cl), at7),
+              "scps-admin checkpoint restore brings the restarted processes to step 7 with its rows: exit %d\n%s%s"
+              % (r.returncode, r.stdout, r.stderr))
     print("   ok ListCheckpoints, Restore and scps-admin checkpoint restore with roots of their own", flush=True)
 
 
