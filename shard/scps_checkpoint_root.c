@@ -136,6 +136,23 @@ int scps__checkpoint_root_latest(const char *root, char *path, size_t cap, scps_
 
 /* ---- the owner's checkpoints ---- */
 
+/* Closes c, the opened step directory dir. When it is the owner's, dir
+ * goes into path (cap bytes): 0, or SCPS_EINVAL when it does not fit; when
+ * not, it is noted and 1 is returned (older ones are looked at). */
+static int take_owned(scps_checkpoint *c, const char *dir, const scps_checkpoint_owner *own, char *path, size_t cap,
+                      scps_error *err) {
+  char why[700];
+  bool mine = scps__checkpoint_is_owned(c, own, why, sizeof why);
+  scps__checkpoint_close(c);
+  if (!mine) {
+    scps__ckpt_owner_note(own, dir, why);
+    return 1;
+  }
+  if (strlen(dir) >= cap) return scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
+  memcpy(path, dir, strlen(dir) + 1);
+  return 0;
+}
+
 int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
                                     scps_error *err) {
   step_entry *v;
@@ -151,18 +168,9 @@ int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_own
     scps_error e;
     int orc = scps__checkpoint_open(dir, &c, &e);
     if (orc == 0) {
-      bool mine = scps__checkpoint_is_owned(c, own, why, sizeof why);
-      scps__checkpoint_close(c);
-      if (!mine) {
-        scps__ckpt_owner_note(own, dir, why);
-        continue;
-      }
-      if (strlen(dir) >= cap) {
-        rc = scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
-      } else {
-        memcpy(path, dir, strlen(dir) + 1);
-        rc = 0;
-      }
+      int taken = take_owned(c, dir, own, path, cap, err);
+      if (taken == 1) continue;
+      rc = taken;
       break;
     }
     if (orc == SCPS_ENOENT) continue;
@@ -180,6 +188,58 @@ int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_own
                         "the newest checkpoint '%s' is damaged: %s (move it aside to restore an older one, or "
                         "name one with --restore)",
                         dir, e.msg);
+    break;
+  }
+  free(v);
+  return rc;
+}
+
+/* Whether the step directory dir holds a manifest of a process other than
+ * `process` (an unreadable one counts as shared: the caller then keeps to
+ * complete checkpoints). */
+static bool holds_others(const char *dir, int32_t process) {
+  int dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd < 0) return errno != ENOENT;
+  int32_t idx[1024];
+  int n = 0;
+  bool others = scps__ckpt_manifest_indices(dfd, dir, idx, 1024, &n, NULL) != 0;
+  for (int i = 0; i < n && !others; i++) others = idx[i] != process;
+  close(dfd);
+  return others;
+}
+
+int scps__checkpoint_root_latest_own_part(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+                                         scps_error *err) {
+  step_entry *v;
+  int n, rc = list_steps(root, &v, &n, err);
+  if (rc) return rc;
+  char dir[PATH_CAP];
+  for (int i = 0; i < n; i++) {
+    scps__ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
+    if (holds_others(dir, own->process_index)) {
+      free(v);
+      return scps_error_set(err, SCPS_ENOENT, "'%s' is shared with other processes (%s): only complete "
+                            "checkpoints are restored from it", root, dir);
+    }
+  }
+  rc = scps_error_set(err, SCPS_ENOENT, "no checkpoint part of process %d of this cluster under '%s'",
+                      own->process_index, root);
+  for (int i = 0; i < n; i++) {
+    scps__ckpt_manifest_step_dir(root, v[i].step, dir, sizeof dir);
+    scps_checkpoint *c = NULL;
+    scps_error e;
+    int orc = scps__checkpoint_open_part(dir, own->process_index, &c, &e);
+    if (orc == SCPS_ENOENT) continue; /* cut short, or no part of ours */
+    if (orc) {
+      rc = scps_error_set(err, orc,
+                          "the newest checkpoint part '%s' is damaged: %s (move it aside to restore an older "
+                          "one, or name one with --restore)",
+                          dir, e.msg);
+      break;
+    }
+    int taken = take_owned(c, dir, own, path, cap, err);
+    if (taken == 1) continue;
+    rc = taken;
     break;
   }
   free(v);

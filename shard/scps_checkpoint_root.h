@@ -24,6 +24,18 @@ int scps__checkpoint_root_latest(const char *root, char *path, size_t cap, scps_
 int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
                                     scps_error *err);
 
+/* For a root the owner's process keeps alone (a container's volume of its
+ * own: no step directory under it holds another process's manifest), where
+ * no checkpoint is ever complete: the newest step directory whose part of
+ * the owner's process opens (scps__checkpoint_open_part) and is the
+ * owner's. Parts with a file missing are passed over, others' noted as in
+ * scps__checkpoint_root_latest_own, a damaged one fails the call naming it.
+ * SCPS_ENOENT when there is none, or when the root is shared (another
+ * process's manifest in any step directory): there only complete
+ * checkpoints are restored, so processes sharing a root start together. */
+int scps__checkpoint_root_latest_own_part(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+                                         scps_error *err);
+
 /* One step directory under a root, as scps__checkpoint_root_list finds it. */
 typedef struct scps_checkpoint_entry {
   int64_t step;
