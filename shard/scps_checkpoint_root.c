@@ -254,7 +254,7 @@ static bool part_whole(const char *dir, int32_t process) {
  * processes share a root, a directory with the owner's manifest alone is
  * a save the others have not finished, or cut short: never own_part. */
 static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_owner *own, own_step **out, int *n_out,
-                          scps_error *err) {
+                          bool *shared_out, scps_error *err) {
   *out = NULL;
   *n_out = 0;
   int rc = 0;
@@ -298,6 +298,7 @@ static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_o
     return rc;
   }
   for (int i = 0; shared && i < n; i++) v[i].own_part = false;
+  if (shared_out) *shared_out = shared;
   if (n) qsort(v, (size_t)n, sizeof *v, cmp_own_desc);
   *out = v;
   *n_out = n;
@@ -311,17 +312,35 @@ int scps__checkpoint_root_latest_part(const char *root, const scps_checkpoint_ow
     return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint directory '%s' does not exist", root)
                            : scps__ckpt_file_error(err, errno, "cannot open directory", root);
   own_step *v;
-  int n, rc = list_own_steps(root_fd, root, own, &v, &n, err);
+  bool shared;
+  int n, rc = list_own_steps(root_fd, root, own, &v, &n, &shared, err);
   close(root_fd);
   if (rc) return rc;
-  rc = scps_error_set(err, SCPS_ENOENT, "no part of process %d of this cluster under '%s'", own->process_index,
-                      root);
-  for (int i = 0; i < n; i++) {
-    if (!v[i].own_part) continue;
+  if (shared)
+    rc = scps_error_set(err, SCPS_ENOENT,
+                        "'%s' is shared with other processes (their manifests are there): only complete "
+                        "checkpoints are restored from it", root);
+  else
+    rc = scps_error_set(err, SCPS_ENOENT, "no part of process %d of this cluster under '%s'", own->process_index,
+                        root);
+  for (int i = 0; i < n && !shared; i++) {
     char dir[PATH_CAP];
     snprintf(dir, sizeof dir, "%s/%s", root, v[i].name);
-    rc = copy_path(dir, path, cap, err);
-    if (!rc) *step = v[i].step;
+    scps_checkpoint *c = NULL;
+    scps_error e;
+    int orc = scps__checkpoint_open_part(dir, own->process_index, &c, &e);
+    scps__checkpoint_close(c);
+    /* Cut short (a file missing): the part before it is the newest. */
+    if (orc == SCPS_ENOENT) continue;
+    /* Every file present but not as listed: damage, not to be hidden by
+     * restoring an older part. */
+    if (orc)
+      rc = scps_error_set(err, orc,
+                          "the newest checkpoint '%s' is damaged: %s (move it aside to restore an older one, or "
+                          "name one with --restore)",
+                          dir, e.msg);
+    else if (!(rc = copy_path(dir, path, cap, err)))
+      *step = v[i].step;
     break;
   }
   free(v);
@@ -370,7 +389,7 @@ int scps__checkpoint_root_retain(int root_fd, const char *root, const scps_check
   if (keep < 1) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention %d must be >= 1", keep);
   if (!own) return scps_error_set(err, SCPS_EINVAL, "checkpoint retention: no owner to verify checkpoints by");
   own_step *v;
-  int n, rc = list_own_steps(root_fd, root, own, &v, &n, err);
+  int n, rc = list_own_steps(root_fd, root, own, &v, &n, NULL, err);
   if (rc) return rc;
   int complete_seen = 0, pending_seen = 0;
   for (int i = 0; i < n && !rc; i++) {

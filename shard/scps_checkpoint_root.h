@@ -28,8 +28,10 @@ int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_own
  * there holds another process's manifest), the newest step directory with
  * the owner's part whole (its manifest, which is the owner's, and every
  * file it lists: scps__checkpoint_open_part): its path (cap bytes) and
- * step. SCPS_ENOENT when there is none, or the root is shared. The part's
- * checksums are verified when it is loaded. */
+ * step. SCPS_ENOENT when there is none, or the root is shared. A part cut
+ * short (a file missing) is passed over; a newer one with every file
+ * present that does not open (a size, the manifest) fails the call naming
+ * it. The part's checksums are verified when it is loaded. */
 int scps__checkpoint_root_latest_part(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
                                      int64_t *step, scps_error *err);
 

@@ -161,6 +161,31 @@ class Stack:
             print("   FAIL %s" % what, flush=True)
         return ok
 
+    def crash(self, service):
+        """SIGKILL of the container's process from the host, as a crash or the
+        kernel's OOM killer does: unlike docker kill, which Docker counts as
+        an operator's stop, the restart policy restarts the container."""
+        os.kill(int(self.inspect(service, "{{.State.Pid}}")), 9)
+
+    def copy_from(self, service, path, dest):
+        """docker cp of a path in the service's container (running or not) to
+        the host directory dest."""
+        self.docker("cp", "%s:%s" % (self.container(service), path), dest)
+
+    def log_json(self, service):
+        """The service's log lines that are JSON objects (--log-format json),
+        oldest first, across its container's restarts."""
+        out = []
+        for line in self.logs(service).splitlines():
+            _, bar, rest = line.partition("| ")
+            try:
+                obj = json.loads(rest if bar else line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict):
+                out.append(obj)
+        return out
+
 
 def main(name, tests, **stack_options):
     """Runs the tests one after another on one stack (or those named on the

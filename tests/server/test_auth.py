@@ -112,6 +112,14 @@ def test_roles(env):
             step += 1
     env.check(os.path.isdir(os.path.join(ck, "step-%012d" % 1)), "the admin's Checkpoint of step 1 was saved")
     env.check(not os.path.exists(os.path.join(ck, "step-%012d" % 0)), "the training Checkpoint saved nothing")
+    # scps-admin rows (ReadRows, admin-only) over TLS with a token file.
+    for who, token, want in (("admin", ADMIN, 0), ("training", TRAINING, 1)):
+        tf = write_secret(env, "rows-%s.token" % who, token + "\n")
+        r = subprocess.run([env.args.admin, "rows", "--servers", srv.addr, "--table", "t", "--ids", "0-3", "--tls-ca",
+                            pki["ca"], "--token-file", tf], capture_output=True, text=True, timeout=60)
+        env.check(r.returncode == want and ("id 3: row" in r.stdout if want == 0 else "PERMISSION_DENIED" in r.stderr),
+                  "scps-admin rows with the %s token over TLS: exit %d %s%s" % (who, r.returncode, r.stdout[-300:],
+                                                                               r.stderr[-300:]))
     # The scheme is case-insensitive (RFC 6750), the token is not.
     code, _, _ = raw_call(ch, "Health", env.pb.HealthRequest(), [("authorization", "bearer " + TRAINING)])
     env.check(code == "OK", "'bearer' in lower case: %s" % code)

@@ -639,13 +639,14 @@ static void test_retain(const specs *s) {
 
 static int open_dir(const char *path) { return open(path, O_RDONLY | O_DIRECTORY); }
 
-/* Saves every process of c at step under root as the owner with fingerprint
- * byte fp (0: none), through scps__checkpoint_save_at. */
-static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t fp, scps_error *err) {
+/* Saves processes [p0, p1) of c at step under root as the owner with
+ * fingerprint byte fp (0: none), through scps__checkpoint_save_at. */
+static int save_owned_range(const cluster *c, int p0, int p1, const char *root, int64_t step, uint8_t fp,
+                            scps_error *err) {
   mkdir(root, 0755);
   int fd = open_dir(root), rc = 0;
   if (fd < 0) return scps_error_set(err, SCPS_EIO, "cannot open '%s'", root);
-  for (int p = 0; p < c->P && !rc; p++) {
+  for (int p = p0; p < p1 && !rc; p++) {
     scps_checkpoint_owner own = {.process_index = p, .has_fingerprint = fp != 0, .layout = c->layout};
     memset(own.fingerprint, fp, sizeof own.fingerprint);
     scps_checkpoint_save_opts so = {.owner = &own};
@@ -653,6 +654,11 @@ static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t 
   }
   close(fd);
   return rc;
+}
+
+/* Every process of c. */
+static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t fp, scps_error *err) {
+  return save_owned_range(c, 0, c->P, root, step, fp, err);
 }
 
 static bool same_file(const char *a, const char *b) {
@@ -861,6 +867,69 @@ static void test_ownership(const specs *s) {
   cluster_destroy(&a);
 }
 
+/* Processes with roots of their own (a container's volume each): no step
+ * is complete anywhere, and each restores the newest part of its own; a
+ * part cut short is passed over, another cluster's noted and passed over,
+ * a damaged one named; a shared root offers no parts. */
+static void test_own_part_roots(const specs *s) {
+  cluster a, b;
+  if (cluster_create(&a, s, 2, 2)) return;
+  if (cluster_create(&b, s, 2, 2)) {
+    cluster_destroy(&a);
+    return;
+  }
+  scps_error err_, *err = &err_;
+  const char *roots[2] = {sub("own_part0"), sub("own_part1")}; /* two of sub's four buffers */
+  char found[512], path[700];
+  int64_t step = -1;
+  notes seen = {0};
+  scps_checkpoint_owner own[2];
+  for (int p = 0; p < 2; p++) {
+    own[p] = (scps_checkpoint_owner){.process_index = p, .has_fingerprint = true, .layout = a.layout,
+                                     .note = note_fn, .note_ctx = &seen};
+    memset(own[p].fingerprint, 0xaa, sizeof own[p].fingerprint);
+  }
+  scramble(&a, 6);
+  for (int p = 0; p < 2; p++) CHECK_OK(save_owned_range(&a, p, p + 1, roots[p], 10, 0xaa, err), err);
+  scramble(&a, 7);
+  for (int p = 0; p < 2; p++) CHECK_OK(save_owned_range(&a, p, p + 1, roots[p], 20, 0xaa, err), err);
+  /* Another cluster's part, newer, in process 1's root. */
+  CHECK_OK(save_owned_range(&a, 1, 2, roots[1], 30, 0xbb, err), err);
+  for (int p = 0; p < 2; p++) {
+    CHECK(scps__checkpoint_root_latest_own(roots[p], &own[p], found, sizeof found, err) == SCPS_ENOENT);
+    CHECK_OK(scps__checkpoint_root_latest_part(roots[p], &own[p], found, sizeof found, &step, err), err);
+    CHECKF(!strcmp(found, step_dir(roots[p], 20)) && step == 20, "process %d: %s", p, found);
+    scps_checkpoint *ck = NULL;
+    CHECK_OK(scps__checkpoint_open_part(found, p, &ck, err), err);
+    if (ck) CHECK_OK(scps__checkpoint_load(ck, b.e[p], NULL, err), err);
+    scps__checkpoint_close(ck);
+  }
+  compare_rows(&a, &b, "parts restored from roots of their own");
+  CHECKF(seen.n == 1 && strstr(seen.last, "step-000000000030"), "%d notes, last: %s", seen.n, seen.last);
+  /* Process 1's save of step 20 cut short: a data file missing. */
+  snprintf(path, sizeof path, "%s/0.sc2.bin", step_dir(roots[1], 20));
+  CHECK(unlink(path) == 0);
+  CHECK_OK(scps__checkpoint_root_latest_part(roots[1], &own[1], found, sizeof found, &step, err), err);
+  CHECKF(!strcmp(found, step_dir(roots[1], 10)), "%s", found);
+  /* Process 0's step 20 with every file present, one a byte short. */
+  struct stat sb;
+  snprintf(path, sizeof path, "%s/0.sc0.bin", step_dir(roots[0], 20));
+  CHECK(stat(path, &sb) == 0 && truncate(path, sb.st_size - 1) == 0);
+  int rc = scps__checkpoint_root_latest_part(roots[0], &own[0], found, sizeof found, &step, err);
+  CHECKF(rc == SCPS_ECORRUPT && strstr(err->msg, "damaged") && strstr(err->msg, "step-000000000020"), "rc %d: %s",
+         rc, err->msg);
+  /* A shared root whose only step lacks process 1's file: incomplete, and
+   * process 0's part of it is not restored alone. */
+  const char *shared = sub("own_part_shared");
+  CHECK_OK(save_owned(&a, shared, 40, 0xaa, err), err);
+  snprintf(path, sizeof path, "%s/0.sc2.bin", step_dir(shared, 40));
+  CHECK(unlink(path) == 0);
+  rc = scps__checkpoint_root_latest_part(shared, &own[0], found, sizeof found, &step, err);
+  CHECKF(rc == SCPS_ENOENT && strstr(err->msg, "shared"), "rc %d: %s", rc, err->msg);
+  cluster_destroy(&b);
+  cluster_destroy(&a);
+}
+
 int main(void) {
   snprintf(base_dir, sizeof base_dir, "%s/scps_ckpt_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(base_dir)) {
@@ -877,6 +946,7 @@ int main(void) {
   test_snapshot(&s);
   test_save_no_follow(&s);
   test_ownership(&s);
+  test_own_part_roots(&s);
   rm_tree(base_dir);
   return scps_test_finish("test_checkpoint");
 }
