@@ -12,6 +12,7 @@ packages=(
   libssl-dev openssl
   libmicrohttpd-dev python3-prometheus-client
   clang libclang-rt-14-dev
+  python3-dev python3-pytest python3-pip python3-venv python3-setuptools python3-wheel
 )
 
 missing=()
