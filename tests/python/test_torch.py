@@ -1,6 +1,8 @@
 """scps.torch: backward pushes the gradients autograd computes, checked
 against torch.nn.EmbeddingBag on the same rows; the Pipeline's lookups are
 exactly one step stale (sequential: none); it takes a DataLoader."""
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -139,3 +141,28 @@ def test_pipeline_with_a_dataloader(cluster):
         assert not np.array_equal(before, client.read_rows("ts", np.arange(30)))
     with scps.Client(c.servers) as again:
         assert again.step() == 4
+
+
+def readme_example(path):
+    """The ```python block of a README, as a user would paste it."""
+    text = open(path).read()
+    return text.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_readme_examples_run(cluster):
+    c = cluster(TABLES, FEATURES, batch_size=B)
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "client", "python")
+    for name in ("README-section.md", "README.md"):
+        code = readme_example(os.path.join(root, name))
+        assert "127.0.0.1:50051,127.0.0.1:50052" in code, name
+        code = code.replace("127.0.0.1:50051,127.0.0.1:50052", c.servers)
+        g = torch.Generator().manual_seed(1)
+        loader = [({"s": torch.randint(0, 30, (B, 2), generator=g), "m": torch.randint(0, 20, (B, 3), generator=g),
+                    "q": torch.randint(0, 25, (B, 1), generator=g)}, torch.rand(B, generator=g).round())
+                  for _ in range(4)]
+        scope = {"loader": loader}
+        exec(compile(code, name, "exec"), scope)
+        scope["client"].close()
+        with scps.Client(c.servers) as again:
+            assert again.step() == 3 + 4 * (name == "README.md")  # 4 pushes per example
+
