@@ -27,8 +27,9 @@ FEATURES = [{"name": "a", "table": "t_sum", "valency": [0, 5]},
             {"name": "e", "table": "t_sum", "valency": 2}]
 
 
-def ragged_batch(client, rng):
-    """Per feature (offsets, ids, weights or None), drawn within its vocabulary."""
+def ragged_batch(client, rng, weighted=True):
+    """Per feature (offsets, ids, weights or None), drawn within its
+    vocabulary; weights on features a and d if weighted."""
     out = {}
     for f in client.features:
         lengths = rng.integers(0 if f.name == "a" else 1, 6, size=f.batch_size)
@@ -36,7 +37,7 @@ def ragged_batch(client, rng):
             lengths[:] = 3 if f.name == "b" else 2
         offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
         ids = rng.integers(0, f.vocabulary, size=int(offsets[-1])).astype(np.int64)
-        weights = rng.uniform(0.1, 2.0, size=ids.size).astype(np.float32) if f.name in ("a", "d") else None
+        weights = rng.uniform(0.1, 2.0, size=ids.size).astype(np.float32) if weighted and f.name in ("a", "d") else None
         out[f.name] = (offsets, ids, weights)
     return out
 
@@ -125,14 +126,17 @@ def test_lookup_and_push_equal_libscps(cluster, tmp_path, wire):
         stacks = {t.name: t.features for t in client.config.tables.values()}
         assert stacks["t_sum"] == ("a", "e")
         for step in range(3):
-            batch = ragged_batch(client, rng)
+            batch = ragged_batch(client, rng, weighted=step != 2)  # unweighted: the KeyedJagged form too
             want = ref_lookup(client, b.servers, wire, batch, str(tmp_path))
+            n_forms = 0
             for form in forms(batch):
+                n_forms += 1
                 got = client.lookup(form)
                 for n in want:
                     g = got[n].numpy() if isinstance(got[n], torch.Tensor) else got[n]
                     assert g.dtype == np.float32 and g.shape == want[n].shape
                     assert np.array_equal(g.view(np.uint32), want[n].view(np.uint32)), (wire, step, n)
+            assert n_forms == (3 if step != 2 else 4)
             if wire == "float32":
                 pooled = numpy_pool(client, batch)
                 for n in want:

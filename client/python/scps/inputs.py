@@ -113,7 +113,7 @@ def from_torchrec(kjt: Any) -> KeyedJagged:
                        weights=kjt.weights_or_none())
 
 
-def feature_input(name: str, x: Any, batch: int, vocabulary: int) -> Tuple[tuple, bool]:
+def feature_input(name: str, x: Any, batch: int) -> Tuple[tuple, bool]:
     """(scps._scps input tuple, whether torch) of feature ``name``'s input x:
     a Ragged, a Dense, a 2-d array (dense) or a (values, offsets) tuple."""
     what = "feature '%s'" % name
@@ -180,7 +180,7 @@ def batch_inputs(features: Sequence[Any], batch: Any) -> Tuple[list, bool]:
         raise invalid("batch: no input for feature %r" % missing[0])
     out, any_torch = [], False
     for f in features:
-        t, tt = feature_input(f.name, batch[f.name], f.batch_size, f.vocabulary)
+        t, tt = feature_input(f.name, batch[f.name], f.batch_size)
         out.append(t)
         any_torch |= tt
     return out, any_torch
