@@ -183,3 +183,38 @@ def test_pushes_change_rows_and_async_matches_blocking(cluster):
             touched = np.unique(np.concatenate([batch[f.name][1] for f in client.features if f.table == t]))
             changed = np.flatnonzero((before[t] != after[t]).any(axis=1))
             assert set(changed) <= set(touched) and len(changed) > 0, t
+
+
+class KJTLike:
+    """The accessors of torchrec's KeyedJaggedTensor that the package reads
+    (torchrec is not a Debian package): keys(), values(), lengths() as
+    int64, weights_or_none()."""
+
+    def __init__(self, keys, values, lengths):
+        self._k, self._v, self._l = keys, values, lengths
+
+    def keys(self):
+        return self._k
+
+    def values(self):
+        return self._v
+
+    def lengths(self):
+        return self._l
+
+    def weights_or_none(self):
+        return None
+
+
+def test_keyed_jagged_tensor_interface(cluster):
+    c = cluster(TABLES, FEATURES, batch_size=B)
+    rng = np.random.default_rng(9)
+    with scps.Client(c.servers) as client:
+        batch = ragged_batch(client, rng, weighted=False)
+        names = [f.name for f in client.features][::-1]  # any key order
+        kjt = KJTLike(names, torch.from_numpy(np.concatenate([batch[n][1] for n in names])),
+                      torch.from_numpy(np.concatenate([np.diff(batch[n][0]) for n in names])))
+        got, want = client.lookup(kjt), client.lookup(next(forms(batch)))
+        assert isinstance(got["a"], torch.Tensor)
+        for n in want:
+            assert np.array_equal(got[n].numpy(), want[n]), n

@@ -98,11 +98,18 @@ class KeyedJagged:
         weights = None if self.weights is None else as_array(self.weights, np.float32, "KeyedJagged weights")
         if starts[-1] != values.size:
             raise invalid("KeyedJagged: lengths sum to %d, values has %d" % (starts[-1], values.size))
+        # Tensors in, tensors out (torch.from_numpy shares the memory), so
+        # the lookup answers with tensors as it does for other tensor inputs.
+        def wrap(x):
+            return x
+        if is_torch(self.values):
+            import torch
+            wrap = torch.from_numpy
         out = {}
         for k, key in enumerate(self.keys):
             a, b = int(starts[k * batch]), int(starts[(k + 1) * batch])
-            out[key] = Ragged(values[a:b], offsets=starts[k * batch:(k + 1) * batch + 1] - a,
-                              weights=None if weights is None else weights[a:b])
+            out[key] = Ragged(wrap(values[a:b]), offsets=wrap(starts[k * batch:(k + 1) * batch + 1] - a),
+                              weights=None if weights is None else wrap(weights[a:b]))
         return out
 
 
