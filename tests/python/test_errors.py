@@ -149,6 +149,7 @@ def test_waiting_releases_the_gil(cluster):
             n1, waited = count[0], time.monotonic() - t0
             with pytest.raises(scps.DeadlineExceeded):
                 fut.result()
+            assert isinstance(fut.exception(), scps.DeadlineExceeded)
         finally:
             stop.set()
             t.join()

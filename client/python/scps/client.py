@@ -81,26 +81,29 @@ class Future:
     def __init__(self, op: Any, release=None):
         self._op = op
         self._release = release
+        self._lock = threading.Lock()
 
     def done(self) -> bool:
         return self._op.done()
 
-    def result(self, timeout: Optional[float] = None) -> Any:
+    def _wait(self, timeout: Optional[float]) -> None:
         if not self._op.wait(timeout):
             raise concurrent.futures.TimeoutError("scps operation not done after %s s" % timeout)
-        try:
-            return self._op.result()
-        finally:
-            if self._release:
-                self._release()
-                self._release = None
+        with self._lock:  # a one-shot batch goes back to its pool once
+            release, self._release = self._release, None
+        if release:
+            release()
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        self._wait(timeout)
+        return self._op.result()
 
     def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        """The call's error (None if it succeeded), waiting up to timeout."""
+        self._wait(timeout)
         try:
-            self.result(timeout)
-        except concurrent.futures.TimeoutError:
-            raise
-        except Exception as e:  # the call's error, as result() would raise it
+            self._op.result()
+        except Exception as e:
             return e
         return None
 
