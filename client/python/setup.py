@@ -48,7 +48,8 @@ setup(
     long_description=open(os.path.join(here, "README.md")).read(),
     long_description_content_type="text/markdown",
     packages=["scps"],
-    python_requires=">=3.9",
+    package_data={"scps": ["py.typed"]},
+    python_requires=">=3.10",  # Py_NewRef, PyModule_AddObjectRef
     install_requires=["numpy"],
     extras_require={"torch": ["torch"]},
     ext_modules=[Extension(
