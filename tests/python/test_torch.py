@@ -166,3 +166,16 @@ def test_readme_examples_run(cluster):
         with scps.Client(c.servers) as again:
             assert again.step() == 3 + 4 * (name == "README.md")  # 4 pushes per example
 
+
+
+def test_steps_continue_across_pipelines_of_one_client(cluster):
+    c = cluster(TABLES, FEATURES, batch_size=B)
+    batch = {"s": np.zeros((B, 1), np.int64), "m": np.zeros((B, 1), np.int64), "q": np.zeros((B, 1), np.int64)}
+    with scps.Client(c.servers) as client:
+        assert client.next_step() == 0
+        first = [s.step for s in st.Pipeline(client, [batch] * 3)]
+        emb = st.EmbeddingCollection(client)
+        sum(t.sum() for t in emb(batch).values()).backward()
+        second = [s.step for s in st.Pipeline(client, [batch] * 2, pipelined=False)]
+        assert (first, emb.step, second, client.step()) == ([0, 1, 2], 4, [4, 5], -1)
+        assert client.next_step() == 6

@@ -162,7 +162,7 @@ class Client:
         self._wire_format = wire_format
         self._features = tuple(Feature(*f) for f in self._c.features())
         self._free: collections.deque = collections.deque()  # batches for one-shot lookups
-        self._lock = threading.Lock()
+        self._pushed = -1  # the highest step pushed through this client
 
     # ---- what the cluster serves ----
 
@@ -185,6 +185,12 @@ class Client:
     def step(self) -> int:
         """The last step the servers held at connect (-1: none): resume at step() + 1."""
         return self._c.info()["step"]
+
+    def next_step(self) -> int:
+        """The step after the last one this client knows of: the servers'
+        at connect, or the highest it has pushed since. What
+        scps.torch's module and pipeline start at by default."""
+        return max(self.step(), self._pushed) + 1
 
     def traffic(self) -> Dict[str, int]:
         """Payload bytes sent and received since connect, and ids dropped (policy "drop")."""
@@ -301,8 +307,10 @@ class Client:
         lr = -1.0 if learning_rate is None else float(learning_rate)
         if learning_rate is not None and not lr > 0:
             raise invalid("learning_rate %r: expected > 0 or None" % (learning_rate,))
-        return self._start(batch, lambda prepared: self._c.push(prepared._raw, arrays, int(step), lr, deadline,
-                                                                blocking), blocking)
+        r = self._start(batch, lambda prepared: self._c.push(prepared._raw, arrays, int(step), lr, deadline,
+                                                             blocking), blocking)
+        self._pushed = max(self._pushed, int(step))
+        return r
 
     # ---- operator calls ----
 

@@ -63,8 +63,9 @@ class EmbeddingCollection(nn.Module):
     :meth:`scps.Client.lookup` takes it); ``loss.backward()`` pushes the
     gradients of those tensors at the module's step, which then advances.
 
-    ``step``: the global step of the first batch (None: the step after the
-    servers' last, :meth:`scps.Client.step` + 1). ``async_push``: the push
+    ``step``: the global step of the first batch (None:
+    :meth:`scps.Client.next_step`, after the servers' last or this
+    client's last push). ``async_push``: the push
     runs while the caller goes on (the next forward waits for it first, so
     every lookup still sees every earlier push). The tables' optimizers run
     on the servers: the module has no parameters of its own."""
@@ -73,7 +74,7 @@ class EmbeddingCollection(nn.Module):
                  learning_rate: Optional[float] = None):
         super().__init__()
         self.client = client
-        self.step = client.step() + 1 if step is None else int(step)
+        self.step = client.next_step() if step is None else int(step)
         self.async_push = async_push
         self.learning_rate = learning_rate
         self._pending = None
@@ -136,8 +137,11 @@ class Pipeline:
     the caller computes batch i-1, a lane of its own pushes batch i-2 and
     then prepares and looks up batch i, which thus sees every push but
     batch i-1's. ``pipelined=False``: look up, compute, push each batch in
-    turn. ``first_step``: global step of the first batch (None: the step
-    after the servers' last); ``steps``: stop after that many batches."""
+    turn. ``first_step``: global step of the first batch (None:
+    :meth:`scps.Client.next_step`); ``steps``: stop after that many
+    batches. Leaving the loop early leaves the last batch computed
+    unpushed. ``stats``: steps pushed, wall time, and the time the
+    SparseCore lane spent in prepare, lookup and push."""
 
     def __init__(self, client: Client, batches: Iterable[Any], *, pipelined: bool = True,
                  first_step: Optional[int] = None, steps: Optional[int] = None,
@@ -147,7 +151,7 @@ class Pipeline:
         self.client = client
         self.batches = batches
         self.pipelined = pipelined
-        self.first_step = client.step() + 1 if first_step is None else int(first_step)
+        self.first_step = client.next_step() if first_step is None else int(first_step)
         self.steps = steps
         self.learning_rate = learning_rate
         self.deadline_ms = deadline_ms
