@@ -13,6 +13,7 @@ packages=(
   libmicrohttpd-dev python3-prometheus-client
   docker-compose
   clang libclang-rt-14-dev
+  python3-dev python3-pytest python3-pip python3-venv python3-setuptools python3-wheel
 )
 
 missing=()

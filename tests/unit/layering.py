@@ -10,7 +10,8 @@ A file's node is its name without .c/.h: a .c and its .h are one node. Checks
      its subfolders);
   6. every function with external linkage defined there is public (declared
      SCPS_EXTERN in a header of cmake/scps_library.cmake's
-     SCPS_PUBLIC_HEADERS) and named scps_*, or internal and named scps__*.
+     SCPS_PUBLIC_HEADERS) and named scps_*, or internal and named scps__*
+     (but for client/python's PyInit_*, whose name CPython dictates).
 Prints every violation and exits 1 if there is one.
 
 usage: layering.py [SOURCE_DIR]   (default: $SCPS_SOURCE_DIR, else ../.. of this file)
@@ -152,6 +153,9 @@ def check_prefixes(root, src, problems):
             for m in DEFINITION.finditer(text):
                 name = m.group(1)
                 if name == "main" or name.startswith("scps__") or name in public:
+                    continue
+                # A CPython extension's one export, named by CPython's rule.
+                if name.startswith("PyInit_") and rel.startswith(os.path.join("client", "python") + os.sep):
                     continue
                 why = "is not declared SCPS_EXTERN in a public header" if name.startswith("scps_") else \
                     "has external linkage without the scps_ or scps__ prefix"
