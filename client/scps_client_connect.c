@@ -20,7 +20,7 @@
 #define STEP_AGREE_PAUSE_MS 100
 
 int scps__client_connect_servers(scps_client *c, const scps_client_options *o, scps_error *err) {
-  grpc_arg args[8];
+  grpc_arg args[11];
   int n = 0;
   args[n++] = scps__grpc_args_int(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1);
   args[n++] = scps__grpc_args_int(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
@@ -29,6 +29,9 @@ int scps__client_connect_servers(scps_client *c, const scps_client_options *o, s
   args[n++] = scps__grpc_args_int(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args[n++] = scps__grpc_args_int(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args[n++] = scps__grpc_args_int(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  /* A server cut off (a partition) is found within seconds, and its calls
+   * go on a new connection as soon as it is back. */
+  n += scps__grpc_args_keepalive_client(args + n);
   /* Responses are megabytes of activations. */
   n += scps__grpc_args_bulk(args + n);
   if (c->own_connections) args[n++] = scps__grpc_args_int(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);

@@ -267,7 +267,7 @@ int scps__transport_create(scps_server *s, const scps_call_handler *handlers, sc
   s->threads = calloc((size_t)o->cq_threads, sizeof *s->threads);
   if (!s->cqs || !s->threads) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   grpc_init();
-  grpc_arg args[5 + SCPS_LIMITS_ARGS];
+  grpc_arg args[7 + SCPS_LIMITS_ARGS];
   int n_args = 0;
   args[n_args++] = scps__grpc_args_int(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)o->max_message_bytes);
   args[n_args++] = scps__grpc_args_int(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1);
@@ -276,6 +276,8 @@ int scps__transport_create(scps_server *s, const scps_call_handler *handlers, sc
   args[n_args++] = scps__grpc_args_int(GRPC_ARG_ALLOW_REUSEPORT, 0);
   /* Gradient pushes are megabytes. */
   n_args += scps__grpc_args_bulk(args + n_args);
+  /* Clients' keepalive pings (scps_grpc_args.h) are not abuse. */
+  n_args += scps__grpc_args_keepalive_server(args + n_args);
   n_args += scps__limits_channel_args(s, args + n_args);
   grpc_channel_args ca = {(size_t)n_args, args};
   s->server = grpc_server_create(&ca, NULL);

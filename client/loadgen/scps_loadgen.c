@@ -49,8 +49,9 @@ static struct timespec to_ts(int64_t ns) {
 typedef struct lg_stats {
   int64_t ok, samples, ids;
   int64_t errors[SCPS_LOADGEN_CODES];
-  scps_hist hist; /* latency of OK requests */
-  scps_hist lag;  /* send time - due time, every request */
+  scps_hist hist;     /* latency of OK requests */
+  scps_hist err_hist; /* latency of failed requests */
+  scps_hist lag;      /* send time - due time, every request */
 } lg_stats;
 
 static void stats_add(lg_stats *dst, const lg_stats *src) {
@@ -59,6 +60,7 @@ static void stats_add(lg_stats *dst, const lg_stats *src) {
   dst->ids += src->ids;
   for (int k = 0; k < SCPS_LOADGEN_CODES; k++) dst->errors[k] += src->errors[k];
   scps__hist_merge(&dst->hist, &src->hist);
+  scps__hist_merge(&dst->err_hist, &src->err_hist);
   scps__hist_merge(&dst->lag, &src->lag);
 }
 
@@ -214,6 +216,7 @@ static void record(lg_client *cl, int k, bool measured, int rc, int64_t latency,
     scps__hist_record(&s->hist, (uint64_t)latency);
   } else {
     s->errors[rc <= 0 && -rc < SCPS_LOADGEN_CODES ? -rc : -SCPS_EIO]++;
+    scps__hist_record(&s->err_hist, (uint64_t)(latency - lag)); /* from the send, as the deadline counts */
   }
   pthread_mutex_unlock(&cl->mu);
   if (rc) {
@@ -348,7 +351,9 @@ static int tick(lg *g, ticker *tk, int64_t t, bool last, scps_loadgen_result *re
         .t = (double)(t - g->warm_end) * 1e-9,
         .requests_per_s = (double)(tk->interval.ok + stats_errors(&tk->interval)) / secs,
         .p50_ms = (double)scps__hist_quantile(&tk->interval.hist, 0.5) * 1e-6,
-        .p99_ms = (double)scps__hist_quantile(&tk->interval.hist, 0.99) * 1e-6};
+        .p99_ms = (double)scps__hist_quantile(&tk->interval.hist, 0.99) * 1e-6,
+        .ok = tk->interval.ok,
+        .errors = stats_errors(&tk->interval)};
   }
   if (o->progress && shown) {
     stats_add(&tk->warm, &tk->interval);
@@ -480,6 +485,7 @@ int scps__loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, 
     res->requests = res->ok + stats_errors(&tk->total);
     res->not_sent = atomic_load(&g->not_sent);
     res->latency = tk->total.hist;
+    res->error_latency = tk->total.err_hist;
     res->send_lag = tk->total.lag;
   }
   for (int i = 0; i < inited; i++) client_free(&clients[i]);

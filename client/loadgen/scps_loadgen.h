@@ -48,7 +48,8 @@ typedef struct scps_loadgen_options {
 /* One second of the measured run. */
 typedef struct scps_loadgen_second {
   double t; /* end of the interval, seconds after the warm-up */
-  double requests_per_s, p50_ms, p99_ms;
+  double requests_per_s, p50_ms, p99_ms; /* p50 and p99 of the requests answered OK */
+  int64_t ok, errors; /* requests that ended in the interval, answered OK or failed */
 } scps_loadgen_second;
 
 typedef struct scps_loadgen_result {
@@ -63,6 +64,12 @@ typedef struct scps_loadgen_result {
   char first_error[SCPS_LOADGEN_CODES][SCPS_ERROR_MSG_MAX]; /* one message of each code seen */
   uint64_t bytes_sent, bytes_received; /* payloads during the measured run */
   scps_hist latency;                   /* nanoseconds, requests answered OK */
+  /* Nanoseconds from when each failed request was sent to its failure, on
+   * latency's clock but without the send lag: what --deadline-ms bounds,
+   * so it shows whether clients learn of a failure within their deadline
+   * (open loop, a request due while its client waits for a failing one
+   * also has that wait in its send lag). */
+  scps_hist error_latency;
   /* Nanoseconds from when each request was due to when it was sent: open
    * loop, the part of latency spent waiting for the client's previous
    * request or for a CPU; closed loop, about 0. */

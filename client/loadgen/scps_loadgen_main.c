@@ -69,8 +69,13 @@ static const char usage[] =
     "samples/s and ids/s of requests answered OK, open loop the requests due\n"
     "before the end that were never sent (their clients still waiting for an\n"
     "answer: the run ends at --duration), payload MB/s sent and received (1 MB = 10^6 bytes),\n"
-    "latency percentiles of OK requests (histogram, within 0.4%), and errors by\n"
-    "status (UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, INVALID_ARGUMENT, ...). Exit status:\n"
+    "latency percentiles of OK requests (histogram, within 0.4%), errors by\n"
+    "status (UNAVAILABLE, CANCELLED, DEADLINE_EXCEEDED, INVALID_ARGUMENT, ...) and\n"
+    "the latency of failed requests (p50, p99, max from when each was sent, as\n"
+    "--deadline-ms counts: open loop, the time it was due but waited for its\n"
+    "client's previous request is send lag, not part of it). --json adds a\n"
+    "per-second timeline: requests/s, OK and failed requests ended in that second,\n"
+    "p50 and p99 of the OK ones. Exit status:\n"
     "0 after a run (even with errors), 1 when the run could not start, 2 for bad flags.\n";
 
 static int bad_flag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));

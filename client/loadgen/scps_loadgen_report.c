@@ -45,6 +45,10 @@ void scps__loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
   latencies(&res->latency, l);
   fprintf(f, "  latency ms  p50 %.3f  p90 %.3f  p99 %.3f  p99.9 %.3f  max %.3f  mean %.3f\n", l[0], l[1], l[2], l[3],
           l[4], l[5]);
+  if (res->error_latency.n)
+    fprintf(f, "  failed ms   p50 %.3f  p99 %.3f  max %.3f (failed requests, from when sent)\n",
+            ms(scps__hist_quantile(&res->error_latency, 0.5)), ms(scps__hist_quantile(&res->error_latency, 0.99)),
+            ms(res->error_latency.max));
   if (o->rate > 0)
     fprintf(f, "  send lag ms p50 %.3f  p99 %.3f  max %.3f (due to sent, part of the latency)\n",
             ms(scps__hist_quantile(&res->send_lag, 0.5)), ms(scps__hist_quantile(&res->send_lag, 0.99)),
@@ -88,17 +92,22 @@ void scps__loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
                        " \"bytes_sent\": %llu,\n \"bytes_received\": %llu,\n"
                        " \"mb_per_s_sent\": %.6f,\n \"mb_per_s_received\": %.6f,\n"
                        " \"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"p99.9\": %.6f, \"max\": %.6f, "
-                       "\"mean\": %.6f},\n \"send_lag_ms\": {\"p50\": %.6f, \"p99\": %.6f, \"max\": %.6f},\n"
-                       " \"timeline\": [",
+                       "\"mean\": %.6f},\n \"error_latency_ms\": {\"p50\": %.6f, \"p99\": %.6f, \"max\": %.6f},\n"
+                       " \"send_lag_ms\": {\"p50\": %.6f, \"p99\": %.6f, \"max\": %.6f},\n \"timeline\": [",
                     per_s((double)res->requests, res), per_s((double)res->samples, res), per_s((double)res->ids, res),
                     (unsigned long long)res->bytes_sent, (unsigned long long)res->bytes_received,
                     per_s((double)res->bytes_sent, res) * 1e-6, per_s((double)res->bytes_received, res) * 1e-6, l[0],
-                    l[1], l[2], l[3], l[4], l[5], ms(scps__hist_quantile(&res->send_lag, 0.5)),
+                    l[1], l[2], l[3], l[4], l[5], ms(scps__hist_quantile(&res->error_latency, 0.5)),
+                    ms(scps__hist_quantile(&res->error_latency, 0.99)), ms(res->error_latency.max),
+                    ms(scps__hist_quantile(&res->send_lag, 0.5)),
                     ms(scps__hist_quantile(&res->send_lag, 0.99)), ms(res->send_lag.max));
   for (int i = 0; i < res->n_timeline; i++) {
     const scps_loadgen_second *s = &res->timeline[i];
-    scps__jsonw_printf(w, "%s\n  {\"t\": %.3f, \"requests_per_s\": %.3f, \"p50\": %.6f, \"p99\": %.6f}", i ? "," : "",
-                      s->t, s->requests_per_s, s->p50_ms, s->p99_ms);
+    scps__jsonw_printf(w,
+                       "%s\n  {\"t\": %.3f, \"requests_per_s\": %.3f, \"ok\": %lld, \"errors\": %lld, \"p50\": %.6f, "
+                       "\"p99\": %.6f}",
+                       i ? "," : "", s->t, s->requests_per_s, (long long)s->ok, (long long)s->errors, s->p50_ms,
+                       s->p99_ms);
   }
   scps__jsonw_printf(w, "%s]\n}\n", res->n_timeline ? "\n " : "");
 }

@@ -20,8 +20,10 @@ void scps__loadgen_report_text(const scps_loadgen_report *r, FILE *f);
 /* The JSON object: workload, mode, concurrency, rate_target, duration_s,
  * requests, ok, errors {status: count}, requests_per_s, samples_per_s,
  * ids_per_s, mb_per_s_sent, mb_per_s_received, latency_ms {p50, p90, p99,
- * p99.9, max, mean}, send_lag_ms {p50, p99, max}, timeline [{t,
- * requests_per_s, p50, p99}], and the run's settings. */
+ * p99.9, max, mean} of OK requests, error_latency_ms {p50, p99, max} of
+ * failed ones (0 without any), send_lag_ms {p50, p99, max}, timeline [{t,
+ * requests_per_s, ok, errors, p50, p99}] (ok and errors: requests that
+ * ended in that second), and the run's settings. */
 void scps__loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w);
 
 /* Writes the JSON to path; SCPS_EIO naming the path on failure. */

@@ -56,7 +56,13 @@ q = [lat["p50"], lat["p90"], lat["p99"], lat["p99.9"], lat["max"]]
 need(r["ok"] == 0 or (q == sorted(q) and q[0] > 0), f"latency percentiles out of order: {q}")
 need(r["ok"] == 0 or q[0] <= lat["mean"] * 10, "mean")
 for t in r["timeline"]:
-    need(set(t) == {"t", "requests_per_s", "p50", "p99"} and t["p50"] <= t["p99"], f"timeline entry {t}")
+    need(set(t) == {"t", "requests_per_s", "ok", "errors", "p50", "p99"} and t["p50"] <= t["p99"],
+         f"timeline entry {t}")
+# The timeline leaves out a last interval shorter than a quarter second.
+need(sum(t["ok"] for t in r["timeline"]) <= r["ok"] and sum(t["errors"] for t in r["timeline"]) <= errs,
+     "the timeline's ok and errors add up to more than the totals")
+el = r["error_latency_ms"]
+need(el["p50"] <= el["p99"] <= el["max"] and (errs > 0 or el["max"] == 0), f"error_latency_ms {el}")
 if want.get("clean") == "1":
     need(r["ok"] > 0 and r["errors"] == {}, f"ok {r['ok']}, errors {r['errors']}")
     need(r["mb_per_s_sent"] > 0 and r["mb_per_s_received"] > 0, "traffic counted")
@@ -73,6 +79,10 @@ if "unavailable" in want:
     need(r["ok"] > 0, "some requests answered before the kill")
     need(r["errors"].get("UNAVAILABLE", 0) > 0 and set(r["errors"]) <= {"UNAVAILABLE", "DEADLINE_EXCEEDED"},
          f"errors after the kill: {r['errors']}, expected UNAVAILABLE")
+    # Failures come within the deadline (slack for a sanitizer build on a
+    # busy machine), and the timeline shows the seconds they ended in.
+    need(0 < el["max"] <= r["deadline_ms"] + 1000, f"failed requests' latency {el}, deadline {r['deadline_ms']} ms")
+    need(any(t["errors"] for t in r["timeline"]), "no second of the timeline counts the errors")
 if bad:
     print(sys.argv[1], "; ".join(bad)); sys.exit(1)
 print(f"{sys.argv[1]}: ok ({r['mode']}, {r['requests']} requests, {r['requests_per_s']:.1f}/s, p50 {lat['p50']:.3f} ms, errors {r['errors']})")
