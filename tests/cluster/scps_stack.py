@@ -136,7 +136,11 @@ class Stack:
         r = self.admin(*args, "--servers", self.servers, "--json")
         if r.returncode != 0:
             raise RuntimeError("scps-admin %s exited %d: %s" % (" ".join(args), r.returncode, r.stdout))
-        return json.loads(r.stdout[r.stdout.index("["):] if "[" in r.stdout else r.stdout)
+        # compose may print its own lines first: the JSON starts at the first
+        # line that opens an array or an object
+        lines = r.stdout.splitlines()
+        start = next((i for i, ln in enumerate(lines) if ln.lstrip()[:1] in ("[", "{")), 0)
+        return json.loads("\n".join(lines[start:]))
 
     # ---- Prometheus ---------------------------------------------------------
     def prometheus_url(self):
