@@ -8,6 +8,7 @@
 
 #include "scps_client_engine.h"
 #include "scps_jsonw.h"
+#include "scps_security_flags.h"
 #include "scps_units.h"
 
 #define MAX_SERVERS 1024
@@ -27,7 +28,7 @@ const char scps_admin_rows_usage[] =
     "                     1000000 ids)\n"
     "  --json             one JSON object: table, embedding_dim, slot names and\n"
     "                     per id its row and slots (float32 values, exact)\n"
-    "  --deadline-ms N    how long to wait for the servers (default 10000)\n";
+    "  --deadline-ms N    how long to wait for the servers (default 10000)\n" SCPS_SECURITY_USAGE;
 
 static int bad(const char *fmt, const char *arg) {
   fprintf(stderr, "scps-admin: ");
@@ -130,31 +131,11 @@ static void print_text(const scps_table_spec *spec, const int64_t *ids, size_t n
   }
 }
 
-int scps__admin_rows(int argc, char **argv) {
-  static const struct option opts[] = {{"servers", required_argument, 0, 's'},
-                                       {"table", required_argument, 0, 't'},
-                                       {"ids", required_argument, 0, 'i'},
-                                       {"json", no_argument, 0, 'j'},
-                                       {"deadline-ms", required_argument, 0, 'd'},
-                                       {0, 0, 0, 0}};
-  const char *servers = NULL, *table = NULL, *id_list = NULL;
-  bool json = false;
-  long deadline_ms = 10000;
+/* Reads the ids' rows and slots from the servers and prints them: the exit
+ * status. */
+static int read_rows(const char *servers, const char *table, const char *id_list, bool json, long deadline_ms,
+                     const scps_client_security *security) {
   scps_error err;
-  int ch;
-  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-    switch (ch) {
-    case 's': servers = optarg; break;
-    case 't': table = optarg; break;
-    case 'i': id_list = optarg; break;
-    case 'j': json = true; break;
-    case 'd':
-      if (scps__parse_long("--deadline-ms", optarg, 1, 86400000, &deadline_ms, &err)) return bad("%s", err.msg);
-      break;
-    default: fputs(scps_admin_rows_usage, stderr); return 2;
-    }
-  }
-  if (optind < argc) return bad("unexpected argument '%s'", argv[optind]);
   if (!servers) return bad("%s is required", "--servers");
   if (!table) return bad("%s is required", "--table");
   if (!id_list) return bad("%s is required", "--ids");
@@ -178,6 +159,7 @@ int scps__admin_rows(int argc, char **argv) {
   o.servers = addr;
   o.n_servers = n_servers;
   o.connect_timeout_ms = deadline_ms;
+  o.security = *security;
   scps_client *c = NULL;
   float *rows = NULL, *slots = NULL;
   int rc = scps_client_create(&o, &c, &err);
@@ -209,5 +191,51 @@ int scps__admin_rows(int argc, char **argv) {
   free(slots);
   free(ids);
   free(list);
+  return status;
+}
+
+int scps__admin_rows(int argc, char **argv) {
+  static const struct option opts[] = {{"servers", required_argument, 0, 's'},
+                                       {"table", required_argument, 0, 't'},
+                                       {"ids", required_argument, 0, 'i'},
+                                       {"json", no_argument, 0, 'j'},
+                                       {"deadline-ms", required_argument, 0, 'd'},
+                                       SCPS_SECURITY_LONG_OPTIONS,
+                                       {0, 0, 0, 0}};
+  const char *servers = NULL, *table = NULL, *id_list = NULL;
+  bool json = false;
+  long deadline_ms = 10000;
+  scps_security_flags sec = {0};
+  scps_error err;
+  int ch;
+  while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (ch) {
+    case 's': servers = optarg; break;
+    case 't': table = optarg; break;
+    case 'i': id_list = optarg; break;
+    case 'j': json = true; break;
+    case 'd':
+      if (scps__parse_long("--deadline-ms", optarg, 1, 86400000, &deadline_ms, &err)) {
+        scps__security_flags_free(&sec);
+        return bad("%s", err.msg);
+      }
+      break;
+    default: {
+      int rc = scps__security_flags_parse(&sec, "scps-admin", ch, optarg, &err);
+      if (rc < 0) {
+        scps__security_flags_free(&sec);
+        return bad("%s", err.msg);
+      }
+      if (rc == 0) {
+        scps__security_flags_free(&sec);
+        fputs(scps_admin_rows_usage, stderr);
+        return 2;
+      }
+    }
+    }
+  }
+  int status = optind < argc ? bad("unexpected argument '%s'", argv[optind])
+                              : read_rows(servers, table, id_list, json, deadline_ms, &sec.security);
+  scps__security_flags_free(&sec);
   return status;
 }

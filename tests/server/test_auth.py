@@ -6,6 +6,7 @@ token, a training token and an admin token; plaintext to a TLS port; client
 certificates; token and TLS files that must stop the start; and the rule for
 listen addresses other machines can reach. Certificates are made at run
 time (tests/make_test_pki.sh)."""
+import json
 import os
 import subprocess
 import time
@@ -50,6 +51,24 @@ def tls(env, pki, client_cert=None, token=None):
     if token:
         creds = g.composite_channel_credentials(creds, g.access_token_call_credentials(token))
     return creds
+
+
+def admin_rows(env, pki, srv, want):
+    """`scps-admin rows` over TLS with a token file: the admin's reads the
+    rows as they are, the training token's is refused (ReadRows is the
+    admin's)."""
+    for who, token, want_rc in (("admin", ADMIN, 0), ("training", TRAINING, 1)):
+        path = write_secret(env, "rows-%s.token" % who, token + "\n")
+        r = subprocess.run([env.args.admin, "rows", "--servers", srv.addr, "--table", "t", "--ids", "0-63", "--json",
+                            "--tls-ca", pki["ca"], "--token-file", path], capture_output=True, text=True, timeout=60)
+        env.check(r.returncode == want_rc, "scps-admin rows over TLS with the %s token: exit %d, expected %d: %s"
+                  % (who, r.returncode, want_rc, r.stderr[-300:]))
+        if want_rc == 0 and r.returncode == 0:
+            got = [x["row"] for x in json.loads(r.stdout)["rows"]]
+            env.check(f32(got) == f32(want), "scps-admin rows over TLS: the rows looked up, bit for bit")
+        elif want_rc:
+            env.check("PERMISSION_DENIED" in r.stderr or "admin" in r.stderr,
+                      "scps-admin rows with the training token says why: %s" % r.stderr[-300:])
 
 
 def raw_call(channel, method, request, metadata):
@@ -112,6 +131,8 @@ def test_roles(env):
             step += 1
     env.check(os.path.isdir(os.path.join(ck, "step-%012d" % 1)), "the admin's Checkpoint of step 1 was saved")
     env.check(not os.path.exists(os.path.join(ck, "step-%012d" % 0)), "the training Checkpoint saved nothing")
+    if env.args.admin:
+        admin_rows(env, pki, srv, cluster.read_rows("t", list(range(64))))
     # The scheme is case-insensitive (RFC 6750), the token is not.
     code, _, _ = raw_call(ch, "Health", env.pb.HealthRequest(), [("authorization", "bearer " + TRAINING)])
     env.check(code == "OK", "'bearer' in lower case: %s" % code)
