@@ -34,12 +34,19 @@ static int restore(scps_server *s, scps_error *err) {
   const char *dir = s->opts.restore_dir;
   char found[PATH_MAX];
   scps_error e;
+  bool part = false;
   if (!dir && s->opts.checkpoint_dir) {
     /* Only this cluster's: a checkpoint of another configuration under the
-     * root is never restored without --restore naming it. */
+     * root is never restored without --restore naming it. A root of this
+     * process alone (a container's volume) never holds a complete one: its
+     * newest part is this process's share of the newest step it saved. */
     scps_checkpoint_owner own;
     owner_of(s, &own);
     int rc = scps__checkpoint_root_latest_own(s->opts.checkpoint_dir, &own, found, sizeof found, &e);
+    if (rc == SCPS_ENOENT) {
+      rc = scps__checkpoint_root_latest_own_part(s->opts.checkpoint_dir, &own, found, sizeof found, &e);
+      part = !rc;
+    }
     if (rc == SCPS_ENOENT) return 0;
     if (rc) return scps_error_set(err, rc, "--checkpoint-dir '%s': %s", s->opts.checkpoint_dir, e.msg);
     dir = found;
@@ -47,7 +54,7 @@ static int restore(scps_server *s, scps_error *err) {
   if (!dir) return 0;
   scps_checkpoint *ck = NULL;
   scps_checkpoint_stats st = {0};
-  int rc = scps__checkpoint_open(dir, &ck, &e);
+  int rc = part ? scps__checkpoint_open_part(dir, s->opts.process_index, &ck, &e) : scps__checkpoint_open(dir, &ck, &e);
   if (!rc) rc = scps__checkpoint_load(ck, s->engine, &st, &e);
   if (rc) {
     scps__checkpoint_close(ck);

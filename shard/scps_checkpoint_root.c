@@ -272,6 +272,77 @@ static int list_own_steps(int root_fd, const char *root, const scps_checkpoint_o
   return 0;
 }
 
+/* Whether step directory `name` below root_fd holds a manifest (or its
+ * temporary) of a process other than `process`. */
+static bool holds_others_manifest(int root_fd, const char *root, const char *name, int32_t process) {
+  int sfd, os_errno;
+  scps_error e;
+  if (scps__confine_subdir(root_fd, root, name, false, &sfd, &os_errno, &e)) return false;
+  DIR *d = fdopendir(sfd);
+  if (!d) {
+    close(sfd);
+    return false;
+  }
+  bool found = false;
+  struct dirent *de;
+  const size_t prefix = strlen("manifest.p");
+  while (!found && (de = readdir(d))) {
+    if (strncmp(de->d_name, "manifest.p", prefix)) continue;
+    char *end;
+    long p = strtol(de->d_name + prefix, &end, 10);
+    found = end != de->d_name + prefix && !strncmp(end, ".json", 5) && p != process;
+  }
+  closedir(d);
+  return found;
+}
+
+int scps__checkpoint_root_latest_own_part(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+                                         scps_error *err) {
+  int root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (root_fd < 0)
+    return errno == ENOENT ? scps_error_set(err, SCPS_ENOENT, "checkpoint directory '%s' does not exist", root)
+                           : scps__ckpt_file_error(err, errno, "cannot open directory", root);
+  own_step *v;
+  int n, rc = list_own_steps(root_fd, root, own, &v, &n, err);
+  if (rc) {
+    close(root_fd);
+    return rc;
+  }
+  rc = scps_error_set(err, SCPS_ENOENT, "no part of process %d of this cluster under '%s' alone", own->process_index,
+                      root);
+  bool alone = true;
+  DIR *d = scps__ckpt_file_entries(root_fd, root, &rc, err);
+  struct dirent *de;
+  int64_t step;
+  while (d && alone && (de = readdir(d)))
+    alone = !scps__ckpt_manifest_step_of(de->d_name, &step) ||
+            !holds_others_manifest(root_fd, root, de->d_name, own->process_index);
+  if (d) closedir(d);
+  for (int i = 0; i < n && alone && rc == SCPS_ENOENT; i++) {
+    char dir[PATH_CAP];
+    snprintf(dir, sizeof dir, "%s/%s", root, v[i].name);
+    scps_checkpoint *c = NULL;
+    scps_error e;
+    int orc = scps__checkpoint_open_part(dir, own->process_index, &c, &e);
+    scps__checkpoint_close(c);
+    if (orc == SCPS_ENOENT) continue; /* a save cut short: the part before it is the newest */
+    if (orc)
+      rc = scps_error_set(err, orc,
+                          "the newest checkpoint '%s' is damaged: %s (move it aside to restore an older one, or "
+                          "name one with --restore)",
+                          dir, e.msg);
+    else if (strlen(dir) >= cap)
+      rc = scps_error_set(err, SCPS_EINVAL, "path '%s' does not fit %zu bytes", dir, cap);
+    else {
+      memcpy(path, dir, strlen(dir) + 1);
+      rc = 0;
+    }
+  }
+  free(v);
+  close(root_fd);
+  return rc;
+}
+
 /* Removes the owner's checkpoint `name` below root_fd: for each manifest in
  * it that verifies as the owner's, the files it lists, then the manifest;
  * then the directory, if nothing else is left in it. Processes sharing a

@@ -24,6 +24,17 @@ int scps__checkpoint_root_latest(const char *root, char *path, size_t cap, scps_
 int scps__checkpoint_root_latest_own(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
                                     scps_error *err);
 
+/* For a root that holds only the owner's process's parts (no step directory
+ * there has another process's manifest: a process keeping its checkpoints
+ * on a volume of its own, where no checkpoint is ever complete): the newest
+ * step directory whose owner's part is present in full and is the owner's
+ * (scps__checkpoint_open_part). A part cut short is skipped; a newer one
+ * present in full that does not open fails the call, naming it. SCPS_ENOENT
+ * when there is none, or when the root is shared with other processes (their
+ * parts restore together: scps__checkpoint_root_latest_own). */
+int scps__checkpoint_root_latest_own_part(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
+                                         scps_error *err);
+
 /* One step directory under a root, as scps__checkpoint_root_list finds it. */
 typedef struct scps_checkpoint_entry {
   int64_t step;
