@@ -639,19 +639,25 @@ static void test_retain(const specs *s) {
 
 static int open_dir(const char *path) { return open(path, O_RDONLY | O_DIRECTORY); }
 
-/* Saves every process of c at step under root as the owner with fingerprint
- * byte fp (0: none), through scps__checkpoint_save_at. */
-static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t fp, scps_error *err) {
+/* Saves process p of c at step under root as the owner with fingerprint
+ * byte fp (0: none), through scps__checkpoint_save_at: its part alone, as a
+ * process with a root of its own saves it. */
+static int save_part(const cluster *c, const char *root, int64_t step, int p, uint8_t fp, scps_error *err) {
   mkdir(root, 0755);
-  int fd = open_dir(root), rc = 0;
+  int fd = open_dir(root);
   if (fd < 0) return scps_error_set(err, SCPS_EIO, "cannot open '%s'", root);
-  for (int p = 0; p < c->P && !rc; p++) {
-    scps_checkpoint_owner own = {.process_index = p, .has_fingerprint = fp != 0, .layout = c->layout};
-    memset(own.fingerprint, fp, sizeof own.fingerprint);
-    scps_checkpoint_save_opts so = {.owner = &own};
-    rc = scps__checkpoint_save_at(fd, root, c->e[p], step, NULL, &so, NULL, err);
-  }
+  scps_checkpoint_owner own = {.process_index = p, .has_fingerprint = fp != 0, .layout = c->layout};
+  memset(own.fingerprint, fp, sizeof own.fingerprint);
+  scps_checkpoint_save_opts so = {.owner = &own};
+  int rc = scps__checkpoint_save_at(fd, root, c->e[p], step, NULL, &so, NULL, err);
   close(fd);
+  return rc;
+}
+
+/* The same for every process of c: a complete checkpoint. */
+static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t fp, scps_error *err) {
+  int rc = 0;
+  for (int p = 0; p < c->P && !rc; p++) rc = save_part(c, root, step, p, fp, err);
   return rc;
 }
 
@@ -861,6 +867,52 @@ static void test_ownership(const specs *s) {
   cluster_destroy(&a);
 }
 
+/* A root holding one process's parts alone (a container's volume): its
+ * newest part of ours in full is found, passing over another cluster's and
+ * one cut short, and failing on one of the wrong size; once another
+ * process's part is in the root it is shared, and only complete checkpoints
+ * count there. */
+static void test_own_parts(const specs *s) {
+  cluster a;
+  if (cluster_create(&a, s, 2, 1)) return;
+  scps_error err_, *err = &err_;
+  char root[300], found[512], path[700];
+  snprintf(root, sizeof root, "%s", sub("parts"));
+  notes seen = {0};
+  scps_checkpoint_owner own = {.process_index = 1, .has_fingerprint = true, .layout = a.layout,
+                               .note = note_fn, .note_ctx = &seen};
+  memset(own.fingerprint, 0xaa, sizeof own.fingerprint);
+  for (int step = 1; step <= 3; step++) CHECK_OK(save_part(&a, root, step, 1, 0xaa, err), err);
+  CHECK_OK(save_part(&a, root, 9, 1, 0xbb, err), err); /* another cluster's */
+  CHECK_OK(save_part(&a, root, 4, 1, 0xaa, err), err);
+  snprintf(path, sizeof path, "%s/0.sc1.bin", step_dir(root, 4));
+  CHECK(unlink(path) == 0); /* cut short */
+  CHECK(scps__checkpoint_root_latest_own(root, &own, found, sizeof found, err) == SCPS_ENOENT);
+  CHECK_OK(scps__checkpoint_root_latest_own_part(root, &own, found, sizeof found, err), err);
+  CHECKF(!strcmp(found, step_dir(root, 3)), "%s", found);
+  CHECKF(seen.n >= 1 && strstr(seen.last, "another cluster"), "%d notes, last: %s", seen.n, seen.last);
+  scps_checkpoint *ck = NULL;
+  CHECK_OK(scps__checkpoint_open_part(found, 1, &ck, err), err);
+  CHECK(ck && scps__checkpoint_step(ck) == 3);
+  scps__checkpoint_close(ck);
+
+  CHECK_OK(save_part(&a, root, 5, 1, 0xaa, err), err);
+  snprintf(path, sizeof path, "%s/0.sc1.bin", step_dir(root, 5));
+  CHECK(truncate(path, 8) == 0);
+  int rc = scps__checkpoint_root_latest_own_part(root, &own, found, sizeof found, err);
+  CHECKF(rc == SCPS_ECORRUPT && strstr(err->msg, "0.sc1.bin"), "rc %d: %s", rc, err->msg);
+  CHECK(unlink(path) == 0);
+
+  /* Process 0's part of step 2 beside ours: a shared root, whose newest
+   * complete checkpoint is step 2. */
+  CHECK_OK(save_part(&a, root, 2, 0, 0xaa, err), err);
+  rc = scps__checkpoint_root_latest_own_part(root, &own, found, sizeof found, err);
+  CHECKF(rc == SCPS_ENOENT, "a shared root: rc %d: %s", rc, err->msg);
+  CHECK_OK(scps__checkpoint_root_latest_own(root, &own, found, sizeof found, err), err);
+  CHECKF(!strcmp(found, step_dir(root, 2)), "%s", found);
+  cluster_destroy(&a);
+}
+
 int main(void) {
   snprintf(base_dir, sizeof base_dir, "%s/scps_ckpt_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(base_dir)) {
@@ -877,6 +929,7 @@ int main(void) {
   test_snapshot(&s);
   test_save_no_follow(&s);
   test_ownership(&s);
+  test_own_parts(&s);
   rm_tree(base_dir);
   return scps_test_finish("test_checkpoint");
 }
