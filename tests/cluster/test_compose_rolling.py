@@ -48,14 +48,14 @@ import numpy as np
 
 from scps_stack import GRPC_PORT, main
 
-LOOKUP_RATE = 100        # open-loop lookups per second over all clients
+LOOKUP_RATE = 100          # open-loop lookups per second over all clients
 LOOKUP_CLIENTS = 4
-RUN_S = 600              # every load generator's --duration: it is stopped (SIGINT) long before
-SETTLE_S = 2             # load before a restart and after the healthcheck passes
-LOOKUP_DEADLINE_MS = 30000
-GRACE_S = 60             # the stack's stop_grace_period (deploy/compose/scps-compose)
-TRAIN_DEADLINE_MS = 2000
-SEED_STEPS = 50          # pushes before the lookup rounds, so each shard has a step to save and restore
+LOOKUP_DEADLINE_MS = 30000  # longer than a shard's restart: a lookup waits for it
+TRAIN_DEADLINE_MS = 2000   # a train round's lookups fail while its shard is stopped
+RUN_S = 600                # every load generator's --duration: it is stopped (SIGINT) long before
+SETTLE_S = 2               # load before a restart and after the healthcheck passes
+GRACE_S = 60               # the stack's stop_grace_period (deploy/compose/scps-compose)
+SEED_STEPS = 50            # pushes before the lookup rounds, so each shard has a step to save and restore
 
 SAVED = re.compile(r"saved step (\d+) to (\S+) before exiting, ([0-9.]+) s after the signal")
 RESTORED = re.compile(r"restored step (\d+) from (\S+?):")
@@ -79,15 +79,15 @@ class Loadgen:
 
     def _read(self):
         for line in self.p.stdout:
-            self.lines.append((time.monotonic(), line.rstrip("\n")))
+            self.lines.append(line.rstrip("\n"))
 
     def wait_measuring(self, timeout=120):
         """Until the first measured second is reported."""
         t0 = time.monotonic()
-        while not any("req/s" in l and "warm-up" not in l for _, l in self.lines):
+        while not any("req/s" in l and "warm-up" not in l for l in self.lines):
             if self.p.poll() is not None or time.monotonic() - t0 > timeout:
                 raise RuntimeError("scps-loadgen did not start measuring: %s"
-                                   % "\n".join(l for _, l in self.lines[-20:]))
+                                   % "\n".join(self.lines[-20:]))
             time.sleep(0.1)
 
     def finish(self, timeout=120):
@@ -99,7 +99,7 @@ class Loadgen:
         rc = self.p.wait(timeout=timeout)
         self.reader.join(timeout=10)
         if not os.path.exists(self.report):
-            print("\n".join(l for _, l in self.lines[-20:]))
+            print("\n".join(self.lines[-20:]))
             return rc, None
         with open(self.report) as f:
             return rc, json.load(f)
