@@ -296,6 +296,33 @@ static bool holds_others_manifest(int root_fd, const char *root, const char *nam
   return found;
 }
 
+/* Whether no step directory under root_fd holds a manifest of a process
+ * other than `process`: a root of that process alone. */
+static bool root_alone(int root_fd, const char *root, int32_t process) {
+  int rc = 0;
+  scps_error e;
+  DIR *d = scps__ckpt_file_entries(root_fd, root, &rc, &e);
+  if (!d) return false;
+  bool alone = true;
+  struct dirent *de;
+  int64_t step;
+  while (alone && (de = readdir(d)))
+    alone = !scps__ckpt_manifest_step_of(de->d_name, &step) || !holds_others_manifest(root_fd, root, de->d_name, process);
+  closedir(d);
+  return alone;
+}
+
+/* Whether the step directory `name` below root holds process's part in
+ * full (0), cut short (SCPS_ENOENT) or damaged (another code, in err). */
+static int open_part_rc(const char *root, const char *name, int32_t process, char *dir, size_t cap,
+                        scps_error *err) {
+  snprintf(dir, cap, "%s/%s", root, name);
+  scps_checkpoint *c = NULL;
+  int rc = scps__checkpoint_open_part(dir, process, &c, err);
+  scps__checkpoint_close(c);
+  return rc;
+}
+
 int scps__checkpoint_root_latest_own_part(const char *root, const scps_checkpoint_owner *own, char *path, size_t cap,
                                          scps_error *err) {
   int root_fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -310,21 +337,11 @@ int scps__checkpoint_root_latest_own_part(const char *root, const scps_checkpoin
   }
   rc = scps_error_set(err, SCPS_ENOENT, "no part of process %d of this cluster under '%s' alone", own->process_index,
                       root);
-  bool alone = true;
-  DIR *d = scps__ckpt_file_entries(root_fd, root, &rc, err);
-  struct dirent *de;
-  int64_t step;
-  while (d && alone && (de = readdir(d)))
-    alone = !scps__ckpt_manifest_step_of(de->d_name, &step) ||
-            !holds_others_manifest(root_fd, root, de->d_name, own->process_index);
-  if (d) closedir(d);
+  bool alone = root_alone(root_fd, root, own->process_index);
   for (int i = 0; i < n && alone && rc == SCPS_ENOENT; i++) {
     char dir[PATH_CAP];
-    snprintf(dir, sizeof dir, "%s/%s", root, v[i].name);
-    scps_checkpoint *c = NULL;
     scps_error e;
-    int orc = scps__checkpoint_open_part(dir, own->process_index, &c, &e);
-    scps__checkpoint_close(c);
+    int orc = open_part_rc(root, v[i].name, own->process_index, dir, sizeof dir, &e);
     if (orc == SCPS_ENOENT) continue; /* a save cut short: the part before it is the newest */
     if (orc)
       rc = scps_error_set(err, orc,
@@ -387,6 +404,16 @@ int scps__checkpoint_root_retain(int root_fd, const char *root, const scps_check
   own_step *v;
   int n, rc = list_own_steps(root_fd, root, own, &v, &n, err);
   if (rc) return rc;
+  /* In a root of this process alone no checkpoint is ever complete: its
+   * parts in full stand for complete ones (kept, counted, set aside when
+   * newer), and one cut short is a save that failed, not another process's
+   * in progress. */
+  if (n && root_alone(root_fd, root, own->process_index))
+    for (int i = 0; i < n; i++) {
+      char dir[PATH_CAP];
+      scps_error e;
+      v[i].complete = open_part_rc(root, v[i].name, own->process_index, dir, sizeof dir, &e) == 0;
+    }
   int complete_seen = 0, pending_seen = 0;
   for (int i = 0; i < n && !rc; i++) {
     if (v[i].complete && v[i].step > saved) {

@@ -61,7 +61,9 @@ int scps__checkpoint_root_list(const char *root, scps_checkpoint_entry **out, in
  * superseded-step-<N> (no longer restored as the newest; the files stay).
  * Any other step directory (another cluster's, unverifiable, a symlink) is
  * neither counted nor touched, only noted (own->note). Nothing is followed
- * through a symlink. */
+ * through a symlink. In a root of the owner's process alone
+ * (scps__checkpoint_root_latest_own_part), that process's parts in full
+ * count as complete checkpoints. */
 int scps__checkpoint_root_retain(int root_fd, const char *root, const scps_checkpoint_owner *own, int keep,
                                 int64_t saved, int in_progress, scps_error *err);
 

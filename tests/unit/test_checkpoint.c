@@ -869,7 +869,8 @@ static void test_ownership(const specs *s) {
 
 /* A root holding one process's parts alone (a container's volume): its
  * newest part of ours in full is found, passing over another cluster's and
- * one cut short, and failing on one of the wrong size; once another
+ * one cut short, and failing on one of the wrong size; retention counts
+ * parts in full as complete checkpoints; once another
  * process's part is in the root it is shared, and only complete checkpoints
  * count there. */
 static void test_own_parts(const specs *s) {
@@ -902,6 +903,19 @@ static void test_own_parts(const specs *s) {
   int rc = scps__checkpoint_root_latest_own_part(root, &own, found, sizeof found, err);
   CHECKF(rc == SCPS_ECORRUPT && strstr(err->msg, "0.sc1.bin"), "rc %d: %s", rc, err->msg);
   CHECK(unlink(path) == 0);
+
+  /* A save of step 2 after a restore of it (a cluster brought back to it):
+   * retention sets the newer part in full aside, keeps the older one, and
+   * step 2 is the newest part from then on. */
+  int fd = open_dir(root);
+  CHECK_OK(scps__checkpoint_root_retain(fd, root, &own, 2, 2, 1, err), err);
+  close(fd);
+  struct stat st;
+  snprintf(path, sizeof path, "%s/superseded-step-%012d", root, 3);
+  CHECK(stat(path, &st) == 0 && stat(step_dir(root, 3), &st) != 0);
+  CHECK(has_manifest(root, 1, 1) && has_manifest(root, 2, 1));
+  CHECK_OK(scps__checkpoint_root_latest_own_part(root, &own, found, sizeof found, err), err);
+  CHECKF(!strcmp(found, step_dir(root, 2)), "%s", found);
 
   /* Process 0's part of step 2 beside ours: a shared root, whose newest
    * complete checkpoint is step 2. */
