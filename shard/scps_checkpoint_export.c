@@ -1,5 +1,6 @@
 #include "scps_checkpoint_export.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -86,13 +87,19 @@ int scps__checkpoint_export_table(const scps_checkpoint *c, const char *table, i
                           table, scps__optimizer_name(spec->optimizer.type), st->num_slots, slot);
   /* vocabulary x dim is at most what the table's files hold, sizes checked at open. */
   export_ctx x = {.table = table, .region = slot + 1, .dim = spec->embedding_dim};
-  x.out = calloc((size_t)spec->vocabulary_size * (size_t)spec->embedding_dim, sizeof(float));
+  const size_t values = (size_t)spec->vocabulary_size * (size_t)spec->embedding_dim;
+  x.out = calloc(values, sizeof(float));
   size_t buf_rows = scps__ckpt_data_buffer_rows(st);
   float *buf = malloc(buf_rows * (size_t)st->dim * sizeof(float));
   int rc = 0;
   if (!x.out || !buf) rc = scps_error_set(err, SCPS_ENOMEM, "export of table '%s': out of memory", table);
+  /* A part holds only its process's SparseCores: the rows it does not hold
+   * are NaN, where zeros would pass for values. */
+  if (!rc && c->is_part)
+    for (size_t i = 0; i < values; i++) x.out[i] = NAN;
   for (int32_t sc = 0; sc < c->num_sc && !rc; sc++)
-    rc = scps__ckpt_data_stream(c, stack, sc, buf, buf_rows, export_rows, &x, err);
+    if (scps__ckpt_data_file_of(c, stack, sc)->name[0])
+      rc = scps__ckpt_data_stream(c, stack, sc, buf, buf_rows, export_rows, &x, err);
   if (!rc) rc = write_npy(path, x.out, spec->vocabulary_size, spec->embedding_dim, err);
   free(buf);
   free(x.out);

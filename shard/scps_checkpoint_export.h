@@ -7,7 +7,9 @@
 
 /* Writes table `table` as an unstacked, unsharded .npy file (format 1.0,
  * '<f4', shape (vocabulary_size, embedding_dim), C order); slot >= 0 writes
- * that optimizer slot instead (scps__optimizer_slot_name) of the rows (-1). */
+ * that optimizer slot instead (scps__optimizer_slot_name) of the rows (-1).
+ * Of a part (scps__checkpoint_open_part), the rows of ids the part's
+ * SparseCores do not hold are NaN. */
 int scps__checkpoint_export_table(const scps_checkpoint *c, const char *table, int slot,
                                  const char *path, scps_error *err);
 

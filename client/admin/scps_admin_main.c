@@ -225,7 +225,8 @@ static int run_convert(int argc, char **argv) {
 /* ---- checkpoint export ---- */
 
 static const char export_usage[] =
-    "usage: scps-admin checkpoint export DIR --table NAME [--slot NAME] --out FILE.npy\n"
+    "usage: scps-admin checkpoint export DIR --table NAME [--slot NAME] [--process P]\n"
+    "                                    --out FILE.npy\n"
     "Writes table NAME of the checkpoint in DIR as one unstacked, unsharded\n"
     "array: a .npy file (float32, shape (vocabulary_size, embedding_dim), row\n"
     "i = id i) that numpy.load reads. Every file read is checksummed.\n"
@@ -235,20 +236,26 @@ static const char export_usage[] =
     "                  (adagrad, adagrad_momentum, ftrl, f2a), momentum\n"
     "                  (adagrad_momentum, adam), velocity (adam), linear\n"
     "                  (ftrl), mu and nu (laprop), local_step (f2a)\n"
+    "  --process P     only process P's part (its manifest and data files),\n"
+    "                  as a process keeps it on a volume of its own: the rows\n"
+    "                  of ids its SparseCores do not hold are NaN\n"
     "  --out FILE      the .npy file to write\n";
 
 static int run_export(int argc, char **argv) {
   static const struct option opts[] = {{"table", required_argument, 0, 't'},
                                        {"slot", required_argument, 0, 's'},
+                                       {"process", required_argument, 0, 'p'},
                                        {"out", required_argument, 0, 'o'},
                                        {0, 0, 0, 0}};
   const char *table = NULL, *slot_name = NULL, *out = NULL;
+  long process = -1;
   int ch;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (ch) {
     case 't': table = optarg; break;
     case 's': slot_name = optarg; break;
     case 'o': out = optarg; break;
+    case 'p': if (parse_int("--process", optarg, 0, 1023, &process)) return 2; break;
     default: fputs(export_usage, stderr); return 2;
     }
   }
@@ -258,7 +265,8 @@ static int run_export(int argc, char **argv) {
   }
   scps_checkpoint *c;
   scps_error err;
-  int rc = scps__checkpoint_open(argv[optind], &c, &err);
+  int rc = process >= 0 ? scps__checkpoint_open_part(argv[optind], (int32_t)process, &c, &err)
+                        : scps__checkpoint_open(argv[optind], &c, &err);
   int slot = -1;
   if (!rc && slot_name) {
     const scps_table_spec *t;

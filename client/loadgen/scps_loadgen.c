@@ -374,6 +374,19 @@ static int tick(lg *g, ticker *tk, int64_t t, bool last, scps_loadgen_result *re
 
 /* Ticks every second (and at the end of the warm-up) until every client has
  * finished, then once more for what the last ones did. */
+/* Lock-free, so that a signal handler may set it. */
+static atomic_bool stop_requested;
+
+void scps__loadgen_stop(void) { atomic_store(&stop_requested, true); }
+
+/* A stop asked for: the run ends now, or with the warm-up if that is not
+ * over (so that the measured span never starts after its end). */
+static void end_if_stopped(lg *g) {
+  if (!atomic_load(&stop_requested)) return;
+  int64_t now = scps__clock_ns(), at = now > g->warm_end ? now : g->warm_end;
+  if (at < atomic_load(&g->end)) atomic_store(&g->end, at);
+}
+
 static int run_ticker(lg *g, ticker *tk, scps_loadgen_result *res, scps_error *err) {
   int64_t next = g->t0 + 1000000000;
   if (g->warm_end > g->t0 && g->warm_end < next) next = g->warm_end;
@@ -382,6 +395,7 @@ static int run_ticker(lg *g, ticker *tk, scps_loadgen_result *res, scps_error *e
   while (g->running > 0) {
     struct timespec ts = to_ts(next);
     pthread_cond_timedwait(&g->cv, &g->mu, &ts);
+    end_if_stopped(g);
     if (g->running == 0 || scps__clock_ns() < next) continue;
     pthread_mutex_unlock(&g->mu);
     if (!rc) rc = tick(g, tk, next, false, res, err);

@@ -86,4 +86,10 @@ typedef struct scps_loadgen_result {
 int scps__loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, scps_error *err);
 void scps__loadgen_result_destroy(scps_loadgen_result *r);
 
+/* Ends the run in progress (or the next one) as if its --duration ran out
+ * at the next second's tick: no request is sent from then on, those out are
+ * answered or time out, and the result covers what was measured. Safe in a
+ * signal handler (scps-loadgen calls it on SIGINT and SIGTERM). */
+void scps__loadgen_stop(void);
+
 #endif

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -76,7 +77,15 @@ static const char usage[] =
     "client's previous request is send lag, not part of it). --json adds a\n"
     "per-second timeline: requests/s, OK and failed requests ended in that second,\n"
     "p50 and p99 of the OK ones. Exit status:\n"
-    "0 after a run (even with errors), 1 when the run could not start, 2 for bad flags.\n";
+    "0 after a run (even with errors), 1 when the run could not start, 2 for bad flags.\n"
+    "SIGINT or SIGTERM ends the run early, as --duration running out would then\n"
+    "(within a second): requests out are answered or time out, and the report\n"
+    "covers the run so far.\n";
+
+static void on_stop_signal(int sig) {
+  (void)sig;
+  scps__loadgen_stop();
+}
 
 static int bad_flag(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int bad_flag(const char *fmt, ...) {
@@ -262,6 +271,13 @@ int main(int argc, char **argv) {
     return 1;
   }
   o.workload = w;
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_stop_signal;
+  sa.sa_flags = SA_RESTART;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, NULL);
+  sigaction(SIGTERM, &sa, NULL);
   scps_loadgen_result *res = NULL;
   rc = scps__loadgen_run(&o, &res, &err);
   if (rc) {

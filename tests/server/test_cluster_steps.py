@@ -5,7 +5,8 @@ part refused with nothing changed, processes with roots of their own);
 a process restarted on a root of its own restores its own part;
 the timer's solo saves of two processes under scps-loadgen --mode train
 with 4 clients meet on common steps; SIGTERM under that load leaves both
-processes on one step after a restart; scps-trainer against a server
+processes on one step after a restart, and so does one of two with roots
+of their own; scps-trainer against a server
 holding step 2^53-1 refuses rather than overflowing."""
 import os
 import re
@@ -296,5 +297,42 @@ def test_sigterm_under_load(env):
     print("   ok SIGTERM under 4 training clients: both saved and restored step %s" % steps[0], flush=True)
 
 
+def test_sigterm_own_roots(env):
+    """Processes with checkpoint roots of their own (containers' volumes):
+    SIGTERM of one under training load saves its part; started again, it
+    restores that part, at the step the other holds, and training resumes."""
+    pb = env.pb
+    cfg = env.write_config("own", BATCH, TABLES, FEATURES)
+    roots = [os.path.join(env.tmp, "sigterm-own-%d" % p) for p in range(2)]
+
+    def start(p):
+        return env.server(cfg, index=p, num_processes=2,
+                          extra=["--checkpoint-dir", roots[p], "--checkpoint-min-interval", "0"]).wait_ready()
+
+    srvs = [start(p) for p in range(2)]
+    lg = loadgen(env, cfg, srvs, 60)
+    time.sleep(3)
+    srvs[1].send_signal(signal.SIGTERM)
+    code = srvs[1].wait(60)
+    # Ended before the restart: a push after it would reach process 0 only.
+    lg.kill()
+    lg.communicate(timeout=120)
+    saved = re.search(r"saved step (\d+) to \S+ before exiting", srvs[1].stderr())
+    env.check(code == 0 and saved, "process 1 exits 0 and saves its part: %s" % srvs[1].stderr()[-800:])
+    again = start(1)
+    want = int(saved.group(1)) if saved else None
+    steps = [held(srvs[0].stub(), pb), held(again.stub(), pb)]
+    env.check(steps == [want, want], "after the restart both processes hold the step process 1 saved (%s): %s"
+              % (want, steps))
+    env.check(re.search(r"restored step %s from \S*sigterm-own-1/step-" % want, again.stderr()) is not None,
+              "process 1 restores its part from its own root: %s" % again.stderr()[-600:])
+    lg = loadgen(env, cfg, [srvs[0], again], 2)
+    out, err = lg.communicate(timeout=120)
+    env.check(lg.returncode == 0, "training resumes on both: exit %d %s" % (lg.returncode, err[-400:]))
+    print("   ok SIGTERM of one of two processes with roots of their own: it restored its part of step %s"
+          % want, flush=True)
+
+
 if __name__ == "__main__":
-    main("test_cluster_steps", [test_step_poisoning, test_restore_rpc, test_timer_converges, test_sigterm_under_load])
+    main("test_cluster_steps", [test_step_poisoning, test_restore_rpc, test_timer_converges, test_sigterm_under_load,
+                                test_sigterm_own_roots])

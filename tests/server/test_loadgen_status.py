@@ -2,10 +2,13 @@
 a Python gRPC proxy in front of a real server forwards everything but
 answers Lookup with one status (CANCELLED, as a server draining for
 shutdown cancels calls, or UNAVAILABLE), and the JSON report must count
-every request under that status and no other."""
+every request under that status and no other. SIGINT and SIGTERM end a
+run early with the report of the run so far."""
 import json
 import os
+import signal
 import subprocess
+import time
 
 from scps_srvtest import main
 from test_wire_revision import FEATURES, TABLES, Proxy
@@ -52,5 +55,31 @@ def test_loadgen_statuses(env):
             proxy.close()
 
 
+def test_stop_signal(env):
+    """SIGINT or SIGTERM ends a long run early with its report: exit 0, the
+    measured span up to the signal, its requests answered."""
+    cfg = env.write_config("stop", 64, TABLES, FEATURES)
+    srv = env.server(cfg).wait_ready()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        report = os.path.join(env.tmp, "report-%s.json" % sig.name)
+        p = subprocess.Popen([env.args.loadgen, "--workload", cfg, "--servers", srv.addr, "--mode", "lookup",
+                              "--rate", "200", "--duration", "600", "--warmup", "0.5", "--quiet", "--json", report],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(3)
+        t0 = time.monotonic()
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - t0
+        env.check(p.returncode == 0 and took < 5, "%s: scps-loadgen exit %d %.1f s after it: %s"
+                  % (sig.name, p.returncode, took, err[-400:]))
+        with open(report) as f:
+            rep = json.load(f)
+        env.check(1 < rep["duration_s"] < 5 and rep["ok"] > 0 and not rep["errors"],
+                  "%s: a report of the run so far: %.1f s, %d answered, errors %s"
+                  % (sig.name, rep["duration_s"], rep["ok"], rep["errors"]))
+        print("   ok %s ends the run after %.1f s measured, %.1f s after the signal" % (sig.name, rep["duration_s"],
+                                                                                   took), flush=True)
+
+
 if __name__ == "__main__":
-    main("test_loadgen_status", [test_loadgen_statuses])
+    main("test_loadgen_status", [test_loadgen_statuses, test_stop_signal])

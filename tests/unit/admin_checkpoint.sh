@@ -2,7 +2,8 @@
 # scps-admin's checkpoint commands on a real checkpoint (written by
 # ckpt_fixture, 2 x 2 SparseCores, shared-tables.json): export of every table
 # and slot loads in numpy equal to the rows read through the engine; convert
-# to 1 x 3 then verify and export give the same arrays; list shows the step;
+# to 1 x 3 then verify and export give the same arrays; export --process of
+# one process's part alone; list shows the step;
 # a flipped byte makes verify fail naming the file.
 #   admin_checkpoint.sh SCPS_ADMIN CKPT_FIXTURE WORKLOAD
 set -euo pipefail
@@ -41,6 +42,39 @@ print("exports equal the engine's rows and slots")
 PY
 }
 check_exports "$dir" "$tmp/npy" || fail "export"
+
+# Each process's part alone, as a process keeps it on a volume of its own:
+# its SparseCores' rows as in the full export, NaN for the others, and the
+# parts together cover every row once.
+for p in 0 1; do
+  mkdir -p "$tmp/part$p"
+  cp "$dir/manifest.p$p.json" "$tmp/part$p/"
+  for f in $(/usr/bin/python3 -c 'import json,sys; print(" ".join(f["name"] for f in json.load(open(sys.argv[1]))["files"]))' \
+             "$dir/manifest.p$p.json"); do
+    cp "$dir/$f" "$tmp/part$p/"
+  done
+  "$admin" checkpoint export "$tmp/part$p" --process $p --table users --out "$tmp/npy/users.p$p.npy" >/dev/null \
+    || fail "export of part $p"
+  "$admin" checkpoint export "$tmp/part$p" --process $p --table users --slot accumulator \
+    --out "$tmp/npy/users.slot0.p$p.npy" >/dev/null || fail "export of part $p's slot"
+done
+/usr/bin/python3 - "$tmp/npy" <<'PY' || fail "export of the parts"
+import sys, numpy as np
+out = sys.argv[1]
+for name in ("users", "users.slot0"):
+    whole = np.load(f"{out}/{name}.npy")
+    parts = [np.load(f"{out}/{name}.p{p}.npy") for p in (0, 1)]
+    held = [~np.isnan(a).any(axis=1) for a in parts]
+    assert all(np.isnan(a[~h]).all() for a, h in zip(parts, held)), f"{name}: a row half held"
+    assert (held[0] ^ held[1]).all(), f"{name}: the parts do not hold every row exactly once"
+    for a, h in zip(parts, held):
+        assert 0 < h.sum() < len(h) and np.array_equal(a[h], whole[h]), f"{name}: a part's rows differ"
+print("each part's export holds its rows, NaN elsewhere")
+PY
+if "$admin" checkpoint export "$tmp/part0" --table users --out "$tmp/x.npy" 2>"$tmp/err"; then
+  fail "export of a part without --process"
+fi
+grep -q "manifest.p1.json" "$tmp/err" || fail "incomplete checkpoint message: $(cat "$tmp/err")"
 
 "$admin" checkpoint convert "$dir" --to-processes 1 --to-sc-per-process 3 --out "$tmp/conv" || fail "convert"
 "$admin" checkpoint verify "$tmp/conv/step-000000000017" || fail "verify of the converted checkpoint"

@@ -656,6 +656,11 @@ static int save_owned_range(const cluster *c, int p0, int p1, const char *root, 
   return rc;
 }
 
+/* Process p's part alone, as a process with a root of its own saves it. */
+static int save_part(const cluster *c, const char *root, int64_t step, int p, uint8_t fp, scps_error *err) {
+  return save_owned_range(c, p, p + 1, root, step, fp, err);
+}
+
 /* Every process of c. */
 static int save_owned(const cluster *c, const char *root, int64_t step, uint8_t fp, scps_error *err) {
   return save_owned_range(c, 0, c->P, root, step, fp, err);
@@ -930,6 +935,67 @@ static void test_own_part_roots(const specs *s) {
   cluster_destroy(&a);
 }
 
+/* A root holding one process's parts alone (a container's volume): its
+ * newest part of ours in full is found, passing over another cluster's and
+ * one cut short, and failing on one of the wrong size; retention counts
+ * parts in full as complete checkpoints; once another
+ * process's part is in the root it is shared, and only complete checkpoints
+ * count there. */
+static void test_own_parts(const specs *s) {
+  cluster a;
+  if (cluster_create(&a, s, 2, 1)) return;
+  scps_error err_, *err = &err_;
+  char root[300], found[512], path[700];
+  int64_t found_step = -1;
+  snprintf(root, sizeof root, "%s", sub("parts"));
+  notes seen = {0};
+  scps_checkpoint_owner own = {.process_index = 1, .has_fingerprint = true, .layout = a.layout,
+                               .note = note_fn, .note_ctx = &seen};
+  memset(own.fingerprint, 0xaa, sizeof own.fingerprint);
+  for (int step = 1; step <= 3; step++) CHECK_OK(save_part(&a, root, step, 1, 0xaa, err), err);
+  CHECK_OK(save_part(&a, root, 9, 1, 0xbb, err), err); /* another cluster's */
+  CHECK_OK(save_part(&a, root, 4, 1, 0xaa, err), err);
+  snprintf(path, sizeof path, "%s/0.sc1.bin", step_dir(root, 4));
+  CHECK(unlink(path) == 0); /* cut short */
+  CHECK(scps__checkpoint_root_latest_own(root, &own, found, sizeof found, err) == SCPS_ENOENT);
+  CHECK_OK(scps__checkpoint_root_latest_part(root, &own, found, sizeof found, &found_step, err), err);
+  CHECKF(!strcmp(found, step_dir(root, 3)), "%s", found);
+  CHECKF(seen.n >= 1 && strstr(seen.last, "another cluster"), "%d notes, last: %s", seen.n, seen.last);
+  scps_checkpoint *ck = NULL;
+  CHECK_OK(scps__checkpoint_open_part(found, 1, &ck, err), err);
+  CHECK(ck && scps__checkpoint_step(ck) == 3);
+  scps__checkpoint_close(ck);
+
+  CHECK_OK(save_part(&a, root, 5, 1, 0xaa, err), err);
+  snprintf(path, sizeof path, "%s/0.sc1.bin", step_dir(root, 5));
+  CHECK(truncate(path, 8) == 0);
+  int rc = scps__checkpoint_root_latest_part(root, &own, found, sizeof found, &found_step, err);
+  CHECKF(rc == SCPS_ECORRUPT && strstr(err->msg, "0.sc1.bin"), "rc %d: %s", rc, err->msg);
+  CHECK(unlink(path) == 0);
+
+  /* A save of step 2 after a restore of it (a cluster brought back to it):
+   * retention sets the newer part in full aside, keeps the older one, and
+   * step 2 is the newest part from then on. */
+  int fd = open_dir(root);
+  CHECK_OK(scps__checkpoint_root_retain(fd, root, &own, 2, 2, 1, err), err);
+  close(fd);
+  struct stat st;
+  snprintf(path, sizeof path, "%s/superseded-step-%012d", root, 3);
+  CHECK(stat(path, &st) == 0 && stat(step_dir(root, 3), &st) != 0);
+  CHECK(has_manifest(root, 1, 1) && has_manifest(root, 2, 1));
+  CHECK_OK(scps__checkpoint_root_latest_part(root, &own, found, sizeof found, &found_step, err), err);
+  CHECKF(!strcmp(found, step_dir(root, 2)), "%s", found);
+
+  /* Process 0's part of step 2 beside ours: a shared root, whose newest
+   * complete checkpoint is step 2. */
+  CHECK_OK(save_part(&a, root, 2, 0, 0xaa, err), err);
+  rc = scps__checkpoint_root_latest_part(root, &own, found, sizeof found, &found_step, err);
+  CHECKF(rc == SCPS_ENOENT, "a shared root: rc %d: %s", rc, err->msg);
+  CHECK_OK(scps__checkpoint_root_latest_own(root, &own, found, sizeof found, err), err);
+  CHECKF(!strcmp(found, step_dir(root, 2)), "%s", found);
+  cluster_destroy(&a);
+}
+
 int main(void) {
   snprintf(base_dir, sizeof base_dir, "%s/scps_ckpt_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
   if (!mkdtemp(base_dir)) {
@@ -947,6 +1013,7 @@ int main(void) {
   test_save_no_follow(&s);
   test_ownership(&s);
   test_own_part_roots(&s);
+  test_own_parts(&s);
   rm_tree(base_dir);
   return scps_test_finish("test_checkpoint");
 }
