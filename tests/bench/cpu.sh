@@ -1,43 +1,40 @@
 #!/usr/bin/env bash
 # CPU time per networked batch against its floor, in one run (issue 30):
 #   tests/bench/cpu.sh [--workload FILE] [--sc S] [--batches K] [--wire-format F]
-#                      [--mode lookup|train] [--build DIR] [--json OUT]
-# Starts one scps-server process x S SparseCores (default 2) on loopback,
-# runs K batches (default 100) one at a time through scps-bench-client
-# --server-pid, stops the server, then times the engine's gather of the same
-# batches in-process (scps-bench-engine --topology 1xS --threads S
-# --distinct 4: the client replays the first 4 batches of seed 1). Prints
-# the CPU time per batch of the client and the server process (all threads,
-# each thread name apart), the floor (the gather's CPU time summed over its
-# threads plus one memcpy of the answer's bytes on each side) and their
-# ratio. CPU time, not wall time: the two sides share the host's cores.
+#                      [--mode lookup|train] [--rounds R] [--build DIR] [--json OUT]
+# R rounds (default 3), each: one scps-server process x S SparseCores
+# (default 2) on loopback, K batches (default 100) one at a time through
+# scps-bench-client --server-pid, the server stopped, then the engine's
+# gather of the same batches in-process (scps-bench-engine --topology 1xS
+# --threads S --distinct 4: the client replays the first 4 batches of seed
+# 1). Prints, for the round whose ratio is the median, the CPU time per
+# batch of the client and the server process (all threads, each thread name
+# apart), the floor (the gather's CPU time summed over its threads plus one
+# memcpy of the answer's bytes on each side) and their ratio; then every
+# round's. CPU time, not wall time: the two sides share the host's cores.
 # Default workload shared/workloads/dlrm8.json, wire format float32, build
 # build-bench/ (Release, -march=native), built here.
 set -euo pipefail
 
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 shared=${SCPS_SHARED_DIR:-$(dirname "$repo")/shared}
+. "$repo/tests/bench/lib.sh"
 workload=$shared/workloads/dlrm8.json
-sc=2 batches=100 wire=float32 mode=lookup own_build="" json=""
+sc=2 batches=100 rounds=3 wire=float32 mode=lookup own_build="" json=""
 while [ $# -gt 0 ]; do
   case "$1" in
-    --workload) workload=${2:?--workload needs a file}; shift 2 ;;
-    --sc) sc=${2:?--sc needs a number}; shift 2 ;;
-    --batches) batches=${2:?--batches needs a number}; shift 2 ;;
-    --wire-format) wire=${2:?--wire-format needs float32 or bfloat16}; shift 2 ;;
-    --mode) mode=${2:?--mode needs lookup or train}; shift 2 ;;
-    --build) own_build=$(cd "${2:?--build needs a folder}" && pwd); shift 2 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --json) json=${2:?--json needs a file}; shift 2 ;;
-    -h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) echo "cpu.sh: unknown option '$1' (try --help)" >&2; exit 2 ;;
+    -h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) scps_bench_option "$@" || { echo "cpu.sh: unknown option '$1' (try --help)" >&2; exit 2; }; shift 2 ;;
   esac
 done
 case "$sc" in ''|*[!0-9]*|0) echo "cpu.sh: --sc '$sc' is not a positive integer" >&2; exit 2 ;; esac
 case "$batches" in ''|*[!0-9]*|0) echo "cpu.sh: --batches '$batches' is not a positive integer" >&2; exit 2 ;; esac
+case "$rounds" in ''|*[!0-9]*|0) echo "cpu.sh: --rounds '$rounds' is not a positive integer" >&2; exit 2 ;; esac
 case "$mode" in lookup|train) ;; *) echo "cpu.sh: --mode '$mode' is not lookup or train" >&2; exit 2 ;; esac
 [ -f "$workload" ] || { echo "cpu.sh: workload '$workload' not found" >&2; exit 2; }
 
-. "$repo/tests/bench/lib.sh"
 if [ -n "$own_build" ]; then
   build=$own_build
 else
@@ -46,25 +43,33 @@ fi
 out=$(mktemp -d)
 . "$repo/deploy/cluster.sh"
 SCPS_CLUSTER_FLAGS=("${SCPS_BENCH_SERVER_FLAGS[@]}")
-scps_cluster_start "$build/server/scps-server" "$workload" 1 "$sc" 8G
-echo "cpu.sh: $(basename "$workload"), 1 server process x $sc SparseCores, $wire, $mode, $batches batches" >&2
-"$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$workload" --mode "$mode" \
-  --batches "$batches" --wire-format "$wire" --server-pid "${scps_cluster_pids[0]}" >"$out/client.json"
-# One workload's tables in memory at a time: the server goes before the engine.
-scps_cluster_stop
-"$build/tests/bench/scps-bench-engine" --workload "$workload" --topology "1x$sc" --threads "$sc" \
-  --batches "$batches" --distinct 4 >"$out/engine.json"
+echo "cpu.sh: $(basename "$workload"), 1 server process x $sc SparseCores, $wire, $mode, $rounds rounds of $batches batches" >&2
+for ((r = 0; r < rounds; r++)); do
+  [ "$r" = 0 ] || SCPS_CLUSTER_DIR=$(mktemp -d) # scps_cluster_stop removed the last one
+  scps_cluster_start "$build/server/scps-server" "$workload" 1 "$sc" 8G
+  "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$workload" --mode "$mode" \
+    --batches "$batches" --wire-format "$wire" --server-pid "${scps_cluster_pids[0]}" >"$out/client$r.json"
+  # One workload's tables in memory at a time: the server goes before the engine.
+  scps_cluster_stop
+  "$build/tests/bench/scps-bench-engine" --workload "$workload" --topology "1x$sc" --threads "$sc" \
+    --batches "$batches" --distinct 4 >"$out/engine$r.json"
+done
 
-/usr/bin/python3 - "$out" "$mode" "$json" <<'PY'
+/usr/bin/python3 - "$out" "$mode" "$json" "$rounds" <<'PY'
 import json, sys
-out, mode, dest = sys.argv[1], sys.argv[2], sys.argv[3]
-c = json.load(open(f"{out}/client.json"))
-eng = {r["phase"]: r for r in map(json.loads, open(f"{out}/engine.json"))}
-cpu = c["cpu"]
+out, mode, dest, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+res = []
+for r in range(rounds):
+    c = json.load(open(f"{out}/client{r}.json"))
+    eng = {e["phase"]: e for e in map(json.loads, open(f"{out}/engine{r}.json"))}
+    floor = eng["lookup"]["cpu_ms_median"] + 2 * c["cpu"]["memcpy_answer_ms"]
+    total = c["cpu"]["client_ms"] + c["cpu"]["servers_ms"]
+    res.append({"client": c, "engine": eng, "floor_ms": floor, "total_ms": total, "ratio": total / floor})
+mid = sorted(res, key=lambda x: x["ratio"])[rounds // 2]
+c, eng, cpu = mid["client"], mid["engine"], mid["client"]["cpu"]
 gather = eng["lookup"]["cpu_ms_median"]
 copy = cpu["memcpy_answer_ms"]
-floor = gather + 2 * copy
-total = cpu["client_ms"] + cpu["servers_ms"]
+floor, total = mid["floor_ms"], mid["total_ms"]
 
 def threads(name, p):
     print(f"{name + ' process':36s} {p['process_ms']:9.3f}")
@@ -73,7 +78,7 @@ def threads(name, p):
             print(f"  {k + ' (' + str(v['threads']) + ')':34s} {v['cpu_ms']:9.3f} {v['user_ms']:9.3f} {v['sys_ms']:9.3f}")
     print(f"  {'exited threads':34s} {p['exited_ms']:9.3f}")
 
-print(f"CPU ms per batch (means over {cpu['batches']} batches; user/sys from clock ticks, coarse)")
+print(f"the median round of {rounds}: CPU ms per batch (means over {cpu['batches']} batches; user/sys from clock ticks, coarse)")
 print(f"{'':36s} {'cpu':>9s} {'user':>9s} {'sys':>9s}")
 threads("client", cpu["client"])
 for i, s in enumerate(cpu["servers"]):
@@ -88,8 +93,11 @@ print(f"{'floor':36s} {floor:9.3f}")
 print(f"{'ratio (issue 30 target: <= 1.5)':36s} {total / floor:9.3f}")
 if mode == "train":
     print(f"(train: the push's CPU is in the totals; the engine's update, {eng['update']['cpu_ms_median']:.3f} ms of CPU, is not in the floor)")
-print(f"wall: step median {c['ms_per_batch_median']:.3f} ms, engine gather median {eng['lookup']['ms_median']:.3f} ms")
-res = {"client": c, "engine": eng, "floor_ms": floor, "total_ms": total, "ratio": total / floor}
+print(f"wall medians: step {c['ms_per_batch_median']:.3f} ms (prepare {c['prepare_ms_median']:.3f}, lookup "
+      f"{c['lookup_ms_median']:.3f}" + (f", push {c['push_ms_median']:.3f}" if mode == "train" else "")
+      + f"); engine gather {eng['lookup']['ms_median']:.3f} ms")
+print("every round: client + server / floor = ratio: " + "; ".join(
+    f"{x['client']['cpu']['client_ms']:.2f} + {x['client']['cpu']['servers_ms']:.2f} / {x['floor_ms']:.2f} = {x['ratio']:.3f}" for x in res))
 if dest:
     json.dump(res, open(dest, "w"), indent=1)
 PY
