@@ -269,7 +269,7 @@ static void *depth_thread(void *p) {
     acts[f] = malloc(d->sizes[f]);
     grads[f] = malloc(d->sizes[f]);
     if (!acts[f] || !grads[f]) rc = scps_error_set(&err, SCPS_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < d->sizes[f] / sizeof(float); i++) grads[f][i] = 1e-3f * (float)((i % 7) - 3);
+    for (size_t i = 0; !rc && i < d->sizes[f] / sizeof(float); i++) grads[f][i] = 1e-3f * (float)((int)(i % 7) - 3);
   }
   for (long i = 0; !rc && i < d->warmup; i++) {
     rc = scps_client_prepare(d->c, d->st[i % d->distinct].in, b, &err);
@@ -601,7 +601,7 @@ int main(int argc, char **argv) {
     size_t n = (size_t)w->batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
     acts[f] = malloc(sizeof(float) * n);
     grads[f] = malloc(sizeof(float) * n);
-    for (size_t i = 0; i < n; i++) grads[f][i] = 1e-3f * (float)((i % 7) - 3);
+    for (size_t i = 0; i < n; i++) grads[f][i] = 1e-3f * (float)((int)(i % 7) - 3);
     ids += (int64_t)st[0].in[f].n_ids;
   }
   if (ckpt) {
