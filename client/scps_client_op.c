@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 
 #include "scps_client_int.h"
 #include "scps_status.h"
@@ -289,6 +290,9 @@ static void rpc_done(rpc *r) {
 
 static void *cq_main(void *arg) {
   scps_client *c = arg;
+  /* Named so that per-thread CPU time (/proc, top, perf) tells it from the
+   * caller's threads; the kernel keeps 15 characters. */
+  prctl(PR_SET_NAME, "scps-cq");
   for (;;) {
     pthread_mutex_lock(&c->mu);
     gpr_timespec until = c->retries ? scps__client_op_ts(c->retries->due_ns) : gpr_inf_future(GPR_CLOCK_MONOTONIC);

@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -197,6 +198,7 @@ static void *cq_main(void *arg) {
   scps_server *s = self->srv;
   grpc_completion_queue *cq = s->cqs[self->cq];
   free(self);
+  prctl(PR_SET_NAME, "scps-cq"); /* per-thread CPU time tells it from the main thread */
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;

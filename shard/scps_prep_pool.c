@@ -2,6 +2,7 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/prctl.h>
 
 #include "scps_clock.h"
 #include "scps_spin.h"
@@ -42,6 +43,7 @@ static void *worker_main(void *arg) {
   prep_thread *t = arg;
   scps_prep *p = t->p;
   uint64_t seen = 0;
+  prctl(PR_SET_NAME, "scps-prep"); /* per-thread CPU time tells it from its caller's */
   for (;;) {
     spin_while_equal(&p->generation, seen);
     pthread_mutex_lock(&p->mu);

@@ -2,6 +2,7 @@
  * running cluster, on a workload's batches: what tests/bench/network.sh sets
  * next to PyTorch's in-process EmbeddingBag. */
 #include <getopt.h>
+#include <math.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -25,6 +26,7 @@ static const char usage[] =
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
     "                         [--prep-threads T] [--depth D] [--rounds R] [--plain-file PATH]\n"
     "                         [--answer auto|pooled|rows] [--gradients auto|sample|row]\n"
+    "                         [--server-pid PID[,PID...]]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
@@ -53,7 +55,14 @@ static const char usage[] =
     "distinct rows for stacks where they take no more bytes, pooled elsewhere).\n"
     "--gradients: how pushes send gradients (scps_gradient_mode; default auto:\n"
     "by row for each server's stacks where that takes at most 3/4 of the bytes\n"
-    "by sample, by sample elsewhere).\n";
+    "by sample, by sample elsewhere).\n"
+    "--server-pid (lookup, train at depth 1; the servers' processes on this\n"
+    "host): adds \"cpu\", CPU time per timed batch (ms, from the processes'\n"
+    "CPU-time clocks around each part and /proc/PID/task/*/schedstat around\n"
+    "all K): the client's whole and per part (prepare, lookup, push: medians),\n"
+    "the servers' together, each process's per thread name, and\n"
+    "memcpy_answer_ms, the median CPU time of one memcpy of the bytes a\n"
+    "batch received: the floor's copy (tests/bench/cpu.sh).\n";
 
 typedef struct replay {
   const scps_feature_input *const *inputs; /* per distinct batch */
@@ -110,6 +119,75 @@ static int store(const scps_feature_input *src, int nf, int32_t batch, stored *s
 #define MAX_BATCHES 10000
 static double t_step[MAX_BATCHES], t_prep[MAX_BATCHES], t_look[MAX_BATCHES], t_push[MAX_BATCHES];
 
+/* --server-pid: CPU time per timed batch (seconds), the client's by part
+ * and the servers' whole, and the readings around all K batches. */
+#define MAX_PIDS 16
+static int server_pids[MAX_PIDS], n_server_pids;
+static double c_prep[MAX_BATCHES], c_look[MAX_BATCHES], c_push[MAX_BATCHES], s_step[MAX_BATCHES];
+static scps_bench_cpu cpu_before[MAX_PIDS + 1], cpu_after[MAX_PIDS + 1]; /* [0]: the client */
+
+static double servers_cpu_s(void) {
+  double sum = 0.0;
+  for (int i = 0; i < n_server_pids; i++) sum += scps_bench_process_cpu_s(server_pids[i]);
+  return sum;
+}
+
+static double servers_cpu_s_of(const scps_bench_cpu *readings) {
+  double sum = 0.0;
+  for (int i = 0; i < n_server_pids; i++) sum += readings[1 + i].process_s;
+  return sum;
+}
+
+/* Readings of the client (pid 0) and every server; the first error. */
+static int take_cpu(scps_bench_cpu *into) {
+  int rc = scps_bench_cpu_take(0, &into[0]);
+  for (int i = 0; i < n_server_pids; i++) {
+    int r = scps_bench_cpu_take(server_pids[i], &into[1 + i]);
+    if (!rc) rc = r;
+  }
+  return rc;
+}
+
+/* The median CPU time of one memcpy of bytes (both buffers touched first). */
+static double memcpy_cpu_s(size_t bytes) {
+  char *src = malloc(bytes ? bytes : 1), *dst = malloc(bytes ? bytes : 1);
+  double t[21];
+  if (!src || !dst) {
+    free(src);
+    free(dst);
+    return NAN;
+  }
+  memset(src, 1, bytes);
+  memset(dst, 2, bytes);
+  for (int i = 0; i < 21; i++) {
+    double t0 = scps_bench_thread_cpu_s();
+    memcpy(dst, src, bytes);
+    t[i] = scps_bench_thread_cpu_s() - t0;
+    src[i % (bytes ? bytes : 1)] ^= dst[bytes / 2]; /* keeps the copies from being elided */
+  }
+  free(src);
+  free(dst);
+  return scps_bench_median(t, 21);
+}
+
+static void print_cpu(long batches, uint64_t received) {
+  printf(", \"cpu\": {\"batches\": %ld, \"client_ms\": %.3f, \"servers_ms\": %.3f, "
+         "\"client_prepare_ms_median\": %.3f, \"client_lookup_ms_median\": %.3f, \"client_push_ms_median\": %.3f, "
+         "\"servers_ms_median\": %.3f, \"memcpy_answer_ms\": %.3f, \"client\": ",
+         batches, (cpu_after[0].process_s - cpu_before[0].process_s) * 1e3 / (double)batches,
+         (servers_cpu_s_of(cpu_after) - servers_cpu_s_of(cpu_before)) * 1e3 / (double)batches,
+         scps_bench_median(c_prep, (size_t)batches) * 1e3, scps_bench_median(c_look, (size_t)batches) * 1e3,
+         scps_bench_median(c_push, (size_t)batches) * 1e3, scps_bench_median(s_step, (size_t)batches) * 1e3,
+         memcpy_cpu_s((size_t)((double)received / (double)batches)) * 1e3);
+  scps_bench_cpu_print(stdout, &cpu_before[0], &cpu_after[0], (double)batches);
+  printf(", \"servers\": [");
+  for (int i = 0; i < n_server_pids; i++) {
+    printf("%s", i ? ", " : "");
+    scps_bench_cpu_print(stdout, &cpu_before[1 + i], &cpu_after[1 + i], (double)batches);
+  }
+  printf("]}");
+}
+
 static void sort_times(long batches) {
   scps_bench_sort(t_step, (size_t)batches);
   scps_bench_sort(t_prep, (size_t)batches);
@@ -123,23 +201,36 @@ static void sort_times(long batches) {
 static int time_steps(scps_client *c, scps_batch *b, const stored *st, int distinct, float *const *acts,
                       float *const *grads, long warmup, long batches, int train, uint64_t *sent, uint64_t *received,
                       scps_error *err) {
+  int rc = 0;
   for (long i = 0; i < warmup + batches; i++) {
-    if (i == warmup) scps_client_traffic(c, sent, received);
+    if (i == warmup) {
+      scps_client_traffic(c, sent, received);
+      if (n_server_pids && (rc = take_cpu(cpu_before)))
+        return scps_error_set(err, SCPS_EINVAL, "cannot read the CPU time of a --server-pid: %s", strerror(-rc));
+    }
+    double s0 = n_server_pids ? servers_cpu_s() : 0.0, c0 = scps_bench_process_cpu_s(0);
     double t0 = scps__clock_s();
-    int rc = scps_client_prepare(c, st[i % distinct].in, b, err);
-    double t1 = scps__clock_s();
+    rc = scps_client_prepare(c, st[i % distinct].in, b, err);
+    double t1 = scps__clock_s(), c1 = scps_bench_process_cpu_s(0);
     if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
-    double t2 = scps__clock_s();
+    double t2 = scps__clock_s(), c2 = scps_bench_process_cpu_s(0);
     if (!rc && train) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, i, -1, 60000, err);
-    double t3 = scps__clock_s();
+    double t3 = scps__clock_s(), c3 = scps_bench_process_cpu_s(0);
+    double s3 = n_server_pids ? servers_cpu_s() : 0.0;
     if (rc) return rc;
     if (i >= warmup) {
       t_step[i - warmup] = t3 - t0;
       t_prep[i - warmup] = t1 - t0;
       t_look[i - warmup] = t2 - t1;
       t_push[i - warmup] = t3 - t2;
+      c_prep[i - warmup] = c1 - c0;
+      c_look[i - warmup] = c2 - c1;
+      c_push[i - warmup] = c3 - c2;
+      s_step[i - warmup] = s3 - s0;
     }
   }
+  if (n_server_pids && (rc = take_cpu(cpu_after)))
+    return scps_error_set(err, SCPS_EINVAL, "cannot read the CPU time of a --server-pid: %s", strerror(-rc));
   sort_times(batches);
   return 0;
 }
@@ -178,7 +269,7 @@ static void *depth_thread(void *p) {
     acts[f] = malloc(d->sizes[f]);
     grads[f] = malloc(d->sizes[f]);
     if (!acts[f] || !grads[f]) rc = scps_error_set(&err, SCPS_ENOMEM, "out of memory");
-    for (size_t i = 0; !rc && i < d->sizes[f] / sizeof(float); i++) grads[f][i] = 1e-3f * (float)((i % 7) - 3);
+    for (size_t i = 0; !rc && i < d->sizes[f] / sizeof(float); i++) grads[f][i] = 1e-3f * (float)((int)(i % 7) - 3);
   }
   for (long i = 0; !rc && i < d->warmup; i++) {
     rc = scps_client_prepare(d->c, d->st[i % d->distinct].in, b, &err);
@@ -408,6 +499,7 @@ int main(int argc, char **argv) {
                                        {"plain-file", required_argument, 0, 'P'},
                                        {"answer", required_argument, 0, 'A'},
                                        {"gradients", required_argument, 0, 'G'},
+                                       {"server-pid", required_argument, 0, 'p'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -421,6 +513,15 @@ int main(int argc, char **argv) {
     case 'D': depth = atol(optarg); break;
     case 'R': rounds = atoi(optarg); break;
     case 'P': plain = optarg; break;
+    case 'p':
+      for (char *tok = strtok(optarg, ","); tok; tok = strtok(NULL, ",")) {
+        if (n_server_pids == MAX_PIDS || atoi(tok) <= 0) {
+          fputs(usage, stderr);
+          return 2;
+        }
+        server_pids[n_server_pids++] = atoi(tok);
+      }
+      break;
     case 'W':
       if (scps_float_format_from_name(optarg, &wire)) {
         fputs(usage, stderr);
@@ -446,6 +547,7 @@ int main(int argc, char **argv) {
   int train = !strcmp(mode, "train"), pipelined = !strcmp(mode, "pipelined"), ckpt = !strcmp(mode, "checkpoint");
   if (!servers_arg || !workload || batches < 1 || batches > MAX_BATCHES || warmup < 0 || prep_threads < 1 ||
       prep_threads > SCPS_PREP_MAX_THREADS || depth < 1 || depth > 64 || rounds < 1 || rounds > MAX_ROUNDS || (depth > 1 && (pipelined || ckpt)) ||
+      (n_server_pids && (depth > 1 || pipelined || ckpt)) ||
       (!train && !pipelined && !ckpt && strcmp(mode, "lookup"))) {
     fputs(usage, stderr);
     return 2;
@@ -499,7 +601,7 @@ int main(int argc, char **argv) {
     size_t n = (size_t)w->batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
     acts[f] = malloc(sizeof(float) * n);
     grads[f] = malloc(sizeof(float) * n);
-    for (size_t i = 0; i < n; i++) grads[f][i] = 1e-3f * (float)((i % 7) - 3);
+    for (size_t i = 0; i < n; i++) grads[f][i] = 1e-3f * (float)((int)(i % 7) - 3);
     ids += (int64_t)st[0].in[f].n_ids;
   }
   if (ckpt) {
@@ -559,13 +661,15 @@ int main(int argc, char **argv) {
            "\"answer\": \"%s\", \"gradients\": \"%s\", \"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f, \"sent_bytes_per_batch\": %.0f, "
-           "\"received_bytes_per_batch\": %.0f}\n",
+           "\"received_bytes_per_batch\": %.0f",
            w->name, mode, scps_float_format_name(wire), scps_answer_mode_name(answer),
            scps_gradient_mode_name(gradients), n_servers, batches, prep_threads,
            depth, med * 1e3,
            w->batch_size / per, (double)ids / per,
            t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3,
            (double)(sent1 - sent0) / (double)batches, (double)(recv1 - recv0) / (double)batches);
+    if (n_server_pids) print_cpu(batches, recv1 - recv0);
+    printf("}\n");
   }
   for (int f = 0; f < nf; f++) {
     free(acts[f]);

@@ -1,7 +1,7 @@
 /* bench_engine: in-process engine throughput on a workload file: lookup
  * (each thread gathers its slice of the samples) and the fused update.
  *
- *   scps-bench-engine --workload FILE [--threads T] [--batches K]
+ *   scps-bench-engine --workload FILE [--threads T] [--batches K] [--distinct D]
  *                     [--topology PxS] [--seed N] [--anchor-ids-per-s X]
  *   scps-bench-engine --workload FILE --anchor-args
  *
@@ -14,8 +14,13 @@
  *            together) and the other processes' added to it, barrier;
  *   update = every owned SparseCore aggregates its gradients per touched row
  *            and applies the stack's optimizer, barrier.
+ * --distinct D generates D batches and times K by cycling through them (the
+ * first D of the seed: scps-bench-client replays 4 of seed 1).
  * Figures are medians over the K timed batches; ids/s counts the ids of the
- * batch before dedup, as the gather-limit anchor does. One JSON line per
+ * batch before dedup, as the gather-limit anchor does; cpu_ms_median is the
+ * CPU time of a phase summed over the threads (each thread's clock around
+ * its own part, barriers left out): the gather's share of the floor
+ * tests/bench/cpu.sh sets networked lookups against. One JSON line per
  * phase on stdout. --anchor-args prints the gather_limit.c options that
  * match the workload instead. */
 #include <errno.h>
@@ -42,6 +47,7 @@ typedef struct options {
   const char *workload;
   int threads;
   int batches;
+  int distinct; /* 0: every timed batch its own */
   int32_t processes, sc_per_process; /* 0: 1 x threads */
   uint64_t seed;
   double anchor_ids_per_s; /* 0: no ratios */
@@ -78,7 +84,8 @@ struct bench {
   scps_engine **engines; /* [processes] */
   int32_t num_sc, sc_per_process;
   int n_stacks;
-  int n_batches;
+  int n_batches; /* generated */
+  int n_timed;
   batch *batches;
   float **grads;  /* [n_stacks], each [total_sample_count x dim] */
   float **acts;   /* [n_stacks], each [total_sample_count x dim] */
@@ -90,15 +97,18 @@ struct bench {
   pthread_cond_t gate_cv;
   int gate; /* 0 closed, 1 run, -1 quit */
   /* Written by worker 0 only, read after the join. */
-  double *lookup_ms, *update_ms; /* [batches] */
+  double *lookup_ms, *update_ms; /* [n_timed] */
+  /* Each worker's own, [threads * n_timed]. */
+  double *lookup_cpu_ms, *update_cpu_ms;
 };
 
 static void usage(FILE *f) {
   fprintf(f,
-          "usage: scps-bench-engine --workload FILE [--threads T] [--batches K] [--topology PxS]\n"
-          "                         [--seed N] [--anchor-ids-per-s X]\n"
+          "usage: scps-bench-engine --workload FILE [--threads T] [--batches K] [--distinct D]\n"
+          "                         [--topology PxS] [--seed N] [--anchor-ids-per-s X]\n"
           "       scps-bench-engine --workload FILE --anchor-args\n"
-          "defaults: 2 threads, 20 batches, topology 1xT, seed 1\n");
+          "defaults: 2 threads, 20 batches each generated (--distinct D: D generated, K timed\n"
+          "cycling through them), topology 1xT, seed 1\n");
 }
 
 static int parse_long(const char *flag, const char *s, long lo, long hi, long *out) {
@@ -144,6 +154,9 @@ static int parse_args(int argc, char **argv, options *o) {
     } else if (!strcmp(a, "--batches")) {
       if (parse_long(a, val, 1, MAX_BATCHES, &v)) return -1;
       o->batches = (int)v;
+    } else if (!strcmp(a, "--distinct")) {
+      if (parse_long(a, val, 1, MAX_BATCHES, &v)) return -1;
+      o->distinct = (int)v;
     } else if (!strcmp(a, "--seed")) {
       if (parse_long(a, val, 0, LONG_MAX, &v)) return -1;
       o->seed = (uint64_t)v;
@@ -324,16 +337,22 @@ static void *worker_main(void *arg) {
   int go = b->gate > 0;
   pthread_mutex_unlock(&b->gate_mu);
   if (!go) return NULL;
-  for (int k = -1; k < b->n_batches; k++) {
-    const batch *bt = &b->batches[k < 0 ? 0 : k];
+  for (int k = -1; k < b->n_timed; k++) {
+    const batch *bt = &b->batches[k < 0 ? 0 : k % b->n_batches];
     pthread_barrier_wait(&b->barrier);
-    double t0 = scps__clock_s();
+    double t0 = scps__clock_s(), c0 = scps_bench_thread_cpu_s();
     lookup(wk, bt);
+    double c1 = scps_bench_thread_cpu_s();
     pthread_barrier_wait(&b->barrier);
-    double t1 = scps__clock_s();
+    double t1 = scps__clock_s(), c2 = scps_bench_thread_cpu_s();
     update(wk, bt, k + 1);
+    double c3 = scps_bench_thread_cpu_s();
     pthread_barrier_wait(&b->barrier);
     double t2 = scps__clock_s();
+    if (k >= 0) {
+      b->lookup_cpu_ms[wk->index * b->n_timed + k] = (c1 - c0) * 1e3;
+      b->update_cpu_ms[wk->index * b->n_timed + k] = (c3 - c2) * 1e3;
+    }
     if (wk->index == 0 && k >= 0) {
       b->lookup_ms[k] = (t1 - t0) * 1e3;
       b->update_ms[k] = (t2 - t1) * 1e3;
@@ -425,6 +444,16 @@ static void bench_free(bench *b) {
   scps__workload_destroy(b->w);
   free(b->lookup_ms);
   free(b->update_ms);
+  free(b->lookup_cpu_ms);
+  free(b->update_cpu_ms);
+}
+
+/* The median over the timed batches of per_thread's sums over the threads
+ * (per_thread [threads * n_timed] is overwritten with them). */
+static double cpu_median(const bench *b, double *per_thread) {
+  for (int k = 0; k < b->n_timed; k++)
+    for (int t = 1; t < b->opt.threads; t++) per_thread[k] += per_thread[t * b->n_timed + k];
+  return scps_bench_median(per_thread, (size_t)b->n_timed);
 }
 
 /* The stacks' optimizers, distinct ones joined by '+' ("adagrad", "sgd+ftrl"). */
@@ -445,9 +474,9 @@ static void print_phase(const bench *b, const char *phase, double ms, double ids
                         const char *extra) {
   double ids_per_s = ids_per_batch / (ms * 1e-3);
   printf("{\"bench\": \"engine\", \"phase\": \"%s\", \"workload\": \"%s\", \"threads\": %d, "
-         "\"topology\": \"%dx%d\", \"batches\": %d, \"ids_per_batch\": %.0f, \"ms_median\": %.3f, "
-         "\"ids_per_s\": %.0f",
-         phase, b->w->name, b->opt.threads, b->opt.processes, b->opt.sc_per_process, b->n_batches,
+         "\"topology\": \"%dx%d\", \"batches\": %d, \"distinct\": %d, \"ids_per_batch\": %.0f, "
+         "\"ms_median\": %.3f, \"ids_per_s\": %.0f",
+         phase, b->w->name, b->opt.threads, b->opt.processes, b->opt.sc_per_process, b->n_timed, b->n_batches,
          ids_per_batch, ms, ids_per_s);
   if (b->opt.anchor_ids_per_s > 0)
     printf(", \"ratio_to_anchor\": %.3f", ids_per_s / b->opt.anchor_ids_per_s);
@@ -473,7 +502,8 @@ static int run(bench *b, scps_error *err) {
   b->num_sc = b->layout->num_sc;
   b->sc_per_process = b->layout->topology.sc_per_process;
   b->n_stacks = b->layout->n_stacks;
-  b->n_batches = o->batches;
+  b->n_timed = o->batches;
+  b->n_batches = o->distinct ? o->distinct : o->batches;
 
   double t0 = scps__clock_s();
   b->engines = calloc((size_t)o->processes, sizeof *b->engines);
@@ -484,10 +514,12 @@ static int run(bench *b, scps_error *err) {
   double init_s = scps__clock_s() - t0;
 
   b->batches = calloc((size_t)b->n_batches, sizeof *b->batches);
-  b->lookup_ms = calloc((size_t)b->n_batches, sizeof(double));
-  b->update_ms = calloc((size_t)b->n_batches, sizeof(double));
+  b->lookup_ms = calloc((size_t)b->n_timed, sizeof(double));
+  b->update_ms = calloc((size_t)b->n_timed, sizeof(double));
+  b->lookup_cpu_ms = calloc((size_t)b->n_timed * (size_t)o->threads, sizeof(double));
+  b->update_cpu_ms = calloc((size_t)b->n_timed * (size_t)o->threads, sizeof(double));
   double *prep_ms = calloc((size_t)b->n_batches, sizeof(double));
-  if (!b->batches || !b->lookup_ms || !b->update_ms || !prep_ms) {
+  if (!b->batches || !b->lookup_ms || !b->update_ms || !b->lookup_cpu_ms || !b->update_cpu_ms || !prep_ms) {
     free(prep_ms);
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
@@ -531,12 +563,12 @@ static int run(bench *b, scps_error *err) {
                           o->threads);
 
   char extra[256], names[128];
-  snprintf(extra, sizeof extra, ", \"coo_entries_per_batch\": %.0f, \"stacks\": %d", entries,
-           b->n_stacks);
-  print_phase(b, "lookup", scps_bench_median(b->lookup_ms, (size_t)b->n_batches), ids, extra);
-  snprintf(extra, sizeof extra, ", \"optimizer\": \"%s\", \"rows_touched_per_batch\": %.0f",
-           optimizer_names(b->layout, names), rows);
-  print_phase(b, "update", scps_bench_median(b->update_ms, (size_t)b->n_batches), ids, extra);
+  snprintf(extra, sizeof extra, ", \"coo_entries_per_batch\": %.0f, \"stacks\": %d, \"cpu_ms_median\": %.3f",
+           entries, b->n_stacks, cpu_median(b, b->lookup_cpu_ms));
+  print_phase(b, "lookup", scps_bench_median(b->lookup_ms, (size_t)b->n_timed), ids, extra);
+  snprintf(extra, sizeof extra, ", \"optimizer\": \"%s\", \"rows_touched_per_batch\": %.0f, \"cpu_ms_median\": %.3f",
+           optimizer_names(b->layout, names), rows, cpu_median(b, b->update_cpu_ms));
+  print_phase(b, "update", scps_bench_median(b->update_ms, (size_t)b->n_timed), ids, extra);
   snprintf(extra, sizeof extra, ", \"engine_init_s\": %.2f, \"prepare_all_s\": %.2f", init_s,
            prepare_s);
   print_phase(b, "prep", prep_median, ids, extra);

@@ -13,3 +13,18 @@ scps_bench_build() {
   cmake -S "$repo" -B "$build" -DSCPS_NATIVE=ON -DCMAKE_BUILD_TYPE=Release -DSCPS_SHARED_DIR="$shared" >/dev/null
   cmake --build "$build" -j2 --target "$@" >/dev/null
 }
+
+# scps_bench_option OPTION VALUE: the options of the scripts that run one
+# workload on one server (cpu.sh, callgrind.sh) into workload, sc, batches,
+# mode, wire and own_build; returns 1 for an option it does not know.
+scps_bench_option() {
+  case "$1" in
+    --workload) workload=${2:?--workload needs a file} ;;
+    --sc) sc=${2:?--sc needs a number} ;;
+    --batches) batches=${2:?--batches needs a number} ;;
+    --mode) mode=${2:?--mode needs lookup or train} ;;
+    --wire-format) wire=${2:?--wire-format needs float32 or bfloat16} ;;
+    --build) own_build=$(cd "${2:?--build needs a folder}" && pwd) ;;
+    *) return 1 ;;
+  esac
+}
