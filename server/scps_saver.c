@@ -11,7 +11,6 @@
 
 #include "scps_call.h"
 #include "scps_checkpoint_root.h"
-#include "scps_ckpt_manifest.h"
 #include "scps_confine.h"
 #include "scps_fdo.h"
 #include "scps_log.h"
@@ -33,7 +32,7 @@ static void noted_free(scps_saver *sv);
 
 static int restore(scps_server *s, scps_error *err) {
   const char *dir = s->opts.restore_dir;
-  char found[PATH_MAX], part[PATH_MAX];
+  char found[PATH_MAX];
   scps_error e;
   bool own_part = false;
   if (!dir && s->opts.checkpoint_dir) {
@@ -42,22 +41,18 @@ static int restore(scps_server *s, scps_error *err) {
     scps_checkpoint_owner own;
     owner_of(s, &own);
     int rc = scps__checkpoint_root_latest_own(s->opts.checkpoint_dir, &own, found, sizeof found, &e);
-    if (rc && rc != SCPS_ENOENT)
-      return scps_error_set(err, rc, "--checkpoint-dir '%s': %s", s->opts.checkpoint_dir, e.msg);
-    if (!rc) dir = found;
-    /* A root of this process's own (a volume per container) holds only its
-     * parts: the newest one, when newer than any complete checkpoint there.
-     * Processes restarted apart may then hold different steps; clients
-     * refuse such a cluster until a Restore brings it to one. */
-    int64_t part_step, complete_step = -1;
-    if (dir) scps__ckpt_manifest_step_of(strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir, &complete_step);
-    int prc = scps__checkpoint_root_latest_part(s->opts.checkpoint_dir, &own, part, sizeof part, &part_step, &e);
-    if (prc && prc != SCPS_ENOENT)
-      return scps_error_set(err, prc, "--checkpoint-dir '%s': %s", s->opts.checkpoint_dir, e.msg);
-    if (!prc && part_step > complete_step) {
-      dir = part;
-      own_part = true;
+    /* A root of this process's own (a volume per container) holds its parts
+     * alone, never a complete checkpoint (a shared root offers no parts):
+     * then its newest part. Processes restarted apart may hold different
+     * steps; clients refuse such a cluster until a Restore brings it to one. */
+    if (rc == SCPS_ENOENT) {
+      int64_t part_step;
+      rc = scps__checkpoint_root_latest_part(s->opts.checkpoint_dir, &own, found, sizeof found, &part_step, &e);
+      own_part = !rc;
     }
+    if (rc == SCPS_ENOENT) return 0;
+    if (rc) return scps_error_set(err, rc, "--checkpoint-dir '%s': %s", s->opts.checkpoint_dir, e.msg);
+    dir = found;
   }
   if (!dir) return 0;
   scps_checkpoint *ck = NULL;

@@ -54,15 +54,4 @@ ctx=$(mktemp -d)
 trap 'rm -rf "$ctx"' EXIT
 mkdir -p "$ctx/data"
 cp "$here/prometheus.Dockerfile" "$ctx/Dockerfile"
-# the classic builder: it takes a local FROM image as it is; its deprecation
-# notice is shown only when the build fails
-log=$(mktemp)
-if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base" --build-arg "VERSION=$version" \
-  -t "scps-prometheus:$version" -t scps-prometheus:latest "$ctx" >/dev/null 2>"$log"; then
-  cat "$log" >&2; rm -f "$log"; exit 1
-fi
-rm -f "$log"
-end=$(date +%s%N)
-size=$(docker image inspect -f '{{.Size}}' "scps-prometheus:$version")
-awk -v v="$version" -v s="$size" -v t=$(( (end - start) / 1000000 )) \
-  'BEGIN { printf "build-prometheus.sh: scps-prometheus:%s (scps-prometheus:latest) %.1f MB, built in %.1f s\n", v, s / 1e6, t / 1e3 }'
+scps_image_build build-prometheus.sh "$base" "$version" "$ctx" "$start" "scps-prometheus:$version" scps-prometheus:latest

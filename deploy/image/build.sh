@@ -30,7 +30,7 @@ while [ $# -gt 0 ]; do
     --build-dir) build_dir=$(realpath -m "$2"); shift 2 ;;
     --from-build) build_dir=$(realpath -m "$2"); from_build=1; shift 2 ;;
     --jobs) jobs=$2; shift 2 ;;
-    --tag) tags=(-t "$2"); shift 2 ;;
+    --tag) tags=("$2"); shift 2 ;;
     -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "build.sh: unknown argument $1 (--help)" >&2; exit 2 ;;
   esac
@@ -78,7 +78,7 @@ else
 fi
 cmake --build "$build_dir" -j"$jobs" --target scps-server scps-admin scps-loadgen scps-trainer scps scps_static
 version=$("$build_dir/server/scps-server" --version | awk '{print $2}')
-[ "${#tags[@]}" -ne 0 ] || tags=(-t "scps:$version" -t scps:latest)
+[ "${#tags[@]}" -ne 0 ] || tags=("scps:$version" scps:latest)
 
 ctx=$build_dir/image-context
 rm -rf "$ctx" "$build_dir/image-prefix"
@@ -90,16 +90,5 @@ done
 cp -r "$repo/deploy/workloads" "$ctx/usr/local/share/scps/"
 cp "$here/scps.Dockerfile" "$ctx/Dockerfile"
 
-# the classic builder: it takes a local FROM image as it is; its deprecation
-# notice is shown only when the build fails
-log=$(mktemp)
-if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base" --build-arg "VERSION=$version" \
-  "${tags[@]}" "$ctx" >/dev/null 2>"$log"; then
-  cat "$log" >&2; rm -f "$log"; exit 1
-fi
-rm -f "$log"
-end=$(date +%s%N)
-size=$(docker image inspect -f '{{.Size}}' "${tags[1]}")
-awk -v v="${tags[*]}" -v s="$size" -v t=$(( (end - start) / 1000000 )) \
-  'BEGIN { gsub(/-t /, "", v); printf "build.sh: %s %.1f MB, built in %.1f s\n", v, s / 1e6, t / 1e3 }'
+scps_image_build build.sh "$base" "$version" "$ctx" "$start" "${tags[@]}"
 

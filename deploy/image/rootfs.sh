@@ -133,6 +133,29 @@ scps_base_image() {
   echo "$image"
 }
 
+# docker build of CONTEXT FROM the local image BASE, tagged with every TAG,
+# then "SCRIPT: TAG ... SIZE MB, built in T s" with T counted from START
+# (date +%s%N). The classic builder takes a local FROM image as it is; its
+# deprecation notice is shown only when the build fails.
+#   scps_image_build SCRIPT BASE VERSION CONTEXT START TAG...
+scps_image_build() {
+  local script=$1 base=$2 version=$3 ctx=$4 start=$5 log t
+  shift 5
+  local tag_args=()
+  for t in "$@"; do tag_args+=(-t "$t"); done
+  log=$(mktemp)
+  if ! DOCKER_BUILDKIT=0 docker build -q --build-arg "BASE=$base" --build-arg "VERSION=$version" \
+    "${tag_args[@]}" "$ctx" >/dev/null 2>"$log"; then
+    cat "$log" >&2; rm -f "$log"; exit 1
+  fi
+  rm -f "$log"
+  local end size
+  end=$(date +%s%N)
+  size=$(docker image inspect -f '{{.Size}}' "$1")
+  awk -v n="$script" -v v="$*" -v s="$size" -v t=$(( (end - start) / 1000000 )) \
+    'BEGIN { printf "%s: %s %.1f MB, built in %.1f s\n", n, v, s / 1e6, t / 1e3 }'
+}
+
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   [ "${1:-}" = --help ] || exit 2
