@@ -28,7 +28,9 @@ int scps_batch_create(scps_client *c, scps_batch **out, scps_error *err) {
   b->n_rows = calloc(n * ns, sizeof *b->n_rows);
   b->row_parts_len = calloc(n * ns, sizeof *b->row_parts_len);
   b->row_buf = calloc(n * ns, sizeof *b->row_buf);
-  if (!b->lookup || !b->parts_off || !b->parts_len || !b->slot || !b->n_sent || !b->stack_used || !b->lookup_buf ||
+  b->shm = calloc(n, sizeof *b->shm);
+  b->shm_asked = calloc(n, sizeof *b->shm_asked);
+  if (!b->shm || !b->shm_asked || !b->lookup || !b->parts_off || !b->parts_len || !b->slot || !b->n_sent || !b->stack_used || !b->lookup_buf ||
       !b->reply || !b->grad_buf || !b->parsed || !b->distinct || !b->rows || !b->by_row || !b->n_rows ||
       !b->row_parts_len || !b->row_buf) {
     scps_batch_destroy(b);
@@ -73,6 +75,9 @@ void scps_batch_destroy(scps_batch *b) {
   free(b->by_row);
   free(b->n_rows);
   free(b->row_parts_len);
+  for (int p = 0; b->shm && p < b->c->n; p++) scps__client_shm_drop(b->c, p, &b->shm[p]);
+  free(b->shm);
+  free(b->shm_asked);
   free(b);
 }
 

@@ -103,6 +103,9 @@ static int check_options(const scps_client_options *o, scps_error *err) {
     return scps_error_set(err, SCPS_EINVAL,
                           "options: wire_format %d is neither SCPS_WIRE_FLOAT32 nor SCPS_WIRE_BFLOAT16",
                           (int)o->wire_format);
+  if (o->shared_memory != SCPS_SHM_AUTO && o->shared_memory != SCPS_SHM_OFF)
+    return scps_error_set(err, SCPS_EINVAL, "options: shared_memory %d is neither SCPS_SHM_AUTO nor SCPS_SHM_OFF",
+                          (int)o->shared_memory);
   if (o->answer != SCPS_ANSWER_AUTO && o->answer != SCPS_ANSWER_POOLED && o->answer != SCPS_ANSWER_DISTINCT_ROWS)
     return scps_error_set(err, SCPS_EINVAL,
                           "options: answer %d is not SCPS_ANSWER_AUTO, SCPS_ANSWER_POOLED or SCPS_ANSWER_DISTINCT_ROWS",
@@ -162,6 +165,7 @@ int scps__client_create_expecting(const scps_client_options *options, const scps
   c->gradients = o->gradients;
   c->ignore_checkpoint_due = o->ignore_checkpoint_due;
   c->own_connections = o->own_connections;
+  c->shm_mode = o->shared_memory;
   c->checkpoint_timeout_ms = o->checkpoint_timeout_ms ? o->checkpoint_timeout_ms : DEFAULT_CHECKPOINT_TIMEOUT_MS;
   pthread_mutex_init(&c->mu, NULL);
   pthread_mutex_init(&c->prep_mu, NULL);
@@ -202,6 +206,7 @@ void scps_client_destroy(scps_client *c) {
     free(c->servers[p].addr);
   }
   if (c->cq) grpc_completion_queue_destroy(c->cq);
+  scps__client_shm_unlink_all(c);
   scps__client_conn_destroy(c->conn);
   scps__prep_destroy(c->prep);
   for (int st = 0; c->sample_feature && st < c->layout->n_stacks; st++) free(c->sample_feature[st]);
@@ -225,6 +230,10 @@ int64_t scps_client_step(const scps_client *c) { return c->step; }
 void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received) {
   *sent = atomic_load_explicit(&c->bytes_sent, memory_order_relaxed);
   *received = atomic_load_explicit(&c->bytes_received, memory_order_relaxed);
+}
+
+uint64_t scps_client_placed_bytes(const scps_client *c) {
+  return atomic_load_explicit(&c->bytes_placed, memory_order_relaxed);
 }
 
 int scps_client_n_servers(const scps_client *c) { return c->n; }

@@ -118,6 +118,9 @@ typedef struct scps_client_security {
   const char *token;
 } scps_client_security;
 
+/* scps_client_options.shared_memory. */
+typedef enum scps_shm_mode { SCPS_SHM_AUTO = 0, SCPS_SHM_OFF = 1 } scps_shm_mode;
+
 /* Options of scps_client_create. Initialise them with
  * scps_client_options_init, then set what differs:
  *
@@ -167,6 +170,13 @@ typedef struct scps_client_options {
    * wakeups. */
   int cq_threads;
   scps_client_security security; /* TLS and the bearer token; zero: neither */
+  /* Lookup answers through shared memory from servers on this host that
+   * offer it (scps-server --shm-socket): the answer is written straight
+   * into memory this client shares with the server, and the connection
+   * carries only the request and a small response. AUTO (the default)
+   * uses it wherever the server's socket is reachable and belongs to that
+   * server, and answers over the connection otherwise; OFF never. */
+  scps_shm_mode shared_memory;
 } scps_client_options;
 
 /* Zeroes o, sets its size and every field's default. */
@@ -235,6 +245,11 @@ SCPS_EXTERN bool scps_client_server_has_checkpoint_dir(const scps_client *c, int
  * of every call this client started, retries included, and of every reply
  * message it received, since create. Cheap: two atomic counters. */
 SCPS_EXTERN void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received);
+
+/* Answer bytes servers wrote straight into memory shared with this client
+ * (scps_client_options.shared_memory) since create: not in
+ * scps_client_traffic's received, as they crossed no connection. */
+SCPS_EXTERN uint64_t scps_client_placed_bytes(const scps_client *c);
 
 /* The features a batch holds, as the servers declare them, in the order of
  * scps_client_prepare's inputs and scps_client_lookup's acts. f is in

@@ -93,6 +93,15 @@ grpc_channel *scps__client_conn_channel(const scps_client_conn *c, const char *a
   return ch;
 }
 
+const char *scps__client_conn_token(const scps_client_conn *c, size_t *len) {
+  if (!c->has_token) {
+    *len = 0;
+    return "";
+  }
+  *len = GRPC_SLICE_LENGTH(c->authorization) - 7;
+  return (const char *)GRPC_SLICE_START_PTR(c->authorization) + 7;
+}
+
 void scps__client_conn_metadata(const scps_client_conn *c, grpc_op *op, grpc_metadata *md) {
   if (!c->has_token) return;
   memset(md, 0, sizeof *md);

@@ -24,6 +24,10 @@ grpc_channel *scps__client_conn_channel(const scps_client_conn *c, const char *a
  * md (which must stay valid until the batch has been started). */
 void scps__client_conn_metadata(const scps_client_conn *c, grpc_op *op, grpc_metadata *md);
 
+/* The bearer token (*len bytes, not NUL-terminated), or "" without one:
+ * what the shared-memory side channel sends in ShmRequest.token. */
+const char *scps__client_conn_token(const scps_client_conn *c, size_t *len);
+
 /* Why a channel may find no connection, for messages: nothing listens
  * there, it is unreachable, and with TLS a handshake that failed (without,
  * a server that wants TLS). */

@@ -191,6 +191,7 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
   c->servers[p].step = step;
   c->servers[p].state_id = m->state_id;
   c->servers[p].has_checkpoint_dir = m->checkpoint_dir && m->checkpoint_dir[0];
+  scps__client_shm_link(c, p, m->shm_socket, m->instance_id.data, m->instance_id.len);
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "scps_client_buf.h"
 #include "scps_client_conn.h"
 #include "scps_client_engine.h"
+#include "scps_client_shm.h"
 #include "scps_lookup_reply.h"
 #include "scps_request.h"
 #include "scps_method.h"
@@ -34,6 +35,7 @@ typedef struct server {
   bool has_checkpoint_dir; /* GetConfig's checkpoint_dir is set */
   int64_t step;            /* GetConfig's last_step at connect; -1: none */
   uint64_t state_id;       /* GetConfig's state_id at connect, sent with every push */
+  scps_shm_link shm;       /* shared-memory answers, when linked */
 } server;
 
 typedef struct rpc rpc;
@@ -59,6 +61,8 @@ struct scps_client {
   bool ignore_checkpoint_due;
   int64_t checkpoint_timeout_ms;
   bool own_connections;
+  scps_shm_mode shm_mode;
+  atomic_uint_fast64_t bytes_placed; /* answer bytes servers wrote into shared memory */
   atomic_uint_fast64_t bytes_sent, bytes_received; /* payloads, see scps_client_traffic */
   atomic_uint_fast64_t ids_dropped;                /* see scps_client_ids_dropped */
 
@@ -108,6 +112,10 @@ struct scps_batch {
   size_t *n_rows;              /* [server * n_stacks] distinct rows, when some mode is AUTO */
   size_t *row_parts_len;       /* [server * n_stacks] */
   scps_client_buf **row_buf;   /* [server * n_stacks] */
+  /* Shared-memory answers: each server's segment, and whether the lookup
+   * in flight asked that server to place its answer there. */
+  scps_shm_seg *shm;    /* [server] */
+  bool *shm_asked;      /* [server] */
 };
 
 struct rpc {

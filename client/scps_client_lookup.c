@@ -1,5 +1,6 @@
 /* scps_client_lookup: a Lookup sent to every server and its answers merged:
  * partials summed in process order, answers in distinct rows pooled here. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -9,9 +10,65 @@
 /* read_lookup_reply's name for scps__client_addr. */
 static const char *addr_of(const scps_client *c, int p) { return scps__client_addr(c, p); }
 
+/* Bytes of server p's answer to stack st of batch b. */
+static size_t answer_bytes(const scps_client *c, const scps_batch *b, int p, int st) {
+  const scps_stack_layout *sl = &c->layout->stacks[st];
+  size_t values = b->distinct[st] ? scps__rows_count(&b->rows[p * c->layout->n_stacks + st])
+                                  : (size_t)sl->total_sample_count;
+  return values * (size_t)sl->dim * c->value_bytes;
+}
+
+/* Where each of server p's answers lies in a placed answer (scps.proto's
+ * AnswerPlacement: back to back in the request's order): off[k] for the
+ * stack in slot k, and the total. */
+static size_t placed_offsets(const scps_client *c, const scps_batch *b, int p, size_t *off) {
+  int ns = c->layout->n_stacks;
+  for (int k = 0; k < ns; k++) off[k] = 0;
+  for (int st = 0; st < ns; st++)
+    if (b->slot[p * ns + st] >= 0) off[b->slot[p * ns + st]] = answer_bytes(c, b, p, st);
+  size_t total = 0;
+  for (int k = 0; k < b->n_sent[p]; k++) {
+    size_t n = off[k];
+    off[k] = total;
+    total += n;
+  }
+  return total;
+}
+
+/* A placed answer: the response named the stacks; their values are read
+ * from the batch's segment, through the same slice view as an answer that
+ * came over the connection. */
+static int read_placed(op *o, int p, scps_lookup_reply_stack *acts, char *why, size_t len) {
+  scps_client *c = o->c;
+  scps_batch *b = o->b;
+  const int ns = c->layout->n_stacks;
+  size_t *off = malloc(sizeof *off * (size_t)ns);
+  if (!off) return SCPS_ENOMEM;
+  size_t total = placed_offsets(c, b, p, off);
+  int rc = 0;
+  for (int st = 0; st < ns && !rc; st++) {
+    int k = b->slot[p * ns + st];
+    if (k < 0) continue;
+    rc = scps__lookup_reply_check(&b->reply[p], &acts[k], k, c->layout->stacks[st].name, b->distinct[st], 0, why,
+                                 len);
+    acts[k].off = off[k];
+    acts[k].len = answer_bytes(c, b, p, st);
+  }
+  free(off);
+  if (rc) return rc;
+  grpc_slice sl = grpc_slice_from_static_buffer(b->shm[p].base, total);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+  scps__slices_free(&b->reply[p]);
+  rc = bb ? scps__slices_init(&b->reply[p], bb) : SCPS_ENOMEM;
+  if (bb) grpc_byte_buffer_destroy(bb);
+  if (!rc) atomic_fetch_add_explicit(&c->bytes_placed, total, memory_order_relaxed);
+  if (rc) snprintf(why, len, "out of memory reading a placed answer");
+  return rc;
+}
+
 /* Keeps a LookupResponse's slices in the batch and checks its stacks
  * against those the request listed; the merge then reads the activations
- * where gRPC put them. */
+ * where gRPC put them, or where the server placed them. */
 static int read_lookup_reply(rpc *r) {
   op *o = r->op;
   scps_client *c = o->c;
@@ -21,14 +78,24 @@ static int read_lookup_reply(rpc *r) {
   scps_lookup_reply_stack *acts = &b->parsed[(size_t)p * (size_t)ns];
   char why[SCPS_ERROR_MSG_MAX];
   int rc = scps__lookup_reply_read(&b->reply[p], r->response, acts, ns, b->n_sent[p], why, sizeof why);
-  for (int st = 0; st < ns && !rc; st++) {
+  bool placed = !rc && scps__lookup_reply_placed(&b->reply[p]);
+  if (placed && !b->shm_asked[p]) {
+    snprintf(why, sizeof why, "Lookup answer says placed, but no placement was asked for");
+    rc = SCPS_EIO;
+  } else if (placed) {
+    rc = read_placed(o, p, acts, why, sizeof why);
+  } else if (b->shm_asked[p]) {
+    /* The server answered over the connection (it no longer knows the
+     * segment, or this was a retry without placement): the segment is let
+     * go, so an earlier attempt still writing it can reach no later answer. */
+    scps__client_shm_drop(c, p, &b->shm[p]);
+    b->shm_asked[p] = false;
+  }
+  for (int st = 0; st < ns && !rc && !placed; st++) {
     int k = b->slot[p * ns + st];
     if (k < 0) continue;
-    const scps_stack_layout *sl = &l->stacks[st];
-    bool rows = b->distinct[st];
-    size_t values = rows ? scps__rows_count(&b->rows[p * ns + st]) : (size_t)sl->total_sample_count;
-    rc = scps__lookup_reply_check(&b->reply[p], &acts[k], k, sl->name, rows,
-                                 values * (size_t)sl->dim * c->value_bytes, why, sizeof why);
+    rc = scps__lookup_reply_check(&b->reply[p], &acts[k], k, l->stacks[st].name, b->distinct[st],
+                                 answer_bytes(c, b, p, st), why, sizeof why);
   }
   return rc ? scps_error_set(&r->err, rc, "server %d (%s): %s", p, addr_of(c, p), why) : 0;
 }
@@ -300,7 +367,13 @@ static void merge_activations(op *o) {
 static int lookup_outcome(op *o, int first, int failures, scps_error *err) {
   int rc = first < 0 ? pool_rows(o, err) : 0;
   if (first < 0 && !rc) merge_activations(o);
-  for (int p = 0; p < o->n_rpcs; p++) scps__slices_free(&o->b->reply[p]);
+  for (int p = 0; p < o->n_rpcs; p++) {
+    scps__slices_free(&o->b->reply[p]);
+    /* A server that failed may still be writing the segment: it is never
+     * asked to place into it again. */
+    if (o->b->shm_asked[p] && o->rpcs[p].rc) scps__client_shm_drop(o->c, p, &o->b->shm[p]);
+    o->b->shm_asked[p] = false;
+  }
   if (rc) return rc;
   return scps__client_op_failure(o, first, failures, err);
 }
@@ -321,10 +394,20 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
   if (o) o->acts = malloc(sizeof *o->acts * (size_t)c->layout->n_features);
   for (int p = 0; o && o->acts && p < c->n; p++) {
     rpc *r = &o->rpcs[p];
-    r->req = malloc(sizeof *r->req);
+    r->req = malloc(sizeof *r->req * 2);
     if (!r->req) break;
     r->req[0] = grpc_slice_ref(b->lookup[p]);
     r->n_req = 1;
+    b->shm_asked[p] = false;
+    size_t need = 0;
+    for (int st = 0; st < c->layout->n_stacks; st++)
+      if (b->slot[p * c->layout->n_stacks + st] >= 0) need += answer_bytes(c, b, p, st);
+    if (scps__client_shm_ready(c, p, &b->shm[p], need)) {
+      uint8_t place[SCPS_REQUEST_PLACEMENT_MAX];
+      size_t n = (size_t)(scps__request_put_placement(place, b->shm[p].handle, 0, need) - place);
+      r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)place, n);
+      b->shm_asked[p] = true;
+    }
   }
   if (!o || !o->acts || !o->rpcs[c->n - 1].n_req) {
     if (o) scps__client_op_destroy(o);

@@ -254,6 +254,10 @@ static void rpc_done(rpc *r) {
      * drain (this client cancels none), so it is retried like UNAVAILABLE. */
     if (r->response) grpc_byte_buffer_destroy(r->response);
     r->response = NULL;
+    /* A Lookup's second piece is its placement (scps_client_lookup.c): a
+     * retry answers over the connection, as the attempt that failed may
+     * still write the segment. */
+    if (r->n_req > 1) grpc_slice_unref(r->req[--r->n_req]);
     int64_t due = scps__client_op_now_ns() + r->backoff_ms * 1000000;
     r->backoff_ms = r->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : r->backoff_ms * 2;
     schedule_retry(r, due);

@@ -16,6 +16,30 @@ size_t scps__lookup_reply_put_head(uint8_t *p, const char *stack, size_t name_le
   return (size_t)(w - p);
 }
 
+size_t scps__lookup_reply_put_placed(uint8_t *p) {
+  uint8_t *w = scps__pbw_put_key(p, 2, SCPS_WT_VARINT);
+  *w++ = 1;
+  return (size_t)(w - p);
+}
+
+bool scps__lookup_reply_placed(scps_slices *m) {
+  bool placed = false;
+  scps__slices_seek(m, 0);
+  while (m->pos < m->total) {
+    uint32_t field;
+    int wt;
+    uint64_t v;
+    if (scps__slices_key(m, &field, &wt)) return false;
+    if (field == 2 && wt == SCPS_WT_VARINT) {
+      if (scps__slices_varint(m, &v)) return false;
+      placed = v != 0;
+    } else if (scps__slices_skip_field(m, wt, m->total)) {
+      return false;
+    }
+  }
+  return placed;
+}
+
 /* The extent of a length-delimited field whose key was just read. */
 static int field_extent(scps_slices *m, size_t limit, size_t *off, size_t *len) {
   if (scps__slices_len(m, limit, len)) return -1;

@@ -25,6 +25,11 @@
  * the head's length. */
 size_t scps__lookup_reply_put_head(uint8_t *p, const char *stack, size_t name_len, bool rows, size_t len);
 
+/* LookupResponse.placed = true (2 bytes), written after the stacks, whose
+ * heads then say 0 bytes: the values went to LookupRequest.placement. */
+#define SCPS_LOOKUP_REPLY_PLACED_LEN 2
+size_t scps__lookup_reply_put_placed(uint8_t *p);
+
 /* Decoding (libscps). */
 
 /* One LookupResponse.stacks[i] (StackActivations): where its stack name
@@ -46,6 +51,10 @@ int scps__lookup_reply_parse(scps_slices *m, scps_lookup_reply_stack *out, int m
  * SCPS_ENOMEM or SCPS_EIO with msg saying what is wrong ("Lookup: ..."). */
 int scps__lookup_reply_read(scps_slices *m, grpc_byte_buffer *bb, scps_lookup_reply_stack *out, int max, int want,
                            char *msg, size_t len);
+
+/* Whether a LookupResponse that scps__lookup_reply_read accepted says
+ * placed: its values are in the placement's bytes, its stacks hold none. */
+bool scps__lookup_reply_placed(scps_slices *m);
 
 /* Checks that a, the answer's stacks[k], is stack `name` and holds `want`
  * bytes of distinct rows (rows) or pooled activations, as the request asked.

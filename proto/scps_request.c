@@ -350,8 +350,36 @@ static int read_flags(reader *rd, int wt, size_t limit, scps_request *r) {
   return rc;
 }
 
+/* LookupRequest.placement (AnswerPlacement) ending at limit, merged as
+ * protobuf merges a message field that occurs twice. */
+static int read_placement(reader *rd, size_t limit, scps_request *r) {
+  r->has_placement = true;
+  while (rd->m.pos < limit) {
+    uint64_t v = 0;
+    size_t n = 0;
+    uint32_t field = 0;
+    int wt = 0;
+    int rc = read_key(rd, &field, &wt);
+    if (!rc && field == 1) {
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_len(rd, limit, &n);
+      r->placement_segment_len = n;
+      if (!rc) rc = read_bytes(rd, n == sizeof r->placement_segment ? r->placement_segment : NULL, n);
+    } else if (!rc && (field == 2 || field == 3)) {
+      rc = expect(rd, field, wt, SCPS_WT_VARINT);
+      if (!rc) rc = read_varint(rd, &v);
+      *(field == 2 ? &r->placement_offset : &r->placement_length) = v;
+    } else if (!rc) {
+      rc = skip_field(rd, wt, limit);
+    }
+    if (rc) return rc;
+  }
+  return ended(rd, limit);
+}
+
 /* Field numbers the two requests share: 1 config_fingerprint,
- * 2 process_index. Lookup: 3 stacks, 4 activation_format, 5 distinct_rows.
+ * 2 process_index. Lookup: 3 stacks, 4 activation_format, 5 distinct_rows,
+ * 6 placement.
  * ApplyGradients:
  * 3 step, 4 learning_rate, 5 stacks, 6 gradient_format, 7 state_id. */
 /* ApplyGradientsRequest.state_id: fixed64, little-endian. */
@@ -396,6 +424,10 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
       rc = read_state_id(rd, wt, limit, r);
     } else if (lookup && field == 5) {
       rc = read_flags(rd, wt, limit, r);
+    } else if (lookup && field == 6) {
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_len(rd, limit, &n);
+      if (!rc) rc = read_placement(rd, rd->m.pos + n, r);
     } else if (field == stacks) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);
@@ -630,4 +662,15 @@ uint8_t *scps__request_put_distinct_rows(uint8_t *p, const bool *distinct, const
   for (int st = 0; st < n_stacks; st++)
     if (slot[st] >= 0) *p++ = distinct[st] ? 1 : 0;
   return p;
+}
+
+uint8_t *scps__request_put_placement(uint8_t *p, const uint8_t *segment, uint64_t offset, uint64_t length) {
+  size_t body = scps__pbw_len_size(SCPS_REQUEST_SEGMENT_BYTES) + 1 + scps__pbw_varint_size(offset) + 1 +
+                scps__pbw_varint_size(length);
+  p = scps__pbw_put_len(p, 6, body);
+  p = scps__pbw_put_bytes(p, 1, segment, SCPS_REQUEST_SEGMENT_BYTES);
+  p = scps__pbw_put_key(p, 2, SCPS_WT_VARINT);
+  p = scps__pbw_put_varint(p, offset);
+  p = scps__pbw_put_key(p, 3, SCPS_WT_VARINT);
+  return scps__pbw_put_varint(p, length);
 }

@@ -10,6 +10,7 @@
 
 #include "scps_coo.h"
 #include "scps_fingerprint.h"
+#include "scps_pbw.h"
 #include "scps_slices.h"
 
 /* The requests carry rows, samples, gains and gradients as raw
@@ -74,7 +75,17 @@ typedef struct scps_request {
   size_t bytes; /* the encoded request's size */
   scps_slices msg; /* ApplyGradients: the request's slices, kept for its gradients */
   uint64_t state_id; /* ApplyGradients: the state the client connected to; 0: not given */
+  /* Lookup: LookupRequest.placement, when has_placement; a segment handle
+   * of another length than SCPS_REQUEST_SEGMENT_BYTES names no segment
+   * (placement_segment_len says how long it was, its bytes are not kept). */
+  bool has_placement;
+  uint8_t placement_segment[16];
+  size_t placement_segment_len;
+  uint64_t placement_offset, placement_length;
 } scps_request;
+
+/* Bytes of an AnswerPlacement.segment handle (ShmResponse.segment). */
+#define SCPS_REQUEST_SEGMENT_BYTES 16
 
 typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_request_kind;
 
@@ -129,6 +140,12 @@ uint8_t *scps__request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t 
 size_t scps__request_format_size(int format);
 uint8_t *scps__request_put_lookup_format(uint8_t *p, int format);
 uint8_t *scps__request_put_apply_format(uint8_t *p, int format);
+
+/* LookupRequest.placement (field 6): segment (SCPS_REQUEST_SEGMENT_BYTES),
+ * offset and length; at most SCPS_REQUEST_PLACEMENT_MAX bytes, to be sent
+ * after the rest of the request (protobuf takes fields in any order). */
+#define SCPS_REQUEST_PLACEMENT_MAX (2 + 2 + SCPS_REQUEST_SEGMENT_BYTES + 2 * (1 + SCPS_PBW_VARINT_MAX))
+uint8_t *scps__request_put_placement(uint8_t *p, const uint8_t *segment, uint64_t offset, uint64_t length);
 
 /* Prefix of LookupRequest.stacks[i] (field 3) whose body has len bytes;
  * at most 1 + SCPS_PBW_VARINT_MAX bytes. */

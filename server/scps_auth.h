@@ -50,6 +50,10 @@ grpc_server_credentials *scps__auth_server_credentials(const scps_auth *a);
  * if any (each is compared through its SHA-256, all of them every time). */
 scps_role scps__auth_role(const scps_auth *a, const grpc_metadata_array *md);
 
+/* The role of a bare token (len bytes, as it follows "Bearer "), compared
+ * as scps__auth_role compares it: the shared-memory side channel's check. */
+scps_role scps__auth_token_role(const scps_auth *a, const char *token, size_t len);
+
 void scps__auth_free(scps_auth *a);
 
 /* Whether a --listen address (host:port, [v6]:port) reaches only this

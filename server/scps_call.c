@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "scps_scratch.h"
+#include "scps_shm.h"
 
 /* A method any caller may call, with no token or an unknown one: the
  * standard health Check, as orchestrators' probes carry no token; it reads
@@ -44,6 +45,7 @@ void scps__call_free(scps_call *c) {
   free(c->limit_mem);
   if (c->scratch) scps__scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
   if (c->charged) scps__budget_release(c->srv->budget, c->charged);
+  if (c->shm_seg) scps__shm_release(c->srv->shm, c->shm_seg);
   free(c);
 }
 

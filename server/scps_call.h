@@ -80,6 +80,10 @@ struct scps_call {
    * by worker 0 (stack index into stacks, local SparseCore); -1: none. */
   int fault_stack, fault_sc;
   scps_update_fault fault;
+  /* Lookup answered into shared memory (LookupRequest.placement): the
+   * segment, held until the call is freed, and where the answer starts. */
+  struct scps_shm_seg *shm_seg;
+  uint8_t *shm_at;
 };
 
 /* Finishes a call: status, optional message text, optional packed response

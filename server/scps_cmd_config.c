@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_shm.h"
 #include "scps_spec_pb.h"
 
 #define SCPS_VERSION "0.1.0"
@@ -54,6 +55,9 @@ int scps__cmd_config_init(scps_server *s, scps_error *err) {
   resp->max_message_bytes = s->opts.max_message_bytes;
   resp->version = SCPS_VERSION;
   resp->wire_revision = SCPS_WIRE_REVISION;
+  resp->shm_socket = s->shm ? (char *)scps__shm_path(s->shm) : "";
+  resp->instance_id.data = s->instance_id;
+  resp->instance_id.len = sizeof s->instance_id;
   resp->limit_policy = s->opts.limit_policy == SCPS_LIMIT_DROP ? SCPS__V1__LIMIT_POLICY__LIMIT_POLICY_DROP
                                                                : SCPS__V1__LIMIT_POLICY__LIMIT_POLICY_REFUSE;
   resp->n_stacks = (size_t)l->n_stacks;

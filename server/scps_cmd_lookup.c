@@ -13,6 +13,7 @@
 #include "scps_partlimits.h"
 #include "scps_restore.h"
 #include "scps_scratch.h"
+#include "scps_shm.h"
 
 /* Per (source, destination) partition counts of the request's partition
  * for local SparseCore k, folded into the server's FDO maxima; run by the
@@ -98,6 +99,29 @@ static void scratch_release(void *p) {
   }
 }
 
+/* The answer already lies in the client's segment, written by the
+ * SparseCore workers: the response names the stacks and says placed. */
+static void lookup_tc_placed(scps_call *c) {
+  const scps_server *s = c->srv;
+  size_t cap = SCPS_LOOKUP_REPLY_PLACED_LEN;
+  for (int i = 0; i < c->n_stacks; i++)
+    cap += SCPS_LOOKUP_REPLY_HEAD_MAX(strlen(s->layout->stacks[c->stacks[i].stack].name));
+  uint8_t small[1024];
+  uint8_t *buf = cap <= sizeof small ? small : malloc(cap);
+  if (!buf) {
+    scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory encoding the response", NULL, 0);
+    return;
+  }
+  size_t n = 0;
+  for (int i = 0; i < c->n_stacks; i++) {
+    const char *name = s->layout->stacks[c->stacks[i].stack].name;
+    n += scps__lookup_reply_put_head(buf + n, name, strlen(name), c->stacks[i].distinct, 0);
+  }
+  n += scps__lookup_reply_put_placed(buf + n);
+  scps__call_finish(c, GRPC_STATUS_OK, NULL, buf, n);
+  if (buf != small) free(buf);
+}
+
 /* The LookupResponse goes out without a copy of the activations: per stack
  * a small slice with its framing (scps__lookup_reply_put_head) and a slice
  * that points at the activations themselves. */
@@ -106,6 +130,10 @@ static void lookup_tc(scps_job *job) {
   scps_server *s = c->srv;
   if (atomic_load(&s->cancelling)) {
     scps__call_finish(c, GRPC_STATUS_CANCELLED, "Lookup: cancelled by the server's shutdown", NULL, 0);
+    return;
+  }
+  if (c->shm_at) {
+    lookup_tc_placed(c);
     return;
   }
   grpc_slice *slices = malloc(sizeof *slices * 2 * (size_t)(c->n_stacks ? c->n_stacks : 1));
@@ -151,6 +179,28 @@ static size_t lookup_scratch(const scps_call *c, const call_stack *cs) {
   size_t values = cs->distinct ? (size_t)cs->row_start[c->srv->S] : (size_t)sl->total_sample_count;
   size_t block = values * (size_t)sl->dim;
   return c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : block;
+}
+
+/* Bytes of a stack's answer: its values, 4 or 2 bytes each. */
+static size_t lookup_answer_bytes(const scps_call *c, const call_stack *cs) {
+  const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
+  size_t values = cs->distinct ? (size_t)cs->row_start[c->srv->S] : (size_t)sl->total_sample_count;
+  return values * (size_t)sl->dim * (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : 4);
+}
+
+/* Takes the request's placement when it can be honoured: a segment
+ * attached here, an offset aligned for any value (a multiple of 64) and a
+ * length that is exactly the answer's. Otherwise the answer goes in the
+ * response, as for a client that asked for none. */
+static void lookup_place(scps_call *c) {
+  const scps_request *req = &c->req;
+  if (!req->has_placement || !c->srv->shm || req->placement_offset % 64) return;
+  uint64_t bytes = 0;
+  for (int i = 0; i < c->n_stacks; i++) bytes += lookup_answer_bytes(c, &c->stacks[i]);
+  if (bytes != req->placement_length) return;
+  c->shm_seg = scps__shm_acquire(c->srv->shm, req->placement_segment, req->placement_segment_len,
+                                req->placement_offset, req->placement_length, &c->shm_at);
+  if (!c->shm_seg) c->shm_at = NULL;
 }
 
 /* Floats of gather scratch (scps__engine_gather, scps__engine_gather_bf16)
@@ -233,6 +283,8 @@ void scps__cmd_lookup(scps_call *c) {
     scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
+  lookup_place(c);
+  if (c->shm_at) scratch = 0; /* the answer is written into the client's segment */
   c->gather_stride = lookup_gather_scratch(c);
   scps__cmd_data_wait_scratch(c, scratch + (size_t)s->S * c->gather_stride, lookup_admitted);
 }
@@ -251,11 +303,17 @@ static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use,
     scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory for activations", NULL, 0);
     return;
   }
-  size_t off = 0;
+  size_t off = 0, at = 0;
   for (int i = 0; i < c->n_stacks; i++) {
-    if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) c->stacks[i].encoded = (uint8_t *)(c->scratch + off);
-    else c->stacks[i].act = c->scratch + off;
-    off += lookup_scratch(c, &c->stacks[i]);
+    /* Placed answers are aligned for floats: the offset is a multiple of
+     * 64 (lookup_place) and each stack's bytes a multiple of 4 in float32. */
+    uint8_t *placed = c->shm_at ? c->shm_at + at : NULL;
+    if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16)
+      c->stacks[i].encoded = placed ? placed : (uint8_t *)(c->scratch + off);
+    else
+      c->stacks[i].act = placed ? (float *)(void *)placed : c->scratch + off;
+    if (!placed) off += lookup_scratch(c, &c->stacks[i]);
+    at += lookup_answer_bytes(c, &c->stacks[i]);
   }
   c->gather_scratch = c->scratch + off;
   c->job.sc_fn = lookup_sc;

@@ -3,8 +3,10 @@
  * and the transport, given the dispatch table of the methods' handlers. */
 #include "scps_server.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 
 #include "scps_cmd_checkpoint.h"
 #include "scps_cmd_config.h"
@@ -21,6 +23,7 @@
 #include "scps_saver.h"
 #include "scps_scratch.h"
 #include "scps_server_int.h"
+#include "scps_shm.h"
 #include "scps_step.h"
 #include "scps_transport.h"
 
@@ -100,6 +103,15 @@ static void state_free(scps_server *s) {
   s->scratch = NULL;
 }
 
+/* Shared-memory answers (scps_shm.h), unless shm_socket is "off". */
+static int shm_init(scps_server *s, scps_error *err) {
+  if (getrandom(s->instance_id, sizeof s->instance_id, 0) != (ssize_t)sizeof s->instance_id)
+    return scps_error_set(err, SCPS_EIO, "no random bytes for the instance id: %s", strerror(errno));
+  const char *path = s->opts.shm_socket ? s->opts.shm_socket : "auto";
+  if (!strcmp(path, "off")) return 0;
+  return scps__shm_create(path, &s->auth, s->instance_id, &s->shm, err);
+}
+
 int scps__server_create(const scps_server_options *o, scps_server **out, scps_error *err) {
   *out = NULL;
   if (o->cq_threads < 1 || o->cq_threads > 64 || o->tc_threads < 1 || o->tc_threads > 64)
@@ -137,6 +149,7 @@ int scps__server_create(const scps_server_options *o, scps_server **out, scps_er
   if (!rc) rc = scps__transport_probe(o->listen, err);
   if (!rc)
     rc = scps__auth_load(&s->auth, o->tls_cert_file, o->tls_key_file, o->tls_client_ca_file, o->token_file, err);
+  if (!rc) rc = shm_init(s, err);
   if (!rc) rc = scps__engine_create(s->layout, o->process_index, &s->engine, err);
   if (!rc && o->pin_sparsecores) rc = plan_sc_cpus(s, err);
   if (!rc) rc = scps__pipeline_create(s->S, o->tc_threads, s->sc_pinned ? s->sc_cpus : NULL, &s->pipeline, err);
@@ -156,6 +169,8 @@ int scps__server_create(const scps_server_options *o, scps_server **out, scps_er
 }
 
 int scps__server_port(const scps_server *s) { return s->port; }
+
+const char *scps__server_shm_socket(const scps_server *s) { return s->shm ? scps__shm_path(s->shm) : NULL; }
 
 int64_t scps__server_memory_budget(const scps_server *s, const char **how, int64_t *grpc_quota) {
   *how = s->budget_how;
@@ -180,6 +195,14 @@ const char *scps__server_restored(const scps_server *s, int64_t *step, int64_t *
 
 int scps__server_start(scps_server *s, void (*on_stopped)(void *), void *ud, int *threads_started,
                       scps_error *err) {
+  if (s->shm && !s->shm_started) {
+    int rc = scps__shm_start(s->shm, err);
+    if (rc) {
+      *threads_started = 0;
+      return rc;
+    }
+    s->shm_started = true;
+  }
   return scps__transport_start(s, on_stopped, ud, threads_started, err);
 }
 
@@ -207,6 +230,7 @@ void scps__server_destroy(scps_server *s) {
     s->pipeline = NULL;
   }
   scps__transport_destroy(s);
+  scps__shm_destroy(s->shm); /* no call holds a segment any more */
   scps__saver_free(s);
   scps__pipeline_destroy(s->pipeline);
   scps__limits_free(s);

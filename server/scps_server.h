@@ -24,6 +24,9 @@ int scps__server_create(const scps_server_options *opts, scps_server **out, scps
  * on top of it. */
 int64_t scps__server_memory_budget(const scps_server *s, const char **how, int64_t *grpc_quota);
 
+/* The shared-memory side channel's socket (--shm-socket), or NULL when off. */
+const char *scps__server_shm_socket(const scps_server *s);
+
 /* The port actually bound (useful with port 0). */
 int scps__server_port(const scps_server *s);
 

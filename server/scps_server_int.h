@@ -130,6 +130,10 @@ struct scps_server {
   atomic_int restoring;
   atomic_int damaged;
   atomic_ullong state_id; /* GetConfigResponse.state_id (scps__restore_new_state) */
+  /* Shared-memory answers (scps_shm.h); NULL with shm_socket "off". */
+  struct scps_shm *shm;
+  bool shm_started;
+  uint8_t instance_id[16]; /* GetConfigResponse.instance_id */
 };
 
 #endif

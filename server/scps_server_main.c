@@ -111,6 +111,14 @@ static const char usage[] =
     "                         needs no token. Without it every caller is admin\n"
     "  --insecure             serve a non-loopback --listen address without TLS\n"
     "                         and tokens or client certificates (loud warning)\n"
+    "  --shm-socket auto|off|PATH\n"
+    "                         shared-memory answers for trainers on this host:\n"
+    "                         a Unix socket (mode 0600: this user only) where\n"
+    "                         libscps attaches memory the Lookup answers are\n"
+    "                         written into, so they skip the network stack;\n"
+    "                         tokens are checked as on --listen. auto (default):\n"
+    "                         in a new private directory under $TMPDIR or /tmp;\n"
+    "                         off: none; GetConfig tells clients the path"
     "  --memory-budget BYTES  memory the calls in flight may hold: requests (about\n"
     "                         twice their bytes), answers until sent, scratch,\n"
     "                         idle scratch kept for reuse; K, M, G suffixes\n"
@@ -420,6 +428,9 @@ static void log_limits(const scps_server *s, const scps_server_options *o) {
             "connection, idle connections closed after %d s, transfers cancelled after %d s",
             budget / (1 << 20), how, (double)quota / (1 << 20), o->max_streams, o->idle_timeout_s,
             o->transfer_timeout_s);
+  const char *shm = scps__server_shm_socket(s);
+  if (shm) scps__log(SCPS_LOG_INFO, "shared-memory answers for clients on this host at %s", shm);
+  else scps__log(SCPS_LOG_INFO, "shared-memory answers off (--shm-socket off)");
 }
 
 /* What the flags and variables fill: the server's options and the
@@ -552,6 +563,7 @@ static const scps_flag flags[] = {
     F_STRING("tls-client-ca", o.tls_client_ca_file),
     F_STRING("token-file", o.token_file),
     F_SWITCH("insecure", insecure),
+    F_STRING("shm-socket", o.shm_socket),
     F_BYTES("memory-budget", o.memory_budget, 1 << 20),
     F_INT32("memory-wait-ms", o.memory_wait_ms, 0, 3600000),
     F_INT32("max-streams", o.max_streams, 1, 1000000),
@@ -582,6 +594,7 @@ int main(int argc, char **argv) {
   scps__log_set_program("scps-server");
   args a = {0};
   a.o.listen = "127.0.0.1:50051";
+  a.o.shm_socket = "auto";
   scps_memtune_apply();
   a.o.topology = (scps_topology){1, 2, (int64_t)4 << 30};
   a.o.cq_threads = 2;

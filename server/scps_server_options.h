@@ -95,6 +95,10 @@ typedef struct scps_server_options {
    * (scps__server_checkpoint_tick); the processes of a cluster must agree.
    * 0: 100. */
   int64_t checkpoint_grid;
+  /* Shared-memory answers for clients on this host (scps_shm.h): "auto"
+   * (or NULL), a socket in a private directory of its own; "off"; or the
+   * socket's path. */
+  const char *shm_socket;
 } scps_server_options;
 
 typedef struct scps_server scps_server;

@@ -26,7 +26,7 @@ static const char usage[] =
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
     "                         [--prep-threads T] [--depth D] [--rounds R] [--plain-file PATH]\n"
     "                         [--answer auto|pooled|rows] [--gradients auto|sample|row]\n"
-    "                         [--server-pid PID[,PID...]]\n"
+    "                         [--server-pid PID[,PID...]] [--shared-memory auto|off]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
@@ -56,6 +56,9 @@ static const char usage[] =
     "--gradients: how pushes send gradients (scps_gradient_mode; default auto:\n"
     "by row for each server's stacks where that takes at most 3/4 of the bytes\n"
     "by sample, by sample elsewhere).\n"
+    "--shared-memory: answers from servers on this host through shared memory\n"
+    "(scps_client_options.shared_memory; default auto: wherever a server offers\n"
+    "it); placed_bytes_per_batch counts what came that way.\n"
     "--server-pid (lookup, train at depth 1; the servers' processes on this\n"
     "host): adds \"cpu\", CPU time per timed batch (ms, from the processes'\n"
     "CPU-time clocks around each part and /proc/PID/task/*/schedstat around\n"
@@ -195,6 +198,15 @@ static void sort_times(long batches) {
   scps_bench_sort(t_push, (size_t)batches);
 }
 
+/* Placed answer bytes (scps_client_placed_bytes) when the timed batches
+ * began: answers through shared memory cross no connection. */
+static uint64_t placed0;
+
+static void traffic_start(scps_client *c, uint64_t *sent, uint64_t *received) {
+  scps_client_traffic(c, sent, received);
+  placed0 = scps_client_placed_bytes(c);
+}
+
 /* Batch after batch: prepare, lookup and (train) push, each part timed;
  * leaves the sorted times in t_* and the client's traffic counters as the
  * timed batches began in *sent, *received. */
@@ -204,7 +216,7 @@ static int time_steps(scps_client *c, scps_batch *b, const stored *st, int disti
   int rc = 0;
   for (long i = 0; i < warmup + batches; i++) {
     if (i == warmup) {
-      scps_client_traffic(c, sent, received);
+      traffic_start(c, sent, received);
       if (n_server_pids && (rc = take_cpu(cpu_before)))
         return scps_error_set(err, SCPS_EINVAL, "cannot read the CPU time of a --server-pid: %s", strerror(-rc));
     }
@@ -319,7 +331,7 @@ static int time_depth(scps_client *c, const stored *st, int distinct, int nf, si
     depth_fail(&d, scps_error_set(&e, SCPS_ENOMEM, "cannot start %d threads", depth), &e);
   }
   while (atomic_load(&d.warmed) < started) sched_yield();
-  scps_client_traffic(c, sent, received);
+  traffic_start(c, sent, received);
   double t0 = scps__clock_s();
   atomic_store(&d.go, true);
   for (int k = 0; k < started; k++) pthread_join(th[k], NULL);
@@ -488,6 +500,7 @@ int main(int argc, char **argv) {
   scps_float_format wire = SCPS_WIRE_FLOAT32;
   scps_answer_mode answer = SCPS_ANSWER_AUTO;
   scps_gradient_mode gradients = SCPS_GRADIENTS_AUTO;
+  scps_shm_mode shm = SCPS_SHM_AUTO;
   scps_memtune_apply();
   static const struct option opts[] = {{"servers", required_argument, 0, 's'}, {"workload", required_argument, 0, 'w'},
                                        {"mode", required_argument, 0, 'm'},    {"batches", required_argument, 0, 'n'},
@@ -500,6 +513,7 @@ int main(int argc, char **argv) {
                                        {"answer", required_argument, 0, 'A'},
                                        {"gradients", required_argument, 0, 'G'},
                                        {"server-pid", required_argument, 0, 'p'},
+                                       {"shared-memory", required_argument, 0, 'S'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -540,6 +554,13 @@ int main(int argc, char **argv) {
         return 2;
       }
       break;
+    case 'S':
+      if (strcmp(optarg, "auto") && strcmp(optarg, "off")) {
+        fputs(usage, stderr);
+        return 2;
+      }
+      shm = strcmp(optarg, "off") ? SCPS_SHM_AUTO : SCPS_SHM_OFF;
+      break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -571,6 +592,7 @@ int main(int argc, char **argv) {
     co.wire_format = wire;
     co.answer = answer;
     co.gradients = gradients;
+    co.shared_memory = shm;
     rc = scps_client_create(&co, &c, &err);
   }
   if (!rc) rc = scps__workload_gen_create(w, 1, &gen, &err);
@@ -656,19 +678,21 @@ int main(int argc, char **argv) {
       return 1;
     }
     scps_client_traffic(c, &sent1, &recv1);
+    uint64_t placed = scps_client_placed_bytes(c) - placed0;
     double med = t_step[batches / 2], per = depth > 1 ? wall / (double)batches : med;
     printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"wire_format\": \"%s\", "
            "\"answer\": \"%s\", \"gradients\": \"%s\", \"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f, \"sent_bytes_per_batch\": %.0f, "
-           "\"received_bytes_per_batch\": %.0f",
+           "\"received_bytes_per_batch\": %.0f, \"placed_bytes_per_batch\": %.0f, \"shared_memory\": \"%s\"",
            w->name, mode, scps_float_format_name(wire), scps_answer_mode_name(answer),
            scps_gradient_mode_name(gradients), n_servers, batches, prep_threads,
            depth, med * 1e3,
            w->batch_size / per, (double)ids / per,
            t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3,
-           (double)(sent1 - sent0) / (double)batches, (double)(recv1 - recv0) / (double)batches);
-    if (n_server_pids) print_cpu(batches, recv1 - recv0);
+           (double)(sent1 - sent0) / (double)batches, (double)(recv1 - recv0) / (double)batches,
+           (double)placed / (double)batches, shm == SCPS_SHM_OFF ? "off" : "auto");
+    if (n_server_pids) print_cpu(batches, recv1 - recv0 + placed);
     printf("}\n");
   }
   for (int f = 0; f < nf; f++) {
