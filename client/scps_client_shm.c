@@ -14,6 +14,20 @@
 #include "scps_client_int.h"
 #include "scps_shm_msg.h"
 
+/* Connects k to its path (k->mu held). */
+static void reconnect(scps_shm_link *k) {
+  struct sockaddr_un sa = {.sun_family = AF_UNIX};
+  k->retry_ns = scps__client_op_now_ns() + 1000000000;
+  memcpy(sa.sun_path, k->path, strlen(k->path) + 1);
+  int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+    k->fd = fd;
+    k->linked = true;
+  } else if (fd >= 0) {
+    close(fd);
+  }
+}
+
 void scps__client_shm_link(scps_client *c, int p, const char *path, const uint8_t *instance, size_t instance_len) {
   scps_shm_link *k = &c->servers[p].shm;
   if (!k->mu_init) {
@@ -23,18 +37,13 @@ void scps__client_shm_link(scps_client *c, int p, const char *path, const uint8_
   pthread_mutex_lock(&k->mu);
   if (k->linked) close(k->fd);
   k->linked = false;
-  struct sockaddr_un sa = {.sun_family = AF_UNIX};
-  if (c->shm_mode == SCPS_SHM_AUTO && path && *path && strlen(path) < sizeof sa.sun_path &&
-      instance_len == sizeof k->instance) {
-    memcpy(sa.sun_path, path, strlen(path) + 1);
-    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
-      k->fd = fd;
-      k->linked = true;
-      memcpy(k->instance, instance, sizeof k->instance);
-    } else if (fd >= 0) {
-      close(fd);
-    }
+  free(k->path);
+  k->path = NULL;
+  if (c->shm_mode == SCPS_SHM_AUTO && path && *path &&
+      strlen(path) < sizeof(((struct sockaddr_un *)0)->sun_path) && instance_len == sizeof k->instance) {
+    k->path = strdup(path);
+    memcpy(k->instance, instance, sizeof k->instance);
+    if (k->path) reconnect(k);
   }
   pthread_mutex_unlock(&k->mu);
 }
@@ -45,6 +54,8 @@ void scps__client_shm_unlink_all(scps_client *c) {
     if (!k->mu_init) continue;
     if (k->linked) close(k->fd);
     k->linked = false;
+    free(k->path);
+    k->path = NULL;
     pthread_mutex_destroy(&k->mu);
     k->mu_init = false;
   }
@@ -135,7 +146,7 @@ static int make_segment(size_t size, uint8_t **base) {
 
 uint8_t *scps__client_shm_ready(scps_client *c, int p, scps_shm_seg *g, size_t need) {
   scps_shm_link *k = &c->servers[p].shm;
-  if (!k->linked || !need) return NULL;
+  if (!k->path || !need) return NULL;
   if (g->base && g->size >= need) return g->base;
   scps__client_shm_drop(c, p, g);
   /* Room for a somewhat larger answer (distinct rows vary from batch to
@@ -151,6 +162,7 @@ uint8_t *scps__client_shm_ready(scps_client *c, int p, scps_shm_seg *g, size_t n
   char *token = token_copy(c);
   pthread_mutex_lock(&k->mu);
   int rc = -1;
+  if (!k->linked && scps__client_op_now_ns() >= k->retry_ns) reconnect(k);
   if (k->linked && token) {
     Scps__V1__ShmRequest req = SCPS__V1__SHM_REQUEST__INIT;
     req.token = token;

@@ -17,6 +17,8 @@ typedef struct scps_client scps_client;
 typedef struct scps_shm_link {
   bool linked;
   int fd;
+  char *path;          /* GetConfigResponse.shm_socket; NULL: none offered */
+  int64_t retry_ns;    /* no new connection before then */
   pthread_mutex_t mu; /* one request at a time on fd */
   bool mu_init;
   uint8_t instance[16]; /* GetConfigResponse.instance_id */
@@ -34,7 +36,9 @@ typedef struct scps_shm_seg {
  * when the client's shared_memory option allows, the path is not empty
  * and a socket answers there; instance (instance_len bytes) is what the
  * attach must echo. Failing that, the server's answers come over its
- * connection, as before: nothing here is an error. */
+ * connection, as before: nothing here is an error. A channel the server
+ * closed (idle, or restarted) is opened again at the next attach, at most
+ * once a second. */
 void scps__client_shm_link(scps_client *c, int p, const char *path, const uint8_t *instance, size_t instance_len);
 
 /* Closes every server's side channel (the servers detach their segments). */

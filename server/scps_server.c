@@ -109,7 +109,7 @@ static int shm_init(scps_server *s, scps_error *err) {
     return scps_error_set(err, SCPS_EIO, "no random bytes for the instance id: %s", strerror(errno));
   const char *path = s->opts.shm_socket ? s->opts.shm_socket : "auto";
   if (!strcmp(path, "off")) return 0;
-  return scps__shm_create(path, &s->auth, s->instance_id, &s->shm, err);
+  return scps__shm_create(path, &s->auth, s->instance_id, s->opts.idle_timeout_s, &s->shm, err);
 }
 
 int scps__server_create(const scps_server_options *o, scps_server **out, scps_error *err) {

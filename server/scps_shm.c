@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "scps.pb-c.h"
+#include "scps_clock.h"
 #include "scps_log.h"
 #include "scps_request.h"
 #include "scps_shm_msg.h"
@@ -36,6 +37,7 @@ struct scps_shm_seg {
   size_t size;
   uint64_t conn; /* the connection that attached it */
   int refs;      /* Lookups writing into it */
+  int64_t used_ns; /* when a Lookup last took it */
   bool dead;     /* detached: unmapped when the last holder releases it */
 };
 
@@ -45,10 +47,12 @@ typedef struct conn {
   int segments;
   pid_t pid; /* the peer's, for the log */
   uid_t uid;
+  int64_t last_ns; /* its last request */
 } conn;
 
 struct scps_shm {
   const scps_auth *auth;
+  int64_t idle_ns; /* a connection neither asked nor used for this long is closed */
   uint8_t instance[SCPS_SHM_INSTANCE_BYTES];
   char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
   char dir[PATH_MAX]; /* the directory "auto" made; empty otherwise */
@@ -93,11 +97,12 @@ static int bind_at(int fd, const char *path, scps_error *err) {
 }
 
 int scps__shm_create(const char *path, const scps_auth *auth, const uint8_t instance[SCPS_SHM_INSTANCE_BYTES],
-                    scps_shm **out, scps_error *err) {
+                    int32_t idle_timeout_s, scps_shm **out, scps_error *err) {
   *out = NULL;
   scps_shm *m = calloc(1, sizeof *m);
   if (!m) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   m->auth = auth;
+  m->idle_ns = (int64_t)(idle_timeout_s > 0 ? idle_timeout_s : 3600) * 1000000000;
   memcpy(m->instance, instance, sizeof m->instance);
   m->listen_fd = m->wake[0] = m->wake[1] = -1;
   pthread_mutex_init(&m->mu, NULL);
@@ -177,6 +182,7 @@ scps_shm_seg *scps__shm_acquire(scps_shm *m, const uint8_t *handle, size_t handl
     if (same_handle(m->segs[i]->handle, handle)) found = m->segs[i];
   if (found && offset <= found->size && length <= found->size - offset) {
     found->refs++;
+    found->used_ns = scps__clock_ns();
     *at = found->base + offset;
   } else {
     found = NULL;
@@ -261,6 +267,7 @@ static grpc_status_code attach(scps_shm *m, conn *k, uint64_t bytes, int fd, uin
   s->base = base;
   s->size = (size_t)bytes;
   s->conn = k->id;
+  s->used_ns = scps__clock_ns();
   pthread_mutex_lock(&m->mu);
   m->segs[m->n_segs++] = s; /* room: segments per connection x connections */
   m->bytes += (int64_t)bytes;
@@ -291,6 +298,7 @@ static bool serve(scps_shm *m, conn *k) {
   scps_error err = {0};
   int rc = scps__shm_msg_recv(k->fd, &scps__v1__shm_request__descriptor, &got, &fd, &err);
   if (rc == SCPS_EUNAVAIL) return false;
+  k->last_ns = scps__clock_ns();
   char msg[SCPS_ERROR_MSG_MAX] = "";
   uint8_t handle[SCPS_REQUEST_SEGMENT_BYTES];
   Scps__V1__ShmResponse resp = SCPS__V1__SHM_RESPONSE__INIT;
@@ -352,12 +360,29 @@ static void take_conn(scps_shm *m) {
   memset(k, 0, sizeof *k);
   k->fd = fd;
   k->id = ++m->next_conn;
+  k->last_ns = scps__clock_ns();
   struct ucred cr;
   socklen_t cl = sizeof cr;
   if (!getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &cl)) {
     k->pid = cr.pid;
     k->uid = cr.uid;
   }
+}
+
+/* Whether connection k has neither asked anything nor had a segment used
+ * by a Lookup for the idle timeout (--idle-timeout, as for gRPC's
+ * connections): a client that stopped looking up holds no slot. */
+static bool conn_idle(scps_shm *m, const conn *k, int64_t now) {
+  int64_t last = k->last_ns;
+  pthread_mutex_lock(&m->mu);
+  for (int i = 0; i < m->n_segs; i++) {
+    const scps_shm_seg *s = m->segs[i];
+    if (s->conn != k->id) continue;
+    if (s->refs) last = now;
+    else if (s->used_ns > last) last = s->used_ns;
+  }
+  pthread_mutex_unlock(&m->mu);
+  return now - last > m->idle_ns;
 }
 
 static void *shm_thread(void *arg) {
@@ -368,7 +393,7 @@ static void *shm_thread(void *arg) {
     p[n++] = (struct pollfd){.fd = m->wake[0], .events = POLLIN};
     p[n++] = (struct pollfd){.fd = m->listen_fd, .events = POLLIN};
     for (int i = 0; i < m->n_conns; i++) p[n++] = (struct pollfd){.fd = m->conns[i].fd, .events = POLLIN};
-    if (poll(p, (nfds_t)n, -1) < 0) {
+    if (poll(p, (nfds_t)n, 1000) < 0) {
       if (errno == EINTR) continue;
       scps__log(SCPS_LOG_ERROR, "shm: poll: %s; shared-memory answers stop", strerror(errno));
       return NULL;
@@ -382,6 +407,9 @@ static void *shm_thread(void *arg) {
       if ((ev & POLLIN) ? !serve(m, &m->conns[i]) : true) conn_close(m, i);
     }
     if (p[1].revents & POLLIN) take_conn(m);
+    int64_t now = scps__clock_ns();
+    for (int i = m->n_conns - 1; i >= 0; i--)
+      if (conn_idle(m, &m->conns[i], now)) conn_close(m, i);
   }
 }
 

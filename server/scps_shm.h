@@ -24,9 +24,11 @@ typedef struct scps_shm_seg scps_shm_seg;
  * in it; any other path is used as it is (a stale socket there, one no
  * process answers, is replaced; anything else there fails), mode 0600.
  * auth checks the tokens of attaches and must outlive m; instance is
- * GetConfigResponse.instance_id. Nothing is served until scps__shm_start. */
+ * GetConfigResponse.instance_id. A connection that sends nothing and whose
+ * segments no Lookup takes for idle_timeout_s is closed, detaching them.
+ * Nothing is served until scps__shm_start. */
 int scps__shm_create(const char *path, const scps_auth *auth, const uint8_t instance[SCPS_SHM_INSTANCE_BYTES],
-                    scps_shm **out, scps_error *err);
+                    int32_t idle_timeout_s, scps_shm **out, scps_error *err);
 
 /* Starts the thread (scps-shm) that accepts connections and answers them. */
 int scps__shm_start(scps_shm *m, scps_error *err);

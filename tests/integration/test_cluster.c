@@ -382,9 +382,12 @@ static void check_auto_answers(const char *what, const scps_client_options *base
     float **out[3] = {bf->acts, acts[0], acts[1]};
     for (int k = 0; k < 3; k++) {
       MUST(scps_client_prepare(cs[k], m->in, bs[k], &err));
+      /* The answer's bytes, over the connection or through shared memory. */
       scps_client_traffic(cs[k], &s0, &r0);
+      r0 += scps_client_placed_bytes(cs[k]);
       MUST(scps_client_lookup(cs[k], bs[k], out[k], DEADLINE_MS, &err));
       scps_client_traffic(cs[k], &s1, &r1);
+      r1 += scps_client_placed_bytes(cs[k]);
       got[k] = r1 - r0;
     }
     uint64_t want = got[cases[t].rows ? 2 : 1], other = got[cases[t].rows ? 1 : 2];
