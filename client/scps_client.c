@@ -232,8 +232,9 @@ void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *receive
   *received = atomic_load_explicit(&c->bytes_received, memory_order_relaxed);
 }
 
-uint64_t scps_client_placed_bytes(const scps_client *c) {
-  return atomic_load_explicit(&c->bytes_placed, memory_order_relaxed);
+void scps_client_shared_traffic(const scps_client *c, uint64_t *sent, uint64_t *received) {
+  *sent = atomic_load_explicit(&c->bytes_placed_sent, memory_order_relaxed);
+  *received = atomic_load_explicit(&c->bytes_placed, memory_order_relaxed);
 }
 
 int scps_client_n_servers(const scps_client *c) { return c->n; }

@@ -246,10 +246,11 @@ SCPS_EXTERN bool scps_client_server_has_checkpoint_dir(const scps_client *c, int
  * message it received, since create. Cheap: two atomic counters. */
 SCPS_EXTERN void scps_client_traffic(const scps_client *c, uint64_t *sent, uint64_t *received);
 
-/* Answer bytes servers wrote straight into memory shared with this client
- * (scps_client_options.shared_memory) since create: not in
- * scps_client_traffic's received, as they crossed no connection. */
-SCPS_EXTERN uint64_t scps_client_placed_bytes(const scps_client *c);
+/* Bytes that went through memory shared with servers on this host
+ * (scps_client_options.shared_memory) since create instead of over the
+ * connection: gradients placed for pushes (sent) and answers servers wrote
+ * (received). Not in scps_client_traffic's counts. */
+SCPS_EXTERN void scps_client_shared_traffic(const scps_client *c, uint64_t *sent, uint64_t *received);
 
 /* The features a batch holds, as the servers declare them, in the order of
  * scps_client_prepare's inputs and scps_client_lookup's acts. f is in

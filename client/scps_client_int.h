@@ -62,7 +62,8 @@ struct scps_client {
   int64_t checkpoint_timeout_ms;
   bool own_connections;
   scps_shm_mode shm_mode;
-  atomic_uint_fast64_t bytes_placed; /* answer bytes servers wrote into shared memory */
+  atomic_uint_fast64_t bytes_placed;      /* answer bytes servers wrote into shared memory */
+  atomic_uint_fast64_t bytes_placed_sent; /* gradient bytes pushed through shared memory */
   atomic_uint_fast64_t bytes_sent, bytes_received; /* payloads, see scps_client_traffic */
   atomic_uint_fast64_t ids_dropped;                /* see scps_client_ids_dropped */
 

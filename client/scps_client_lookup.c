@@ -404,7 +404,7 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
       if (b->slot[p * c->layout->n_stacks + st] >= 0) need += answer_bytes(c, b, p, st);
     if (scps__client_shm_ready(c, p, &b->shm[p], need)) {
       uint8_t place[SCPS_REQUEST_PLACEMENT_MAX];
-      size_t n = (size_t)(scps__request_put_placement(place, b->shm[p].handle, 0, need) - place);
+      size_t n = (size_t)(scps__request_put_placement(place, 6, b->shm[p].handle, 0, need) - place);
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)place, n);
       b->shm_asked[p] = true;
     }

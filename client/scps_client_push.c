@@ -204,6 +204,65 @@ static size_t row_gradients_len(const scps_client *c, const scps_batch *b, size_
   return (size_t)scps__rows_count(&b->rows[i]) * dim * c->value_bytes;
 }
 
+/* Bytes of stack st's gradients by sample. */
+static size_t grad_bytes(const scps_client *c, int st) {
+  const scps_stack_layout *sl = &c->layout->stacks[st];
+  return (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes;
+}
+
+/* Gradients by sample through shared memory: per server the segment they
+ * go to (base[p]; NULL: over the connection) and its bytes (need[p]), and
+ * each stack's offset there (off[p * n_stacks + st]; SIZE_MAX: the server
+ * takes the stack by row, or not at all), stacks in request order. */
+typedef struct placed_plan {
+  uint8_t **base;
+  size_t *need;
+  size_t *off;
+} placed_plan;
+
+static int plan_placement(scps_client *c, scps_batch *b, placed_plan *pl) {
+  const size_t n = (size_t)c->n, ns = (size_t)c->layout->n_stacks;
+  pl->base = calloc(n, sizeof *pl->base);
+  pl->need = calloc(n, sizeof *pl->need);
+  pl->off = malloc(sizeof *pl->off * n * ns);
+  if (!pl->base || !pl->need || !pl->off) return SCPS_ENOMEM;
+  for (size_t p = 0; p < n; p++) {
+    for (size_t st = 0; st < ns; st++) {
+      const size_t i = p * ns + st;
+      pl->off[i] = SIZE_MAX;
+      if (b->slot[i] < 0 || b->by_row[i]) continue;
+      pl->off[i] = pl->need[p];
+      pl->need[p] += grad_bytes(c, (int)st);
+    }
+    if (pl->need[p]) pl->base[p] = scps__client_shm_ready(c, (int)p, &b->shm[p], pl->need[p]);
+  }
+  return 0;
+}
+
+/* Each stack's gradients, written once (bufs[st]), copied to every other
+ * server that takes them by sample: into its segment, or into a buffer for
+ * the connection (gs[st]) when the first copy went to a segment. */
+static int spread_placed(scps_client *c, scps_batch *b, const placed_plan *pl, void **bufs, grpc_slice *gs,
+                         const char *fn, scps_error *err) {
+  const int ns = c->layout->n_stacks;
+  for (int p = 0; p < c->n; p++)
+    for (int st = 0; st < ns; st++) {
+      const size_t i = (size_t)p * (size_t)ns + (size_t)st, len = grad_bytes(c, st);
+      if (pl->off[i] == SIZE_MAX) continue;
+      if (pl->base[p]) {
+        uint8_t *dst = pl->base[p] + pl->off[i];
+        if (dst != bufs[st]) memcpy(dst, bufs[st], len);
+      } else if (!GRPC_SLICE_LENGTH(gs[st])) {
+        void *w = scps__client_buf_lend(&b->grad_buf[st], len, &gs[st]);
+        if (!w)
+          return scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients", fn,
+                                c->layout->stacks[st].name);
+        memcpy(w, bufs[st], len);
+      }
+    }
+  return 0;
+}
+
 /* A server's answer: whether it asks for a checkpoint (its
  * --checkpoint-every timer fired). */
 static int push_read(rpc *r) {
@@ -215,8 +274,14 @@ static int push_read(rpc *r) {
   return 0;
 }
 
-/* A push that failed somewhere may have been applied elsewhere: say where. */
+/* A push that failed somewhere may have been applied elsewhere: say where.
+ * A server that failed may still read the segment its gradients lie in:
+ * no later push or lookup writes there again. */
 static int push_outcome(op *o, int first, int failures, scps_error *err) {
+  for (int p = 0; p < o->n_rpcs; p++) {
+    if (o->b->shm_asked[p] && o->rpcs[p].rc) scps__client_shm_drop(o->c, p, &o->b->shm[p]);
+    o->b->shm_asked[p] = false;
+  }
   if (first < 0) return 0;
   char bad[128], good[128];
   scps__client_op_list_servers(o, true, bad, sizeof bad);
@@ -261,7 +326,8 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   for (int st = 0; st < ns; st++) gs[st] = grpc_empty_slice();
   void **bufs = calloc((size_t)ns, sizeof *bufs);
   int64_t *bad_at = calloc((size_t)l->n_features, sizeof *bad_at);
-  if (!bufs || !bad_at) rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
+  placed_plan pl = {0};
+  if (!bufs || !bad_at || plan_placement(c, b, &pl)) rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
   for (int st = 0; st < ns && !rc; st++) {
     bool by_sample = false;
     for (int p = 0; p < c->n; p++) {
@@ -270,14 +336,20 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     }
     if (!by_sample) continue;
     const scps_stack_layout *sl = &l->stacks[st];
-    bufs[st] = scps__client_buf_lend(&b->grad_buf[st], (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes,
-                                    &gs[st]);
+    /* Written straight into the first segment that takes the stack, when
+     * one does; into a buffer for the connection otherwise. */
+    for (int p = 0; p < c->n && !bufs[st]; p++)
+      if (pl.base[p] && pl.off[(size_t)p * (size_t)ns + (size_t)st] != SIZE_MAX)
+        bufs[st] = pl.base[p] + pl.off[(size_t)p * (size_t)ns + (size_t)st];
+    if (bufs[st]) continue;
+    bufs[st] = scps__client_buf_lend(&b->grad_buf[st], grad_bytes(c, st), &gs[st]);
     if (!bufs[st]) rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients", fn, sl->name);
   }
   if (!rc) {
     grad_job gj = {l, grads, bufs, c->format == SCPS_WIRE_BFLOAT16, bad_at};
     scps__client_prepare_parallel(c, l->n_features, grad_item, &gj);
   }
+  if (!rc) rc = spread_placed(c, b, &pl, bufs, gs, fn, err);
   /* The first bad value in stack order, then feature order. */
   for (int st = 0; st < ns && !rc; st++)
     for (int k = 0; k < l->stacks[st].n_features && !rc; k++) {
@@ -317,7 +389,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   uint8_t head[96], pre[64];
   for (int p = 0; p < c->n && !rc; p++) {
     rpc *r = &o->rpcs[p];
-    r->req = malloc(sizeof *r->req * (size_t)(1 + 4 * b->n_sent[p]));
+    r->req = malloc(sizeof *r->req * (size_t)(2 + 4 * b->n_sent[p]));
     if (!r->req) {
       rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
       break;
@@ -342,7 +414,19 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
         total += (size_t)(w - pre) + GRPC_SLICE_LENGTH(rs[i]);
         continue;
       }
-      size_t glen = GRPC_SLICE_LENGTH(gs[st]), plen = b->parts_len[i];
+      size_t plen = b->parts_len[i];
+      if (pl.base[p]) {
+        /* Placed: the partitions, then how many bytes of the segment. */
+        const size_t glen = grad_bytes(c, st);
+        w = scps__request_put_placed_stack_prefix(pre, plen, glen);
+        r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
+        r->req[r->n_req++] = grpc_slice_sub(b->lookup[p], b->parts_off[i], b->parts_off[i] + plen);
+        w = scps__request_put_placed_gradients(pre, glen);
+        r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
+        total += plen + 2 * (size_t)(w - pre);
+        continue;
+      }
+      size_t glen = GRPC_SLICE_LENGTH(gs[st]);
       w = scps__request_put_apply_stack_prefix(pre, plen, glen);
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
       total += (size_t)(w - pre);
@@ -351,6 +435,13 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)pre, (size_t)(w - pre));
       r->req[r->n_req++] = grpc_slice_ref(gs[st]);
       total += (size_t)(w - pre) + plen + glen;
+    }
+    if (pl.base[p]) {
+      uint8_t place[SCPS_REQUEST_PLACEMENT_MAX];
+      w = scps__request_put_placement(place, 8, b->shm[p].handle, 0, pl.need[p]);
+      r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)place, (size_t)(w - place));
+      b->shm_asked[p] = true;
+      atomic_fetch_add_explicit(&c->bytes_placed_sent, pl.need[p], memory_order_relaxed);
     }
     if (c->max_message_bytes > 0 && total > (size_t)c->max_message_bytes)
       rc = scps_error_set(err, SCPS_ENOSPC,
@@ -362,6 +453,9 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
   free(gs);
   for (size_t i = 0; rs && i < pairs; i++) grpc_slice_unref(rs[i]);
   free(rs);
+  free(pl.base);
+  free(pl.need);
+  free(pl.off);
   if (rc) {
     scps__client_op_destroy(o);
     atomic_store(&b->busy, false);

@@ -23,6 +23,8 @@ static void reconnect(scps_shm_link *k) {
   if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
     k->fd = fd;
     k->linked = true;
+    k->generation++;
+    k->used_ns = scps__client_op_now_ns();
   } else if (fd >= 0) {
     close(fd);
   }
@@ -82,6 +84,8 @@ static int ask(scps_client *c, scps_shm_link *k, const Scps__V1__ShmRequest *req
   if (rc) {
     close(k->fd);
     k->linked = false;
+  } else {
+    k->used_ns = scps__client_op_now_ns();
   }
   (void)c;
   return rc;
@@ -111,7 +115,8 @@ void scps__client_shm_drop(scps_client *c, int p, scps_shm_seg *g) {
   scps_shm_link *k = &c->servers[p].shm;
   if (k->mu_init) {
     pthread_mutex_lock(&k->mu);
-    char *token = k->linked ? token_copy(c) : NULL;
+    /* A segment of a closed connection is gone from the server already. */
+    char *token = k->linked && g->generation == k->generation ? token_copy(c) : NULL;
     if (token) {
       Scps__V1__ShmRequest req = SCPS__V1__SHM_REQUEST__INIT;
       req.token = token;
@@ -144,10 +149,36 @@ static int make_segment(size_t size, uint8_t **base) {
   return fd;
 }
 
+/* Half a second unused before a ping: far below any --idle-timeout (at
+ * least 1 s), and a trainer that looks up every step never pings. */
+#define PING_AFTER_NS 500000000
+
+/* Whether g is still attached (k->mu held): its connection is the one
+ * open now, pinged first when it has been quiet. */
+static bool still_attached(scps_client *c, scps_shm_link *k, const scps_shm_seg *g) {
+  if (!k->linked || g->generation != k->generation) return false;
+  int64_t now = scps__client_op_now_ns();
+  if (now - k->used_ns > PING_AFTER_NS) {
+    char *token = token_copy(c);
+    Scps__V1__ShmRequest req = SCPS__V1__SHM_REQUEST__INIT;
+    req.token = token ? token : (char *)"";
+    int rc = ask(c, k, &req, -1, NULL);
+    token_free(token);
+    if (rc) return false;
+  }
+  k->used_ns = now;
+  return true;
+}
+
 uint8_t *scps__client_shm_ready(scps_client *c, int p, scps_shm_seg *g, size_t need) {
   scps_shm_link *k = &c->servers[p].shm;
   if (!k->path || !need) return NULL;
-  if (g->base && g->size >= need) return g->base;
+  if (g->base && g->size >= need) {
+    pthread_mutex_lock(&k->mu);
+    bool ok = still_attached(c, k, g);
+    pthread_mutex_unlock(&k->mu);
+    if (ok) return g->base;
+  }
   scps__client_shm_drop(c, p, g);
   /* Room for a somewhat larger answer (distinct rows vary from batch to
    * batch) without a new segment, in whole 64 KiB. */
@@ -178,5 +209,6 @@ uint8_t *scps__client_shm_ready(scps_client *c, int p, scps_shm_seg *g, size_t n
   }
   g->base = base;
   g->size = size;
+  g->generation = k->generation;
   return base;
 }

@@ -19,6 +19,8 @@ typedef struct scps_shm_link {
   int fd;
   char *path;          /* GetConfigResponse.shm_socket; NULL: none offered */
   int64_t retry_ns;    /* no new connection before then */
+  int64_t used_ns;     /* last request, or last segment handed out */
+  uint64_t generation; /* connections opened: segments of an older one are gone */
   pthread_mutex_t mu; /* one request at a time on fd */
   bool mu_init;
   uint8_t instance[16]; /* GetConfigResponse.instance_id */
@@ -30,6 +32,7 @@ typedef struct scps_shm_seg {
   uint8_t *base;
   size_t size;
   uint8_t handle[SCPS_REQUEST_SEGMENT_BYTES];
+  uint64_t generation; /* the link's when attached */
 } scps_shm_seg;
 
 /* Opens server p's side channel at path (GetConfigResponse.shm_socket)
@@ -45,9 +48,12 @@ void scps__client_shm_link(scps_client *c, int p, const char *path, const uint8_
 void scps__client_shm_unlink_all(scps_client *c);
 
 /* g attached at server p with at least need bytes, making and attaching a
- * new one if it has none or too few: its base, or NULL when server p takes
- * no placement (no side channel, or the attach failed, which also closes
- * the side channel so later lookups do not try again). */
+ * new one if it has none, too few, or one of a connection the server has
+ * since closed: its base, or NULL when server p takes no placement (no side
+ * channel, or the attach failed, which also closes the side channel so
+ * later lookups do not try again). A link unused for a while is pinged
+ * first, so the server cannot close it as idle while the call that uses
+ * the segment is on its way. */
 uint8_t *scps__client_shm_ready(scps_client *c, int p, scps_shm_seg *g, size_t need);
 
 /* Detaches g from server p (if its side channel is still open) and lets it

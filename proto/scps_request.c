@@ -311,6 +311,9 @@ static int read_stack_gradients(reader *rd, size_t limit, scps_req_stack *st) {
       if (!rc) rc = read_len(rd, limit, &n);
       if (!rc) *(field == 2 ? &st->gradients : &st->row_gradients) = (scps_req_span){rd->m.pos, n};
       if (!rc) rc = read_bytes(rd, NULL, n);
+    } else if (field == 4) {
+      rc = expect(rd, field, wt, SCPS_WT_VARINT);
+      if (!rc) rc = read_varint(rd, &st->placed_gradients);
     } else {
       rc = skip_field(rd, wt, limit);
     }
@@ -380,8 +383,8 @@ static int read_placement(reader *rd, size_t limit, scps_request *r) {
 /* Field numbers the two requests share: 1 config_fingerprint,
  * 2 process_index. Lookup: 3 stacks, 4 activation_format, 5 distinct_rows,
  * 6 placement.
- * ApplyGradients:
- * 3 step, 4 learning_rate, 5 stacks, 6 gradient_format, 7 state_id. */
+ * ApplyGradients: 3 step, 4 learning_rate, 5 stacks, 6 gradient_format,
+ * 7 state_id, 8 gradients_placement. */
 /* ApplyGradientsRequest.state_id: fixed64, little-endian. */
 static int read_state_id(reader *rd, int wt, size_t limit, scps_request *r) {
   uint8_t b[8];
@@ -424,7 +427,7 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
       rc = read_state_id(rd, wt, limit, r);
     } else if (lookup && field == 5) {
       rc = read_flags(rd, wt, limit, r);
-    } else if (lookup && field == 6) {
+    } else if ((lookup && field == 6) || (!lookup && field == 8)) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);
       if (!rc) rc = read_placement(rd, rd->m.pos + n, r);
@@ -647,6 +650,11 @@ uint8_t *scps__request_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size
   return scps__pbw_put_len(p, 1, parts_len);
 }
 
+uint8_t *scps__request_put_placed_stack_prefix(uint8_t *p, size_t parts_len, uint64_t placed) {
+  p = scps__pbw_put_len(p, 5, scps__pbw_len_size(parts_len) + 1 + scps__pbw_varint_size(placed));
+  return scps__pbw_put_len(p, 1, parts_len);
+}
+
 uint8_t *scps__request_put_gradients_prefix(uint8_t *p, size_t grads_len) { return scps__pbw_put_len(p, 2, grads_len); }
 
 uint8_t *scps__request_put_row_gradients_prefix(uint8_t *p, size_t len) { return scps__pbw_put_len(p, 3, len); }
@@ -664,13 +672,19 @@ uint8_t *scps__request_put_distinct_rows(uint8_t *p, const bool *distinct, const
   return p;
 }
 
-uint8_t *scps__request_put_placement(uint8_t *p, const uint8_t *segment, uint64_t offset, uint64_t length) {
+uint8_t *scps__request_put_placement(uint8_t *p, int field, const uint8_t *segment, uint64_t offset,
+                                    uint64_t length) {
   size_t body = scps__pbw_len_size(SCPS_REQUEST_SEGMENT_BYTES) + 1 + scps__pbw_varint_size(offset) + 1 +
                 scps__pbw_varint_size(length);
-  p = scps__pbw_put_len(p, 6, body);
+  p = scps__pbw_put_len(p, field, body);
   p = scps__pbw_put_bytes(p, 1, segment, SCPS_REQUEST_SEGMENT_BYTES);
   p = scps__pbw_put_key(p, 2, SCPS_WT_VARINT);
   p = scps__pbw_put_varint(p, offset);
   p = scps__pbw_put_key(p, 3, SCPS_WT_VARINT);
   return scps__pbw_put_varint(p, length);
+}
+
+uint8_t *scps__request_put_placed_gradients(uint8_t *p, uint64_t bytes) {
+  p = scps__pbw_put_key(p, 4, SCPS_WT_VARINT);
+  return scps__pbw_put_varint(p, bytes);
 }

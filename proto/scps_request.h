@@ -55,6 +55,7 @@ typedef struct scps_req_stack {
   scps_req_partitions partitions;
   bool has_partitions;
   scps_req_span gradients, row_gradients;
+  uint64_t placed_gradients; /* StackGradients.placed_gradients */
 } scps_req_stack;
 
 /* scps.v1.LookupRequest or ApplyGradientsRequest (step, learning rate and
@@ -75,7 +76,8 @@ typedef struct scps_request {
   size_t bytes; /* the encoded request's size */
   scps_slices msg; /* ApplyGradients: the request's slices, kept for its gradients */
   uint64_t state_id; /* ApplyGradients: the state the client connected to; 0: not given */
-  /* Lookup: LookupRequest.placement, when has_placement; a segment handle
+  /* LookupRequest.placement or ApplyGradientsRequest.gradients_placement,
+   * when has_placement; a segment handle
    * of another length than SCPS_REQUEST_SEGMENT_BYTES names no segment
    * (placement_segment_len says how long it was, its bytes are not kept). */
   bool has_placement;
@@ -141,11 +143,18 @@ size_t scps__request_format_size(int format);
 uint8_t *scps__request_put_lookup_format(uint8_t *p, int format);
 uint8_t *scps__request_put_apply_format(uint8_t *p, int format);
 
-/* LookupRequest.placement (field 6): segment (SCPS_REQUEST_SEGMENT_BYTES),
- * offset and length; at most SCPS_REQUEST_PLACEMENT_MAX bytes, to be sent
- * after the rest of the request (protobuf takes fields in any order). */
+/* LookupRequest.placement (field 6) or, with field 8,
+ * ApplyGradientsRequest.gradients_placement: segment
+ * (SCPS_REQUEST_SEGMENT_BYTES), offset and length; at most
+ * SCPS_REQUEST_PLACEMENT_MAX bytes, to be sent after the rest of the
+ * request (protobuf takes fields in any order). */
 #define SCPS_REQUEST_PLACEMENT_MAX (2 + 2 + SCPS_REQUEST_SEGMENT_BYTES + 2 * (1 + SCPS_PBW_VARINT_MAX))
-uint8_t *scps__request_put_placement(uint8_t *p, const uint8_t *segment, uint64_t offset, uint64_t length);
+uint8_t *scps__request_put_placement(uint8_t *p, int field, const uint8_t *segment, uint64_t offset,
+                                    uint64_t length);
+
+/* StackGradients.placed_gradients (field 4), at most 1 + SCPS_PBW_VARINT_MAX
+ * bytes, inside the stack's message (after its partitions). */
+uint8_t *scps__request_put_placed_gradients(uint8_t *p, uint64_t bytes);
 
 /* Prefix of LookupRequest.stacks[i] (field 3) whose body has len bytes;
  * at most 1 + SCPS_PBW_VARINT_MAX bytes. */
@@ -165,6 +174,10 @@ uint8_t *scps__request_put_state_id(uint8_t *p, uint64_t state_id);
  * and grads_len bytes of gradients. Each prefix is at most
  * 2 + 2 * SCPS_PBW_VARINT_MAX bytes. */
 uint8_t *scps__request_put_apply_stack_prefix(uint8_t *p, size_t parts_len, size_t grads_len);
+
+/* The same for a stack whose gradients are placed: the prefix, the
+ * partitions body, then scps__request_put_placed_gradients(placed). */
+uint8_t *scps__request_put_placed_stack_prefix(uint8_t *p, size_t parts_len, uint64_t placed);
 uint8_t *scps__request_put_gradients_prefix(uint8_t *p, size_t grads_len);
 
 /* StackGradients.partitions of a stack pushed by row (StackGradients.

@@ -45,6 +45,7 @@ void scps__call_free(scps_call *c) {
   free(c->limit_mem);
   if (c->scratch) scps__scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
   if (c->charged) scps__budget_release(c->srv->budget, c->charged);
+  scps__slices_free(&c->shm_msg);
   if (c->shm_seg) scps__shm_release(c->srv->shm, c->shm_seg);
   free(c);
 }

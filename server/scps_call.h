@@ -84,6 +84,9 @@ struct scps_call {
    * segment, held until the call is freed, and where the answer starts. */
   struct scps_shm_seg *shm_seg;
   uint8_t *shm_at;
+  /* ApplyGradients by sample through shared memory: its range of the
+   * segment as slices, where those stacks' grad_src lie. */
+  scps_slices shm_msg;
 };
 
 /* Finishes a call: status, optional message text, optional packed response

@@ -17,7 +17,8 @@ typedef struct call_stack {
   /* ApplyGradients by sample in bfloat16: grads holds the values as they
    * came, 2 bytes each (scps__engine_update_bf16 widens them as it reads). */
   bool grads_bf16;
-  scps_req_span grad_src;   /* ApplyGradients: where they lie in the request */
+  scps_req_span grad_src;   /* ApplyGradients: where they lie in grad_msg */
+  const scps_slices *grad_msg; /* the request's slices, or the call's shm_msg */
   float *act;               /* Lookup in float32: total_sample_count x dim, the process's partial */
   uint8_t *encoded;         /* Lookup in bfloat16: the same values as sent, 2 bytes each */
   /* Lookup answered with distinct rows (LookupRequest.distinct_rows): act

@@ -15,6 +15,7 @@
 #include "scps_restore.h"
 #include "scps_saver.h"
 #include "scps_scratch.h"
+#include "scps_shm.h"
 
 /* Values of gradients read from the request per step of read_gradients:
  * 16 KiB of float32, so each block is checked while still in L1. */
@@ -37,7 +38,7 @@ static bool read_gradients(scps_call *c, int32_t k) {
     const size_t n = cs->grad_src.len / width, end = n * (size_t)(k + 1) / (size_t)S;
     for (size_t at = n * (size_t)k / (size_t)S; at < end; at += GRAD_BLOCK) {
       const size_t m = end - at < GRAD_BLOCK ? end - at : GRAD_BLOCK;
-      const uint8_t *src = scps__slices_span(&c->req.msg, cs->grad_src.off + at * width, m * width, tmp);
+      const uint8_t *src = scps__slices_span(cs->grad_msg, cs->grad_src.off + at * width, m * width, tmp);
       uint32_t high = 0;
       if (cs->grads_bf16) {
         uint16_t *raw = (uint16_t *)(void *)cs->grads + at;
@@ -399,7 +400,7 @@ static grpc_status_code check_row_partitions(scps_call *c, scps_req_partitions *
  * the workers read them (apply_sc), into float32 room at grads (which a
  * stack by sample in bfloat16 half fills with the values as they came). */
 static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, const char *field,
-                                        call_stack *cs, float *grads, char *msg, size_t len) {
+                                        call_stack *cs, float *grads, size_t *placed_at, char *msg, size_t len) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
   bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
   size_t width = bf16 ? 2 : sizeof(float);
@@ -413,18 +414,58 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
     }
     cs->grads = grads;
     cs->grad_src = sg->row_gradients;
+    cs->grad_msg = &c->req.msg;
     return GRPC_STATUS_OK;
   }
   size_t n = (size_t)sl->total_sample_count * (size_t)sl->dim;
-  if (sg->gradients.len != n * width) {
-    snprintf(msg, len, "%s.gradients: %zu bytes; stack '%s' needs total_sample_count %lld x dim %d x %zu (%s) = %zu",
-             field, sg->gradients.len, sl->name, (long long)sl->total_sample_count, sl->dim, width,
-             bf16 ? "bfloat16" : "float32", n * width);
+  const bool placed = sg->placed_gradients != 0;
+  const uint64_t got = placed ? sg->placed_gradients : sg->gradients.len;
+  if (got != n * width) {
+    snprintf(msg, len, "%s.%s: %llu bytes; stack '%s' needs total_sample_count %lld x dim %d x %zu (%s) = %zu", field,
+             placed ? "placed_gradients" : "gradients", (unsigned long long)got, sl->name,
+             (long long)sl->total_sample_count, sl->dim, width, bf16 ? "bfloat16" : "float32", n * width);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   cs->grads = grads;
   cs->grads_bf16 = bf16;
-  cs->grad_src = sg->gradients;
+  cs->grad_src = placed ? (scps_req_span){*placed_at, (size_t)got} : sg->gradients;
+  cs->grad_msg = placed ? &c->shm_msg : &c->req.msg;
+  if (placed) *placed_at += (size_t)got;
+  return GRPC_STATUS_OK;
+}
+
+/* The range of a segment the stacks by sample through shared memory take
+ * (ApplyGradientsRequest.gradients_placement), held by the call and seen
+ * as slices in c->shm_msg. */
+static grpc_status_code take_placement(scps_call *c, uint64_t placed, char *msg, size_t len) {
+  const scps_request *req = &c->req;
+  if (!req->has_placement || req->placement_length != placed) {
+    snprintf(msg, len,
+             "gradients_placement: %s, for stacks whose placed_gradients sum to %llu bytes",
+             req->has_placement ? "length differs" : "missing", (unsigned long long)placed);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  uint8_t *at = NULL;
+  if (req->placement_offset % 64 == 0)
+    c->shm_seg = scps__shm_acquire(c->srv->shm, req->placement_segment, req->placement_segment_len,
+                                  req->placement_offset, req->placement_length, &at);
+  if (!c->shm_seg) {
+    snprintf(msg, len,
+             "gradients_placement: no segment attached to this process holds bytes [%llu, %llu) of that handle (the "
+             "process restarted, or the client's side channel closed; the offset must be a multiple of 64); nothing "
+             "was applied",
+             (unsigned long long)req->placement_offset,
+             (unsigned long long)(req->placement_offset + req->placement_length));
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  grpc_slice sl = grpc_slice_from_static_buffer(at, (size_t)placed);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+  int rc = bb ? scps__slices_init(&c->shm_msg, bb) : SCPS_ENOMEM;
+  if (bb) grpc_byte_buffer_destroy(bb);
+  if (rc) {
+    snprintf(msg, len, "ApplyGradients: out of memory");
+    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+  }
   return GRPC_STATUS_OK;
 }
 
@@ -460,9 +501,21 @@ void scps__cmd_push(scps_call *c) {
     return;
   }
   size_t values = 0;
-  for (size_t i = 0; i < req->n_stacks; i++)
+  uint64_t placed = 0;
+  for (size_t i = 0; i < req->n_stacks; i++) {
     values += (req->stacks[i].gradients.len + req->stacks[i].row_gradients.len) / width;
-  scps__cmd_data_wait_scratch(c, values, apply_admitted);
+    /* Placed gradients are bounded by the segment they lie in, so their
+     * scratch is too (checked against the stacks' sizes once admitted). */
+    placed += req->stacks[i].placed_gradients > SCPS_SHM_SEGMENT_MAX ? SCPS_SHM_SEGMENT_MAX + 1
+                                                                     : req->stacks[i].placed_gradients;
+  }
+  if (placed > SCPS_SHM_SEGMENT_MAX) {
+    snprintf(msg, sizeof msg, "placed_gradients: %llu bytes in all, more than a segment holds (%llu)",
+             (unsigned long long)placed, (unsigned long long)SCPS_SHM_SEGMENT_MAX);
+    scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
+    return;
+  }
+  scps__cmd_data_wait_scratch(c, values + (size_t)placed / width, apply_admitted);
 }
 
 /* An ApplyGradients once its gradients' scratch is reserved in the memory
@@ -484,7 +537,10 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
     scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory for gradients", NULL, 0);
     return;
   }
-  size_t grads_at = 0;
+  size_t grads_at = 0, placed_at = 0;
+  uint64_t placed = 0;
+  for (size_t i = 0; i < req->n_stacks; i++) placed += req->stacks[i].placed_gradients;
+  if (placed) st = take_placement(c, placed, msg, sizeof msg);
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
     scps_req_stack *sg = &req->stacks[i];
@@ -493,14 +549,15 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
       st = GRPC_STATUS_INVALID_ARGUMENT;
       break;
     }
-    if (sg->gradients.len && sg->row_gradients.len) {
-      snprintf(msg, sizeof msg, "%s: gradients (%zu bytes) and row_gradients (%zu bytes) are both set; send a "
-               "stack's gradients by sample or by row, not both", field, sg->gradients.len, sg->row_gradients.len);
+    if ((sg->gradients.len != 0) + (sg->row_gradients.len != 0) + (sg->placed_gradients != 0) > 1) {
+      snprintf(msg, sizeof msg, "%s: gradients (%zu bytes), row_gradients (%zu bytes) and placed_gradients (%llu) "
+               "are set; send a stack's gradients one way: by sample, by row, or by sample placed", field,
+               sg->gradients.len, sg->row_gradients.len, (unsigned long long)sg->placed_gradients);
       st = GRPC_STATUS_INVALID_ARGUMENT;
       break;
     }
     snprintf(field, sizeof field, "stacks[%zu].partitions", i);
-    st = sg->gradients.len ? scps__cmd_data_check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg)
+    st = sg->gradients.len || sg->placed_gradients ? scps__cmd_data_check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg)
                            : check_row_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg);
     snprintf(field, sizeof field, "stacks[%zu]", i);
     if (st == GRPC_STATUS_OK && scps__cmd_data_duplicate(c, (int)i, c->stacks[i].stack)) {
@@ -516,8 +573,8 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
       st = GRPC_STATUS_INVALID_ARGUMENT;
     }
     if (st == GRPC_STATUS_OK) {
-      st = check_gradients(c, sg, field, &c->stacks[i], c->scratch + grads_at, msg, sizeof msg);
-      grads_at += (sg->gradients.len + sg->row_gradients.len) / width;
+      st = check_gradients(c, sg, field, &c->stacks[i], c->scratch + grads_at, &placed_at, msg, sizeof msg);
+      grads_at += (sg->gradients.len + sg->row_gradients.len + (size_t)sg->placed_gradients) / width;
     }
   }
   if (st == GRPC_STATUS_OK) st = scps__partlimits_apply(c, msg, sizeof msg);

@@ -317,6 +317,8 @@ static bool serve(scps_shm *m, conn *k) {
                *req->token ? "not one of the server's tokens" : "none given");
     } else if (req->detach.len) {
       st = detach(m, k, &req->detach, msg, sizeof msg);
+    } else if (!req->attach_bytes && fd < 0) {
+      st = GRPC_STATUS_OK; /* a ping: the connection is in use */
     } else {
       st = attach(m, k, req->attach_bytes, fd, handle, msg, sizeof msg);
       if (!st) {

@@ -21,6 +21,13 @@
 #include "scps_workload.h"
 #include "scps_bench.h"
 
+/* Answer bytes that came through shared memory (scps_client_shared_traffic). */
+static uint64_t placed_rx(const scps_client *c) {
+  uint64_t sent, received;
+  scps_client_shared_traffic(c, &sent, &received);
+  return received;
+}
+
 static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
@@ -204,7 +211,7 @@ static uint64_t placed0;
 
 static void traffic_start(scps_client *c, uint64_t *sent, uint64_t *received) {
   scps_client_traffic(c, sent, received);
-  placed0 = scps_client_placed_bytes(c);
+  placed0 = placed_rx(c);
 }
 
 /* Batch after batch: prepare, lookup and (train) push, each part timed;
@@ -678,7 +685,7 @@ int main(int argc, char **argv) {
       return 1;
     }
     scps_client_traffic(c, &sent1, &recv1);
-    uint64_t placed = scps_client_placed_bytes(c) - placed0;
+    uint64_t placed = placed_rx(c) - placed0;
     double med = t_step[batches / 2], per = depth > 1 ? wall / (double)batches : med;
     printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"%s\", \"wire_format\": \"%s\", "
            "\"answer\": \"%s\", \"gradients\": \"%s\", \"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "

@@ -1,8 +1,9 @@
-/* Shared-memory answers against real servers: the same values bit for bit
- * as answers over the connection (both wire formats, pooled and distinct
- * rows, two processes), the side channel's checks of what a client attaches
- * (descriptor, size, seals, token, limits), and a restarted server, which
- * knows no segment and answers over the connection again. */
+/* Shared memory against real servers: answers the same bit for bit as
+ * over the connection (both wire formats, pooled and distinct rows, two
+ * processes), pushes that leave the same tables, the side channel's checks
+ * of what a client attaches (descriptor, size, seals, token, limits), a
+ * restarted server, which knows no segment and answers over the connection
+ * again, and a trainer that pauses past the idle timeout. */
 #define _GNU_SOURCE /* memfd_create, F_ADD_SEALS */
 #include <fcntl.h>
 #include <stdbool.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "scps.pb-c.h"
@@ -21,6 +23,13 @@
 #include "scps_shm_msg.h"
 #include "scps_test.h"
 #include "scps_workload.h"
+
+/* Answer bytes that came through shared memory (scps_client_shared_traffic). */
+static uint64_t placed_rx(const scps_client *c) {
+  uint64_t sent, received;
+  scps_client_shared_traffic(c, &sent, &received);
+  return received;
+}
 
 static const char config_json[] =
     "{\"name\": \"shm\", \"batch_size\": 64,\n"
@@ -105,13 +114,13 @@ static void compare(scps_it_cluster *cl, int n, scps_float_format wire, scps_ans
   uint64_t sa, ra, sb, rb;
   scps_client_traffic(a, &sa, &ra);
   scps_client_traffic(b, &sb, &rb);
-  CHECKF(scps_client_placed_bytes(a) > 0 && scps_client_placed_bytes(b) == 0, "placed %llu and %llu bytes",
-         (unsigned long long)scps_client_placed_bytes(a), (unsigned long long)scps_client_placed_bytes(b));
-  CHECKF(ra + scps_client_placed_bytes(a) + 256 >= rb && ra < rb / 2, "received %llu + placed %llu, over the wire %llu",
-         (unsigned long long)ra, (unsigned long long)scps_client_placed_bytes(a), (unsigned long long)rb);
+  CHECKF(placed_rx(a) > 0 && placed_rx(b) == 0, "placed %llu and %llu bytes",
+         (unsigned long long)placed_rx(a), (unsigned long long)placed_rx(b));
+  CHECKF(ra + placed_rx(a) + 256 >= rb && ra < rb / 2, "received %llu + placed %llu, over the wire %llu",
+         (unsigned long long)ra, (unsigned long long)placed_rx(a), (unsigned long long)rb);
   printf("%s answer %d: placed %llu bytes, %llu received; without: %llu received\n",
          wire == SCPS_WIRE_BFLOAT16 ? "bfloat16" : "float32", (int)answer,
-         (unsigned long long)scps_client_placed_bytes(a), (unsigned long long)ra, (unsigned long long)rb);
+         (unsigned long long)placed_rx(a), (unsigned long long)ra, (unsigned long long)rb);
   acts_free(a, xa);
   acts_free(b, xb);
   scps__workload_gen_destroy(gen);
@@ -282,7 +291,7 @@ static void test_restart(scps_it_cluster *cl) {
   scps__workload_gen_next(gen);
   CHECK_OK(scps_client_prepare(a, scps__workload_gen_inputs(gen), b, &err), &err);
   CHECK_OK(scps_client_lookup(a, b, x, 10000, &err), &err);
-  uint64_t placed = scps_client_placed_bytes(a);
+  uint64_t placed = placed_rx(a);
   CHECK(placed > 0);
   scps_it_kill(cl, 1);
   CHECK(scps_it_start_one(cl, 1, cl->ports[1], 1) == 0);
@@ -301,15 +310,149 @@ static void test_restart(scps_it_cluster *cl) {
     acts_free(off, y);
   }
   /* Server 0 still places; server 1 is answered over the connection. */
-  uint64_t before = scps_client_placed_bytes(a);
+  uint64_t before = placed_rx(a);
   CHECK_OK(scps_client_lookup(a, b, x, 10000, &err), &err);
-  CHECKF(scps_client_placed_bytes(a) > before, "server 0 placed nothing after server 1's restart");
+  CHECKF(placed_rx(a) > before, "server 0 placed nothing after server 1's restart");
   scps_batch_destroy(bo);
   scps_client_destroy(off);
   acts_free(a, x);
   scps__workload_gen_destroy(gen);
   scps_batch_destroy(b);
   scps_client_destroy(a);
+}
+
+/* Bytes of gradients pushed through shared memory. */
+static uint64_t placed_tx(const scps_client *c) {
+  uint64_t sent, received;
+  scps_client_shared_traffic(c, &sent, &received);
+  return sent;
+}
+
+/* steps training steps of client c on its own batches: lookup, gradients
+ * that depend on the activations, push. */
+static void train(scps_client *c, scps_workload_gen *gen, int steps, int64_t first_step) {
+  scps_error err;
+  scps_batch *b = NULL;
+  CHECK_OK(scps_batch_create(c, &b, &err), &err);
+  float **x = acts_alloc(c), **g = acts_alloc(c);
+  for (int i = 0; i < steps && b; i++) {
+    scps__workload_gen_next(gen);
+    CHECK_OK(scps_client_prepare(c, scps__workload_gen_inputs(gen), b, &err), &err);
+    CHECK_OK(scps_client_lookup(c, b, x, 10000, &err), &err);
+    for (int f = 0; f < scps_client_n_features(c); f++)
+      for (size_t j = 0; j < (size_t)scps_client_feature_batch_size(c, f) * (size_t)scps_client_feature_width(c, f);
+           j++)
+        g[f][j] = 0.5f * x[f][j] + (float)(j % 7) * 0.01f - 0.03f;
+    CHECK_OK(scps_client_apply_gradients(c, b, (const float *const *)g, first_step + i, -1, 10000, &err), &err);
+  }
+  acts_free(c, x);
+  acts_free(c, g);
+  scps_batch_destroy(b);
+}
+
+/* Pushes through shared memory leave the tables exactly as pushes over the
+ * connection do: two clusters trained alike, one each way, then read back. */
+static void test_push(scps_gradient_mode mode, scps_float_format wire) {
+  scps_it_cluster x, y;
+  CHECK(scps_it_init(&x, config_json, 2, 2) == 0 && scps_it_init(&y, config_json, 2, 2) == 0);
+  CHECK(scps_it_start(&x) == 0 && scps_it_start(&y) == 0);
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.n_servers = 2;
+  o.gradients = mode;
+  o.wire_format = wire;
+  scps_client *a = NULL, *b = NULL, *ra = NULL, *rb = NULL;
+  scps_error err;
+  o.servers = x.addr_list;
+  CHECK_OK(scps_client_create(&o, &a, &err), &err);
+  o.servers = y.addr_list;
+  o.shared_memory = SCPS_SHM_OFF;
+  CHECK_OK(scps_client_create(&o, &b, &err), &err);
+  scps_workload_gen *ga = NULL, *gb = NULL;
+  CHECK_OK(scps__workload_gen_create(w, 21, &ga, &err), &err);
+  CHECK_OK(scps__workload_gen_create(w, 21, &gb, &err), &err);
+  if (a && b && ga && gb) {
+    train(a, ga, 5, 0);
+    train(b, gb, 5, 0);
+    /* AUTO sends these small Zipf batches by row, which stays on the
+     * connection (each server's sums differ). */
+    CHECKF((placed_tx(a) > 0 || mode != SCPS_GRADIENTS_BY_SAMPLE) && placed_tx(b) == 0, "gradients placed: %llu and %llu bytes",
+           (unsigned long long)placed_tx(a), (unsigned long long)placed_tx(b));
+    printf("pushes (gradients mode %d, %s): %llu bytes of gradients placed\n", (int)mode,
+           wire == SCPS_WIRE_BFLOAT16 ? "bfloat16" : "float32", (unsigned long long)placed_tx(a));
+    /* Read back over the connection, in float32. */
+    scps_client_options r;
+    scps_client_options_init(&r);
+    r.n_servers = 2;
+    r.shared_memory = SCPS_SHM_OFF;
+    r.servers = x.addr_list;
+    CHECK_OK(scps_client_create(&r, &ra, &err), &err);
+    r.servers = y.addr_list;
+    CHECK_OK(scps_client_create(&r, &rb, &err), &err);
+  }
+  if (ra && rb) {
+    scps_batch *ba = NULL, *bb = NULL;
+    CHECK_OK(scps_batch_create(ra, &ba, &err), &err);
+    CHECK_OK(scps_batch_create(rb, &bb, &err), &err);
+    float **xa = acts_alloc(ra), **xb = acts_alloc(rb);
+    for (int i = 0; i < 6 && ba && bb; i++) {
+      scps__workload_gen_next(ga);
+      CHECK_OK(scps_client_prepare(ra, scps__workload_gen_inputs(ga), ba, &err), &err);
+      CHECK_OK(scps_client_prepare(rb, scps__workload_gen_inputs(ga), bb, &err), &err);
+      CHECK_OK(scps_client_lookup(ra, ba, xa, 10000, &err), &err);
+      CHECK_OK(scps_client_lookup(rb, bb, xb, 10000, &err), &err);
+      for (int f = 0; f < scps_client_n_features(ra); f++) {
+        size_t len = (size_t)scps_client_feature_batch_size(ra, f) * (size_t)scps_client_feature_width(ra, f);
+        CHECKF(!memcmp(xa[f], xb[f], len * sizeof(float)), "after training, batch %d feature %d differs", i, f);
+      }
+    }
+    acts_free(ra, xa);
+    acts_free(rb, xb);
+    scps_batch_destroy(ba);
+    scps_batch_destroy(bb);
+  }
+  scps__workload_gen_destroy(ga);
+  scps__workload_gen_destroy(gb);
+  scps_client_destroy(ra);
+  scps_client_destroy(rb);
+  scps_client_destroy(a);
+  scps_client_destroy(b);
+  scps_it_stop(&x);
+  scps_it_stop(&y);
+}
+
+/* A trainer that pauses past the servers' --idle-timeout: the side channel
+ * was closed and its segments detached; the next steps attach anew and
+ * still go through shared memory. */
+static void test_pause(void) {
+  scps_it_cluster cl;
+  CHECK(scps_it_init(&cl, config_json, 2, 2) == 0);
+  cl.extra[0] = "--idle-timeout";
+  cl.extra[1] = "1";
+  CHECK(scps_it_start(&cl) == 0);
+  scps_client_options o;
+  scps_client_options_init(&o);
+  o.servers = cl.addr_list;
+  o.n_servers = 2;
+  o.gradients = SCPS_GRADIENTS_BY_SAMPLE;
+  scps_client *a = NULL;
+  scps_workload_gen *gen = NULL;
+  scps_error err;
+  CHECK_OK(scps_client_create(&o, &a, &err), &err);
+  CHECK_OK(scps__workload_gen_create(w, 9, &gen, &err), &err);
+  if (a && gen) {
+    train(a, gen, 2, 0);
+    uint64_t tx = placed_tx(a), rx = placed_rx(a);
+    struct timespec ts = {2, 500000000};
+    nanosleep(&ts, NULL);
+    train(a, gen, 2, 2);
+    CHECKF(placed_tx(a) > tx && placed_rx(a) > rx, "after the pause: %llu -> %llu bytes pushed, %llu -> %llu received",
+           (unsigned long long)tx, (unsigned long long)placed_tx(a), (unsigned long long)rx,
+           (unsigned long long)placed_rx(a));
+  }
+  scps__workload_gen_destroy(gen);
+  scps_client_destroy(a);
+  scps_it_stop(&cl);
 }
 
 static void test_cluster(void) {
@@ -352,7 +495,7 @@ static void test_tokens(void) {
     scps__workload_gen_next(gen);
     CHECK_OK(scps_client_prepare(a, scps__workload_gen_inputs(gen), b, &err), &err);
     CHECK_OK(scps_client_lookup(a, b, x, 10000, &err), &err);
-    CHECKF(scps_client_placed_bytes(a) > 0, "a client with the training token had nothing placed");
+    CHECKF(placed_rx(a) > 0, "a client with the training token had nothing placed");
     acts_free(a, x);
     scps__workload_gen_destroy(gen);
     scps_batch_destroy(b);
@@ -367,6 +510,9 @@ int main(void) {
   if (w) {
     test_cluster();
     test_tokens();
+    test_push(SCPS_GRADIENTS_BY_SAMPLE, SCPS_WIRE_FLOAT32);
+    test_push(SCPS_GRADIENTS_AUTO, SCPS_WIRE_BFLOAT16);
+    test_pause();
   }
   scps__workload_destroy(w);
   return scps_test_finish("test_shm");
