@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -14,13 +15,22 @@
 #include "scps_client_int.h"
 #include "scps_shm_msg.h"
 
+/* How long one side-channel request may take: a server answers in
+ * microseconds; one that is stopped or stuck must not hold a lookup (or a
+ * completion-queue thread letting a segment go) longer than this, after
+ * which the call goes over the connection. */
+#define ASK_TIMEOUT_MS 250
+
 /* Connects k to its path (k->mu held). */
 static void reconnect(scps_shm_link *k) {
   struct sockaddr_un sa = {.sun_family = AF_UNIX};
   k->retry_ns = scps__client_op_now_ns() + 1000000000;
   memcpy(sa.sun_path, k->path, strlen(k->path) + 1);
   int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-  if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
+  struct timeval tv = {0, ASK_TIMEOUT_MS * 1000};
+  if (fd >= 0 && setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv) == 0 &&
+      setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv) == 0 &&
+      connect(fd, (struct sockaddr *)&sa, sizeof sa) == 0) {
     k->fd = fd;
     k->linked = true;
     k->generation++;

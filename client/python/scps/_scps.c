@@ -134,19 +134,19 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
   static char *names[] = {"servers", "expected_config", "policy", "prep_threads", "connect_timeout_ms",
                           "wire_format", "answer", "gradients", "ignore_checkpoint_due", "checkpoint_timeout_ms",
                           "own_connections", "cq_threads", "tls", "tls_ca_file", "tls_cert_file", "tls_key_file",
-                          "tls_server_name", "token", NULL};
+                          "tls_server_name", "token", "shared_memory", NULL};
   PyObject *servers, *expected = Py_None, *ca = Py_None, *cert = Py_None, *key = Py_None, *sname = Py_None,
                      *token = Py_None;
-  const char *policy = "error", *wire = "float32", *answer = "auto", *gradients = "auto";
+  const char *policy = "error", *wire = "float32", *answer = "auto", *gradients = "auto", *shm = "auto";
   int prep_threads = 0, ignore_due = 0, own = 0, cq_threads = 0, tls = 0;
   long long connect_ms = 0, ckpt_ms = 0;
   if (self->c) {
     PyErr_SetString(PyExc_RuntimeError, "Client already initialised");
     return -1;
   }
-  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OsiLssspLpipOOOOO", names, &PyTuple_Type, &servers, &expected,
+  if (!PyArg_ParseTupleAndKeywords(args, kw, "O!|OsiLssspLpipOOOOOs", names, &PyTuple_Type, &servers, &expected,
                                    &policy, &prep_threads, &connect_ms, &wire, &answer, &gradients, &ignore_due,
-                                   &ckpt_ms, &own, &cq_threads, &tls, &ca, &cert, &key, &sname, &token))
+                                   &ckpt_ms, &own, &cq_threads, &tls, &ca, &cert, &key, &sname, &token, &shm))
     return -1;
   scps_client_options o;
   scps_client_options_init(&o);
@@ -170,7 +170,9 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
                        "'float32' or 'bfloat16'") ||
               bad_name(scps_answer_mode_from_name(answer, &o.answer), "answer", answer, "'auto', 'pooled' or 'rows'") ||
               bad_name(scps_gradient_mode_from_name(gradients, &o.gradients), "gradients", gradients,
-                       "'auto', 'sample' or 'row'")))
+                       "'auto', 'sample' or 'row'") ||
+              bad_name(strcmp(shm, "auto") && strcmp(shm, "off") ? SCPS_EINVAL : 0, "shared_memory", shm,
+                       "'auto' or 'off'")))
     rc = -1;
   if (rc) {
     PyMem_Free(addrs);
@@ -184,6 +186,7 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
   o.checkpoint_timeout_ms = ckpt_ms;
   o.own_connections = own;
   o.cq_threads = cq_threads;
+  o.shared_memory = strcmp(shm, "off") ? SCPS_SHM_AUTO : SCPS_SHM_OFF;
   o.security.tls = tls;
   scps_error err;
   scps_client *c = NULL;
@@ -242,17 +245,20 @@ static PyObject *Client_features(ClientObject *self, PyObject *unused) {
 
 static PyObject *Client_info(ClientObject *self, PyObject *unused) {
   if (live(self)) return NULL;
-  uint64_t sent, received;
+  uint64_t sent, received, shm_sent, shm_received;
   scps_client_traffic(self->c, &sent, &received);
+  scps_client_shared_traffic(self->c, &shm_sent, &shm_received);
   int n = scps_client_n_servers(self->c);
   PyObject *ckpt = PyTuple_New(n);
   for (int i = 0; ckpt && i < n; i++)
     PyTuple_SET_ITEM(ckpt, i, PyBool_FromLong(scps_client_server_has_checkpoint_dir(self->c, i)));
   if (!ckpt) return NULL;
-  return Py_BuildValue("{s:L,s:i,s:i,s:L,s:K,s:K,s:N}", "step", (long long)scps_client_step(self->c), "n_servers", n,
-                       "batch_size", scps_client_batch_size(self->c), "ids_dropped",
+  return Py_BuildValue("{s:L,s:i,s:i,s:L,s:K,s:K,s:K,s:K,s:N}", "step", (long long)scps_client_step(self->c),
+                       "n_servers", n, "batch_size", scps_client_batch_size(self->c), "ids_dropped",
                        (long long)scps_client_ids_dropped(self->c), "bytes_sent", (unsigned long long)sent,
-                       "bytes_received", (unsigned long long)received, "checkpoint_dirs", ckpt);
+                       "bytes_received", (unsigned long long)received, "shared_bytes_sent",
+                       (unsigned long long)shm_sent, "shared_bytes_received", (unsigned long long)shm_received,
+                       "checkpoint_dirs", ckpt);
 }
 
 static PyObject *Client_batch(ClientObject *self, PyObject *unused) {

@@ -121,7 +121,9 @@ class Client:
     ``gradients`` "auto", "sample" or "row"; ``prep_threads``;
     ``expected_config`` (a workload file's JSON text the servers must
     serve); ``ignore_checkpoint_due``, ``checkpoint_timeout_ms``;
-    ``own_connections``, ``cq_threads``; TLS and a token: ``tls``,
+    ``own_connections``, ``cq_threads``; ``shared_memory`` "auto" (answers
+    and gradients through memory shared with servers on this host that
+    offer it) or "off"; TLS and a token: ``tls``,
     ``tls_ca_file``, ``tls_cert_file``, ``tls_key_file``,
     ``tls_server_name``, ``token``. ``output``: "numpy" or "torch" for
     results; None: torch tensors when the batch's ids are tensors.
@@ -141,7 +143,7 @@ class Client:
                  checkpoint_timeout_ms: int = 0, own_connections: bool = False, cq_threads: int = 0,
                  tls: bool = False, tls_ca_file: Optional[str] = None, tls_cert_file: Optional[str] = None,
                  tls_key_file: Optional[str] = None, tls_server_name: Optional[str] = None,
-                 token: Optional[str] = None, output: Optional[str] = None):
+                 token: Optional[str] = None, shared_memory: str = "auto", output: Optional[str] = None):
         if isinstance(servers, str):
             servers = [s for s in servers.split(",")]
         servers = tuple(servers)
@@ -157,7 +159,7 @@ class Client:
                               tls_key_file=tls_key_file, tls_server_name=tls_server_name, token=token)
         self._c = _scps.Client(servers, expected_config, policy, prep_threads, connect_timeout_ms, wire_format,
                                answer, gradients, ignore_checkpoint_due, checkpoint_timeout_ms, own_connections,
-                               cq_threads, **self._security)
+                               cq_threads, shared_memory=shared_memory, **self._security)
         self._servers = servers
         self._wire_format = wire_format
         self._features = tuple(Feature(*f) for f in self._c.features())
@@ -193,9 +195,12 @@ class Client:
         return max(self.step(), self._pushed) + 1
 
     def traffic(self) -> Dict[str, int]:
-        """Payload bytes sent and received since connect, and ids dropped (policy "drop")."""
+        """Payload bytes sent and received since connect over the connections
+        and through shared memory (``shared_bytes_sent``, gradients;
+        ``shared_bytes_received``, answers), and ids dropped (policy "drop")."""
         info = self._c.info()
-        return {k: info[k] for k in ("bytes_sent", "bytes_received", "ids_dropped")}
+        return {k: info[k] for k in ("bytes_sent", "bytes_received", "shared_bytes_sent", "shared_bytes_received",
+                                     "ids_dropped")}
 
     # ---- lookups and pushes ----
 
