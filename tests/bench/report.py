@@ -113,9 +113,10 @@ def collect(d, w):
         for mode in ("lookup", "train"):
             for fmt in ("float32", "bfloat16"):
                 for depth in ("1", "2"):
-                    s = load_lines(os.path.join(d, f"{w}-scps-{procs}-{mode}-{fmt}-d{depth}.json"))
-                    if s:
-                        scps.setdefault(procs, {}).setdefault(mode, {})[f"{fmt}-d{depth}"] = best_round(s)
+                    for via in ("", "-tcp"):
+                        s = load_lines(os.path.join(d, f"{w}-scps-{procs}-{mode}-{fmt}-d{depth}{via}.json"))
+                        if s:
+                            scps.setdefault(procs, {}).setdefault(mode, {})[f"{fmt}-d{depth}{via}"] = best_round(s)
     if scps:
         r["scps"] = scps
     return r
@@ -228,13 +229,20 @@ def main():
                          x["ids_per_s"], None, None, None))
         for procs, modes in sorted(r.get("scps", {}).items()):
             for m in ("lookup", "train"):
-                for fmt, depth in (("float32", 1), ("float32", 2), ("bfloat16", 1), ("bfloat16", 2)):
-                    s = modes.get(m, {}).get(f"{fmt}-d{depth}")
+                for fmt, depth, via in (("float32", 1, ""), ("float32", 2, ""), ("bfloat16", 1, ""),
+                                        ("bfloat16", 2, ""), ("float32", 1, "-tcp")):
+                    s = modes.get(m, {}).get(f"{fmt}-d{depth}{via}")
                     if not s:
                         continue
-                    info = fmt != "float32" and not bf16_counts
+                    # Answers through shared memory (libscps's default with
+                    # the servers on this host) are judged; the same over
+                    # loopback TCP, as for a trainer on another host, is
+                    # information.
+                    tcp = via == "-tcp" or not s.get("placed_bytes_per_batch")
+                    info = (fmt != "float32" and not bf16_counts) or via == "-tcp"
                     info_torch = info or (m == "lookup" and torch_slow)
-                    label = f"scps {m}, {procs} proc, {fmt}, depth {depth}"
+                    label = (f"scps {m}, {procs} proc, {fmt}, depth {depth}, "
+                             + ("loopback TCP" if tcp else "shared memory"))
                     worst = f" (worst {max(s['ms_per_batch_median_all_runs']):.1f})"
                     if m in torch:
                         key = "lookup_vs_torch" if m == "lookup" else "train_vs_torch"
@@ -254,7 +262,7 @@ def main():
                     # A depth-1 lookup moves its request, then its answer:
                     # it cannot beat the wire's time for those bytes.
                     if (wire and m == "lookup" and depth == 1 and procs == "1" and "lookup" in torch
-                            and "received_bytes_per_batch" in s):
+                            and "received_bytes_per_batch" in s and tcp):
                         out_b, back_b = s["sent_bytes_per_batch"], s["received_bytes_per_batch"]
                         floor_ms = (out_b / wire_rate(wire, out_b) + back_b / wire_rate(wire, back_b)) * 1e-6
                         c = ratio(w, f"{label}: wire floor, ceiling of lookup / torch", "lookup_vs_torch",

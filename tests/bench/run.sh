@@ -174,6 +174,14 @@ for w in $workloads; do
             done
           done
         done
+        # The same cluster answering over loopback TCP, as it answers a
+        # trainer on another host (libscps uses shared memory wherever the
+        # server is on its own host): float32, one batch at a time.
+        for m in lookup train; do
+          "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$wl" \
+            --mode "$m" --batches "$batches" --wire-format float32 --depth 1 --shared-memory off \
+            >>"$out/$w-scps-$procs-$m-float32-d1-tcp.json"
+        done
         scps_cluster_stop
       done
     done
