@@ -76,6 +76,8 @@ void scps_batch_destroy(scps_batch *b) {
   free(b->n_rows);
   free(b->row_parts_len);
   for (int p = 0; b->shm && p < b->c->n; p++) scps__client_shm_drop(b->c, p, &b->shm[p]);
+  for (int f = 0; b->view && f < b->c->layout->n_features; f++) free(b->view[f]);
+  free(b->view);
   free(b->shm);
   free(b->shm_asked);
   free(b);

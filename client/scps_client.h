@@ -330,6 +330,18 @@ SCPS_EXTERN int scps_client_lookup(scps_client *c, scps_batch *b, float *const *
 SCPS_EXTERN int scps_client_apply_gradients(scps_client *c, scps_batch *b, const float *const *grads, int64_t step,
                                             double learning_rate, int64_t deadline_ms, scps_error *err);
 
+/* Looks b up as scps_client_lookup does, but leaves the activations where
+ * they are instead of copying them into the caller's arrays: acts[f] is set
+ * to feature f's batch size x width floats (row-major), valid until b is
+ * next prepared, looked up, pushed or destroyed. With one server process
+ * answering through shared memory (scps_client_options.shared_memory) in
+ * float32, a feature as wide as its stack answered pooled points into the
+ * server's answer itself, which no one copied; every other feature is
+ * merged into memory the batch owns. The same values as
+ * scps_client_lookup's. */
+SCPS_EXTERN int scps_client_lookup_view(scps_client *c, scps_batch *b, const float **acts, int64_t deadline_ms,
+                                       scps_error *err);
+
 /* Asynchronous forms: return at once (0, or an error code, without a
  * message, if nothing was sent; the blocking forms check the same things and
  * say why). done(ud, status, err) runs on a client thread when every server

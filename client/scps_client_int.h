@@ -117,6 +117,7 @@ struct scps_batch {
    * in flight asked that server to place its answer there. */
   scps_shm_seg *shm;    /* [server] */
   bool *shm_asked;      /* [server] */
+  float **view;         /* [n_features] scps_client_lookup_view's arrays, made at its first use */
 };
 
 struct rpc {
@@ -155,6 +156,7 @@ struct op {
   atomic_bool checkpoint_due; /* ApplyGradients: some server asked for a checkpoint */
   scps_client_checkpoint_result *result; /* Checkpoint: filled on success */
   float **acts;
+  const float **view_out; /* scps_client_lookup_view: where each feature's activations are */
   scps_client_done done;
   void *ud;
   /* The method's own steps, set by the file that starts the operation

@@ -218,10 +218,23 @@ typedef struct merge_job {
   size_t chunks; /* items per feature */
 } merge_job;
 
+/* Whether a view lookup leaves feature f in the answer where the server
+ * placed it: one server, float32, pooled, the feature as wide as its
+ * stack, so the answer's rows are the feature's rows as they are. */
+static bool view_in_place(const op *o, int f) {
+  const scps_client *c = o->c;
+  const scps_batch *b = o->b;
+  const scps_layout *l = c->layout;
+  const int st = l->features[f].stack;
+  return o->view_out && c->n == 1 && b->shm_asked[0] && b->slot[st] >= 0 && !b->distinct[st] &&
+         c->value_bytes == sizeof(float) && l->table_specs[l->features[f].table].embedding_dim == l->stacks[st].dim;
+}
+
 static void merge_item(void *ctx, int item) {
   const merge_job *m = ctx;
   const scps_layout *l = m->o->c->layout;
   size_t f = (size_t)item / m->chunks, r0 = (size_t)item % m->chunks * MERGE_ROWS;
+  if (view_in_place(m->o, (int)f)) return;
   size_t rows = (size_t)l->feature_specs[f].batch_size, r1 = r0 + MERGE_ROWS < rows ? r0 + MERGE_ROWS : rows;
   if (r0 < r1) merge_rows(m->o, (int)f, r0, r1);
 }
@@ -364,9 +377,27 @@ static void merge_activations(op *o) {
 
 /* The lookup's result: when every server answered, their answers merged
  * into the caller's arrays; the answers are let go either way. */
+/* A view lookup's result: each feature's rows in the placed answer, or in
+ * the batch's array the merge filled. */
+static void fill_view(op *o) {
+  const scps_client *c = o->c;
+  const scps_batch *b = o->b;
+  const scps_layout *l = c->layout;
+  for (int f = 0; f < l->n_features; f++) {
+    const scps_feature_layout *fl = &l->features[f];
+    if (!view_in_place(o, f)) {
+      o->view_out[f] = b->view[f];
+      continue;
+    }
+    const size_t at = b->parsed[b->slot[fl->stack]].off + (size_t)fl->sample_offset * (size_t)l->stacks[fl->stack].dim * sizeof(float);
+    o->view_out[f] = (const float *)(const void *)(b->shm[0].base + at);
+  }
+}
+
 static int lookup_outcome(op *o, int first, int failures, scps_error *err) {
   int rc = first < 0 ? pool_rows(o, err) : 0;
   if (first < 0 && !rc) merge_activations(o);
+  if (first < 0 && !rc && o->view_out) fill_view(o);
   for (int p = 0; p < o->n_rpcs; p++) {
     scps__slices_free(&o->b->reply[p]);
     /* A server that failed may still be writing the segment: it is never
@@ -426,6 +457,31 @@ int scps_client_lookup(scps_client *c, scps_batch *b, float *const *acts, int64_
   op *o;
   int rc = lookup_start(c, b, acts, deadline_ms, true, NULL, NULL, &o, err);
   if (rc) return rc;
+  scps__client_op_wait(o);
+  return scps__client_op_finish(o, err);
+}
+
+/* The batch's own arrays for scps_client_lookup_view, made once. */
+static int view_arrays(scps_client *c, scps_batch *b, scps_error *err) {
+  const scps_layout *l = c->layout;
+  if (!b->view && !(b->view = calloc((size_t)l->n_features, sizeof *b->view)))
+    return scps_error_set(err, SCPS_ENOMEM, "scps_client_lookup_view: out of memory");
+  for (int f = 0; f < l->n_features; f++) {
+    size_t n = (size_t)l->feature_specs[f].batch_size * (size_t)l->table_specs[l->features[f].table].embedding_dim;
+    if (!b->view[f] && !(b->view[f] = malloc(sizeof(float) * (n ? n : 1))))
+      return scps_error_set(err, SCPS_ENOMEM, "scps_client_lookup_view: out of memory for feature '%s'",
+                            l->feature_specs[f].name);
+  }
+  return 0;
+}
+
+int scps_client_lookup_view(scps_client *c, scps_batch *b, const float **acts, int64_t deadline_ms, scps_error *err) {
+  if (!c || !b || !acts) return scps_error_set(err, SCPS_EINVAL, "scps_client_lookup_view: client, batch or acts is NULL");
+  int rc = view_arrays(c, b, err);
+  op *o;
+  if (!rc) rc = lookup_start(c, b, b->view, deadline_ms, true, NULL, NULL, &o, err);
+  if (rc) return rc;
+  o->view_out = acts;
   scps__client_op_wait(o);
   return scps__client_op_finish(o, err);
 }

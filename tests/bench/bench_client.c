@@ -33,7 +33,7 @@ static const char usage[] =
     "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
     "                         [--prep-threads T] [--depth D] [--rounds R] [--plain-file PATH]\n"
     "                         [--answer auto|pooled|rows] [--gradients auto|sample|row]\n"
-    "                         [--server-pid PID[,PID...]] [--shared-memory auto|off]\n"
+    "                         [--server-pid PID[,PID...]] [--shared-memory auto|off] [--view]\n"
     "Times K batches one after another (the median is reported) through\n"
     "libscps: lookup = prepare + Lookup; train = prepare + Lookup +\n"
     "ApplyGradients; pipelined = train steps on the one-step-stale schedule of\n"
@@ -66,6 +66,9 @@ static const char usage[] =
     "--shared-memory: answers from servers on this host through shared memory\n"
     "(scps_client_options.shared_memory; default auto: wherever a server offers\n"
     "it); placed_bytes_per_batch counts what came that way.\n"
+    "--view: lookups through scps_client_lookup_view, which leaves the\n"
+    "activations where they landed (in the answer itself with one server\n"
+    "through shared memory) instead of copying them to the caller.\n"
     "--server-pid (lookup, train at depth 1; the servers' processes on this\n"
     "host): adds \"cpu\", CPU time per timed batch (ms, from the processes'\n"
     "CPU-time clocks around each part and /proc/PID/task/*/schedstat around\n"
@@ -205,6 +208,18 @@ static void sort_times(long batches) {
   scps_bench_sort(t_push, (size_t)batches);
 }
 
+/* --view: lookups through scps_client_lookup_view, the activations left
+ * where they are (the arrays given are then not written). */
+static bool use_view;
+
+static int lookup(scps_client *c, scps_batch *b, float *const *acts, scps_error *err) {
+  if (!use_view) return scps_client_lookup(c, b, acts, 60000, err);
+  static _Thread_local const float **view;
+  if (!view && !(view = calloc((size_t)scps_client_n_features(c), sizeof *view)))
+    return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  return scps_client_lookup_view(c, b, view, 60000, err);
+}
+
 /* Placed answer bytes (scps_client_placed_bytes) when the timed batches
  * began: answers through shared memory cross no connection. */
 static uint64_t placed0;
@@ -231,7 +246,7 @@ static int time_steps(scps_client *c, scps_batch *b, const stored *st, int disti
     double t0 = scps__clock_s();
     rc = scps_client_prepare(c, st[i % distinct].in, b, err);
     double t1 = scps__clock_s(), c1 = scps_bench_process_cpu_s(0);
-    if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
+    if (!rc) rc = lookup(c, b, acts, err);
     double t2 = scps__clock_s(), c2 = scps_bench_process_cpu_s(0);
     if (!rc && train) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, i, -1, 60000, err);
     double t3 = scps__clock_s(), c3 = scps_bench_process_cpu_s(0);
@@ -398,7 +413,7 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
                             scps_error *err) {
   int rc = highest_allowed_limits(c, err);
   if (!rc) rc = scps_client_prepare(c, st[0].in, b, err);
-  if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
+  if (!rc) rc = lookup(c, b, acts, err);
   if (!rc) rc = scps_client_apply_gradients(c, b, (const float *const *)grads, 0, -1, 60000, err);
   uint64_t sent, received;
   if (!rc) rc = time_steps(c, b, st, 4, acts, grads, 2, batches, 0, &sent, &received, err);
@@ -439,7 +454,7 @@ static int bench_checkpoint(scps_client *c, scps_batch *b, const stored *st, flo
   while (!atomic_load(&sv.done) && n < MAX_BATCHES && !rc) {
     rc = scps_client_prepare(c, st[n % 4].in, b, err);
     double t0 = scps__clock_s();
-    if (!rc) rc = scps_client_lookup(c, b, acts, 60000, err);
+    if (!rc) rc = lookup(c, b, acts, err);
     t_look[n++] = scps__clock_s() - t0;
   }
   pthread_join(th, NULL);
@@ -521,6 +536,7 @@ int main(int argc, char **argv) {
                                        {"gradients", required_argument, 0, 'G'},
                                        {"server-pid", required_argument, 0, 'p'},
                                        {"shared-memory", required_argument, 0, 'S'},
+                                       {"view", no_argument, 0, 'V'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -568,6 +584,7 @@ int main(int argc, char **argv) {
       }
       shm = strcmp(optarg, "off") ? SCPS_SHM_AUTO : SCPS_SHM_OFF;
       break;
+    case 'V': use_view = true; break;
     case 'h': fputs(usage, stdout); return 0;
     default: fputs(usage, stderr); return 2;
     }
@@ -691,14 +708,14 @@ int main(int argc, char **argv) {
            "\"answer\": \"%s\", \"gradients\": \"%s\", \"servers\": %d, \"batches\": %ld, \"prep_threads\": %ld, \"depth\": %ld, "
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f, \"sent_bytes_per_batch\": %.0f, "
-           "\"received_bytes_per_batch\": %.0f, \"placed_bytes_per_batch\": %.0f, \"shared_memory\": \"%s\"",
+           "\"received_bytes_per_batch\": %.0f, \"placed_bytes_per_batch\": %.0f, \"shared_memory\": \"%s\", \"view\": %s",
            w->name, mode, scps_float_format_name(wire), scps_answer_mode_name(answer),
            scps_gradient_mode_name(gradients), n_servers, batches, prep_threads,
            depth, med * 1e3,
            w->batch_size / per, (double)ids / per,
            t_prep[batches / 2] * 1e3, t_look[batches / 2] * 1e3, t_push[batches / 2] * 1e3,
            (double)(sent1 - sent0) / (double)batches, (double)(recv1 - recv0) / (double)batches,
-           (double)placed / (double)batches, shm == SCPS_SHM_OFF ? "off" : "auto");
+           (double)placed / (double)batches, shm == SCPS_SHM_OFF ? "off" : "auto", use_view ? "true" : "false");
     if (n_server_pids) print_cpu(batches, recv1 - recv0 + placed);
     printf("}\n");
   }

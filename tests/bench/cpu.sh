@@ -2,12 +2,13 @@
 # CPU time per networked batch against its floor, in one run (issue 30):
 #   tests/bench/cpu.sh [--workload FILE] [--sc S] [--batches K] [--wire-format F]
 #                      [--mode lookup|train] [--rounds R] [--build DIR] [--json OUT]
-#                      [--shared-memory both|auto|off]
+#                      [--shared-memory both|all|auto|view|off]
 # R rounds (default 3), each: one scps-server process x S SparseCores
 # (default 2) on loopback, K batches (default 100) one at a time through
 # scps-bench-client --server-pid, with answers through shared memory and
 # over loopback TCP (--shared-memory both, the default: one after the
-# other on the same server, the order alternating by round; auto or off:
+# other on the same server, the order alternating by round; all: also
+# view, scps_client_lookup_view through shared memory; auto, view or off:
 # one of them), the server stopped, then the engine's
 # gather of the same batches in-process (scps-bench-engine --topology 1xS
 # --threads S --distinct 4: the client replays the first 4 batches of seed
@@ -32,7 +33,7 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=${2:?--rounds needs a number}; shift 2 ;;
     --json) json=${2:?--json needs a file}; shift 2 ;;
     --shared-memory) shm=${2:?--shared-memory needs both, auto or off}; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) scps_bench_option "$@" || { echo "cpu.sh: unknown option '$1' (try --help)" >&2; exit 2; }; shift 2 ;;
   esac
 done
@@ -40,8 +41,8 @@ case "$sc" in ''|*[!0-9]*|0) echo "cpu.sh: --sc '$sc' is not a positive integer"
 case "$batches" in ''|*[!0-9]*|0) echo "cpu.sh: --batches '$batches' is not a positive integer" >&2; exit 2 ;; esac
 case "$rounds" in ''|*[!0-9]*|0) echo "cpu.sh: --rounds '$rounds' is not a positive integer" >&2; exit 2 ;; esac
 case "$mode" in lookup|train) ;; *) echo "cpu.sh: --mode '$mode' is not lookup or train" >&2; exit 2 ;; esac
-case "$shm" in both) shms=(auto off) ;; auto|off) shms=("$shm") ;;
-  *) echo "cpu.sh: --shared-memory '$shm' is not both, auto or off" >&2; exit 2 ;; esac
+case "$shm" in both) shms=(auto off) ;; all) shms=(view auto off) ;; auto|view|off) shms=("$shm") ;;
+  *) echo "cpu.sh: --shared-memory '$shm' is not both, all, auto, view or off" >&2; exit 2 ;; esac
 [ -f "$workload" ] || { echo "cpu.sh: workload '$workload' not found" >&2; exit 2; }
 
 if [ -n "$own_build" ]; then
@@ -60,8 +61,8 @@ for ((r = 0; r < rounds; r++)); do
   [ $((r % 2)) = 0 ] || order=($(printf '%s\n' "${shms[@]}" | tac))
   for m in "${order[@]}"; do
     "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$workload" --mode "$mode" \
-      --batches "$batches" --wire-format "$wire" --shared-memory "$m" --server-pid "${scps_cluster_pids[0]}" \
-      >"$out/client-$m$r.json"
+      --batches "$batches" --wire-format "$wire" --shared-memory "${m/view/auto}" \
+      $([ "$m" = view ] && echo --view) --server-pid "${scps_cluster_pids[0]}" >"$out/client-$m$r.json"
   done
   # One workload's tables in memory at a time: the server goes before the engine.
   scps_cluster_stop
@@ -74,7 +75,9 @@ import json, sys
 out, mode, dest, rounds = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 shms, every, summary = sys.argv[5:], {}, []
 for shm in shms:
-  print(f"== answers {'through shared memory' if shm == 'auto' else 'over loopback TCP'} (--shared-memory {shm})")
+  how = {"auto": "through shared memory", "view": "through shared memory, scps_client_lookup_view",
+         "off": "over loopback TCP"}[shm]
+  print(f"== answers {how} (--shared-memory {shm})")
   res = []
   for r in range(rounds):
     c = json.load(open(f"{out}/client-{shm}{r}.json"))
@@ -120,7 +123,8 @@ for shm in shms:
   every[shm] = res
   summary.append(f"{shm}: {total / floor:.3f}")
 if len(shms) > 1:
-    print("ratio of the median round, shared memory (auto) and loopback TCP (off): " + ", ".join(summary))
+    print("ratio of the median round (view: shared memory, no copy to the caller; auto: shared memory; "
+          "off: loopback TCP): " + ", ".join(summary))
 if dest:
     json.dump(every, open(dest, "w"), indent=1)
 PY

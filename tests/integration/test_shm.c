@@ -68,6 +68,20 @@ static scps_client *connect_to(scps_it_cluster *cl, int n, scps_shm_mode shm, sc
   return c;
 }
 
+/* scps_client_lookup_view's activations equal acts (a lookup's of the same
+ * batch), and stay so until the batch's next use. */
+static void check_view(scps_client *c, scps_batch *b, float *const *acts, const char *what) {
+  int nf = scps_client_n_features(c);
+  const float **view = calloc((size_t)nf, sizeof *view);
+  scps_error err;
+  CHECK_OK(scps_client_lookup_view(c, b, view, 10000, &err), &err);
+  for (int f = 0; f < nf && view[0]; f++) {
+    size_t len = (size_t)scps_client_feature_batch_size(c, f) * (size_t)scps_client_feature_width(c, f);
+    CHECKF(view[f] && !memcmp(view[f], acts[f], len * sizeof(float)), "%s: view of feature %d differs", what, f);
+  }
+  free(view);
+}
+
 static float **acts_alloc(const scps_client *c) {
   int nf = scps_client_n_features(c);
   float **a = calloc((size_t)nf, sizeof *a);
@@ -110,6 +124,8 @@ static void compare(scps_it_cluster *cl, int n, scps_float_format wire, scps_ans
       CHECKF(!memcmp(xa[f], xb[f], len * sizeof(float)), "batch %d feature %d differs (%s, answer %d)", i, f,
              wire == SCPS_WIRE_BFLOAT16 ? "bfloat16" : "float32", (int)answer);
     }
+    check_view(a, ba, xb, "2 processes, shared memory");
+    check_view(b, bb, xb, "2 processes, over the connection");
   }
   uint64_t sa, ra, sb, rb;
   scps_client_traffic(a, &sa, &ra);
@@ -484,7 +500,7 @@ static void test_tokens(void) {
   cl.extra[1] = tokens;
   CHECK(scps_it_start(&cl) == 0);
   test_side_channel(&cl, TOKEN);
-  scps_client *a = connect_to(&cl, 1, SCPS_SHM_AUTO, SCPS_WIRE_FLOAT32, SCPS_ANSWER_AUTO, TOKEN);
+  scps_client *a = connect_to(&cl, 1, SCPS_SHM_AUTO, SCPS_WIRE_FLOAT32, SCPS_ANSWER_POOLED, TOKEN);
   if (a) {
     scps_error err;
     scps_batch *b = NULL;
@@ -496,6 +512,18 @@ static void test_tokens(void) {
     CHECK_OK(scps_client_prepare(a, scps__workload_gen_inputs(gen), b, &err), &err);
     CHECK_OK(scps_client_lookup(a, b, x, 10000, &err), &err);
     CHECKF(placed_rx(a) > 0, "a client with the training token had nothing placed");
+    /* One process in float32: pooled features are read where the server
+     * wrote them. */
+    check_view(a, b, x, "1 process, shared memory");
+    scps_client *off = connect_to(&cl, 1, SCPS_SHM_OFF, SCPS_WIRE_FLOAT32, SCPS_ANSWER_POOLED, TOKEN);
+    scps_batch *bo = NULL;
+    if (off) CHECK_OK(scps_batch_create(off, &bo, &err), &err);
+    if (bo) {
+      CHECK_OK(scps_client_prepare(off, scps__workload_gen_inputs(gen), bo, &err), &err);
+      check_view(off, bo, x, "1 process, over the connection");
+    }
+    scps_batch_destroy(bo);
+    scps_client_destroy(off);
     acts_free(a, x);
     scps__workload_gen_destroy(gen);
     scps_batch_destroy(b);
