@@ -13,6 +13,7 @@
 
 #include "scps_call.h"
 #include "scps_limits.h"
+#include "scps_shm.h"
 #include "scps_status.h"
 #include "scps_version.h"
 
@@ -246,6 +247,14 @@ static void put_memory(text *t, scps_server *s) {
   sample_i(t, "scps_memory_budget_peak_bytes", NULL, NULL, mem.peak_bytes);
   family(t, "scps_memory_calls_refused_total", "counter", "Calls refused for want of memory budget.");
   sample_i(t, "scps_memory_calls_refused_total", NULL, NULL, mem.calls_refused);
+  int64_t segments = 0, mapped = 0, calls = 0;
+  if (s->shm) scps__shm_counts(s->shm, &segments, &mapped, &calls);
+  family(t, "scps_shm_segments", "gauge", "Shared-memory segments clients on this host attached (--shm-socket).");
+  sample_i(t, "scps_shm_segments", NULL, NULL, segments);
+  family(t, "scps_shm_mapped_bytes", "gauge", "Bytes those segments map (the clients' memory).");
+  sample_i(t, "scps_shm_mapped_bytes", NULL, NULL, mapped);
+  family(t, "scps_shm_calls_total", "counter", "Lookups answered and pushes read through shared memory.");
+  sample_i(t, "scps_shm_calls_total", NULL, NULL, calls);
 }
 
 static void put_stages(text *t, scps_server *s) {

@@ -62,12 +62,15 @@ struct scps_shm {
   bool started;
   conn conns[SCPS_SHM_CONNS_MAX];
   int n_conns;
+  int64_t refused_logged_ns; /* when a refused connection was last logged */
+  long refused;              /* connections refused since */
   uint64_t next_conn;
 
   pthread_mutex_t mu; /* the segment table */
   scps_shm_seg *segs[SEGMENTS_MAX];
   int n_segs;
   int64_t bytes;
+  int64_t calls; /* segments taken by calls, since start */
 };
 
 /* Binds fd to path; a socket file there that no process answers is
@@ -183,6 +186,7 @@ scps_shm_seg *scps__shm_acquire(scps_shm *m, const uint8_t *handle, size_t handl
   if (found && offset <= found->size && length <= found->size - offset) {
     found->refs++;
     found->used_ns = scps__clock_ns();
+    m->calls++;
     *at = found->base + offset;
   } else {
     found = NULL;
@@ -199,10 +203,11 @@ void scps__shm_release(scps_shm *m, scps_shm_seg *s) {
   if (last) seg_unmap(s);
 }
 
-void scps__shm_counts(scps_shm *m, int64_t *segments, int64_t *bytes) {
+void scps__shm_counts(scps_shm *m, int64_t *segments, int64_t *bytes, int64_t *calls) {
   pthread_mutex_lock(&m->mu);
   *segments = m->n_segs;
   *bytes = m->bytes;
+  *calls = m->calls;
   pthread_mutex_unlock(&m->mu);
 }
 
@@ -353,9 +358,19 @@ static void take_conn(scps_shm *m) {
   int fd = accept4(m->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
   if (fd < 0) return;
   if (m->n_conns == SCPS_SHM_CONNS_MAX) {
-    scps__log(SCPS_LOG_WARN, "shm: %d side-channel connections open already; refusing another",
-              SCPS_SHM_CONNS_MAX);
+    /* Such a client answers over its connection and tries again every
+     * second: one line a minute says so. */
     close(fd);
+    m->refused++;
+    int64_t now = scps__clock_ns();
+    if (now - m->refused_logged_ns >= 60 * (int64_t)1000000000 || !m->refused_logged_ns) {
+      scps__log(SCPS_LOG_WARN,
+                "shm: %d side-channel connections open already; refused %ld more since the last such line (their "
+                "clients are answered over their connections)",
+                SCPS_SHM_CONNS_MAX, m->refused);
+      m->refused_logged_ns = now;
+      m->refused = 0;
+    }
     return;
   }
   conn *k = &m->conns[m->n_conns++];

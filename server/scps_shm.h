@@ -44,8 +44,9 @@ scps_shm_seg *scps__shm_acquire(scps_shm *m, const uint8_t *handle, size_t handl
                                uint64_t length, uint8_t **at);
 void scps__shm_release(scps_shm *m, scps_shm_seg *s);
 
-/* Segments attached now and the bytes they map. */
-void scps__shm_counts(scps_shm *m, int64_t *segments, int64_t *bytes);
+/* Segments attached now, the bytes they map, and the calls (Lookups
+ * answered, pushes read) that took one since start. */
+void scps__shm_counts(scps_shm *m, int64_t *segments, int64_t *bytes, int64_t *calls);
 
 /* Stops the thread, closes every connection, unmaps every segment and
  * removes the socket (and the directory "auto" made). No segment may be

@@ -153,6 +153,13 @@ def test_metrics(env):
     env.check(value(s1, "scps_memory_budget_bytes") == stats.memory.budget_bytes > 0,
               "scps_memory_budget_bytes %s, Stats %s" % (value(s1, "scps_memory_budget_bytes"),
                                                         stats.memory.budget_bytes))
+    # scps-loadgen ran on this host: its lookups and pushes by sample came
+    # through shared memory; it has exited, which detached its segments.
+    env.check(0 < value(s1, "scps_shm_calls_total") <= lookups + PUSHES and value(s1, "scps_shm_segments") == 0 and
+              value(s1, "scps_shm_mapped_bytes") == 0,
+              "shared memory: %s calls, %s segments, %s bytes" % (value(s1, "scps_shm_calls_total"),
+                                                                 value(s1, "scps_shm_segments"),
+                                                                 value(s1, "scps_shm_mapped_bytes")))
     stages = {dict(k[1])["stage"] for k in s1 if k[0] == "scps_stage_queue_depth"}
     env.check({"sc0", "sc1", "tc"} <= stages, "stage queue depths for %s" % sorted(stages))
 
