@@ -540,7 +540,6 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
   size_t grads_at = 0, placed_at = 0;
   uint64_t placed = 0;
   for (size_t i = 0; i < req->n_stacks; i++) placed += req->stacks[i].placed_gradients;
-  if (placed) st = take_placement(c, placed, msg, sizeof msg);
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
     scps_req_stack *sg = &req->stacks[i];
@@ -549,10 +548,16 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
       st = GRPC_STATUS_INVALID_ARGUMENT;
       break;
     }
-    if ((sg->gradients.len != 0) + (sg->row_gradients.len != 0) + (sg->placed_gradients != 0) > 1) {
-      snprintf(msg, sizeof msg, "%s: gradients (%zu bytes), row_gradients (%zu bytes) and placed_gradients (%llu) "
-               "are set; send a stack's gradients one way: by sample, by row, or by sample placed", field,
-               sg->gradients.len, sg->row_gradients.len, (unsigned long long)sg->placed_gradients);
+    if (sg->gradients.len && sg->row_gradients.len) {
+      snprintf(msg, sizeof msg, "%s: gradients (%zu bytes) and row_gradients (%zu bytes) are both set; send a "
+               "stack's gradients by sample or by row, not both", field, sg->gradients.len, sg->row_gradients.len);
+      st = GRPC_STATUS_INVALID_ARGUMENT;
+      break;
+    }
+    if (sg->placed_gradients && (sg->gradients.len || sg->row_gradients.len)) {
+      snprintf(msg, sizeof msg, "%s: placed_gradients (%llu bytes) and %s (%zu bytes) are both set; placed "
+               "gradients come through shared memory only", field, (unsigned long long)sg->placed_gradients,
+               sg->gradients.len ? "gradients" : "row_gradients", sg->gradients.len + sg->row_gradients.len);
       st = GRPC_STATUS_INVALID_ARGUMENT;
       break;
     }
@@ -577,6 +582,9 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
       grads_at += (sg->gradients.len + sg->row_gradients.len + (size_t)sg->placed_gradients) / width;
     }
   }
+  /* The stacks' placed gradients name the segment range they lie in only
+   * once each is known to be well formed. */
+  if (st == GRPC_STATUS_OK && placed) st = take_placement(c, placed, msg, sizeof msg);
   if (st == GRPC_STATUS_OK) st = scps__partlimits_apply(c, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
     scps__call_finish(c, st, msg, NULL, 0);

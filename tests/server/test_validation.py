@@ -395,6 +395,37 @@ def test_invalid_requests(env):
     v.expect("ApplyGradients gradients empty", "ApplyGradients",
              v.apply_with(lambda r: r.stacks[1].ClearField("gradients")), "INVALID_ARGUMENT",
              ["stacks[1].partitions", "gradients field is empty", "by row", "must be empty", "hold 64, 0, 64 and 0"])
+    # Gradients by sample through shared memory (StackGradients.placed_gradients):
+    # a range no segment of this process holds, none named, a length that is
+    # not the stacks', and placed with the bytes as well, each applying nothing.
+    def placed(r, segment=bytes(16), offset=0, length=need_b, keep=False):
+        if not keep:
+            r.stacks[1].ClearField("gradients")
+        r.stacks[1].placed_gradients = need_b
+        if segment is not None:
+            r.gradients_placement.segment = segment
+            r.gradients_placement.offset = offset
+            r.gradients_placement.length = length
+    v.expect("ApplyGradients placed, unknown segment", "ApplyGradients", v.apply_with(placed), "FAILED_PRECONDITION",
+             ["gradients_placement", "no segment attached to this process", "nothing was applied"])
+    v.expect("ApplyGradients placed, no placement", "ApplyGradients",
+             v.apply_with(lambda r: placed(r, segment=None)), "INVALID_ARGUMENT", ["gradients_placement: missing"])
+    v.expect("ApplyGradients placed, length differs", "ApplyGradients",
+             v.apply_with(lambda r: placed(r, length=need_b + 4)), "INVALID_ARGUMENT",
+             ["gradients_placement: length differs", str(need_b)])
+    v.expect("ApplyGradients placed and gradients", "ApplyGradients",
+             v.apply_with(lambda r: placed(r, keep=True)), "INVALID_ARGUMENT",
+             ["stacks[1]", "placed_gradients", "both set"])
+    v.expect("ApplyGradients placed, too large", "ApplyGradients",
+             v.apply_with(lambda r: setattr(r.stacks[1], "placed_gradients", 1 << 40)), "INVALID_ARGUMENT",
+             ["placed_gradients", "more than a segment holds"])
+    # A Lookup asking for a placement the process cannot honour (no such
+    # segment; an offset not a multiple of 64) is answered in the response.
+    for offset in (0, 8):
+        def place(r, offset=offset):
+            r.placement.segment, r.placement.offset, r.placement.length = bytes(16), offset, 1 << 20
+        got = v.stub.Lookup(v.lookup_with(place), timeout=30).SerializeToString()
+        env.check(got == v.before, "Lookup with an unknown placement (offset %d) answered in the response" % offset)
     # The same stack by row (StackGradients.row_gradients).
     for what, mutate, needles in row_cases(ROWS_PER_SC["b"], 16):
         v.expect("ApplyGradients by row: %s" % what, "ApplyGradients", v.apply_with(
