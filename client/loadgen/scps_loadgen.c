@@ -140,6 +140,7 @@ static int client_init(lg *g, int i, scps_error *err) {
   co.wire_format = o->wire_format;
   co.answer = o->answer;
   co.gradients = o->gradients;
+  co.shared_memory = o->shared_memory;
   co.ignore_checkpoint_due = true;
   co.own_connections = true;
   co.cq_threads = o->cq_threads;

@@ -37,6 +37,7 @@ typedef struct scps_loadgen_options {
   double warmup_s;       /* load first, unmeasured */
   scps_float_format wire_format;
   scps_answer_mode answer;    /* how servers answer lookups (0: auto) */
+  scps_shm_mode shared_memory; /* answers and gradients through shared memory (0: auto) */
   scps_gradient_mode gradients; /* how pushes send gradients (0: auto) */
   int64_t deadline_ms;        /* of each request, from when it is sent */
   int64_t connect_timeout_ms; /* of each client's creation */

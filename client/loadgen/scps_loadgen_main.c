@@ -50,6 +50,9 @@ static const char usage[] =
     "                         sample's with the partitions, or each server's distinct\n"
     "                         rows with their sums (default auto: by row where that takes\n"
     "                         at most 3/4 of the bytes by sample)\n"
+    "  --shared-memory M      auto or off: answers and gradients by sample through\n"
+    "                         memory shared with servers on this host that offer it\n"
+    "                         (default auto; off: every byte over the connections)\n"
     "  --deadline-ms MS       deadline of each request from when it is sent; a lookup\n"
     "                         retries UNAVAILABLE servers (and CANCELLED, from a\n"
     "                         draining server) within it (default 5000)\n"
@@ -145,6 +148,7 @@ int main(int argc, char **argv) {
                                        {"wire-format", required_argument, 0, 'W'},
                                        {"answer", required_argument, 0, 'A'},
                                        {"gradients", required_argument, 0, 'G'},
+                                       {"shared-memory", required_argument, 0, 'M'},
                                        {"deadline-ms", required_argument, 0, 'D'},
                                        {"connect-timeout-ms", required_argument, 0, 'T'},
                                        {"cq-threads", required_argument, 0, 'Q'},
@@ -207,6 +211,11 @@ int main(int argc, char **argv) {
     case 'G':
       if (scps_gradient_mode_from_name(optarg, &o.gradients))
         return bad_flag("--gradients '%s': expected auto, sample or row", optarg);
+      break;
+    case 'M':
+      if (strcmp(optarg, "auto") && strcmp(optarg, "off"))
+        return bad_flag("--shared-memory '%s': expected auto or off", optarg);
+      o.shared_memory = strcmp(optarg, "off") ? SCPS_SHM_AUTO : SCPS_SHM_OFF;
       break;
     case 'D':
       if (parse_int(optarg, 1, 86400000, &n))

@@ -49,6 +49,9 @@ static const char usage[] =
     "                       GetConfig at start, retrying (default 10000)\n"
     "  --wire-format F      activations and gradients on the wire: float32\n"
     "                       (default) or bfloat16 (half the bytes)\n"
+    "  --shared-memory M    auto (default): answers and gradients by sample\n"
+    "                       through memory shared with servers on this host\n"
+    "                       that offer it; off: all over the connections\n"
     "  --policy P           ids over a partition's limits (the servers' max_ids\n"
     "                       and max_unique_ids per partition): error (default)\n"
     "                       stops with a message naming the stack, partition and\n"
@@ -257,6 +260,7 @@ int main(int argc, char **argv) {
   long steps = 2000, eval_batches = 20, deadline = 30000, checkpoint_every = 0, connect_timeout = 10000;
   const char *checkpoint_dir = NULL;
   scps_float_format wire = SCPS_WIRE_FLOAT32;
+  scps_shm_mode shm = SCPS_SHM_AUTO;
   scps_limit_policy policy = SCPS_LIMIT_ERROR;
   scps_memtune_apply();
   double dense_lr = 0.003, logit_std = 1.5;
@@ -273,6 +277,7 @@ int main(int argc, char **argv) {
       {"checkpoint-dir", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
       {"version", no_argument, 0, 'V'},
       {"wire-format", required_argument, 0, 'W'}, {"connect-timeout-ms", required_argument, 0, 'T'},
+      {"shared-memory", required_argument, 0, 'M'},
       {"policy", required_argument, 0, 'P'},
       SCPS_SECURITY_LONG_OPTIONS,
       {0, 0, 0, 0}};
@@ -297,6 +302,13 @@ int main(int argc, char **argv) {
     case 'd': if (parse_long("--deadline-ms", optarg, 1, 86400000, &deadline)) return 2; break;
     case 'T': if (parse_long("--connect-timeout-ms", optarg, 1, 86400000, &connect_timeout)) return 2; break;
     case 'j': json = optarg; break;
+    case 'M':
+      if (strcmp(optarg, "auto") && strcmp(optarg, "off")) {
+        fprintf(stderr, "scps-trainer: --shared-memory '%s': expected auto or off\n", optarg);
+        return 2;
+      }
+      shm = strcmp(optarg, "off") ? SCPS_SHM_AUTO : SCPS_SHM_OFF;
+      break;
     case 'W':
       if (scps_float_format_from_name(optarg, &wire)) {
         fprintf(stderr, "scps-trainer: --wire-format '%s': expected float32 or bfloat16\n", optarg);
@@ -363,6 +375,7 @@ int main(int argc, char **argv) {
     co.expected_config = expected.buf;
     co.policy = policy;
     co.wire_format = wire;
+    co.shared_memory = shm;
     co.connect_timeout_ms = connect_timeout;
     co.security = sec.security;
     rc = scps_client_create(&co, &c, &err);
