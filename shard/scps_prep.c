@@ -206,6 +206,71 @@ static size_t count_not_one(const float *g, size_t n) {
   return other;
 }
 
+/* Where the walk writes, and what it knows of the stack. */
+typedef struct prep_walk {
+  uint32_t *rows, *samples, *src; /* src: NULL unless policy DROP */
+  float *g;
+  const float *sample_gain;
+  unsigned src_bits, row_shift;
+  uint64_t src_mask, sample_mask;
+} prep_walk;
+
+/* Walks n sorted keys: merges equal keys (a (row, sample) pair repeated in
+ * a sample) by adding their gains in key order and writes the COO arrays;
+ * cnt[src] gets the entries written in its low 32 bits and the distinct rows
+ * in its high 32 (a partition holds fewer than 2^32 entries), one
+ * read-modify-write per entry. A source's entry starts a new row when its
+ * row differs from that source's last one. With by_run (no two features of
+ * the stack share a table) a row's entries all come from one feature, in
+ * sample order, so their sources never decrease: comparing with the
+ * previous entry's row and source suffices, and last_row goes unused. mode
+ * and by_run are constants at every call, so each combination gets its own
+ * loop. Returns the entries written. */
+static inline __attribute__((always_inline)) size_t
+walk_sorted(const prep_walk *w, const uint64_t *keys, const float *gains, size_t n, uint64_t *cnt,
+            int64_t *last_row, const prep_gain_mode mode, const bool by_run) {
+  if (n == 0)
+    return 0;
+  uint32_t *rows = w->rows, *samples = w->samples, *out_src = w->src;
+  float *g = w->g;
+  const float *sample_gain = w->sample_gain;
+  const unsigned src_bits = w->src_bits, row_shift = w->row_shift;
+  const uint64_t src_mask = w->src_mask, sample_mask = w->sample_mask;
+  size_t m = 0;
+  uint64_t prev_key = ~keys[0]; /* differs from the first key */
+  uint32_t prev_row = ~(uint32_t)(keys[0] >> row_shift), prev_src = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint64_t k = keys[i];
+    uint32_t sample = (uint32_t)((k >> src_bits) & sample_mask);
+    float gain = mode == PREP_GAIN_UNIT         ? 1.0f
+                 : mode == PREP_GAIN_PER_SAMPLE ? sample_gain[sample]
+                                                : gains[i];
+    if (__builtin_expect(k == prev_key, 0)) {
+      g[m - 1] += gain;
+      continue;
+    }
+    uint32_t row = (uint32_t)(k >> row_shift), src = (uint32_t)(k & src_mask);
+    uint64_t fresh;
+    if (by_run) {
+      fresh = (row != prev_row) | (src != prev_src);
+      prev_row = row;
+      prev_src = src;
+    } else {
+      fresh = last_row[src] != (int64_t)row;
+      last_row[src] = row;
+    }
+    cnt[src] += 1 + (fresh << 32);
+    if (out_src)
+      out_src[m] = src;
+    rows[m] = row;
+    samples[m] = sample;
+    g[m] = gain;
+    m++;
+    prev_key = k;
+  }
+  return m;
+}
+
 static void job_partition(scps_prep *p, int item, prep_thread *t) {
   int32_t nsc = p->n;
   prep_stack *st = &p->stacks[item / nsc];
@@ -224,55 +289,39 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
     keys = st->keys_tmp + off;
   }
 
-  int64_t *ids = t->cnt_ids, *uniq = t->cnt_uniq;
-  memset(ids, 0, (size_t)nsc * sizeof *ids);
-  memset(uniq, 0, (size_t)nsc * sizeof *uniq);
-  uint32_t *rows = st->out_rows + off, *samples = st->out_samples + off;
-  float *g = st->out_gains + off;
-  uint32_t *out_src = st->out_src ? st->out_src + off : NULL;
-  unsigned src_bits = st->src_bits, row_shift = st->sample_bits + st->src_bits;
-  uint64_t src_mask = (UINT64_C(1) << src_bits) - 1;
-  uint64_t sample_mask = (UINT64_C(1) << st->sample_bits) - 1;
-  const float *sample_gain = st->sample_gain;
-  /* Rows arrive in order, but with several features per stack the sources
-   * of one row's samples repeat (each feature is split over all sources), so
-   * "new row" is tracked per source. */
+  uint64_t *cnt = t->cnt;
+  memset(cnt, 0, (size_t)nsc * sizeof *cnt);
   int64_t *last_row = t->last_row;
   for (int32_t s = 0; s < nsc; s++)
     last_row[s] = -1;
-  size_t m = 0;
-  uint64_t prev_key = 0;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t k = keys[i];
-    uint32_t sample = (uint32_t)((k >> src_bits) & sample_mask);
-    float gain = mode == PREP_GAIN_UNIT         ? 1.0f
-                 : mode == PREP_GAIN_PER_SAMPLE ? sample_gain[sample]
-                                                : gains[i];
-    if (m > 0 && k == prev_key) {
-      g[m - 1] += gain;
-      continue;
-    }
-    uint32_t row = (uint32_t)(k >> row_shift), src = (uint32_t)(k & src_mask);
-    ids[src]++;
-    if (last_row[src] != (int64_t)row) {
-      uniq[src]++;
-      last_row[src] = row;
-    }
-    if (out_src)
-      out_src[m] = src;
-    rows[m] = row;
-    samples[m] = sample;
-    g[m] = gain;
-    m++;
-    prev_key = k;
+  uint32_t *rows = st->out_rows + off, *samples = st->out_samples + off;
+  float *g = st->out_gains + off;
+  uint32_t *out_src = st->out_src ? st->out_src + off : NULL;
+  prep_walk w = {.rows = rows, .samples = samples, .src = out_src, .g = g,
+                 .sample_gain = st->sample_gain, .src_bits = st->src_bits,
+                 .row_shift = st->sample_bits + st->src_bits,
+                 .src_mask = (UINT64_C(1) << st->src_bits) - 1,
+                 .sample_mask = (UINT64_C(1) << st->sample_bits) - 1};
+  size_t m;
+  if (st->rows_by_run) {
+    m = mode == PREP_GAIN_UNIT ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_UNIT, true)
+        : mode == PREP_GAIN_PER_SAMPLE
+            ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_PER_SAMPLE, true)
+            : walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_PER_ENTRY, true);
+  } else {
+    m = mode == PREP_GAIN_UNIT ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_UNIT, false)
+        : mode == PREP_GAIN_PER_SAMPLE
+            ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_PER_SAMPLE, false)
+            : walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_PER_ENTRY, false);
   }
 
   bool over = false;
   for (int32_t s = 0; s < nsc; s++) {
     size_t cell = (size_t)s * (size_t)nsc + (size_t)dst;
-    st->part_ids[cell] = ids[s];
-    st->part_unique[cell] = uniq[s];
-    over |= ids[s] > st->run_max_ids || uniq[s] > st->run_max_unique;
+    int64_t ids = (int64_t)(cnt[s] & UINT32_MAX), uniq = (int64_t)(cnt[s] >> 32);
+    st->part_ids[cell] = ids;
+    st->part_unique[cell] = uniq;
+    over |= ids > st->run_max_ids || uniq > st->run_max_unique;
   }
   st->dst_drops[dst] = 0;
   if (over && p->opts.policy == SCPS_LIMIT_DROP) {
@@ -438,13 +487,12 @@ static int thread_init(scps_prep *p, prep_thread *t) {
   size_t nsc = (size_t)p->n;
   t->p = p;
   t->cursor = calloc(nsc, sizeof *t->cursor);
-  t->cnt_ids = calloc(nsc, sizeof *t->cnt_ids);
-  t->cnt_uniq = calloc(nsc, sizeof *t->cnt_uniq);
+  t->cnt = calloc(nsc, sizeof *t->cnt);
   t->kept_ids = calloc(nsc, sizeof *t->kept_ids);
   t->kept_uniq = calloc(nsc, sizeof *t->kept_uniq);
   t->last_row = calloc(nsc, sizeof *t->last_row);
   t->radix = malloc(sizeof *t->radix);
-  return t->cursor && t->cnt_ids && t->cnt_uniq && t->kept_ids && t->kept_uniq && t->last_row && t->radix ? 0 : SCPS_ENOMEM;
+  return t->cursor && t->cnt && t->kept_ids && t->kept_uniq && t->last_row && t->radix ? 0 : SCPS_ENOMEM;
 }
 
 static int stack_init(scps_prep *p, int s, scps_error *err) {
@@ -499,6 +547,10 @@ static int stack_init(scps_prep *p, int s, scps_error *err) {
     for (int64_t r = 0; r < b; r++)
       st->sample_src[off + r] = (uint32_t)(r * p->n / b);
   }
+  st->rows_by_run = true;
+  for (int k = 0; k < sl->n_features; k++)
+    for (int j = 0; j < k; j++)
+      st->rows_by_run &= l->features[sl->features[j]].table != l->features[sl->features[k]].table;
   unsigned row_bits = bits_for((uint64_t)sl->rows_per_sc - 1);
   st->sort_hi = row_bits + st->sample_bits + st->src_bits;
   st->sort_lo = ordered ? st->sample_bits + st->src_bits : 0;
@@ -604,8 +656,7 @@ void scps__prep_destroy(scps_prep *p) {
     for (int i = 0; i < p->n_threads; i++) {
       prep_thread *t = &p->threads[i];
       free(t->cursor);
-      free(t->cnt_ids);
-      free(t->cnt_uniq);
+      free(t->cnt);
       free(t->kept_ids);
       free(t->kept_uniq);
       free(t->last_row);

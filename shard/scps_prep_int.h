@@ -39,6 +39,7 @@ typedef struct prep_stack {
   unsigned src_bits;         /* low key bits holding the source SparseCore */
   unsigned sample_bits;      /* key bits above them holding the sample */
   unsigned sort_lo, sort_hi; /* key bits the radix sort looks at */
+  bool rows_by_run;          /* no two of its features read one table */
   uint32_t *sample_src;      /* [total_samples]: source SparseCore of each sample */
   float *sample_gain;        /* [total_samples], PREP_GAIN_PER_SAMPLE */
   prep_gain_mode gain_mode;  /* this run's */
@@ -63,8 +64,8 @@ typedef struct prep_thread {
   scps_prep *p;
   pthread_t thread;
   size_t *cursor;     /* [N] */
-  int64_t *cnt_ids;   /* [N]: per-source counts of the partition being walked, */
-  int64_t *cnt_uniq;  /* kept here rather than in shared rows (false sharing) */
+  uint64_t *cnt;      /* [N]: per-source counts of the partition being walked, */
+                      /* kept here rather than in shared rows (false sharing) */
   int64_t *kept_ids;  /* [N] */
   int64_t *kept_uniq; /* [N] */
   int64_t *last_row;  /* [N], -1: nothing kept yet */
