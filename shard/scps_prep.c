@@ -9,20 +9,25 @@
 #include "scps_prep_pool.h"
 #include "scps_radix.h"
 
-/* A run goes through three parallel phases, each a list of work items that
- * the calling thread and the pool's workers claim through an atomic counter:
- *   1. per feature: validate, build row offsets, count entries per destination;
- *   2. per feature: combiner gains, scatter (key, gain) into the stack's
- *      per-destination bucket (features in sample order, so every bucket is
- *      already ordered by sample);
- *   3. per (stack, destination): stable radix sort by row, merge duplicate
- *      (row, sample) pairs, count per source, drop, write the COO arrays.
- * A key is row | sample | src from high to low bits (src, the sample's source
- * SparseCore, is a function of the sample, so it does not change the order),
- * so sorted keys are in (row, sample) order and the walk needs no per-sample
- * lookup. Without weights all ids of a sample share one gain: 1 for sum
- * (nothing stored), else one value per sample; only weighted stacks carry a
- * gain per entry through the sort. */
+/* A run goes through parallel phases, each a list of work items that the
+ * calling thread and the pool's workers claim through an atomic counter:
+ *   1. per feature: check the shape and build row offsets;
+ *   2. per feature: check the ids, combiner gains, and write each entry's
+ *      key (and gain) at the entry's own position in its stack's array
+ *      (features in stack order, so the array is in sample order);
+ *   3. per stack: one stable radix sort by destination and row, which
+ *      leaves each destination's entries together and in (row, sample)
+ *      order; the destinations' bounds by binary search;
+ *   4. per (stack, destination): merge duplicate (row, sample) pairs, count
+ *      per source, drop, write the COO arrays.
+ * A key is dst | row | sample | src from high to low bits (src, the
+ * sample's source SparseCore, is a function of the sample, so it does not
+ * change the order), so sorted keys are in (row, sample) order within each
+ * destination and the walk needs no per-sample lookup. Sorting by
+ * destination in the radix passes replaces a separate scatter by
+ * destination: the ids are read once. Without weights all ids of a sample
+ * share one gain: 1 for sum (nothing stored), else one value per sample;
+ * only weighted stacks carry a gain per entry through the sort. */
 
 static unsigned bits_for(uint64_t max_value) {
   unsigned b = 0;
@@ -44,7 +49,7 @@ void scps__prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int it
   scps__prep_pool_run(p, lent_job, n_items);
 }
 
-/* ---- phase 1: validation and counting ---- */
+/* ---- phase 1: shapes ---- */
 
 
 /* Mod sharding constants, copied into locals so the hot loops do not reload
@@ -72,53 +77,50 @@ static inline uint64_t shard_of(prep_map m, uint64_t id, uint64_t rotation, uint
   return d >= m.n ? d - m.n : d;
 }
 
-static void job_validate(scps_prep *p, int f, prep_thread *t) {
+static void job_shape(scps_prep *p, int f, prep_thread *t) {
+  (void)t;
   prep_feature *pf = &p->features[f];
-  const scps_feature_input *in = &p->inputs[f];
   scps_error_clear(&pf->err);
-  pf->rc = scps__prep_check_shape(p, f, in, pf, &pf->err);
-  if (pf->rc != 0)
-    return;
-  /* Counting and the range check share one pass: an out-of-range id still
-   * maps to some destination in [0, N), and its counts are then discarded. */
-  size_t *cnt = t->cursor;
-  memset(cnt, 0, (size_t)p->n * sizeof *cnt);
-  const int64_t *ids = in->ids;
-  size_t n = in->n_ids;
-  uint64_t rot = (uint64_t)pf->rotation, vocab = pf->vocab;
-  prep_map m = map_of(p);
-  bool bad = false;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t q, id = (uint64_t)ids[i];
-    bad |= id >= vocab;
-    cnt[shard_of(m, id, rot, &q)]++;
-  }
-  pf->rc = bad ? scps__prep_check_bad_id(p, f, in, pf, &pf->err) : scps__prep_check_weights(p, f, in, pf, &pf->err);
-  if (pf->rc != 0)
-    return;
-  memcpy(&p->feat_counts[(size_t)f * (size_t)p->n], cnt, (size_t)p->n * sizeof *cnt);
+  pf->rc = scps__prep_check_shape(p, f, &p->inputs[f], pf, &pf->err);
 }
 
-/* ---- phase 2: gains and scatter ---- */
+/* Input f's ids and weights alone (its shape checked): for reporting, in
+ * feature order, an error that an earlier check would otherwise hide. */
+static int validate_ids(scps_prep *p, int f) {
+  prep_feature *pf = &p->features[f];
+  const scps_feature_input *in = &p->inputs[f];
+  bool bad = false;
+  for (size_t i = 0; i < in->n_ids; i++)
+    bad |= (uint64_t)in->ids[i] >= pf->vocab;
+  pf->rc = bad ? scps__prep_check_bad_id(p, f, in, pf, &pf->err)
+               : scps__prep_check_weights(p, f, in, pf, &pf->err);
+  return pf->rc;
+}
 
-static void job_scatter(scps_prep *p, int f, prep_thread *t) {
+/* ---- phase 2: ids, gains and keys ---- */
+
+/* Checking the range and writing keys share one pass: an out-of-range id
+ * still maps to some destination in [0, N), its key is written where it
+ * belongs and the run then fails. */
+static void job_keys(scps_prep *p, int f, prep_thread *t) {
+  (void)t;
   prep_feature *pf = &p->features[f];
   prep_stack *st = &p->stacks[pf->stack];
   const scps_feature_input *in = &p->inputs[f];
-  size_t *cur = t->cursor;
-  memcpy(cur, &p->feat_base[(size_t)f * (size_t)p->n], (size_t)p->n * sizeof *cur);
   const int64_t *ids = in->ids;
   const float *w = in->weights;
   const int64_t *o = pf->offs;
-  uint64_t *keys = st->keys;
-  float *gains = st->gains;
+  uint64_t *keys = st->keys + pf->key_base;
+  float *gains = st->gains + pf->key_base;
   const uint32_t *sample_src = st->sample_src;
   float *sample_gain = st->sample_gain;
   prep_gain_mode mode = st->gain_mode;
   unsigned row_shift = st->sample_bits + st->src_bits, src_bits = st->src_bits;
-  uint64_t rot = (uint64_t)pf->rotation;
+  unsigned dst_shift = st->dst_shift;
+  uint64_t rot = (uint64_t)pf->rotation, vocab = pf->vocab;
   uint64_t roff = pf->row_offset;
   prep_map m = map_of(p);
+  bool bad = false;
   for (int64_t r = 0; r < pf->batch; r++) {
     int64_t b = o[r], e = o[r + 1];
     if (b == e)
@@ -127,9 +129,10 @@ static void job_scatter(scps_prep *p, int f, prep_thread *t) {
     uint64_t low = (sample << src_bits) | sample_src[sample];
     if (mode == PREP_GAIN_UNIT) {
       for (int64_t i = b; i < e; i++) {
-        uint64_t q;
-        size_t pos = cur[shard_of(m, (uint64_t)ids[i], rot, &q)]++;
-        keys[pos] = ((q + roff) << row_shift) | low;
+        uint64_t q, id = (uint64_t)ids[i];
+        bad |= id >= vocab;
+        uint64_t dst = shard_of(m, id, rot, &q);
+        keys[i] = (dst << dst_shift) | ((q + roff) << row_shift) | low;
       }
       continue;
     }
@@ -149,16 +152,54 @@ static void job_scatter(scps_prep *p, int f, prep_thread *t) {
     if (mode == PREP_GAIN_PER_SAMPLE)
       sample_gain[sample] = (float)inv;
     for (int64_t i = b; i < e; i++) {
-      uint64_t q;
-      size_t pos = cur[shard_of(m, (uint64_t)ids[i], rot, &q)]++;
-      keys[pos] = ((q + roff) << row_shift) | low;
+      uint64_t q, id = (uint64_t)ids[i];
+      bad |= id >= vocab;
+      uint64_t dst = shard_of(m, id, rot, &q);
+      keys[i] = (dst << dst_shift) | ((q + roff) << row_shift) | low;
       if (mode == PREP_GAIN_PER_ENTRY)
-        gains[pos] = w ? (float)(w[i] * inv) : (float)inv;
+        gains[i] = w ? (float)(w[i] * inv) : (float)inv;
     }
+  }
+  pf->rc = bad ? scps__prep_check_bad_id(p, f, in, pf, &pf->err) : scps__prep_check_weights(p, f, in, pf, &pf->err);
+}
+
+/* ---- phase 3: sort ---- */
+
+static void job_sort(scps_prep *p, int s, prep_thread *t) {
+  prep_stack *st = &p->stacks[s];
+  size_t n = st->n_keys;
+  st->sorted_keys = st->keys;
+  st->sorted_gains = st->gains;
+  unsigned hi = st->sort_hi + st->dst_bits;
+  if (st->gain_mode == PREP_GAIN_PER_ENTRY) {
+    if (scps__radix_sort_kv(st->keys, st->gains, st->keys_tmp, st->gains_tmp, n, st->sort_lo, hi, t->radix)) {
+      st->sorted_keys = st->keys_tmp;
+      st->sorted_gains = st->gains_tmp;
+    }
+  } else if (scps__radix_sort_k(st->keys, st->keys_tmp, n, st->sort_lo, hi, t->radix)) {
+    st->sorted_keys = st->keys_tmp;
+  }
+  /* Destinations are the keys' top bits: each one's entries lie together. */
+  const uint64_t *k = st->sorted_keys;
+  size_t start = 0;
+  for (int32_t d = 0; d < p->n; d++) {
+    size_t lo = start, hi_i = n;
+    if (d == p->n - 1)
+      lo = n;
+    while (lo < hi_i) {
+      size_t mid = lo + (hi_i - lo) / 2;
+      if (k[mid] >> st->dst_shift <= (uint64_t)d)
+        lo = mid + 1;
+      else
+        hi_i = mid;
+    }
+    st->bucket_off[d] = start;
+    st->bucket_n[d] = lo - start;
+    start = lo;
   }
 }
 
-/* ---- phase 3: sort, merge, count, drop ---- */
+/* ---- phase 4: merge, count, drop ---- */
 
 static size_t drop_partition(const scps_prep *p, const prep_stack *st, prep_thread *t,
                              uint32_t *rows, uint32_t *samples, float *g, const uint32_t *src_of,
@@ -212,7 +253,7 @@ typedef struct prep_walk {
   float *g;
   const float *sample_gain;
   unsigned src_bits, row_shift;
-  uint64_t src_mask, sample_mask;
+  uint64_t src_mask, sample_mask, row_mask;
 } prep_walk;
 
 /* Walks n sorted keys: merges equal keys (a (row, sample) pair repeated in
@@ -235,10 +276,10 @@ walk_sorted(const prep_walk *w, const uint64_t *keys, const float *gains, size_t
   float *g = w->g;
   const float *sample_gain = w->sample_gain;
   const unsigned src_bits = w->src_bits, row_shift = w->row_shift;
-  const uint64_t src_mask = w->src_mask, sample_mask = w->sample_mask;
+  const uint64_t src_mask = w->src_mask, sample_mask = w->sample_mask, row_mask = w->row_mask;
   size_t m = 0;
   uint64_t prev_key = ~keys[0]; /* differs from the first key */
-  uint32_t prev_row = ~(uint32_t)(keys[0] >> row_shift), prev_src = 0;
+  uint32_t prev_row = ~(uint32_t)((keys[0] >> row_shift) & row_mask), prev_src = 0;
   for (size_t i = 0; i < n; i++) {
     uint64_t k = keys[i];
     uint32_t sample = (uint32_t)((k >> src_bits) & sample_mask);
@@ -249,7 +290,7 @@ walk_sorted(const prep_walk *w, const uint64_t *keys, const float *gains, size_t
       g[m - 1] += gain;
       continue;
     }
-    uint32_t row = (uint32_t)(k >> row_shift), src = (uint32_t)(k & src_mask);
+    uint32_t row = (uint32_t)((k >> row_shift) & row_mask), src = (uint32_t)(k & src_mask);
     uint64_t fresh;
     if (by_run) {
       fresh = (row != prev_row) | (src != prev_src);
@@ -276,18 +317,9 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
   prep_stack *st = &p->stacks[item / nsc];
   int32_t dst = item % nsc;
   size_t off = st->bucket_off[dst], n = st->bucket_n[dst];
-  uint64_t *keys = st->keys + off;
-  float *gains = st->gains + off;
+  const uint64_t *keys = st->sorted_keys + off;
+  const float *gains = st->sorted_gains + off;
   prep_gain_mode mode = st->gain_mode;
-  if (mode == PREP_GAIN_PER_ENTRY) {
-    if (scps__radix_sort_kv(keys, gains, st->keys_tmp + off, st->gains_tmp + off, n, st->sort_lo,
-                           st->sort_hi, t->radix)) {
-      keys = st->keys_tmp + off;
-      gains = st->gains_tmp + off;
-    }
-  } else if (scps__radix_sort_k(keys, st->keys_tmp + off, n, st->sort_lo, st->sort_hi, t->radix)) {
-    keys = st->keys_tmp + off;
-  }
 
   uint64_t *cnt = t->cnt;
   memset(cnt, 0, (size_t)nsc * sizeof *cnt);
@@ -301,7 +333,8 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
                  .sample_gain = st->sample_gain, .src_bits = st->src_bits,
                  .row_shift = st->sample_bits + st->src_bits,
                  .src_mask = (UINT64_C(1) << st->src_bits) - 1,
-                 .sample_mask = (UINT64_C(1) << st->sample_bits) - 1};
+                 .sample_mask = (UINT64_C(1) << st->sample_bits) - 1,
+                 .row_mask = (UINT64_C(1) << (st->sort_hi - st->sample_bits - st->src_bits)) - 1};
   size_t m;
   if (st->rows_by_run) {
     m = mode == PREP_GAIN_UNIT ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_UNIT, true)
@@ -380,10 +413,10 @@ static int reserve_stack(prep_stack *st, size_t need, bool with_src) {
   return 0;
 }
 
-/* Bucket layout: destination-major, features in stack (sample) order inside. */
-static int plan_buckets(scps_prep *p, scps_error *err) {
+/* Per stack: gain mode, buffers, and where each feature's keys start (its
+ * features in stack order, so the keys are in sample order). */
+static int plan_stacks(scps_prep *p, scps_error *err) {
   const scps_layout *l = p->layout;
-  size_t nsc = (size_t)p->n;
   for (int s = 0; s < p->n_stacks; s++) {
     const scps_stack_layout *sl = &l->stacks[s];
     prep_stack *st = &p->stacks[s];
@@ -391,6 +424,7 @@ static int plan_buckets(scps_prep *p, scps_error *err) {
     bool weighted = false, all_sum = true;
     for (int k = 0; k < sl->n_features; k++) {
       int f = sl->features[k];
+      p->features[f].key_base = (size_t)total;
       total += p->inputs[f].n_ids;
       weighted |= p->inputs[f].weights != NULL;
       all_sum &= p->features[f].combiner == SCPS_COMBINER_SUM;
@@ -404,16 +438,7 @@ static int plan_buckets(scps_prep *p, scps_error *err) {
     if (reserve_stack(st, (size_t)total, p->opts.policy == SCPS_LIMIT_DROP) != 0)
       return scps_error_set(err, SCPS_ENOMEM, "stack '%s': cannot allocate buffers for %llu ids",
                             sl->name, (unsigned long long)total);
-    size_t run = 0;
-    for (size_t d = 0; d < nsc; d++) {
-      st->bucket_off[d] = run;
-      for (int k = 0; k < sl->n_features; k++) {
-        size_t cell = (size_t)sl->features[k] * nsc + d;
-        p->feat_base[cell] = run;
-        run += p->feat_counts[cell];
-      }
-      st->bucket_n[d] = run - st->bucket_off[d];
-    }
+    st->n_keys = (size_t)total;
     st->run_max_ids = st->max_ids;
     st->run_max_unique = st->max_unique;
   }
@@ -450,27 +475,45 @@ static int finish_stats(scps_prep *p, scps_error *err) {
   return rc;
 }
 
+/* Fails the run with feature f's error. */
+static int fail_feature(scps_prep *p, int f, scps_error *err) {
+  reset_outputs(p);
+  if (err)
+    *err = p->features[f].err;
+  p->inputs = NULL;
+  return p->features[f].rc;
+}
+
+/* Errors are reported as if each feature were checked whole, in feature
+ * order, before the stacks are planned: a shape error or a plan error first
+ * looks for an id or weight error in the features before it. */
 int scps__prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *err) {
   if (!p || !inputs)
     return scps_error_set(err, SCPS_EINVAL, "scps__prep_run: %s is NULL", p ? "inputs" : "prep");
   p->inputs = inputs;
-  scps__prep_pool_run(p, job_validate, p->n_features);
+  scps__prep_pool_run(p, job_shape, p->n_features);
   for (int f = 0; f < p->n_features; f++) {
     if (p->features[f].rc != 0) {
-      reset_outputs(p);
-      if (err)
-        *err = p->features[f].err;
-      p->inputs = NULL;
-      return p->features[f].rc;
+      for (int e = 0; e < f; e++)
+        if (validate_ids(p, e) != 0)
+          return fail_feature(p, e, err);
+      return fail_feature(p, f, err);
     }
   }
-  int rc = plan_buckets(p, err);
+  int rc = plan_stacks(p, err);
   if (rc != 0) {
+    for (int f = 0; f < p->n_features; f++)
+      if (validate_ids(p, f) != 0)
+        return fail_feature(p, f, err);
     reset_outputs(p);
     p->inputs = NULL;
     return rc;
   }
-  scps__prep_pool_run(p, job_scatter, p->n_features);
+  scps__prep_pool_run(p, job_keys, p->n_features);
+  for (int f = 0; f < p->n_features; f++)
+    if (p->features[f].rc != 0)
+      return fail_feature(p, f, err);
+  scps__prep_pool_run(p, job_sort, p->n_stacks);
   scps__prep_pool_run(p, job_partition, p->n_stacks * p->n);
   p->inputs = NULL;
   rc = scps__prep_check_gains(p, err);
@@ -486,13 +529,12 @@ int scps__prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *e
 static int thread_init(scps_prep *p, prep_thread *t) {
   size_t nsc = (size_t)p->n;
   t->p = p;
-  t->cursor = calloc(nsc, sizeof *t->cursor);
   t->cnt = calloc(nsc, sizeof *t->cnt);
   t->kept_ids = calloc(nsc, sizeof *t->kept_ids);
   t->kept_uniq = calloc(nsc, sizeof *t->kept_uniq);
   t->last_row = calloc(nsc, sizeof *t->last_row);
   t->radix = malloc(sizeof *t->radix);
-  return t->cursor && t->cnt && t->kept_ids && t->kept_uniq && t->last_row && t->radix ? 0 : SCPS_ENOMEM;
+  return t->cnt && t->kept_ids && t->kept_uniq && t->last_row && t->radix ? 0 : SCPS_ENOMEM;
 }
 
 static int stack_init(scps_prep *p, int s, scps_error *err) {
@@ -554,10 +596,12 @@ static int stack_init(scps_prep *p, int s, scps_error *err) {
   unsigned row_bits = bits_for((uint64_t)sl->rows_per_sc - 1);
   st->sort_hi = row_bits + st->sample_bits + st->src_bits;
   st->sort_lo = ordered ? st->sample_bits + st->src_bits : 0;
-  if (st->sort_hi > 64)
+  st->dst_bits = st->src_bits;
+  st->dst_shift = p->n > 1 ? st->sort_hi : 0;
+  if (st->sort_hi + st->dst_bits > 64)
     return scps_error_set(err, SCPS_ERANGE,
-                          "stack '%s': %u row bits + %u sample bits + %u SparseCore bits exceed "
-                          "a 64-bit sort key",
+                          "stack '%s': %u row bits + %u sample bits + 2 x %u SparseCore bits "
+                          "exceed a 64-bit sort key",
                           sl->name, row_bits, st->sample_bits, st->src_bits);
   return 0;
 }
@@ -593,14 +637,11 @@ int scps__prep_create(const scps_layout *layout, const scps_prep_options *opts, 
   p->opts = o;
   p->n_features = layout->n_features;
   p->n_stacks = layout->n_stacks;
-  size_t nsc = (size_t)p->n;
   int rc = 0;
   p->features = calloc((size_t)p->n_features + 1, sizeof *p->features);
   p->stacks = calloc((size_t)p->n_stacks + 1, sizeof *p->stacks);
-  p->feat_counts = calloc((size_t)p->n_features * nsc + 1, sizeof *p->feat_counts);
-  p->feat_base = calloc((size_t)p->n_features * nsc + 1, sizeof *p->feat_base);
   p->threads = calloc((size_t)o.threads, sizeof *p->threads);
-  if (!p->features || !p->stacks || !p->feat_counts || !p->feat_base || !p->threads) {
+  if (!p->features || !p->stacks || !p->threads) {
     rc = scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: out of memory");
     goto fail;
   }
@@ -655,7 +696,6 @@ void scps__prep_destroy(scps_prep *p) {
   if (p->threads) {
     for (int i = 0; i < p->n_threads; i++) {
       prep_thread *t = &p->threads[i];
-      free(t->cursor);
       free(t->cnt);
       free(t->kept_ids);
       free(t->kept_uniq);
@@ -695,8 +735,6 @@ void scps__prep_destroy(scps_prep *p) {
   free(p->threads);
   free(p->features);
   free(p->stacks);
-  free(p->feat_counts);
-  free(p->feat_base);
   free(p);
 }
 
