@@ -99,15 +99,39 @@ static int validate_ids(scps_prep *p, int f) {
 
 /* ---- phase 2: ids, gains and keys ---- */
 
-/* Checking the range and writing keys share one pass: an out-of-range id
- * still maps to some destination in [0, N), its key is written where it
- * belongs and the run then fails. */
+/* Keys of ids[0..n) without their low bits: destination and row, each id
+ * checked against the vocabulary. Sample-blind and branch-free, so it
+ * vectorises (for a power-of-two N: no division). Returns whether an id was
+ * out of range: such an id still maps to some destination in [0, N), its key
+ * is written where it belongs and the run then fails. */
+static bool key_ids(const prep_feature *pf, const prep_stack *st, prep_map m, const int64_t *ids, size_t n,
+                    uint64_t *keys) {
+  unsigned row_shift = st->sample_bits + st->src_bits, dst_shift = st->dst_shift;
+  uint64_t rot = (uint64_t)pf->rotation, vocab = pf->vocab, roff = pf->row_offset;
+  uint64_t bad = 0; /* not bool: a bool reduction does not vectorise */
+  if (m.pow2) {
+    for (size_t i = 0; i < n; i++) {
+      uint64_t id = (uint64_t)ids[i];
+      bad |= (uint64_t)(id >= vocab);
+      uint64_t dst = ((id & m.mask) + rot) & m.mask, q = id >> m.shift;
+      keys[i] = (dst << dst_shift) | ((q + roff) << row_shift);
+    }
+    return bad != 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t q, id = (uint64_t)ids[i];
+    bad |= (uint64_t)(id >= vocab);
+    uint64_t dst = shard_of(m, id, rot, &q);
+    keys[i] = (dst << dst_shift) | ((q + roff) << row_shift);
+  }
+  return bad != 0;
+}
+
 static void job_keys(scps_prep *p, int f, prep_thread *t) {
   (void)t;
   prep_feature *pf = &p->features[f];
   prep_stack *st = &p->stacks[pf->stack];
   const scps_feature_input *in = &p->inputs[f];
-  const int64_t *ids = in->ids;
   const float *w = in->weights;
   const int64_t *o = pf->offs;
   uint64_t *keys = st->keys + pf->key_base;
@@ -115,27 +139,19 @@ static void job_keys(scps_prep *p, int f, prep_thread *t) {
   const uint32_t *sample_src = st->sample_src;
   float *sample_gain = st->sample_gain;
   prep_gain_mode mode = st->gain_mode;
-  unsigned row_shift = st->sample_bits + st->src_bits, src_bits = st->src_bits;
-  unsigned dst_shift = st->dst_shift;
-  uint64_t rot = (uint64_t)pf->rotation, vocab = pf->vocab;
-  uint64_t roff = pf->row_offset;
-  prep_map m = map_of(p);
-  bool bad = false;
+  unsigned src_bits = st->src_bits;
+  bool bad = key_ids(pf, st, map_of(p), in->ids, in->n_ids, keys);
+  /* Then sample by sample: the low bits, and the gains. */
   for (int64_t r = 0; r < pf->batch; r++) {
     int64_t b = o[r], e = o[r + 1];
     if (b == e)
       continue;
     uint64_t sample = pf->sample_offset + (uint64_t)r;
     uint64_t low = (sample << src_bits) | sample_src[sample];
-    if (mode == PREP_GAIN_UNIT) {
-      for (int64_t i = b; i < e; i++) {
-        uint64_t q, id = (uint64_t)ids[i];
-        bad |= id >= vocab;
-        uint64_t dst = shard_of(m, id, rot, &q);
-        keys[i] = (dst << dst_shift) | ((q + roff) << row_shift) | low;
-      }
+    for (int64_t i = b; i < e; i++)
+      keys[i] |= low;
+    if (mode == PREP_GAIN_UNIT)
       continue;
-    }
     double inv = 1.0;
     if (pf->combiner != SCPS_COMBINER_SUM) {
       double sum = 0.0;
@@ -151,14 +167,9 @@ static void job_keys(scps_prep *p, int f, prep_thread *t) {
     }
     if (mode == PREP_GAIN_PER_SAMPLE)
       sample_gain[sample] = (float)inv;
-    for (int64_t i = b; i < e; i++) {
-      uint64_t q, id = (uint64_t)ids[i];
-      bad |= id >= vocab;
-      uint64_t dst = shard_of(m, id, rot, &q);
-      keys[i] = (dst << dst_shift) | ((q + roff) << row_shift) | low;
-      if (mode == PREP_GAIN_PER_ENTRY)
+    else
+      for (int64_t i = b; i < e; i++)
         gains[i] = w ? (float)(w[i] * inv) : (float)inv;
-    }
   }
   pf->rc = bad ? scps__prep_check_bad_id(p, f, in, pf, &pf->err) : scps__prep_check_weights(p, f, in, pf, &pf->err);
 }
