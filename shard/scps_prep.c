@@ -379,25 +379,6 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
   st->bad_gain[dst] = bad < m ? bad : SIZE_MAX;
 }
 
-/* A whole stack on one thread: its keys, sort and partitions, while its
- * keys are still in that core's cache, in one hand-off of the pool rather
- * than one per phase. Where there are at least as many stacks as threads,
- * this loses no parallelism. A stack with a failed feature stops after its
- * keys: the run fails. */
-static void job_stack(scps_prep *p, int s, prep_thread *t) {
-  const scps_stack_layout *sl = &p->layout->stacks[s];
-  bool ok = true;
-  for (int k = 0; k < sl->n_features; k++) {
-    job_keys(p, sl->features[k], t);
-    ok &= p->features[sl->features[k]].rc == 0;
-  }
-  if (!ok)
-    return;
-  job_sort(p, s, t);
-  for (int32_t d = 0; d < p->n; d++)
-    job_partition(p, s * p->n + d, t);
-}
-
 /* ---- run ---- */
 
 static void reset_outputs(scps_prep *p) {
@@ -539,19 +520,12 @@ int scps__prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *e
     p->inputs = NULL;
     return rc;
   }
-  if (p->n_stacks >= p->n_threads) {
-    scps__prep_pool_run(p, job_stack, p->n_stacks);
-    for (int f = 0; f < p->n_features; f++)
-      if (p->features[f].rc != 0)
-        return fail_feature(p, f, err);
-  } else {
-    scps__prep_pool_run(p, job_keys, p->n_features);
-    for (int f = 0; f < p->n_features; f++)
-      if (p->features[f].rc != 0)
-        return fail_feature(p, f, err);
-    scps__prep_pool_run(p, job_sort, p->n_stacks);
-    scps__prep_pool_run(p, job_partition, p->n_stacks * p->n);
-  }
+  scps__prep_pool_run(p, job_keys, p->n_features);
+  for (int f = 0; f < p->n_features; f++)
+    if (p->features[f].rc != 0)
+      return fail_feature(p, f, err);
+  scps__prep_pool_run(p, job_sort, p->n_stacks);
+  scps__prep_pool_run(p, job_partition, p->n_stacks * p->n);
   p->inputs = NULL;
   rc = scps__prep_check_gains(p, err);
   if (rc != 0) {
