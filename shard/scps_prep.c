@@ -274,13 +274,13 @@ typedef struct prep_walk {
  * read-modify-write per entry. A source's entry starts a new row when its
  * row differs from that source's last one. With by_run (no two features of
  * the stack share a table) a row's entries all come from one feature, in
- * sample order, so their sources never decrease: comparing with the
- * previous entry's row and source suffices, and last_row goes unused. mode
- * and by_run are constants at every call, so each combination gets its own
- * loop. Returns the entries written. */
+ * sample order, so their sources never decrease: comparing the row and
+ * source bits with the previous entry's suffices, and last_row goes unused.
+ * mode, by_run and with_src are constants at every call, so each
+ * combination gets its own loop. Returns the entries written. */
 static inline __attribute__((always_inline)) size_t
 walk_sorted(const prep_walk *w, const uint64_t *keys, const float *gains, size_t n, uint64_t *cnt,
-            int64_t *last_row, const prep_gain_mode mode, const bool by_run) {
+            int64_t *last_row, const prep_gain_mode mode, const bool by_run, const bool with_src) {
   if (n == 0)
     return 0;
   uint32_t *rows = w->rows, *samples = w->samples, *out_src = w->src;
@@ -288,9 +288,10 @@ walk_sorted(const prep_walk *w, const uint64_t *keys, const float *gains, size_t
   const float *sample_gain = w->sample_gain;
   const unsigned src_bits = w->src_bits, row_shift = w->row_shift;
   const uint64_t src_mask = w->src_mask, sample_mask = w->sample_mask, row_mask = w->row_mask;
+  const uint64_t run_mask = (row_mask << row_shift) | src_mask; /* row and source bits */
   size_t m = 0;
   uint64_t prev_key = ~keys[0]; /* differs from the first key */
-  uint32_t prev_row = ~(uint32_t)((keys[0] >> row_shift) & row_mask), prev_src = 0;
+  uint64_t prev_run = ~keys[0] & run_mask;
   for (size_t i = 0; i < n; i++) {
     uint64_t k = keys[i];
     uint32_t sample = (uint32_t)((k >> src_bits) & sample_mask);
@@ -304,15 +305,15 @@ walk_sorted(const prep_walk *w, const uint64_t *keys, const float *gains, size_t
     uint32_t row = (uint32_t)((k >> row_shift) & row_mask), src = (uint32_t)(k & src_mask);
     uint64_t fresh;
     if (by_run) {
-      fresh = (row != prev_row) | (src != prev_src);
-      prev_row = row;
-      prev_src = src;
+      uint64_t run = k & run_mask;
+      fresh = run != prev_run;
+      prev_run = run;
     } else {
       fresh = last_row[src] != (int64_t)row;
       last_row[src] = row;
     }
     cnt[src] += 1 + (fresh << 32);
-    if (out_src)
+    if (with_src)
       out_src[m] = src;
     rows[m] = row;
     samples[m] = sample;
@@ -321,6 +322,21 @@ walk_sorted(const prep_walk *w, const uint64_t *keys, const float *gains, size_t
     prev_key = k;
   }
   return m;
+}
+
+/* walk_sorted with its constants picked from the run's. */
+static size_t walk_partition(const prep_walk *w, const uint64_t *keys, const float *gains, size_t n,
+                             uint64_t *cnt, int64_t *last_row, prep_gain_mode mode, bool by_run) {
+#define SCPS_PREP_WALK(M, R, S) walk_sorted(w, keys, gains, n, cnt, last_row, M, R, S)
+#define SCPS_PREP_WALK_MODES(R, S)                                                                 \
+  (mode == PREP_GAIN_UNIT         ? SCPS_PREP_WALK(PREP_GAIN_UNIT, R, S)                            \
+   : mode == PREP_GAIN_PER_SAMPLE ? SCPS_PREP_WALK(PREP_GAIN_PER_SAMPLE, R, S)                      \
+                                  : SCPS_PREP_WALK(PREP_GAIN_PER_ENTRY, R, S))
+  if (!w->src)
+    return by_run ? SCPS_PREP_WALK_MODES(true, false) : SCPS_PREP_WALK_MODES(false, false);
+  return by_run ? SCPS_PREP_WALK_MODES(true, true) : SCPS_PREP_WALK_MODES(false, true);
+#undef SCPS_PREP_WALK_MODES
+#undef SCPS_PREP_WALK
 }
 
 static void job_partition(scps_prep *p, int item, prep_thread *t) {
@@ -346,18 +362,7 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
                  .src_mask = (UINT64_C(1) << st->src_bits) - 1,
                  .sample_mask = (UINT64_C(1) << st->sample_bits) - 1,
                  .row_mask = (UINT64_C(1) << (st->sort_hi - st->sample_bits - st->src_bits)) - 1};
-  size_t m;
-  if (st->rows_by_run) {
-    m = mode == PREP_GAIN_UNIT ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_UNIT, true)
-        : mode == PREP_GAIN_PER_SAMPLE
-            ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_PER_SAMPLE, true)
-            : walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_PER_ENTRY, true);
-  } else {
-    m = mode == PREP_GAIN_UNIT ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_UNIT, false)
-        : mode == PREP_GAIN_PER_SAMPLE
-            ? walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_PER_SAMPLE, false)
-            : walk_sorted(&w, keys, gains, n, cnt, last_row, PREP_GAIN_PER_ENTRY, false);
-  }
+  size_t m = walk_partition(&w, keys, gains, n, cnt, last_row, mode, st->rows_by_run);
 
   bool over = false;
   for (int32_t s = 0; s < nsc; s++) {
