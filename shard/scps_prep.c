@@ -9,20 +9,25 @@
 #include "scps_prep_pool.h"
 #include "scps_radix.h"
 
-/* A run goes through three parallel phases, each a list of work items that
- * the calling thread and the pool's workers claim through an atomic counter:
- *   1. per feature: validate, build row offsets, count entries per destination;
- *   2. per feature: combiner gains, scatter (key, gain) into the stack's
- *      per-destination bucket (features in sample order, so every bucket is
- *      already ordered by sample);
- *   3. per (stack, destination): stable radix sort by row, merge duplicate
- *      (row, sample) pairs, count per source, drop, write the COO arrays.
- * A key is row | sample | src from high to low bits (src, the sample's source
- * SparseCore, is a function of the sample, so it does not change the order),
- * so sorted keys are in (row, sample) order and the walk needs no per-sample
- * lookup. Without weights all ids of a sample share one gain: 1 for sum
- * (nothing stored), else one value per sample; only weighted stacks carry a
- * gain per entry through the sort. */
+/* A run goes through parallel phases, each a list of work items that the
+ * calling thread and the pool's workers claim through an atomic counter:
+ *   1. per feature: check the shape and build row offsets;
+ *   2. per feature: check the ids, combiner gains, and write each entry's
+ *      key (and gain) at the entry's own position in its stack's array
+ *      (features in stack order, so the array is in sample order);
+ *   3. per stack: one stable radix sort by destination and row, which
+ *      leaves each destination's entries together and in (row, sample)
+ *      order; the destinations' bounds by binary search;
+ *   4. per (stack, destination): merge duplicate (row, sample) pairs, count
+ *      per source, drop, write the COO arrays.
+ * A key is dst | row | sample | src from high to low bits (src, the
+ * sample's source SparseCore, is a function of the sample, so it does not
+ * change the order), so sorted keys are in (row, sample) order within each
+ * destination and the walk needs no per-sample lookup. Sorting by
+ * destination in the radix passes replaces a separate scatter by
+ * destination: the ids are read once. Without weights all ids of a sample
+ * share one gain: 1 for sum (nothing stored), else one value per sample;
+ * only weighted stacks carry a gain per entry through the sort. */
 
 static unsigned bits_for(uint64_t max_value) {
   unsigned b = 0;
@@ -44,7 +49,7 @@ void scps__prep_parallel(scps_prep *p, int n_items, void (*fn)(void *ctx, int it
   scps__prep_pool_run(p, lent_job, n_items);
 }
 
-/* ---- phase 1: validation and counting ---- */
+/* ---- phase 1: shapes ---- */
 
 
 /* Mod sharding constants, copied into locals so the hot loops do not reload
@@ -72,67 +77,81 @@ static inline uint64_t shard_of(prep_map m, uint64_t id, uint64_t rotation, uint
   return d >= m.n ? d - m.n : d;
 }
 
-static void job_validate(scps_prep *p, int f, prep_thread *t) {
+static void job_shape(scps_prep *p, int f, prep_thread *t) {
+  (void)t;
   prep_feature *pf = &p->features[f];
-  const scps_feature_input *in = &p->inputs[f];
   scps_error_clear(&pf->err);
-  pf->rc = scps__prep_check_shape(p, f, in, pf, &pf->err);
-  if (pf->rc != 0)
-    return;
-  /* Counting and the range check share one pass: an out-of-range id still
-   * maps to some destination in [0, N), and its counts are then discarded. */
-  size_t *cnt = t->cursor;
-  memset(cnt, 0, (size_t)p->n * sizeof *cnt);
-  const int64_t *ids = in->ids;
-  size_t n = in->n_ids;
-  uint64_t rot = (uint64_t)pf->rotation, vocab = pf->vocab;
-  prep_map m = map_of(p);
-  bool bad = false;
-  for (size_t i = 0; i < n; i++) {
-    uint64_t q, id = (uint64_t)ids[i];
-    bad |= id >= vocab;
-    cnt[shard_of(m, id, rot, &q)]++;
-  }
-  pf->rc = bad ? scps__prep_check_bad_id(p, f, in, pf, &pf->err) : scps__prep_check_weights(p, f, in, pf, &pf->err);
-  if (pf->rc != 0)
-    return;
-  memcpy(&p->feat_counts[(size_t)f * (size_t)p->n], cnt, (size_t)p->n * sizeof *cnt);
+  pf->rc = scps__prep_check_shape(p, f, &p->inputs[f], pf, &pf->err);
 }
 
-/* ---- phase 2: gains and scatter ---- */
+/* Input f's ids and weights alone (its shape checked): for reporting, in
+ * feature order, an error that an earlier check would otherwise hide. */
+static int validate_ids(scps_prep *p, int f) {
+  prep_feature *pf = &p->features[f];
+  const scps_feature_input *in = &p->inputs[f];
+  bool bad = false;
+  for (size_t i = 0; i < in->n_ids; i++)
+    bad |= (uint64_t)in->ids[i] >= pf->vocab;
+  pf->rc = bad ? scps__prep_check_bad_id(p, f, in, pf, &pf->err)
+               : scps__prep_check_weights(p, f, in, pf, &pf->err);
+  return pf->rc;
+}
 
-static void job_scatter(scps_prep *p, int f, prep_thread *t) {
+/* ---- phase 2: ids, gains and keys ---- */
+
+/* Keys of ids[0..n) without their low bits: destination and row, each id
+ * checked against the vocabulary. Sample-blind and branch-free, so it
+ * vectorises (for a power-of-two N: no division). Returns whether an id was
+ * out of range: such an id still maps to some destination in [0, N), its key
+ * is written where it belongs and the run then fails. */
+static bool key_ids(const prep_feature *pf, const prep_stack *st, prep_map m, const int64_t *ids, size_t n,
+                    uint64_t *keys) {
+  unsigned row_shift = st->sample_bits + st->src_bits, dst_shift = st->dst_shift;
+  uint64_t rot = (uint64_t)pf->rotation, vocab = pf->vocab, roff = pf->row_offset;
+  uint64_t bad = 0; /* not bool: a bool reduction does not vectorise */
+  if (m.pow2) {
+    for (size_t i = 0; i < n; i++) {
+      uint64_t id = (uint64_t)ids[i];
+      bad |= (uint64_t)(id >= vocab);
+      uint64_t dst = ((id & m.mask) + rot) & m.mask, q = id >> m.shift;
+      keys[i] = (dst << dst_shift) | ((q + roff) << row_shift);
+    }
+    return bad != 0;
+  }
+  for (size_t i = 0; i < n; i++) {
+    uint64_t q, id = (uint64_t)ids[i];
+    bad |= (uint64_t)(id >= vocab);
+    uint64_t dst = shard_of(m, id, rot, &q);
+    keys[i] = (dst << dst_shift) | ((q + roff) << row_shift);
+  }
+  return bad != 0;
+}
+
+static void job_keys(scps_prep *p, int f, prep_thread *t) {
+  (void)t;
   prep_feature *pf = &p->features[f];
   prep_stack *st = &p->stacks[pf->stack];
   const scps_feature_input *in = &p->inputs[f];
-  size_t *cur = t->cursor;
-  memcpy(cur, &p->feat_base[(size_t)f * (size_t)p->n], (size_t)p->n * sizeof *cur);
-  const int64_t *ids = in->ids;
   const float *w = in->weights;
   const int64_t *o = pf->offs;
-  uint64_t *keys = st->keys;
-  float *gains = st->gains;
+  uint64_t *keys = st->keys + pf->key_base;
+  float *gains = st->gains + pf->key_base;
   const uint32_t *sample_src = st->sample_src;
   float *sample_gain = st->sample_gain;
   prep_gain_mode mode = st->gain_mode;
-  unsigned row_shift = st->sample_bits + st->src_bits, src_bits = st->src_bits;
-  uint64_t rot = (uint64_t)pf->rotation;
-  uint64_t roff = pf->row_offset;
-  prep_map m = map_of(p);
+  unsigned src_bits = st->src_bits;
+  bool bad = key_ids(pf, st, map_of(p), in->ids, in->n_ids, keys);
+  /* Then sample by sample: the low bits, and the gains. */
   for (int64_t r = 0; r < pf->batch; r++) {
     int64_t b = o[r], e = o[r + 1];
     if (b == e)
       continue;
     uint64_t sample = pf->sample_offset + (uint64_t)r;
     uint64_t low = (sample << src_bits) | sample_src[sample];
-    if (mode == PREP_GAIN_UNIT) {
-      for (int64_t i = b; i < e; i++) {
-        uint64_t q;
-        size_t pos = cur[shard_of(m, (uint64_t)ids[i], rot, &q)]++;
-        keys[pos] = ((q + roff) << row_shift) | low;
-      }
+    for (int64_t i = b; i < e; i++)
+      keys[i] |= low;
+    if (mode == PREP_GAIN_UNIT)
       continue;
-    }
     double inv = 1.0;
     if (pf->combiner != SCPS_COMBINER_SUM) {
       double sum = 0.0;
@@ -148,17 +167,50 @@ static void job_scatter(scps_prep *p, int f, prep_thread *t) {
     }
     if (mode == PREP_GAIN_PER_SAMPLE)
       sample_gain[sample] = (float)inv;
-    for (int64_t i = b; i < e; i++) {
-      uint64_t q;
-      size_t pos = cur[shard_of(m, (uint64_t)ids[i], rot, &q)]++;
-      keys[pos] = ((q + roff) << row_shift) | low;
-      if (mode == PREP_GAIN_PER_ENTRY)
-        gains[pos] = w ? (float)(w[i] * inv) : (float)inv;
+    else
+      for (int64_t i = b; i < e; i++)
+        gains[i] = w ? (float)(w[i] * inv) : (float)inv;
+  }
+  pf->rc = bad ? scps__prep_check_bad_id(p, f, in, pf, &pf->err) : scps__prep_check_weights(p, f, in, pf, &pf->err);
+}
+
+/* ---- phase 3: sort ---- */
+
+static void job_sort(scps_prep *p, int s, prep_thread *t) {
+  prep_stack *st = &p->stacks[s];
+  size_t n = st->n_keys;
+  st->sorted_keys = st->keys;
+  st->sorted_gains = st->gains;
+  unsigned hi = st->sort_hi + st->dst_bits;
+  if (st->gain_mode == PREP_GAIN_PER_ENTRY) {
+    if (scps__radix_sort_kv(st->keys, st->gains, st->keys_tmp, st->gains_tmp, n, st->sort_lo, hi, t->radix)) {
+      st->sorted_keys = st->keys_tmp;
+      st->sorted_gains = st->gains_tmp;
     }
+  } else if (scps__radix_sort_k(st->keys, st->keys_tmp, n, st->sort_lo, hi, t->radix)) {
+    st->sorted_keys = st->keys_tmp;
+  }
+  /* Destinations are the keys' top bits: each one's entries lie together. */
+  const uint64_t *k = st->sorted_keys;
+  size_t start = 0;
+  for (int32_t d = 0; d < p->n; d++) {
+    size_t lo = start, hi_i = n;
+    if (d == p->n - 1)
+      lo = n;
+    while (lo < hi_i) {
+      size_t mid = lo + (hi_i - lo) / 2;
+      if (k[mid] >> st->dst_shift <= (uint64_t)d)
+        lo = mid + 1;
+      else
+        hi_i = mid;
+    }
+    st->bucket_off[d] = start;
+    st->bucket_n[d] = lo - start;
+    start = lo;
   }
 }
 
-/* ---- phase 3: sort, merge, count, drop ---- */
+/* ---- phase 4: merge, count, drop ---- */
 
 static size_t drop_partition(const scps_prep *p, const prep_stack *st, prep_thread *t,
                              uint32_t *rows, uint32_t *samples, float *g, const uint32_t *src_of,
@@ -206,59 +258,62 @@ static size_t count_not_one(const float *g, size_t n) {
   return other;
 }
 
-static void job_partition(scps_prep *p, int item, prep_thread *t) {
-  int32_t nsc = p->n;
-  prep_stack *st = &p->stacks[item / nsc];
-  int32_t dst = item % nsc;
-  size_t off = st->bucket_off[dst], n = st->bucket_n[dst];
-  uint64_t *keys = st->keys + off;
-  float *gains = st->gains + off;
-  prep_gain_mode mode = st->gain_mode;
-  if (mode == PREP_GAIN_PER_ENTRY) {
-    if (scps__radix_sort_kv(keys, gains, st->keys_tmp + off, st->gains_tmp + off, n, st->sort_lo,
-                           st->sort_hi, t->radix)) {
-      keys = st->keys_tmp + off;
-      gains = st->gains_tmp + off;
-    }
-  } else if (scps__radix_sort_k(keys, st->keys_tmp + off, n, st->sort_lo, st->sort_hi, t->radix)) {
-    keys = st->keys_tmp + off;
-  }
+/* Where the walk writes, and what it knows of the stack. */
+typedef struct prep_walk {
+  uint32_t *rows, *samples, *src; /* src: NULL unless policy DROP */
+  float *g;
+  const float *sample_gain;
+  unsigned src_bits, row_shift;
+  uint64_t src_mask, sample_mask, row_mask;
+} prep_walk;
 
-  int64_t *ids = t->cnt_ids, *uniq = t->cnt_uniq;
-  memset(ids, 0, (size_t)nsc * sizeof *ids);
-  memset(uniq, 0, (size_t)nsc * sizeof *uniq);
-  uint32_t *rows = st->out_rows + off, *samples = st->out_samples + off;
-  float *g = st->out_gains + off;
-  uint32_t *out_src = st->out_src ? st->out_src + off : NULL;
-  unsigned src_bits = st->src_bits, row_shift = st->sample_bits + st->src_bits;
-  uint64_t src_mask = (UINT64_C(1) << src_bits) - 1;
-  uint64_t sample_mask = (UINT64_C(1) << st->sample_bits) - 1;
-  const float *sample_gain = st->sample_gain;
-  /* Rows arrive in order, but with several features per stack the sources
-   * of one row's samples repeat (each feature is split over all sources), so
-   * "new row" is tracked per source. */
-  int64_t *last_row = t->last_row;
-  for (int32_t s = 0; s < nsc; s++)
-    last_row[s] = -1;
+/* Walks n sorted keys: merges equal keys (a (row, sample) pair repeated in
+ * a sample) by adding their gains in key order and writes the COO arrays;
+ * cnt[src] gets the entries written in its low 32 bits and the distinct rows
+ * in its high 32 (a partition holds fewer than 2^32 entries), one
+ * read-modify-write per entry. A source's entry starts a new row when its
+ * row differs from that source's last one. With by_run (no two features of
+ * the stack share a table) a row's entries all come from one feature, in
+ * sample order, so their sources never decrease: comparing the row and
+ * source bits with the previous entry's suffices, and last_row goes unused.
+ * mode, by_run and with_src are constants at every call, so each
+ * combination gets its own loop. Returns the entries written. */
+static inline __attribute__((always_inline)) size_t
+walk_sorted(const prep_walk *w, const uint64_t *keys, const float *gains, size_t n, uint64_t *cnt,
+            int64_t *last_row, const prep_gain_mode mode, const bool by_run, const bool with_src) {
+  if (n == 0)
+    return 0;
+  uint32_t *rows = w->rows, *samples = w->samples, *out_src = w->src;
+  float *g = w->g;
+  const float *sample_gain = w->sample_gain;
+  const unsigned src_bits = w->src_bits, row_shift = w->row_shift;
+  const uint64_t src_mask = w->src_mask, sample_mask = w->sample_mask, row_mask = w->row_mask;
+  const uint64_t run_mask = (row_mask << row_shift) | src_mask; /* row and source bits */
   size_t m = 0;
-  uint64_t prev_key = 0;
+  uint64_t prev_key = ~keys[0]; /* differs from the first key */
+  uint64_t prev_run = ~keys[0] & run_mask;
   for (size_t i = 0; i < n; i++) {
     uint64_t k = keys[i];
     uint32_t sample = (uint32_t)((k >> src_bits) & sample_mask);
     float gain = mode == PREP_GAIN_UNIT         ? 1.0f
                  : mode == PREP_GAIN_PER_SAMPLE ? sample_gain[sample]
                                                 : gains[i];
-    if (m > 0 && k == prev_key) {
+    if (__builtin_expect(k == prev_key, 0)) {
       g[m - 1] += gain;
       continue;
     }
-    uint32_t row = (uint32_t)(k >> row_shift), src = (uint32_t)(k & src_mask);
-    ids[src]++;
-    if (last_row[src] != (int64_t)row) {
-      uniq[src]++;
+    uint32_t row = (uint32_t)((k >> row_shift) & row_mask), src = (uint32_t)(k & src_mask);
+    uint64_t fresh;
+    if (by_run) {
+      uint64_t run = k & run_mask;
+      fresh = run != prev_run;
+      prev_run = run;
+    } else {
+      fresh = last_row[src] != (int64_t)row;
       last_row[src] = row;
     }
-    if (out_src)
+    cnt[src] += 1 + (fresh << 32);
+    if (with_src)
       out_src[m] = src;
     rows[m] = row;
     samples[m] = sample;
@@ -266,13 +321,56 @@ static void job_partition(scps_prep *p, int item, prep_thread *t) {
     m++;
     prev_key = k;
   }
+  return m;
+}
+
+/* walk_sorted with its constants picked from the run's. */
+static size_t walk_partition(const prep_walk *w, const uint64_t *keys, const float *gains, size_t n,
+                             uint64_t *cnt, int64_t *last_row, prep_gain_mode mode, bool by_run) {
+#define SCPS_PREP_WALK(M, R, S) walk_sorted(w, keys, gains, n, cnt, last_row, M, R, S)
+#define SCPS_PREP_WALK_MODES(R, S)                                                                 \
+  (mode == PREP_GAIN_UNIT         ? SCPS_PREP_WALK(PREP_GAIN_UNIT, R, S)                            \
+   : mode == PREP_GAIN_PER_SAMPLE ? SCPS_PREP_WALK(PREP_GAIN_PER_SAMPLE, R, S)                      \
+                                  : SCPS_PREP_WALK(PREP_GAIN_PER_ENTRY, R, S))
+  if (!w->src)
+    return by_run ? SCPS_PREP_WALK_MODES(true, false) : SCPS_PREP_WALK_MODES(false, false);
+  return by_run ? SCPS_PREP_WALK_MODES(true, true) : SCPS_PREP_WALK_MODES(false, true);
+#undef SCPS_PREP_WALK_MODES
+#undef SCPS_PREP_WALK
+}
+
+static void job_partition(scps_prep *p, int item, prep_thread *t) {
+  int32_t nsc = p->n;
+  prep_stack *st = &p->stacks[item / nsc];
+  int32_t dst = item % nsc;
+  size_t off = st->bucket_off[dst], n = st->bucket_n[dst];
+  const uint64_t *keys = st->sorted_keys + off;
+  const float *gains = st->sorted_gains + off;
+  prep_gain_mode mode = st->gain_mode;
+
+  uint64_t *cnt = t->cnt;
+  memset(cnt, 0, (size_t)nsc * sizeof *cnt);
+  int64_t *last_row = t->last_row;
+  for (int32_t s = 0; s < nsc; s++)
+    last_row[s] = -1;
+  uint32_t *rows = st->out_rows + off, *samples = st->out_samples + off;
+  float *g = st->out_gains + off;
+  uint32_t *out_src = st->out_src ? st->out_src + off : NULL;
+  prep_walk w = {.rows = rows, .samples = samples, .src = out_src, .g = g,
+                 .sample_gain = st->sample_gain, .src_bits = st->src_bits,
+                 .row_shift = st->sample_bits + st->src_bits,
+                 .src_mask = (UINT64_C(1) << st->src_bits) - 1,
+                 .sample_mask = (UINT64_C(1) << st->sample_bits) - 1,
+                 .row_mask = (UINT64_C(1) << (st->sort_hi - st->sample_bits - st->src_bits)) - 1};
+  size_t m = walk_partition(&w, keys, gains, n, cnt, last_row, mode, st->rows_by_run);
 
   bool over = false;
   for (int32_t s = 0; s < nsc; s++) {
     size_t cell = (size_t)s * (size_t)nsc + (size_t)dst;
-    st->part_ids[cell] = ids[s];
-    st->part_unique[cell] = uniq[s];
-    over |= ids[s] > st->run_max_ids || uniq[s] > st->run_max_unique;
+    int64_t ids = (int64_t)(cnt[s] & UINT32_MAX), uniq = (int64_t)(cnt[s] >> 32);
+    st->part_ids[cell] = ids;
+    st->part_unique[cell] = uniq;
+    over |= ids > st->run_max_ids || uniq > st->run_max_unique;
   }
   st->dst_drops[dst] = 0;
   if (over && p->opts.policy == SCPS_LIMIT_DROP) {
@@ -331,10 +429,10 @@ static int reserve_stack(prep_stack *st, size_t need, bool with_src) {
   return 0;
 }
 
-/* Bucket layout: destination-major, features in stack (sample) order inside. */
-static int plan_buckets(scps_prep *p, scps_error *err) {
+/* Per stack: gain mode, buffers, and where each feature's keys start (its
+ * features in stack order, so the keys are in sample order). */
+static int plan_stacks(scps_prep *p, scps_error *err) {
   const scps_layout *l = p->layout;
-  size_t nsc = (size_t)p->n;
   for (int s = 0; s < p->n_stacks; s++) {
     const scps_stack_layout *sl = &l->stacks[s];
     prep_stack *st = &p->stacks[s];
@@ -342,6 +440,7 @@ static int plan_buckets(scps_prep *p, scps_error *err) {
     bool weighted = false, all_sum = true;
     for (int k = 0; k < sl->n_features; k++) {
       int f = sl->features[k];
+      p->features[f].key_base = (size_t)total;
       total += p->inputs[f].n_ids;
       weighted |= p->inputs[f].weights != NULL;
       all_sum &= p->features[f].combiner == SCPS_COMBINER_SUM;
@@ -355,16 +454,7 @@ static int plan_buckets(scps_prep *p, scps_error *err) {
     if (reserve_stack(st, (size_t)total, p->opts.policy == SCPS_LIMIT_DROP) != 0)
       return scps_error_set(err, SCPS_ENOMEM, "stack '%s': cannot allocate buffers for %llu ids",
                             sl->name, (unsigned long long)total);
-    size_t run = 0;
-    for (size_t d = 0; d < nsc; d++) {
-      st->bucket_off[d] = run;
-      for (int k = 0; k < sl->n_features; k++) {
-        size_t cell = (size_t)sl->features[k] * nsc + d;
-        p->feat_base[cell] = run;
-        run += p->feat_counts[cell];
-      }
-      st->bucket_n[d] = run - st->bucket_off[d];
-    }
+    st->n_keys = (size_t)total;
     st->run_max_ids = st->max_ids;
     st->run_max_unique = st->max_unique;
   }
@@ -401,27 +491,45 @@ static int finish_stats(scps_prep *p, scps_error *err) {
   return rc;
 }
 
+/* Fails the run with feature f's error. */
+static int fail_feature(scps_prep *p, int f, scps_error *err) {
+  reset_outputs(p);
+  if (err)
+    *err = p->features[f].err;
+  p->inputs = NULL;
+  return p->features[f].rc;
+}
+
+/* Errors are reported as if each feature were checked whole, in feature
+ * order, before the stacks are planned: a shape error or a plan error first
+ * looks for an id or weight error in the features before it. */
 int scps__prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *err) {
   if (!p || !inputs)
     return scps_error_set(err, SCPS_EINVAL, "scps__prep_run: %s is NULL", p ? "inputs" : "prep");
   p->inputs = inputs;
-  scps__prep_pool_run(p, job_validate, p->n_features);
+  scps__prep_pool_run(p, job_shape, p->n_features);
   for (int f = 0; f < p->n_features; f++) {
     if (p->features[f].rc != 0) {
-      reset_outputs(p);
-      if (err)
-        *err = p->features[f].err;
-      p->inputs = NULL;
-      return p->features[f].rc;
+      for (int e = 0; e < f; e++)
+        if (validate_ids(p, e) != 0)
+          return fail_feature(p, e, err);
+      return fail_feature(p, f, err);
     }
   }
-  int rc = plan_buckets(p, err);
+  int rc = plan_stacks(p, err);
   if (rc != 0) {
+    for (int f = 0; f < p->n_features; f++)
+      if (validate_ids(p, f) != 0)
+        return fail_feature(p, f, err);
     reset_outputs(p);
     p->inputs = NULL;
     return rc;
   }
-  scps__prep_pool_run(p, job_scatter, p->n_features);
+  scps__prep_pool_run(p, job_keys, p->n_features);
+  for (int f = 0; f < p->n_features; f++)
+    if (p->features[f].rc != 0)
+      return fail_feature(p, f, err);
+  scps__prep_pool_run(p, job_sort, p->n_stacks);
   scps__prep_pool_run(p, job_partition, p->n_stacks * p->n);
   p->inputs = NULL;
   rc = scps__prep_check_gains(p, err);
@@ -437,14 +545,12 @@ int scps__prep_run(scps_prep *p, const scps_feature_input *inputs, scps_error *e
 static int thread_init(scps_prep *p, prep_thread *t) {
   size_t nsc = (size_t)p->n;
   t->p = p;
-  t->cursor = calloc(nsc, sizeof *t->cursor);
-  t->cnt_ids = calloc(nsc, sizeof *t->cnt_ids);
-  t->cnt_uniq = calloc(nsc, sizeof *t->cnt_uniq);
+  t->cnt = calloc(nsc, sizeof *t->cnt);
   t->kept_ids = calloc(nsc, sizeof *t->kept_ids);
   t->kept_uniq = calloc(nsc, sizeof *t->kept_uniq);
   t->last_row = calloc(nsc, sizeof *t->last_row);
   t->radix = malloc(sizeof *t->radix);
-  return t->cursor && t->cnt_ids && t->cnt_uniq && t->kept_ids && t->kept_uniq && t->last_row && t->radix ? 0 : SCPS_ENOMEM;
+  return t->cnt && t->kept_ids && t->kept_uniq && t->last_row && t->radix ? 0 : SCPS_ENOMEM;
 }
 
 static int stack_init(scps_prep *p, int s, scps_error *err) {
@@ -499,13 +605,19 @@ static int stack_init(scps_prep *p, int s, scps_error *err) {
     for (int64_t r = 0; r < b; r++)
       st->sample_src[off + r] = (uint32_t)(r * p->n / b);
   }
+  st->rows_by_run = true;
+  for (int k = 0; k < sl->n_features; k++)
+    for (int j = 0; j < k; j++)
+      st->rows_by_run &= l->features[sl->features[j]].table != l->features[sl->features[k]].table;
   unsigned row_bits = bits_for((uint64_t)sl->rows_per_sc - 1);
   st->sort_hi = row_bits + st->sample_bits + st->src_bits;
   st->sort_lo = ordered ? st->sample_bits + st->src_bits : 0;
-  if (st->sort_hi > 64)
+  st->dst_bits = st->src_bits;
+  st->dst_shift = p->n > 1 ? st->sort_hi : 0;
+  if (st->sort_hi + st->dst_bits > 64)
     return scps_error_set(err, SCPS_ERANGE,
-                          "stack '%s': %u row bits + %u sample bits + %u SparseCore bits exceed "
-                          "a 64-bit sort key",
+                          "stack '%s': %u row bits + %u sample bits + 2 x %u SparseCore bits "
+                          "exceed a 64-bit sort key",
                           sl->name, row_bits, st->sample_bits, st->src_bits);
   return 0;
 }
@@ -541,14 +653,11 @@ int scps__prep_create(const scps_layout *layout, const scps_prep_options *opts, 
   p->opts = o;
   p->n_features = layout->n_features;
   p->n_stacks = layout->n_stacks;
-  size_t nsc = (size_t)p->n;
   int rc = 0;
   p->features = calloc((size_t)p->n_features + 1, sizeof *p->features);
   p->stacks = calloc((size_t)p->n_stacks + 1, sizeof *p->stacks);
-  p->feat_counts = calloc((size_t)p->n_features * nsc + 1, sizeof *p->feat_counts);
-  p->feat_base = calloc((size_t)p->n_features * nsc + 1, sizeof *p->feat_base);
   p->threads = calloc((size_t)o.threads, sizeof *p->threads);
-  if (!p->features || !p->stacks || !p->feat_counts || !p->feat_base || !p->threads) {
+  if (!p->features || !p->stacks || !p->threads) {
     rc = scps_error_set(err, SCPS_ENOMEM, "scps__prep_create: out of memory");
     goto fail;
   }
@@ -603,9 +712,7 @@ void scps__prep_destroy(scps_prep *p) {
   if (p->threads) {
     for (int i = 0; i < p->n_threads; i++) {
       prep_thread *t = &p->threads[i];
-      free(t->cursor);
-      free(t->cnt_ids);
-      free(t->cnt_uniq);
+      free(t->cnt);
       free(t->kept_ids);
       free(t->kept_uniq);
       free(t->last_row);
@@ -644,8 +751,6 @@ void scps__prep_destroy(scps_prep *p) {
   free(p->threads);
   free(p->features);
   free(p->stacks);
-  free(p->feat_counts);
-  free(p->feat_base);
   free(p);
 }
 

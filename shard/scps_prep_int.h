@@ -23,6 +23,7 @@ typedef struct prep_feature {
   scps_combiner combiner;
   int64_t *offs_scratch; /* [batch+1]: offsets built from lengths, dense or sparse input */
   /* Per run. */
+  size_t key_base; /* first of its entries in its stack's keys */
   const int64_t *offs;
   int rc;
   scps_error err;
@@ -38,14 +39,18 @@ typedef struct prep_stack {
   uint32_t total_samples;
   unsigned src_bits;         /* low key bits holding the source SparseCore */
   unsigned sample_bits;      /* key bits above them holding the sample */
-  unsigned sort_lo, sort_hi; /* key bits the radix sort looks at */
+  unsigned sort_lo, sort_hi; /* key bits of row, sample and source the radix sort looks at */
+  unsigned dst_bits, dst_shift; /* the destination SparseCore, above them (shift 0 for one) */
+  bool rows_by_run;          /* no two of its features read one table */
   uint32_t *sample_src;      /* [total_samples]: source SparseCore of each sample */
   float *sample_gain;        /* [total_samples], PREP_GAIN_PER_SAMPLE */
   prep_gain_mode gain_mode;  /* this run's */
   int32_t max_ids, max_unique;         /* limits in force */
   int32_t run_max_ids, run_max_unique; /* limits of the current run */
-  size_t cap;
+  size_t cap, n_keys;
   uint64_t *keys, *keys_tmp;
+  const uint64_t *sorted_keys; /* keys or keys_tmp, where the sort left them */
+  const float *sorted_gains;
   float *gains, *gains_tmp;
   uint32_t *out_rows, *out_samples;
   float *out_gains;
@@ -62,9 +67,8 @@ typedef struct prep_stack {
 typedef struct prep_thread {
   scps_prep *p;
   pthread_t thread;
-  size_t *cursor;     /* [N] */
-  int64_t *cnt_ids;   /* [N]: per-source counts of the partition being walked, */
-  int64_t *cnt_uniq;  /* kept here rather than in shared rows (false sharing) */
+  uint64_t *cnt;      /* [N]: per-source counts of the partition being walked, */
+                      /* kept here rather than in shared rows (false sharing) */
   int64_t *kept_ids;  /* [N] */
   int64_t *kept_uniq; /* [N] */
   int64_t *last_row;  /* [N], -1: nothing kept yet */
@@ -83,8 +87,6 @@ struct scps_prep {
   int n_features, n_stacks;
   prep_feature *features;
   prep_stack *stacks;
-  size_t *feat_counts; /* [n_features * N] */
-  size_t *feat_base;   /* [n_features * N] */
   const scps_feature_input *inputs;
 
   int n_threads;

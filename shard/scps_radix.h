@@ -9,9 +9,11 @@
 #define SCPS_RADIX_MAX_DIGIT_BITS 11
 #define SCPS_RADIX_MAX_PASSES 6 /* 64 bits / 11 rounded up */
 
-/* Histograms for one sort; callers keep one per thread and reuse it. */
+/* Histograms for one sort; callers keep one per thread and reuse it. Keys
+ * alternate between two copies while counting, so that runs of one digit
+ * (hot rows) do not wait on the previous key's count. */
 typedef struct scps_radix_scratch {
-  uint32_t hist[SCPS_RADIX_MAX_PASSES][1u << SCPS_RADIX_MAX_DIGIT_BITS];
+  uint32_t hist[2][SCPS_RADIX_MAX_PASSES][1u << SCPS_RADIX_MAX_DIGIT_BITS];
 } scps_radix_scratch;
 
 /* Sorts keys[0..n) stably by bits [lo_bit, hi_bit) of each key (bits outside
