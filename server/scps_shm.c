@@ -302,7 +302,10 @@ static bool serve(scps_shm *m, conn *k) {
   int fd;
   scps_error err = {0};
   int rc = scps__shm_msg_recv(k->fd, &scps__v1__shm_request__descriptor, &got, &fd, &err);
-  if (rc == SCPS_EUNAVAIL) return false;
+  /* Closed, or a socket error: nothing to answer. Only a message that
+   * arrived malformed gets an answer, so the client's next request is
+   * never answered by this one's. */
+  if (rc == SCPS_EUNAVAIL || rc == SCPS_EIO) return false;
   k->last_ns = scps__clock_ns();
   char msg[SCPS_ERROR_MSG_MAX] = "";
   uint8_t handle[SCPS_REQUEST_SEGMENT_BYTES];
