@@ -19,7 +19,7 @@ static size_t answer_bytes(const scps_client *c, const scps_batch *b, int p, int
 }
 
 /* Where each of server p's answers lies in a placed answer (scps.proto's
- * AnswerPlacement: back to back in the request's order): off[k] for the
+ * SegmentRange: back to back in the request's order): off[k] for the
  * stack in slot k, and the total. */
 static size_t placed_offsets(const scps_client *c, const scps_batch *b, int p, size_t *off) {
   int ns = c->layout->n_stacks;
@@ -375,8 +375,6 @@ static void merge_activations(op *o) {
 }
 
 
-/* The lookup's result: when every server answered, their answers merged
- * into the caller's arrays; the answers are let go either way. */
 /* A view lookup's result: each feature's rows in the placed answer, or in
  * the batch's array the merge filled. */
 static void fill_view(op *o) {
@@ -389,11 +387,14 @@ static void fill_view(op *o) {
       o->view_out[f] = b->view[f];
       continue;
     }
-    const size_t at = b->parsed[b->slot[fl->stack]].off + (size_t)fl->sample_offset * (size_t)l->stacks[fl->stack].dim * sizeof(float);
+    const size_t row = (size_t)l->stacks[fl->stack].dim * sizeof(float);
+    const size_t at = b->parsed[b->slot[fl->stack]].off + (size_t)fl->sample_offset * row;
     o->view_out[f] = (const float *)(const void *)(b->shm[0].base + at);
   }
 }
 
+/* The lookup's result: when every server answered, their answers merged
+ * into the caller's arrays; the answers are let go either way. */
 static int lookup_outcome(op *o, int first, int failures, scps_error *err) {
   int rc = first < 0 ? pool_rows(o, err) : 0;
   if (first < 0 && !rc) merge_activations(o);
@@ -476,7 +477,8 @@ static int view_arrays(scps_client *c, scps_batch *b, scps_error *err) {
 }
 
 int scps_client_lookup_view(scps_client *c, scps_batch *b, const float **acts, int64_t deadline_ms, scps_error *err) {
-  if (!c || !b || !acts) return scps_error_set(err, SCPS_EINVAL, "scps_client_lookup_view: client, batch or acts is NULL");
+  if (!c || !b || !acts)
+    return scps_error_set(err, SCPS_EINVAL, "scps_client_lookup_view: client, batch or acts is NULL");
   int rc = view_arrays(c, b, err);
   op *o;
   if (!rc) rc = lookup_start(c, b, b->view, deadline_ms, true, NULL, NULL, &o, err);

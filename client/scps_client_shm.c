@@ -73,9 +73,9 @@ void scps__client_shm_unlink_all(scps_client *c) {
   }
 }
 
-/* One request on server p's side channel and its answer (k->mu held). An
+/* One request on a server's side channel and its answer (k->mu held). An
  * answer that fails, or says another process answered, closes the channel. */
-static int ask(scps_client *c, scps_shm_link *k, const Scps__V1__ShmRequest *req, int fd_pass, uint8_t *segment) {
+static int ask(scps_shm_link *k, const Scps__V1__ShmRequest *req, int fd_pass, uint8_t *segment) {
   scps_error err;
   ProtobufCMessage *got = NULL;
   int fd_got = -1;
@@ -97,7 +97,6 @@ static int ask(scps_client *c, scps_shm_link *k, const Scps__V1__ShmRequest *req
   } else {
     k->used_ns = scps__client_op_now_ns();
   }
-  (void)c;
   return rc;
 }
 
@@ -132,7 +131,7 @@ void scps__client_shm_drop(scps_client *c, int p, scps_shm_seg *g) {
       req.token = token;
       req.detach.data = g->handle;
       req.detach.len = sizeof g->handle;
-      ask(c, k, &req, -1, NULL);
+      ask(k, &req, -1, NULL);
     }
     token_free(token);
     pthread_mutex_unlock(&k->mu);
@@ -172,7 +171,7 @@ static bool still_attached(scps_client *c, scps_shm_link *k, const scps_shm_seg 
     char *token = token_copy(c);
     Scps__V1__ShmRequest req = SCPS__V1__SHM_REQUEST__INIT;
     req.token = token ? token : (char *)"";
-    int rc = ask(c, k, &req, -1, NULL);
+    int rc = ask(k, &req, -1, NULL);
     token_free(token);
     if (rc) return false;
   }
@@ -208,7 +207,7 @@ uint8_t *scps__client_shm_ready(scps_client *c, int p, scps_shm_seg *g, size_t n
     Scps__V1__ShmRequest req = SCPS__V1__SHM_REQUEST__INIT;
     req.token = token;
     req.attach_bytes = size;
-    rc = ask(c, k, &req, fd, g->handle);
+    rc = ask(k, &req, fd, g->handle);
   }
   pthread_mutex_unlock(&k->mu);
   token_free(token);

@@ -353,7 +353,8 @@ static int read_flags(reader *rd, int wt, size_t limit, scps_request *r) {
   return rc;
 }
 
-/* LookupRequest.placement (AnswerPlacement) ending at limit, merged as
+/* LookupRequest.placement or ApplyGradientsRequest.gradients_placement
+ * (SegmentRange) ending at limit, merged as
  * protobuf merges a message field that occurs twice. */
 static int read_placement(reader *rd, size_t limit, scps_request *r) {
   r->has_placement = true;

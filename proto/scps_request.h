@@ -86,7 +86,7 @@ typedef struct scps_request {
   uint64_t placement_offset, placement_length;
 } scps_request;
 
-/* Bytes of an AnswerPlacement.segment handle (ShmResponse.segment). */
+/* Bytes of a SegmentRange.segment handle (ShmResponse.segment). */
 #define SCPS_REQUEST_SEGMENT_BYTES 16
 
 typedef enum scps_request_kind { SCPS_REQUEST_LOOKUP, SCPS_REQUEST_APPLY } scps_request_kind;

@@ -562,8 +562,9 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
       break;
     }
     snprintf(field, sizeof field, "stacks[%zu].partitions", i);
-    st = sg->gradients.len || sg->placed_gradients ? scps__cmd_data_check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg)
-                           : check_row_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg);
+    const bool by_sample = sg->gradients.len || sg->placed_gradients;
+    st = by_sample ? scps__cmd_data_check_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg)
+                   : check_row_partitions(c, &sg->partitions, field, &c->stacks[i], msg, sizeof msg);
     snprintf(field, sizeof field, "stacks[%zu]", i);
     if (st == GRPC_STATUS_OK && scps__cmd_data_duplicate(c, (int)i, c->stacks[i].stack)) {
       snprintf(msg, sizeof msg, "%s: stack '%s' listed twice", field, sg->partitions.stack);

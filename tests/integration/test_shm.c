@@ -392,7 +392,8 @@ static void test_push(scps_gradient_mode mode, scps_float_format wire) {
     train(b, gb, 5, 0);
     /* AUTO sends these small Zipf batches by row, which stays on the
      * connection (each server's sums differ). */
-    CHECKF((placed_tx(a) > 0 || mode != SCPS_GRADIENTS_BY_SAMPLE) && placed_tx(b) == 0, "gradients placed: %llu and %llu bytes",
+    CHECKF((placed_tx(a) > 0 || mode != SCPS_GRADIENTS_BY_SAMPLE) && placed_tx(b) == 0,
+           "gradients placed: %llu and %llu bytes",
            (unsigned long long)placed_tx(a), (unsigned long long)placed_tx(b));
     printf("pushes (gradients mode %d, %s): %llu bytes of gradients placed\n", (int)mode,
            wire == SCPS_WIRE_BFLOAT16 ? "bfloat16" : "float32", (unsigned long long)placed_tx(a));
