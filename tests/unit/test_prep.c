@@ -817,11 +817,12 @@ static void test_radix(void) {
         for (int h = 0; h < 5; h++) hot[h] = rnd(&rng);
         uint64_t base = rnd(&rng);
         /* Uniform; a few hot keys (runs after the first pass); all equal;
-         * only the top four bits of the range vary (constant digits). */
+         * only the top four bits of the range vary (constant digits; the
+         * low four for a range under four bits wide). */
         for (size_t i = 0; i < n; i++) {
           uint64_t x = rnd(&rng);
           keys[i] = pat == 0 ? x : pat == 1 ? hot[x % 5] ^ (x >> 60) : pat == 2 ? base
-                  : base ^ ((x & 15) << (hi - 4));
+                  : base ^ ((x & 15) << (hi >= 4 ? hi - 4 : 0));
           vals[i] = (float)i;
         }
         memcpy(ref, keys, n * sizeof *keys);
