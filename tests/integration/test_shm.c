@@ -19,6 +19,7 @@
 
 #include "scps.pb-c.h"
 #include "scps_client_engine.h"
+#include "scps_client_int.h"
 #include "scps_it.h"
 #include "scps_shm_msg.h"
 #include "scps_test.h"
@@ -146,18 +147,15 @@ static void compare(scps_it_cluster *cl, int n, scps_float_format wire, scps_ans
   scps_client_destroy(b);
 }
 
-/* The socket server i logged at start. */
-static bool socket_path(const scps_it_cluster *cl, int i, char *out, size_t len) {
-  char log[16384];
-  scps_it_read_log(cl, i, log, sizeof log);
-  const char *at = strstr(log, "clients on this host at ");
-  if (!at) return false;
-  at += strlen("clients on this host at ");
-  size_t n = strcspn(at, " \n\"");
-  if (n >= len) return false;
-  memcpy(out, at, n);
-  out[n] = '\0';
-  return true;
+/* The socket server 0 names in GetConfig (GetConfigResponse.shm_socket),
+ * as libscps read it at connect. */
+static bool socket_path(scps_it_cluster *cl, const char *token, char *out, size_t len) {
+  out[0] = '\0';
+  scps_client *c = connect_to(cl, cl->num_processes, SCPS_SHM_AUTO, SCPS_WIRE_FLOAT32, SCPS_ANSWER_AUTO, token);
+  bool ok = c && c->servers[0].shm.path && strlen(c->servers[0].shm.path) < len;
+  if (ok) memcpy(out, c->servers[0].shm.path, strlen(c->servers[0].shm.path) + 1);
+  scps_client_destroy(c);
+  return ok;
 }
 
 static int side_connect(const char *path) {
@@ -210,7 +208,7 @@ static int memfd(size_t size, int seals) {
 
 static void test_side_channel(scps_it_cluster *cl, const char *token) {
   char path[256], msg[600];
-  CHECK(socket_path(cl, 0, path, sizeof path));
+  CHECK(socket_path(cl, token, path, sizeof path));
   int fd = side_connect(path);
   CHECKF(fd >= 0, "cannot connect to %s", path);
   if (fd < 0) return;
