@@ -248,8 +248,8 @@ SCPS_EXTERN void scps_client_traffic(const scps_client *c, uint64_t *sent, uint6
 
 /* Bytes that went through memory shared with servers on this host
  * (scps_client_options.shared_memory) since create instead of over the
- * connection: gradients placed for pushes (sent) and answers servers wrote
- * (received). Not in scps_client_traffic's counts. */
+ * connection: Lookup requests and gradients placed for pushes (sent) and
+ * answers servers wrote (received). Not in scps_client_traffic's counts. */
 SCPS_EXTERN void scps_client_shared_traffic(const scps_client *c, uint64_t *sent, uint64_t *received);
 
 /* The features a batch holds, as the servers declare them, in the order of

@@ -63,7 +63,7 @@ struct scps_client {
   bool own_connections;
   scps_shm_mode shm_mode;
   atomic_uint_fast64_t bytes_placed;      /* answer bytes servers wrote into shared memory */
-  atomic_uint_fast64_t bytes_placed_sent; /* gradient bytes pushed through shared memory */
+  atomic_uint_fast64_t bytes_placed_sent; /* Lookup request and gradient bytes sent through shared memory */
   atomic_uint_fast64_t bytes_sent, bytes_received; /* payloads, see scps_client_traffic */
   atomic_uint_fast64_t ids_dropped;                /* see scps_client_ids_dropped */
 
@@ -125,6 +125,12 @@ struct rpc {
   int server;
   grpc_slice *req;  /* request pieces, one reference each, reused by retries */
   size_t n_req;
+  /* When has_envelope: sent instead of req, a LookupRequest naming where
+   * the same pieces lie in the batch's segment (request_placement),
+   * envelope_bytes of them; a retry sends req on the connection. */
+  grpc_slice envelope;
+  bool has_envelope;
+  size_t envelope_bytes;
   grpc_call *call;
   grpc_byte_buffer *sent, *response;
   grpc_metadata_array md_initial, md_trailing;

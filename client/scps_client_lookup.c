@@ -434,11 +434,25 @@ static int lookup_start(scps_client *c, scps_batch *b, float *const *acts, int64
     size_t need = 0;
     for (int st = 0; st < c->layout->n_stacks; st++)
       if (b->slot[p * c->layout->n_stacks + st] >= 0) need += answer_bytes(c, b, p, st);
-    if (scps__client_shm_ready(c, p, &b->shm[p], need)) {
+    /* Servers of wire_revision 2 also read the request from the segment,
+     * after the answer's room (request_placement). */
+    const size_t req_at = (need + 63) & ~(size_t)63, req_len = GRPC_SLICE_LENGTH(b->lookup[p]);
+    const bool place_req = need && c->wire_revision >= 2;
+    uint8_t *base = scps__client_shm_ready(c, p, &b->shm[p], place_req ? req_at + req_len + SCPS_REQUEST_PLACEMENT_MAX : need);
+    if (base) {
       uint8_t place[SCPS_REQUEST_PLACEMENT_MAX];
       size_t n = (size_t)(scps__request_put_placement(place, 6, b->shm[p].handle, 0, need) - place);
       r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)place, n);
       b->shm_asked[p] = true;
+      if (place_req) {
+        memcpy(base + req_at, GRPC_SLICE_START_PTR(b->lookup[p]), req_len);
+        memcpy(base + req_at + req_len, place, n);
+        uint8_t env[SCPS_REQUEST_PLACEMENT_MAX];
+        size_t en = (size_t)(scps__request_put_placement(env, 7, b->shm[p].handle, req_at, req_len + n) - env);
+        r->envelope = grpc_slice_from_copied_buffer((const char *)env, en);
+        r->has_envelope = true;
+        r->envelope_bytes = req_len + n;
+      }
     }
   }
   if (!o || !o->acts || !o->rpcs[c->n - 1].n_req) {

@@ -58,6 +58,7 @@ void scps__client_op_destroy(op *o) {
     rpc *r = &o->rpcs[i];
     for (size_t k = 0; k < r->n_req; k++) grpc_slice_unref(r->req[k]);
     free(r->req);
+    if (r->has_envelope) grpc_slice_unref(r->envelope);
     if (r->reply) protobuf_c_message_free_unpacked(r->reply, NULL);
   }
   free(o->acts);
@@ -104,8 +105,9 @@ static int rpc_start(rpc *r) {
   r->attempts++;
   r->call = grpc_channel_create_registered_call(s->ch, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq,
                                                 s->methods[o->method], o->deadline, NULL);
-  r->sent = grpc_raw_byte_buffer_create(r->req, r->n_req);
+  r->sent = r->has_envelope ? grpc_raw_byte_buffer_create(&r->envelope, 1) : grpc_raw_byte_buffer_create(r->req, r->n_req);
   atomic_fetch_add_explicit(&c->bytes_sent, grpc_byte_buffer_length(r->sent), memory_order_relaxed);
+  if (r->has_envelope) atomic_fetch_add_explicit(&c->bytes_placed_sent, r->envelope_bytes, memory_order_relaxed);
   r->response = NULL;
   r->error_string = NULL;
   r->details = grpc_empty_slice();
@@ -164,6 +166,16 @@ void scps__client_op_start_range(op *o, int from, int to) {
     rpc *r = &o->rpcs[i];
     if (rpc_start(r)) rpc_finished(r);
   }
+}
+
+/* A Lookup's second piece is its placement (scps_client_lookup.c), its
+ * envelope the request's own: a retry sends the request and takes the
+ * answer over the connection, as the attempt that failed may still write
+ * the segment. */
+static void drop_shared_pieces(rpc *r) {
+  if (r->n_req > 1) grpc_slice_unref(r->req[--r->n_req]);
+  if (r->has_envelope) grpc_slice_unref(r->envelope);
+  r->has_envelope = false;
 }
 
 static void schedule_retry(rpc *r, int64_t due) {
@@ -247,6 +259,15 @@ static void rpc_done(rpc *r) {
 
   if (st == GRPC_STATUS_OK) {
     r->rc = read_reply(r);
+  } else if (st == GRPC_STATUS_FAILED_PRECONDITION && r->has_envelope) {
+    /* The server holds no segment the request lay in (it restarted, or
+     * closed an idle side channel): nothing was looked up, and the same
+     * request goes on the connection at once, its answer too. */
+    if (r->response) grpc_byte_buffer_destroy(r->response);
+    r->response = NULL;
+    drop_shared_pieces(r);
+    schedule_retry(r, scps__client_op_now_ns());
+    return;
   } else if ((st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED) && o->method == SCPS_M_LOOKUP &&
              scps__client_op_now_ns() + r->backoff_ms * 1000000 < o->deadline_ns) {
     /* Lookups are idempotent: try again after a short backoff. CANCELLED
@@ -254,10 +275,7 @@ static void rpc_done(rpc *r) {
      * drain (this client cancels none), so it is retried like UNAVAILABLE. */
     if (r->response) grpc_byte_buffer_destroy(r->response);
     r->response = NULL;
-    /* A Lookup's second piece is its placement (scps_client_lookup.c): a
-     * retry answers over the connection, as the attempt that failed may
-     * still write the segment. */
-    if (r->n_req > 1) grpc_slice_unref(r->req[--r->n_req]);
+    drop_shared_pieces(r);
     int64_t due = scps__client_op_now_ns() + r->backoff_ms * 1000000;
     r->backoff_ms = r->backoff_ms * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : r->backoff_ms * 2;
     schedule_retry(r, due);

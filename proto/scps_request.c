@@ -353,11 +353,11 @@ static int read_flags(reader *rd, int wt, size_t limit, scps_request *r) {
   return rc;
 }
 
-/* LookupRequest.placement or ApplyGradientsRequest.gradients_placement
- * (SegmentRange) ending at limit, merged as
+/* A SegmentRange (LookupRequest.placement or request_placement,
+ * ApplyGradientsRequest.gradients_placement) ending at limit, merged as
  * protobuf merges a message field that occurs twice. */
-static int read_placement(reader *rd, size_t limit, scps_request *r) {
-  r->has_placement = true;
+static int read_placement(reader *rd, size_t limit, scps_req_range *r) {
+  r->has = true;
   while (rd->m.pos < limit) {
     uint64_t v = 0;
     size_t n = 0;
@@ -367,12 +367,12 @@ static int read_placement(reader *rd, size_t limit, scps_request *r) {
     if (!rc && field == 1) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);
-      r->placement_segment_len = n;
-      if (!rc) rc = read_bytes(rd, n == sizeof r->placement_segment ? r->placement_segment : NULL, n);
+      r->segment_len = n;
+      if (!rc) rc = read_bytes(rd, n == sizeof r->segment ? r->segment : NULL, n);
     } else if (!rc && (field == 2 || field == 3)) {
       rc = expect(rd, field, wt, SCPS_WT_VARINT);
       if (!rc) rc = read_varint(rd, &v);
-      *(field == 2 ? &r->placement_offset : &r->placement_length) = v;
+      *(field == 2 ? &r->offset : &r->length) = v;
     } else if (!rc) {
       rc = skip_field(rd, wt, limit);
     }
@@ -383,7 +383,7 @@ static int read_placement(reader *rd, size_t limit, scps_request *r) {
 
 /* Field numbers the two requests share: 1 config_fingerprint,
  * 2 process_index. Lookup: 3 stacks, 4 activation_format, 5 distinct_rows,
- * 6 placement.
+ * 6 placement, 7 request_placement.
  * ApplyGradients: 3 step, 4 learning_rate, 5 stacks, 6 gradient_format,
  * 7 state_id, 8 gradients_placement. */
 /* ApplyGradientsRequest.state_id: fixed64, little-endian. */
@@ -405,6 +405,7 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
     int rc = read_key(rd, &field, &wt);
     if (rc) return rc;
     bool lookup = kind == SCPS_REQUEST_LOOKUP;
+    if (!lookup || field != 7) r->other_fields = true;
     uint32_t stacks = lookup ? 3 : 5, format = lookup ? 4 : 6;
     scps_req_stack *st = NULL;
     if (field == 1) {
@@ -428,10 +429,10 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
       rc = read_state_id(rd, wt, limit, r);
     } else if (lookup && field == 5) {
       rc = read_flags(rd, wt, limit, r);
-    } else if ((lookup && field == 6) || (!lookup && field == 8)) {
+    } else if ((lookup && (field == 6 || field == 7)) || (!lookup && field == 8)) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);
-      if (!rc) rc = read_placement(rd, rd->m.pos + n, r);
+      if (!rc) rc = read_placement(rd, rd->m.pos + n, lookup && field == 7 ? &r->request_placement : &r->placement);
     } else if (field == stacks) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);

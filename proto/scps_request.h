@@ -58,6 +58,16 @@ typedef struct scps_req_stack {
   uint64_t placed_gradients; /* StackGradients.placed_gradients */
 } scps_req_stack;
 
+/* A SegmentRange, when has: a segment handle of another length than
+ * SCPS_REQUEST_SEGMENT_BYTES names no segment (segment_len says how long
+ * it was, its bytes are not kept). */
+typedef struct scps_req_range {
+  bool has;
+  uint8_t segment[16];
+  size_t segment_len;
+  uint64_t offset, length;
+} scps_req_range;
+
 /* scps.v1.LookupRequest or ApplyGradientsRequest (step, learning rate and
  * gradients only in the latter). Fields follow proto3: absent scalars are
  * 0, a repeated singular field keeps its last value. */
@@ -76,14 +86,9 @@ typedef struct scps_request {
   size_t bytes; /* the encoded request's size */
   scps_slices msg; /* ApplyGradients: the request's slices, kept for its gradients */
   uint64_t state_id; /* ApplyGradients: the state the client connected to; 0: not given */
-  /* LookupRequest.placement or ApplyGradientsRequest.gradients_placement,
-   * when has_placement; a segment handle
-   * of another length than SCPS_REQUEST_SEGMENT_BYTES names no segment
-   * (placement_segment_len says how long it was, its bytes are not kept). */
-  bool has_placement;
-  uint8_t placement_segment[16];
-  size_t placement_segment_len;
-  uint64_t placement_offset, placement_length;
+  scps_req_range placement;         /* LookupRequest.placement or ApplyGradientsRequest.gradients_placement */
+  scps_req_range request_placement; /* LookupRequest.request_placement */
+  bool other_fields; /* a field other than request_placement was present */
 } scps_request;
 
 /* Bytes of a SegmentRange.segment handle (ShmResponse.segment). */

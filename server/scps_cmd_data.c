@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "scps_limits.h"
+#include "scps_shm.h"
 #include "scps_status.h"
 
 /* The stack a StackPartitions names (into cs->stack) and the number of
@@ -113,8 +114,59 @@ grpc_status_code scps__cmd_data_check_format(scps_call *c, int format, const cha
   return GRPC_STATUS_OK;
 }
 
-/* Decodes the call's Lookup or ApplyGradients request into c->req; on
- * failure answers the call and returns false. */
+/* A LookupRequest that only names where the request lies
+ * (request_placement): the request copied out of the client's segment
+ * (so a client rewriting it meanwhile changes only its own request) and
+ * decoded into c->req in place of the envelope. Returns OK, or the status
+ * with msg. */
+static grpc_status_code read_placed_request(scps_call *c, scps_request_kind kind, char *msg, size_t len) {
+  scps_server *s = c->srv;
+  const scps_req_range rp = c->req.request_placement;
+  if (c->req.other_fields) {
+    snprintf(msg, len, "request_placement: set together with other fields of the request (the request's fields "
+             "all lie in the segment)");
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (rp.length > (uint64_t)s->opts.max_message_bytes) {
+    snprintf(msg, len, "request_placement: length %llu over the largest request this process takes, %lld bytes "
+             "(--max-message-mb)", (unsigned long long)rp.length, (long long)s->opts.max_message_bytes);
+    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+  }
+  uint8_t *copy = malloc(rp.length ? (size_t)rp.length : 1);
+  if (!copy) {
+    snprintf(msg, len, "request_placement: out of memory for a %llu-byte request", (unsigned long long)rp.length);
+    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+  }
+  if (!s->shm || !rp.length ||
+      scps__shm_copy_out(s->shm, rp.segment, rp.segment_len, rp.offset, rp.length, copy)) {
+    free(copy);
+    snprintf(msg, len, "request_placement: no segment attached to this process holds bytes [%llu, %llu) of that "
+             "handle (%s); nothing was looked up: send the request on the connection",
+             (unsigned long long)rp.offset, (unsigned long long)(rp.offset + rp.length),
+             s->shm ? "detached, or never attached here" : "this process has no shared-memory side channel");
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  grpc_slice sl = grpc_slice_new(copy, (size_t)rp.length, free);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
+  grpc_slice_unref(sl);
+  scps__request_free(&c->req);
+  char why[400];
+  int rc = scps__request_decode(bb, kind, (size_t)s->layout->n_stacks, (size_t)s->S + 1, &c->req, why, sizeof why);
+  grpc_byte_buffer_destroy(bb);
+  if (rc) {
+    snprintf(msg, len, "request_placement: the placed request: %s", why);
+    return scps__status_from_error(rc);
+  }
+  if (c->req.request_placement.has) {
+    snprintf(msg, len, "request_placement: the placed request sets request_placement itself");
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  return GRPC_STATUS_OK;
+}
+
+/* Decodes the call's Lookup or ApplyGradients request into c->req (out of
+ * the client's segment when the Lookup names one); on failure answers the
+ * call and returns false. */
 bool scps__cmd_data_read(scps_call *c, scps_request_kind kind) {
   char msg[512];
   if (!c->payload) {
@@ -125,11 +177,13 @@ bool scps__cmd_data_read(scps_call *c, scps_request_kind kind) {
   scps_server *s = c->srv;
   int rc = scps__request_decode(c->payload, kind, (size_t)s->layout->n_stacks, (size_t)s->S + 1, &c->req, msg,
                                sizeof msg);
-  c->bytes_in = c->req.bytes;
-  if (rc) {
+  c->bytes_in = c->req.bytes; /* what came over the connection */
+  grpc_status_code st = rc ? scps__status_from_error(rc) : GRPC_STATUS_OK;
+  if (!rc && c->req.request_placement.has) st = read_placed_request(c, kind, msg, sizeof msg);
+  if (st != GRPC_STATUS_OK) {
     char full[600];
     snprintf(full, sizeof full, "%s: %s", scps__method_name(c->method), msg);
-    scps__call_finish(c, scps__status_from_error(rc), full, NULL, 0);
+    scps__call_finish(c, st, full, NULL, 0);
     return false;
   }
   return true;

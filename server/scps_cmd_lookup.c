@@ -194,12 +194,12 @@ static size_t lookup_answer_bytes(const scps_call *c, const call_stack *cs) {
  * response, as for a client that asked for none. */
 static void lookup_place(scps_call *c) {
   const scps_request *req = &c->req;
-  if (!req->has_placement || !c->srv->shm || req->placement_offset % 64) return;
+  if (!req->placement.has || !c->srv->shm || req->placement.offset % 64) return;
   uint64_t bytes = 0;
   for (int i = 0; i < c->n_stacks; i++) bytes += lookup_answer_bytes(c, &c->stacks[i]);
-  if (bytes != req->placement_length) return;
-  c->shm_seg = scps__shm_acquire(c->srv->shm, req->placement_segment, req->placement_segment_len,
-                                req->placement_offset, req->placement_length, &c->shm_at);
+  if (bytes != req->placement.length) return;
+  c->shm_seg = scps__shm_acquire(c->srv->shm, req->placement.segment, req->placement.segment_len,
+                                req->placement.offset, req->placement.length, &c->shm_at);
   if (!c->shm_seg) c->shm_at = NULL;
 }
 

@@ -439,23 +439,23 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
  * as slices in c->shm_msg. */
 static grpc_status_code take_placement(scps_call *c, uint64_t placed, char *msg, size_t len) {
   const scps_request *req = &c->req;
-  if (!req->has_placement || req->placement_length != placed) {
+  if (!req->placement.has || req->placement.length != placed) {
     snprintf(msg, len,
              "gradients_placement: %s, for stacks whose placed_gradients sum to %llu bytes",
-             req->has_placement ? "length differs" : "missing", (unsigned long long)placed);
+             req->placement.has ? "length differs" : "missing", (unsigned long long)placed);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   uint8_t *at = NULL;
-  if (req->placement_offset % 64 == 0)
-    c->shm_seg = scps__shm_acquire(c->srv->shm, req->placement_segment, req->placement_segment_len,
-                                  req->placement_offset, req->placement_length, &at);
+  if (req->placement.offset % 64 == 0)
+    c->shm_seg = scps__shm_acquire(c->srv->shm, req->placement.segment, req->placement.segment_len,
+                                  req->placement.offset, req->placement.length, &at);
   if (!c->shm_seg) {
     snprintf(msg, len,
              "gradients_placement: no segment attached to this process holds bytes [%llu, %llu) of that handle (the "
              "process restarted, or the client's side channel closed; the offset must be a multiple of 64); nothing "
              "was applied",
-             (unsigned long long)req->placement_offset,
-             (unsigned long long)(req->placement_offset + req->placement_length));
+             (unsigned long long)req->placement.offset,
+             (unsigned long long)(req->placement.offset + req->placement.length));
     return GRPC_STATUS_FAILED_PRECONDITION;
   }
   grpc_slice sl = grpc_slice_from_static_buffer(at, (size_t)placed);

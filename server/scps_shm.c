@@ -176,8 +176,10 @@ static bool same_handle(const uint8_t *a, const uint8_t *b) {
   return d == 0;
 }
 
-scps_shm_seg *scps__shm_acquire(scps_shm *m, const uint8_t *handle, size_t handle_len, uint64_t offset,
-                               uint64_t length, uint8_t **at) {
+/* The segment holding [offset, offset + length) of handle, held, counted
+ * as a call's when count. */
+static scps_shm_seg *take(scps_shm *m, const uint8_t *handle, size_t handle_len, uint64_t offset, uint64_t length,
+                          uint8_t **at, bool count) {
   if (!m || handle_len != SCPS_REQUEST_SEGMENT_BYTES) return NULL;
   scps_shm_seg *found = NULL;
   pthread_mutex_lock(&m->mu);
@@ -186,13 +188,28 @@ scps_shm_seg *scps__shm_acquire(scps_shm *m, const uint8_t *handle, size_t handl
   if (found && offset <= found->size && length <= found->size - offset) {
     found->refs++;
     found->used_ns = scps__clock_ns();
-    m->calls++;
+    if (count) m->calls++;
     *at = found->base + offset;
   } else {
     found = NULL;
   }
   pthread_mutex_unlock(&m->mu);
   return found;
+}
+
+scps_shm_seg *scps__shm_acquire(scps_shm *m, const uint8_t *handle, size_t handle_len, uint64_t offset,
+                               uint64_t length, uint8_t **at) {
+  return take(m, handle, handle_len, offset, length, at, true);
+}
+
+int scps__shm_copy_out(scps_shm *m, const uint8_t *handle, size_t handle_len, uint64_t offset, uint64_t length,
+                       void *dst) {
+  uint8_t *at;
+  scps_shm_seg *s = take(m, handle, handle_len, offset, length, &at, false);
+  if (!s) return -1;
+  memcpy(dst, at, (size_t)length);
+  scps__shm_release(m, s);
+  return 0;
 }
 
 void scps__shm_release(scps_shm *m, scps_shm_seg *s) {

@@ -44,6 +44,13 @@ scps_shm_seg *scps__shm_acquire(scps_shm *m, const uint8_t *handle, size_t handl
                                uint64_t length, uint8_t **at);
 void scps__shm_release(scps_shm *m, scps_shm_seg *s);
 
+/* Copies [offset, offset + length) of the segment whose handle is handle
+ * to dst (a call reading what its client placed there, counted with that
+ * call's answer, not as one more): 0, or -1 when no attached segment holds
+ * the range. */
+int scps__shm_copy_out(scps_shm *m, const uint8_t *handle, size_t handle_len, uint64_t offset, uint64_t length,
+                       void *dst);
+
 /* Segments attached now, the bytes they map, and the calls (Lookups
  * answered, pushes read) that took one since start. */
 void scps__shm_counts(scps_shm *m, int64_t *segments, int64_t *bytes, int64_t *calls);

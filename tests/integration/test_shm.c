@@ -53,6 +53,13 @@ static scps_workload *w;
 
 static bool contains(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
 
+/* Request and gradient bytes sent through shared memory. */
+static uint64_t placed_tx(const scps_client *c) {
+  uint64_t sent, received;
+  scps_client_shared_traffic(c, &sent, &received);
+  return sent;
+}
+
 static scps_client *connect_to(scps_it_cluster *cl, int n, scps_shm_mode shm, scps_float_format wire,
                                scps_answer_mode answer, const char *token) {
   scps_client_options o;
@@ -135,6 +142,10 @@ static void compare(scps_it_cluster *cl, int n, scps_float_format wire, scps_ans
          (unsigned long long)placed_rx(a), (unsigned long long)placed_rx(b));
   CHECKF(ra + placed_rx(a) + 256 >= rb && ra < rb / 2, "received %llu + placed %llu, over the wire %llu",
          (unsigned long long)ra, (unsigned long long)placed_rx(a), (unsigned long long)rb);
+  /* The requests lay in the segments too (request_placement): over the
+   * connection went only where. */
+  CHECKF(placed_tx(a) + 256 >= sb && sa < sb / 4 && placed_tx(b) == 0, "sent %llu + placed %llu, over the wire %llu",
+         (unsigned long long)sa, (unsigned long long)placed_tx(a), (unsigned long long)sb);
   printf("%s answer %d: placed %llu bytes, %llu received; without: %llu received\n",
          wire == SCPS_WIRE_BFLOAT16 ? "bfloat16" : "float32", (int)answer,
          (unsigned long long)placed_rx(a), (unsigned long long)ra, (unsigned long long)rb);
@@ -290,21 +301,71 @@ static void test_side_channel(scps_it_cluster *cl, const char *token) {
   close(fd);
 }
 
+/* A client of both processes with shared memory, its batch *b holding the
+ * first batch of the generator of that seed (*gen), looked up into *x. */
+static scps_client *first_lookup(scps_it_cluster *cl, uint64_t seed, scps_batch **b, scps_workload_gen **gen,
+                                 float ***x) {
+  scps_client *a = connect_to(cl, 2, SCPS_SHM_AUTO, SCPS_WIRE_FLOAT32, SCPS_ANSWER_AUTO, NULL);
+  if (!a) return NULL;
+  scps_error err;
+  *x = acts_alloc(a);
+  CHECK_OK(scps_batch_create(a, b, &err), &err);
+  CHECK_OK(scps__workload_gen_create(w, seed, gen, &err), &err);
+  if (!*b || !*gen) return a;
+  scps__workload_gen_next(*gen);
+  CHECK_OK(scps_client_prepare(a, scps__workload_gen_inputs(*gen), *b, &err), &err);
+  CHECK_OK(scps_client_lookup(a, *b, *x, 10000, &err), &err);
+  return a;
+}
+
+/* A segment the server let go while the client still names it (detached
+ * here through the client's own side channel): the Lookup whose request
+ * lay there is refused, sent again on the connection and answered there;
+ * the one after places again. */
+static void test_detached_request(scps_it_cluster *cl) {
+  scps_batch *b = NULL;
+  scps_workload_gen *gen = NULL;
+  float **x = NULL;
+  scps_client *a = first_lookup(cl, 7, &b, &gen, &x);
+  if (!a) return;
+  scps_error err;
+  float **y = acts_alloc(a);
+  char msg[600] = "no batch";
+  CHECKF(b && gen && a->servers[0].shm.linked && side_ask(a->servers[0].shm.fd, NULL, 0, b->shm[0].handle, -1, msg, sizeof msg,
+                                              NULL) == 0, "detach of the batch's segment: %s", msg);
+  uint64_t sent0, recv0, sent1, recv1;
+  if (!b || !gen) goto done;
+  scps_client_traffic(a, &sent0, &recv0);
+  uint64_t placed0 = placed_rx(a);
+  CHECK_OK(scps_client_lookup(a, b, y, 10000, &err), &err);
+  scps_client_traffic(a, &sent1, &recv1);
+  for (int f = 0; f < scps_client_n_features(a); f++) {
+    size_t len = (size_t)scps_client_feature_batch_size(a, f) * (size_t)scps_client_feature_width(a, f);
+    CHECKF(!memcmp(x[f], y[f], len * sizeof(float)), "after the detach feature %d differs", f);
+  }
+  CHECKF(sent1 - sent0 > GRPC_SLICE_LENGTH(b->lookup[0]) && recv1 - recv0 > 1000,
+         "the refused request went again on the connection: %llu bytes sent, %llu received",
+         (unsigned long long)(sent1 - sent0), (unsigned long long)(recv1 - recv0));
+  CHECK_OK(scps_client_lookup(a, b, y, 10000, &err), &err);
+  CHECKF(placed_rx(a) > placed0, "the lookup after placed again");
+done:
+  acts_free(a, x);
+  acts_free(a, y);
+  scps__workload_gen_destroy(gen);
+  scps_batch_destroy(b);
+  scps_client_destroy(a);
+}
+
 /* A restarted server knows no segment of the old one: lookups go on,
  * answered over the connection, with the values of a client without
  * shared memory. */
 static void test_restart(scps_it_cluster *cl) {
-  scps_client *a = connect_to(cl, 2, SCPS_SHM_AUTO, SCPS_WIRE_FLOAT32, SCPS_ANSWER_AUTO, NULL);
-  if (!a) return;
-  scps_error err;
   scps_batch *b = NULL;
   scps_workload_gen *gen = NULL;
-  CHECK_OK(scps_batch_create(a, &b, &err), &err);
-  CHECK_OK(scps__workload_gen_create(w, 3, &gen, &err), &err);
-  float **x = acts_alloc(a);
-  scps__workload_gen_next(gen);
-  CHECK_OK(scps_client_prepare(a, scps__workload_gen_inputs(gen), b, &err), &err);
-  CHECK_OK(scps_client_lookup(a, b, x, 10000, &err), &err);
+  float **x = NULL;
+  scps_client *a = first_lookup(cl, 3, &b, &gen, &x);
+  if (!a) return;
+  scps_error err;
   uint64_t placed = placed_rx(a);
   CHECK(placed > 0);
   scps_it_kill(cl, 1);
@@ -333,13 +394,6 @@ static void test_restart(scps_it_cluster *cl) {
   scps__workload_gen_destroy(gen);
   scps_batch_destroy(b);
   scps_client_destroy(a);
-}
-
-/* Bytes of gradients pushed through shared memory. */
-static uint64_t placed_tx(const scps_client *c) {
-  uint64_t sent, received;
-  scps_client_shared_traffic(c, &sent, &received);
-  return sent;
 }
 
 /* steps training steps of client c on its own batches: lookup, gradients
@@ -479,6 +533,7 @@ static void test_cluster(void) {
   compare(&cl, 2, SCPS_WIRE_BFLOAT16, SCPS_ANSWER_POOLED);
   compare(&cl, 2, SCPS_WIRE_BFLOAT16, SCPS_ANSWER_AUTO);
   test_side_channel(&cl, NULL);
+  test_detached_request(&cl);
   test_restart(&cl);
   scps_it_stop(&cl);
 }

@@ -3,8 +3,11 @@ message naming the field and the offending value, and changes nothing: a
 Lookup afterwards returns exactly the bytes it returned before. Also garbage
 and truncated protobufs, a request over --max-message-mb, unknown methods,
 and requests and responses over gRPC's default 4 MiB that must work."""
+import fcntl
 import math
+import mmap
 import os
+import socket
 import struct
 
 import numpy as np
@@ -293,6 +296,66 @@ def row_cases(rows_per_sc, dim):
     ]
 
 
+def attach_segment(env, path, size):
+    """A sealed memfd of size bytes attached over the side channel at path:
+    (the socket, kept open so the segment stays, its mapping, the handle)."""
+    side = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    side.connect(path)
+    fd = os.memfd_create("test_validation", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    socket.send_fds(side, [env.pb.ShmRequest(attach_bytes=size).SerializeToString()], [fd])
+    resp = env.pb.ShmResponse.FromString(side.recv(4096))
+    env.check(resp.code == 0 and len(resp.segment) == 16, "attach %d bytes: code %d %s" % (size, resp.code,
+                                                                                           resp.message))
+    seg = mmap.mmap(fd, size)
+    os.close(fd)
+    return side, seg, resp.segment
+
+
+def placed_request_cases(env, v):
+    """A Lookup whose request lies in shared memory (request_placement):
+    with other fields, in no segment of this process, or over the size
+    limit, each refused with nothing looked up; in a segment attached here,
+    answered as on the connection, unless the placed request names
+    request_placement itself."""
+    def envelope(segment=bytes(16), offset=0, length=64, fields=False):
+        r = v.pb.LookupRequest()
+        if fields:
+            r.CopyFrom(v.lookup)
+        r.request_placement.segment, r.request_placement.offset = segment, offset
+        r.request_placement.length = length
+        return r
+    v.expect("Lookup placed request with other fields", "Lookup", envelope(fields=True), "INVALID_ARGUMENT",
+             ["request_placement", "other fields"])
+    v.expect("Lookup placed request, unknown segment", "Lookup", envelope(), "FAILED_PRECONDITION",
+             ["request_placement", "no segment attached to this process", "nothing was looked up"])
+    v.expect("Lookup placed request over the size limit", "Lookup", envelope(length=(MAX_MB << 20) + 1),
+             "RESOURCE_EXHAUSTED", ["request_placement", str(MAX_MB << 20), "--max-message-mb"])
+    cfg = v.stub.GetConfig(v.pb.GetConfigRequest(), timeout=30)
+    if not env.check(cfg.shm_socket != "", "GetConfig names the side channel's socket"):
+        return
+    body = v.lookup.SerializeToString()
+    side, seg, handle = attach_segment(env, cfg.shm_socket, 1 << 20)
+    try:
+        at = 4096
+        seg[at:at + len(body)] = body
+        got = v.stub.Lookup(envelope(handle, at, len(body)), timeout=30).SerializeToString()
+        env.check(got == v.before, "Lookup whose request lies in a segment answered as on the connection")
+        print("   ok %-45s %d bytes read from the segment" % ("Lookup placed request", len(body)), flush=True)
+        v.expect("Lookup placed request, range past the segment", "Lookup", envelope(handle, (1 << 20) - 8, 64),
+                 "FAILED_PRECONDITION", ["request_placement", "[1048568, 1048632)"])
+        v.expect("Lookup placed request, garbage in the segment", "Lookup", envelope(handle, 0, 6),
+                 "INVALID_ARGUMENT", ["request_placement", "the placed request"])
+        nested = envelope(handle, at, len(body)).SerializeToString()
+        seg[0:len(nested)] = nested
+        v.expect("Lookup placed request placing itself", "Lookup", envelope(handle, 0, len(nested)),
+                 "INVALID_ARGUMENT", ["request_placement", "sets request_placement itself"])
+    finally:
+        seg.close()
+        side.close()
+
+
 def test_invalid_requests(env):
     cfg = env.write_config("validation", BATCH, TABLES, FEATURES)
     srv = env.server(cfg, extra=["--max-message-mb", str(MAX_MB)]).wait_ready()
@@ -426,6 +489,7 @@ def test_invalid_requests(env):
             r.placement.segment, r.placement.offset, r.placement.length = bytes(16), offset, 1 << 20
         got = v.stub.Lookup(v.lookup_with(place), timeout=30).SerializeToString()
         env.check(got == v.before, "Lookup with an unknown placement (offset %d) answered in the response" % offset)
+    placed_request_cases(env, v)
     # The same stack by row (StackGradients.row_gradients).
     for what, mutate, needles in row_cases(ROWS_PER_SC["b"], 16):
         v.expect("ApplyGradients by row: %s" % what, "ApplyGradients", v.apply_with(

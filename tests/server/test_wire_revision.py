@@ -1,10 +1,11 @@
-"""libscps against a cluster with a server of an earlier wire revision
-(GetConfig wire_revision 0: no StackPartitions.samples_u16, no
-StackGradients.row_gradients): Python gRPC proxies in front of a real
-2-process cluster forward everything and record the forms of the requests
-scps-loadgen sends; the proxy of process 1 answers GetConfig without the
-field. With the field passed on, the same runs must use both newer forms, so
-the check can fail."""
+"""libscps against a cluster with a server of an earlier wire revision:
+Python gRPC proxies in front of a real 2-process cluster forward everything
+and record the forms of the requests scps-loadgen sends; the proxy of
+process 1 answers GetConfig without the field (revision 0: no
+StackPartitions.samples_u16, no StackGradients.row_gradients) or with
+revision 1 (no LookupRequest.request_placement: with shared memory, Lookups
+through either proxy carry their stacks). With the field passed on, the same
+runs must use the newer forms, so the check can fail."""
 import subprocess
 from concurrent import futures
 
@@ -25,9 +26,9 @@ class Proxy:
     """A gRPC server forwarding every method to target as raw bytes; with
     strip, GetConfig answers lose wire_revision."""
 
-    def __init__(self, env, target, strip):
-        self.env, self.pb, self.strip = env, env.pb, strip
-        self.seen = {"Lookup": 0, "ApplyGradients": 0, "samples_u16": 0, "row_gradients": 0}
+    def __init__(self, env, target, revision=None):
+        self.env, self.pb, self.revision = env, env.pb, revision
+        self.seen = {"Lookup": 0, "ApplyGradients": 0, "samples_u16": 0, "row_gradients": 0, "request_placement": 0}
         self.channel = env.grpc.insecure_channel(target, options=UNLIMITED)
         handlers = {m: env.grpc.unary_unary_rpc_method_handler(self._forward(m)) for m in METHODS}
         self.server = env.grpc.server(futures.ThreadPoolExecutor(max_workers=4), options=UNLIMITED)
@@ -42,8 +43,9 @@ class Proxy:
 
         def handle(req, ctx):
             if method == "Lookup":
-                stacks = [s for s in pb.LookupRequest.FromString(req).stacks]
-                self.seen["samples_u16"] += sum(len(s.samples_u16) > 0 for s in stacks)
+                lr = pb.LookupRequest.FromString(req)
+                self.seen["samples_u16"] += sum(len(s.samples_u16) > 0 for s in lr.stacks)
+                self.seen["request_placement"] += lr.HasField("request_placement")
             elif method == "ApplyGradients":
                 stacks = pb.ApplyGradientsRequest.FromString(req).stacks
                 self.seen["samples_u16"] += sum(len(s.partitions.samples_u16) > 0 for s in stacks)
@@ -54,9 +56,9 @@ class Proxy:
                 resp = call(req, timeout=30)
             except self.env.grpc.RpcError as e:
                 ctx.abort(e.code(), e.details())
-            if method == "GetConfig" and self.strip:
+            if method == "GetConfig" and self.revision is not None:
                 r = pb.GetConfigResponse.FromString(resp)
-                r.ClearField("wire_revision")
+                r.wire_revision = self.revision
                 resp = r.SerializeToString()
             return resp
         return handle
@@ -66,9 +68,9 @@ class Proxy:
         self.channel.close()
 
 
-def loadgen(env, cfg, ports, gradients):
+def loadgen(env, cfg, ports, gradients, shm="off"):
     argv = [env.args.loadgen, "--workload", cfg, "--servers", ",".join("127.0.0.1:%d" % p for p in ports),
-            "--mode", "train", "--requests", "6", "--warmup", "0", "--gradients", gradients]
+            "--mode", "train", "--requests", "6", "--warmup", "0", "--gradients", gradients, "--shared-memory", shm]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
@@ -77,11 +79,32 @@ def test_wire_revision(env):
     srvs = [env.server(cfg, index=p, num_processes=2).wait_ready() for p in range(2)]
     for p, srv in enumerate(srvs):
         got = srv.stub().GetConfig(env.pb.GetConfigRequest(), timeout=30).wire_revision
-        env.check(got == 1, "process %d: GetConfig wire_revision %d, expected 1" % (p, got))
-    for strip in (False, True):
-        proxies = [Proxy(env, srvs[0].addr, False), Proxy(env, srvs[1].addr, strip)]
+        env.check(got == 2, "process %d: GetConfig wire_revision %d, expected 2" % (p, got))
+    # Lookups through shared memory: with both processes at revision 2 the
+    # requests lie in the segments (the proxies see only where); with one at
+    # revision 1, every request comes through the proxies whole.
+    for rev in (None, 1):
+        proxies = [Proxy(env, srvs[0].addr), Proxy(env, srvs[1].addr, rev)]
         try:
-            what = "process 1 of wire_revision %s" % ("0 (stripped)" if strip else "1")
+            what = "process 1 of wire_revision %s, shared memory" % ("2" if rev is None else rev)
+            r = loadgen(env, cfg, [x.port for x in proxies], "auto", "auto")
+            env.check(r.returncode == 0, "%s: scps-loadgen exit %d: %s" % (what, r.returncode, r.stderr[-400:]))
+            placed = [x.seen["request_placement"] for x in proxies]
+            lookups = [x.seen["Lookup"] for x in proxies]
+            if rev is None:
+                env.check(all(n > 0 for n in placed), "%s: placed Lookup requests per process %s of %s"
+                          % (what, placed, lookups))
+            else:
+                env.check(placed == [0, 0] and all(n > 0 for n in lookups),
+                          "%s: Lookups %s, none placed (seen %s)" % (what, lookups, placed))
+            print("   ok %s: Lookups %s, placed requests %s" % (what, lookups, placed), flush=True)
+        finally:
+            for x in proxies:
+                x.close()
+    for strip in (False, True):
+        proxies = [Proxy(env, srvs[0].addr), Proxy(env, srvs[1].addr, 0 if strip else None)]
+        try:
+            what = "process 1 of wire_revision %s" % ("0 (stripped)" if strip else "2")
             r = loadgen(env, cfg, [x.port for x in proxies], "auto")
             s = {k: proxies[0].seen[k] + proxies[1].seen[k] for k in proxies[0].seen}
             env.check(r.returncode == 0, "%s: scps-loadgen --gradients auto exit %d: %s" % (what, r.returncode,

@@ -196,7 +196,7 @@ class Client:
 
     def traffic(self) -> Dict[str, int]:
         """Payload bytes sent and received since connect over the connections
-        and through shared memory (``shared_bytes_sent``, gradients;
+        and through shared memory (``shared_bytes_sent``, Lookup requests and gradients;
         ``shared_bytes_received``, answers), and ids dropped (policy "drop")."""
         info = self._c.info()
         return {k: info[k] for k in ("bytes_sent", "bytes_received", "shared_bytes_sent", "shared_bytes_received",
