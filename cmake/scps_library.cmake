@@ -14,6 +14,7 @@
 set(SCPS_PUBLIC_HEADERS
     ${CMAKE_SOURCE_DIR}/client/scps_client.h
     ${CMAKE_SOURCE_DIR}/shard/scps_error.h
+    ${CMAKE_SOURCE_DIR}/shard/scps_exmy.h
     ${CMAKE_SOURCE_DIR}/shard/scps_input.h
     ${CMAKE_SOURCE_DIR}/shard/scps_memtune.h
     ${CMAKE_SOURCE_DIR}/shard/scps_version.h)
