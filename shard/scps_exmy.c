@@ -23,6 +23,12 @@ static int32_t top_exponent(const scps_exmy_format *f) {
   return f->x ? (1 << f->x) - 1 - f->bias : f->y - 1 - f->bias;
 }
 
+/* The largest scale: an int8, and no value past float32's range. */
+static int32_t scale_max(const scps_exmy_format *f) {
+  int32_t t = top_exponent(f);
+  return t < 0 ? 127 : 127 - t;
+}
+
 static double largest(const scps_exmy_format *f) {
   return f->x ? ldexp(2.0 - ldexp(1.0, -f->y), top_exponent(f)) : ldexp((double)((1 << f->y) - 1), -f->bias);
 }
@@ -106,7 +112,7 @@ static int check(const scps_exmy_format *f, int scale, scps_error *err) {
   if (f->bits != g.bits)
     return scps_error_set(err, SCPS_EINVAL, "exmy format: bits %d, not 1 + %d + %d", (int)f->bits, (int)f->x,
                           (int)f->y);
-  int32_t hi = 127 - top_exponent(f);
+  int32_t hi = scale_max(f);
   if (scale < -128 || scale > hi)
     return scps_error_set(err, SCPS_EINVAL, "exmy scale %d is not in [-128, %d] for e%dm%d bias %d", scale,
                           (int)hi, (int)f->x, (int)f->y, (int)f->bias);
@@ -122,39 +128,48 @@ static int nan_error(const float *src, size_t n, size_t base, scps_error *err) {
 
 /* ---- packing: one block of 8 codes <-> B bytes (layout in the header) ---- */
 
-/* One block of 8 codes to its B bytes (to_bytes), or back, plane by plane. */
+/* One plane of width w (bits lo .. lo+w-1 of the codes) of one block. */
+static ALWAYS_INLINE void plane(uint16_t *c, uint8_t *o, const int w, const int lo, const int to_bytes) {
+  const int per = w == 16 ? 1 : 8 / w;
+  const uint32_t mask = (1u << w) - 1;
+  if (w == 16 && to_bytes) {
+    for (int i = 0; i < 8; i++) {
+      o[2 * i] = (uint8_t)c[i];
+      o[2 * i + 1] = (uint8_t)(c[i] >> 8);
+    }
+  } else if (w == 16) {
+    for (int i = 0; i < 8; i++)
+      c[i] = (uint16_t)(o[2 * i] | o[2 * i + 1] << 8);
+  } else if (to_bytes) {
+    for (int j = 0; j < w; j++) {
+      uint32_t v = 0;
+      for (int k = 0; k < per; k++)
+        v |= ((uint32_t)(c[j * per + k] >> lo) & mask) << (k * w);
+      o[j] = (uint8_t)v;
+    }
+  } else {
+    for (int i = 0; i < 8; i++)
+      c[i] |= (uint16_t)(((uint32_t)o[i / per] >> ((i % per) * w) & mask) << lo);
+  }
+}
+
+/* One block of 8 codes to its B bytes (to_bytes), or back: the planes of
+ * B's binary digits, widest first, each a call with constant width so that
+ * every shift is a constant. */
 static ALWAYS_INLINE void block(uint16_t *c, uint8_t *o, const int B, const int to_bytes) {
   if (!to_bytes)
     for (int i = 0; i < 8; i++)
       c[i] = 0;
-  int lo = B;
-  for (int w = 16; w >= 1; w >>= 1) {
-    if (!(B & w))
-      continue;
-    lo -= w;
-    const int per = w == 16 ? 1 : 8 / w;
-    const uint32_t mask = (1u << w) - 1;
-    if (w == 16 && to_bytes) {
-      for (int i = 0; i < 8; i++) {
-        o[2 * i] = (uint8_t)c[i];
-        o[2 * i + 1] = (uint8_t)(c[i] >> 8);
-      }
-    } else if (w == 16) {
-      for (int i = 0; i < 8; i++)
-        c[i] = (uint16_t)(o[2 * i] | o[2 * i + 1] << 8);
-    } else if (to_bytes) {
-      for (int j = 0; j < w; j++) {
-        uint32_t v = 0;
-        for (int k = 0; k < per; k++)
-          v |= ((uint32_t)(c[j * per + k] >> lo) & mask) << (k * w);
-        o[j] = (uint8_t)v;
-      }
-    } else {
-      for (int i = 0; i < 8; i++)
-        c[i] |= (uint16_t)(((uint32_t)o[i / per] >> ((i % per) * w) & mask) << lo);
-    }
-    o += w;
-  }
+  if (B & 16)
+    plane(c, o, 16, 0, to_bytes);
+  if (B & 8)
+    plane(c, o + (B & 16), 8, B & 7, to_bytes);
+  if (B & 4)
+    plane(c, o + (B & 24), 4, B & 3, to_bytes);
+  if (B & 2)
+    plane(c, o + (B & 28), 2, B & 1, to_bytes);
+  if (B & 1)
+    plane(c, o + (B & 30), 1, 0, to_bytes);
 }
 
 /* Blocks of codes to bytes (to_bytes) or back; bytes is only read when
@@ -182,30 +197,81 @@ static void convert(uint16_t *c, size_t blocks, uint8_t *bytes, int B, int to_by
 
 /* ---- values <-> codes ---- */
 
-/* What encoding needs of a format and scale. A float32 with exponent field
- * E (1 for subnormals) and significand sig (implicit bit included) is
- * sig 2^(E-150) (subnormals normalised first); in the format it lands in
- * exponent field et = E + ebias,
- * i.e. the magnitude code is (et-1) 2^Y + sig / 2^(23-Y) for et >= 1, and
- * sig / 2^(24-Y-et) below, both rounded: one right shift of one integer. */
+/* What encoding needs of a format and scale; sb is sub_bias - scale, the
+ * bias of x / 2^scale.
+ *
+ * To nearest even, in double (exact for every float32, no subnormals):
+ * |x| is first clamped to the largest value, which makes saturation exact.
+ * At or above the smallest normal 2^(1-sb), the double's bits, rounded at
+ * bit 52-Y (half up, less one when the kept bit is even) and shifted,
+ * are (E + sb) 2^Y + m: less (1023 << Y) the code. Below it, adding
+ * magic = 2^(53-sb-Y), whose ulp is the subnormal step 2^(1-sb-Y), rounds
+ * |x| to a multiple of the step (the FPU's default rounding, to nearest
+ * even) and leaves the multiple in magic's low bits; one past the last
+ * subnormal is the first normal code, so the two agree at the boundary.
+ * e0mY is all subnormal (minnormal is Inf).
+ *
+ * Stochastic, in integers from the float32's bits: a float32 with
+ * exponent field E (subnormals normalised first) and significand sig
+ * (implicit bit included) is sig 2^(E-150) and lands in exponent field
+ * et = E + ebias, i.e. its magnitude code is (et-1) 2^Y + sig / 2^(23-Y)
+ * for et >= 1, and sig / 2^(24-Y-et) below: one right shift of one integer
+ * t by k, which the draw's top k bits carry with probability
+ * (dropped bits) / 2^k. */
 typedef struct enc_params {
   int32_t y;
-  int32_t ebias;    /* sub_bias - scale - 127 */
-  int32_t ecap;     /* 2^X + 1: any et above saturates the same */
-  uint32_t maxcode; /* 2^(B-1) - 1 */
-  uint32_t sbit;    /* B - 1 */
+  uint32_t sbit;     /* B - 1 */
+  uint32_t maxcode;  /* 2^(B-1) - 1 */
+  double largest;    /* at this scale */
+  double minnormal;  /* 2^(1-sb); Inf for X == 0 */
+  double magic;      /* 2^(53-sb-Y) */
+  uint64_t rebias;   /* (1023 - sb) << Y */
+  int32_t ebias;     /* sb - 127 */
+  int32_t ecap;      /* 2^X + 1: any et above saturates the same */
 } enc_params;
 
 static enc_params enc_params_of(const scps_exmy_format *f, int scale) {
+  int32_t sb = sub_bias(f) - scale;
   enc_params p = {.y = f->y,
-                  .ebias = sub_bias(f) - scale - 127,
-                  .ecap = (1 << f->x) + 1,
+                  .sbit = (uint32_t)(f->bits - 1),
                   .maxcode = (1u << (f->bits - 1)) - 1,
-                  .sbit = (uint32_t)(f->bits - 1)};
+                  .largest = ldexp(largest(f), scale),
+                  .minnormal = f->x ? ldexp(1.0, 1 - sb) : INFINITY,
+                  .magic = ldexp(1.0, 53 - sb - f->y),
+                  .rebias = (uint64_t)(1023 - sb) << f->y,
+                  .ebias = sb - 127,
+                  .ecap = (1 << f->x) + 1};
   return p;
 }
 
-/* The integer whose low k bits rounding drops (t < 2^31 + 2^24), and k;
+/* Codes of n values to nearest even; nonzero if one was NaN. */
+static uint32_t codes_rne(const float *restrict src, size_t n, uint16_t *restrict c, const enc_params *pp) {
+  const enc_params p = *pp;
+  const uint32_t sh = 52 - (uint32_t)p.y;
+  const uint64_t half = (UINT64_C(1) << (sh - 1)) - 1;
+  uint64_t magic_bits;
+  memcpy(&magic_bits, &p.magic, sizeof magic_bits);
+  uint32_t nan = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &src[i], sizeof u);
+    nan |= (u & 0x7fffffffu) > 0x7f800000u;
+    double ax = fabs((double)src[i]);
+    ax = ax < p.largest ? ax : p.largest;
+    uint64_t ab, sb;
+    memcpy(&ab, &ax, sizeof ab);
+    double sub = ax + p.magic;
+    memcpy(&sb, &sub, sizeof sb);
+    /* the code's low bit is that of the shifted bits less rebias */
+    uint64_t normal = ((ab + half + (((ab >> sh) ^ p.rebias) & 1)) >> sh) - p.rebias;
+    uint64_t is_normal = (uint64_t)0 - (uint64_t)(ax >= p.minnormal);
+    uint64_t q = (normal & is_normal) | ((sb - magic_bits) & ~is_normal);
+    c[i] = (uint16_t)(q | (u >> 31) << p.sbit);
+  }
+  return nan;
+}
+
+/* The integer t and shift k of stochastic rounding (t < 2^31 + 2^24);
  * k is at least 8 (Y <= 15). */
 static ALWAYS_INLINE uint32_t to_fixed(uint32_t a, const enc_params *p, int32_t *k) {
   int32_t e = (int32_t)(a >> 23);
@@ -230,12 +296,9 @@ static ALWAYS_INLINE uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-/* Codes of n values; nonzero if one was NaN. To nearest even: the shift
- * rounds half up, less one when the kept bit is even. Stochastic: the
- * dropped bits plus the draw's top k bits carry into the code with
- * probability (dropped bits) / 2^k. */
-static ALWAYS_INLINE uint32_t codes(const float *restrict src, size_t n, uint16_t *restrict c,
-                                    const enc_params *pp, const int sr, uint64_t seed, uint64_t position) {
+/* Codes of n values, stochastically rounded; nonzero if one was NaN. */
+static uint32_t codes_sr(const float *restrict src, size_t n, uint16_t *restrict c, const enc_params *pp,
+                         uint64_t seed, uint64_t position) {
   const enc_params p = *pp;
   uint32_t nan = 0;
   for (size_t i = 0; i < n; i++) {
@@ -244,15 +307,10 @@ static ALWAYS_INLINE uint32_t codes(const float *restrict src, size_t n, uint16_
     uint32_t a = u & 0x7fffffffu;
     nan |= a > 0x7f800000u;
     int32_t k;
-    uint32_t t = to_fixed(a, &p, &k), q;
-    if (sr) {
-      k = k < 63 ? k : 63;
-      uint64_t z = mix64(seed + (position + i + 1) * UINT64_C(0x9e3779b97f4a7c15));
-      q = (uint32_t)(((uint64_t)t + (z >> (64 - k))) >> k);
-    } else {
-      k = k < 31 ? k : 31; /* t < 2^25 there: rounds to 0 all the same */
-      q = (t + (1u << (k - 1)) - 1 + ((t >> k) & 1)) >> k;
-    }
+    uint64_t t = to_fixed(a, &p, &k);
+    k = k < 63 ? k : 63;
+    uint64_t z = mix64(seed + (position + i + 1) * UINT64_C(0x9e3779b97f4a7c15));
+    uint64_t q = (t + (z >> (64 - k))) >> k;
     q = q < p.maxcode ? q : p.maxcode;
     c[i] = (uint16_t)(q | (u >> 31) << p.sbit);
   }
@@ -295,8 +353,8 @@ int scps_exmy_encode(const scps_exmy_format *f, int scale, const float *src, siz
   uint16_t c[CHUNK];
   for (size_t base = 0; base < n; base += CHUNK) {
     size_t len = n - base < CHUNK ? n - base : CHUNK;
-    uint32_t nan = sr ? codes(src + base, len, c, &p, 1, r->seed, r->position + base)
-                      : codes(src + base, len, c, &p, 0, 0, 0);
+    uint32_t nan =
+        sr ? codes_sr(src + base, len, c, &p, r->seed, r->position + base) : codes_rne(src + base, len, c, &p);
     if (nan)
       return nan_error(src + base, len, base, err);
     size_t whole = (len + 7) / 8 * 8;
@@ -307,6 +365,38 @@ int scps_exmy_encode(const scps_exmy_format *f, int scale, const float *src, siz
   return 0;
 }
 
+/* Formats of up to this many bits decode through a table of their values
+ * (at scale 0, times 2^scale: one rounding, as values() gives). */
+#define LUT_BITS 8
+
+static void lut_of(const scps_exmy_format *f, float *lut) {
+  uint16_t all[1 << LUT_BITS];
+  for (uint32_t i = 0; i < 1u << f->bits; i++)
+    all[i] = (uint16_t)i;
+  values(all, (size_t)1 << f->bits, lut, f, 0);
+}
+
+/* lut: lut_of's table when bits <= LUT_BITS. */
+static void decode_impl(const scps_exmy_format *f, const float *lut, int scale, const uint8_t *src, size_t n,
+                        float *restrict dst) {
+  const float mul = ldexpf(1.0f, scale);
+  uint16_t c[CHUNK];
+  for (size_t base = 0; base < n; base += CHUNK) {
+    size_t len = n - base < CHUNK ? n - base : CHUNK;
+    /* read only: convert writes bytes only when packing */
+    convert(c, (len + 7) / 8, (uint8_t *)(uintptr_t)(src + base / 8 * (size_t)f->bits), f->bits, 0);
+    float *out = dst + base;
+    if (f->bits > LUT_BITS)
+      values(c, len, out, f, scale);
+    else if (scale == 0)
+      for (size_t i = 0; i < len; i++)
+        out[i] = lut[c[i]];
+    else
+      for (size_t i = 0; i < len; i++)
+        out[i] = lut[c[i]] * mul;
+  }
+}
+
 int scps_exmy_decode(const scps_exmy_format *f, int scale, const uint8_t *src, size_t n, float *dst,
                      scps_error *err) {
   int rc = check(f, scale, err);
@@ -314,13 +404,10 @@ int scps_exmy_decode(const scps_exmy_format *f, int scale, const uint8_t *src, s
     return rc;
   if (n && (!src || !dst))
     return scps_error_set(err, SCPS_EINVAL, "exmy decode: src or dst NULL");
-  uint16_t c[CHUNK];
-  for (size_t base = 0; base < n; base += CHUNK) {
-    size_t len = n - base < CHUNK ? n - base : CHUNK;
-    /* read only: convert writes bytes only when packing */
-    convert(c, (len + 7) / 8, (uint8_t *)(uintptr_t)(src + base / 8 * (size_t)f->bits), f->bits, 0);
-    values(c, len, dst + base, f, scale);
-  }
+  float lut[1 << LUT_BITS];
+  if (f->bits <= LUT_BITS)
+    lut_of(f, lut);
+  decode_impl(f, lut, scale, src, n, dst);
   return 0;
 }
 
@@ -339,7 +426,7 @@ int scps_exmy_row_scale(const scps_exmy_format *f, const float *row, size_t n, i
   }
   if (amax > 0x7f800000u)
     return nan_error(row, n, 0, err);
-  int32_t top = top_exponent(f), hi = 127 - top;
+  int32_t top = top_exponent(f), hi = scale_max(f);
   int s = 0;
   if (amax == 0x7f800000u) {
     s = hi;
@@ -392,14 +479,15 @@ int scps_exmy_decode_rows(const scps_exmy_format *f, const uint8_t *src, const i
   if (rows && dim && (!src || !dst || !scales))
     return scps_error_set(err, SCPS_EINVAL, "exmy decode rows: src, dst or scales NULL");
   size_t stride = scps_exmy_packed_bytes(f, dim);
-  int32_t hi = 127 - top_exponent(f);
+  int32_t hi = scale_max(f);
+  float lut[1 << LUT_BITS];
+  if (f->bits <= LUT_BITS)
+    lut_of(f, lut);
   for (size_t i = 0; i < rows; i++) {
     if (scales[i] > hi)
       return scps_error_set(err, SCPS_EINVAL, "exmy decode rows: row %zu's scale %d is over %d", i,
                             (int)scales[i], (int)hi);
-    rc = scps_exmy_decode(f, scales[i], src + i * stride, dim, dst + i * dim, err);
-    if (rc)
-      return rc;
+    decode_impl(f, lut, scales[i], src + i * stride, dim, dst + i * dim);
   }
   return 0;
 }

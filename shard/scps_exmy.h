@@ -53,8 +53,8 @@ extern "C" {
  * the format, i.e. the format with bias b - scale, rounded once from x.
  * Decoding gives the format's value times 2^scale, rounded once to float32
  * (exact whenever the codes came from encoding float32 values). scale lies
- * in [-128, 127 - t], t = floor(log2(largest magnitude)), so that it fits
- * an int8 and no code decodes past float32's range. scps_exmy_row_scale
+ * in [-128, min(127, 127 - t)], t = floor(log2(largest magnitude)), so
+ * that it fits an int8 and no code decodes past float32's range. scps_exmy_row_scale
  * picks it for a row; scale 0 is the plain format.
  *
  * Packing. Values go in blocks of 8; a block takes exactly B bytes and is

@@ -129,7 +129,7 @@ static void test_decode_all_codes(void) {
         fmt(&f, x, y, biases[bi]);
         int top = (int)floor(log2(f.x ? ldexp(2.0 - ldexp(1.0, -y), (1 << x) - 1 - f.bias)
                                       : ldexp((double)((1 << y) - 1), -f.bias)));
-        int scales[3] = {0, -128, 127 - top};
+        int scales[3] = {0, -128, top < 0 ? 127 : 127 - top};
         for (int si = 0; si < (B <= 12 ? 3 : 1); si++) {
           scps_ref_exmy ref;
           CHECK(scps_ref_exmy_init(&ref, x, y, f.bias, scales[si]) == 0);
