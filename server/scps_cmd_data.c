@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "scps_budget.h"
 #include "scps_limits.h"
 #include "scps_shm.h"
 #include "scps_status.h"
@@ -132,6 +133,16 @@ static grpc_status_code read_placed_request(scps_call *c, scps_request_kind kind
              "(--max-message-mb)", (unsigned long long)rp.length, (long long)s->opts.max_message_bytes);
     return GRPC_STATUS_RESOURCE_EXHAUSTED;
   }
+  /* What the same request would have been charged on the connection (its
+   * copy and its decoding), reserved now or not at all: on the connection
+   * it waits its turn for room, so that is where it goes instead. */
+  const size_t need = scps__call_request_memory(c, (size_t)rp.length);
+  if (!scps__budget_reserve(s->budget, need)) {
+    snprintf(msg, len, "request_placement: no room in the memory budget now for a %llu-byte request; nothing was "
+             "looked up: send it on the connection, where it waits for room", (unsigned long long)rp.length);
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  c->charged += need; /* released with the call's */
   uint8_t *copy = malloc(rp.length ? (size_t)rp.length : 1);
   if (!copy) {
     snprintf(msg, len, "request_placement: out of memory for a %llu-byte request", (unsigned long long)rp.length);

@@ -8,11 +8,14 @@ It exits 0 when every check passed. Servers are always killed on the way out
 and their stderr must not contain a sanitizer report.
 """
 import argparse
+import fcntl
 import importlib
 import json
+import mmap
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -495,6 +498,23 @@ def call_status(fn, *a, **kw):
         return "OK", "", fn(*a, **kw)
     except grpc.RpcError as e:
         return e.code().name, e.details() or "", None
+
+
+def attach_segment(env, path, size):
+    """A sealed memfd of size bytes attached over the side channel at path:
+    (the socket, kept open so the segment stays, its mapping, the handle)."""
+    side = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    side.connect(path)
+    fd = os.memfd_create("test_validation", os.MFD_ALLOW_SEALING)
+    os.ftruncate(fd, size)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+    socket.send_fds(side, [env.pb.ShmRequest(attach_bytes=size).SerializeToString()], [fd])
+    resp = env.pb.ShmResponse.FromString(side.recv(4096))
+    env.check(resp.code == 0 and len(resp.segment) == 16, "attach %d bytes: code %d %s" % (size, resp.code,
+                                                                                           resp.message))
+    seg = mmap.mmap(fd, size)
+    os.close(fd)
+    return side, seg, resp.segment
 
 
 def make_pki(env):

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from scps_srvtest import Cluster, call_status, main, u32
+from scps_srvtest import Cluster, attach_segment, call_status, main, u32
 import scps_h2
 
 BATCH, DIM = 32768, 128           # a pooled answer: 32768 x 128 float32 = 16 MiB
@@ -216,6 +216,19 @@ def test_too_large(env):
     got, details, _ = call_status(srv.stub().ApplyGradients, req, timeout=30)
     env.check(got == "RESOURCE_EXHAUSTED" and "whole memory budget" in details and "--memory-budget" in details,
               "ApplyGradients of 16 MiB, budget 8M: %s %s" % (got, details))
+    # A request lying in shared memory (request_placement) is charged as on
+    # the connection, or sent back there: a 6 MiB one needs 12 MiB of 8.
+    side, seg, handle = attach_segment(env, cl.configs[0].shm_socket, 8 << 20)
+    try:
+        envelope = cl.pb.LookupRequest()
+        envelope.request_placement.segment, envelope.request_placement.length = handle, 6 << 20
+        got, details, _ = call_status(srv.stub().Lookup, envelope, timeout=30)
+        env.check(got == "FAILED_PRECONDITION" and "no room in the memory budget" in details
+                  and "send it on the connection" in details,
+                  "a placed 6 MiB request, budget 8M: %s %s" % (got, details))
+    finally:
+        seg.close()
+        side.close()
     rows = cl.lookup({"f": [[(1, 1.0)]] + [[] for _ in range(BATCH - 1)]}, distinct_rows=True)
     env.check(rows["f"].shape == (BATCH, DIM), "small answers still served")
 

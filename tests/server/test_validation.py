@@ -3,16 +3,13 @@ message naming the field and the offending value, and changes nothing: a
 Lookup afterwards returns exactly the bytes it returned before. Also garbage
 and truncated protobufs, a request over --max-message-mb, unknown methods,
 and requests and responses over gRPC's default 4 MiB that must work."""
-import fcntl
 import math
-import mmap
 import os
-import socket
 import struct
 
 import numpy as np
 
-from scps_srvtest import SERVICE, Cluster, call_status, f32, main, u32
+from scps_srvtest import SERVICE, Cluster, attach_segment, call_status, f32, main, u32
 
 BATCH = 8
 TABLES = [
@@ -294,23 +291,6 @@ def row_cases(rows_per_sc, dim):
         ("sc_offsets past the rows", lambda sg, p: (set_by_row(sg, p), sg.partitions.sc_offsets.__setitem__(2, 999)),
          ["sc_offsets", "row count"]),
     ]
-
-
-def attach_segment(env, path, size):
-    """A sealed memfd of size bytes attached over the side channel at path:
-    (the socket, kept open so the segment stays, its mapping, the handle)."""
-    side = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    side.connect(path)
-    fd = os.memfd_create("test_validation", os.MFD_ALLOW_SEALING)
-    os.ftruncate(fd, size)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
-    socket.send_fds(side, [env.pb.ShmRequest(attach_bytes=size).SerializeToString()], [fd])
-    resp = env.pb.ShmResponse.FromString(side.recv(4096))
-    env.check(resp.code == 0 and len(resp.segment) == 16, "attach %d bytes: code %d %s" % (size, resp.code,
-                                                                                           resp.message))
-    seg = mmap.mmap(fd, size)
-    os.close(fd)
-    return side, seg, resp.segment
 
 
 def placed_request_cases(env, v):
