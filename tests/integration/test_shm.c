@@ -104,6 +104,27 @@ static void acts_free(const scps_client *c, float **a) {
   free(a);
 }
 
+/* The first feature whose activations differ between x and y (client c's
+ * layout), or -1 when all are equal bit for bit. */
+static int acts_differ(const scps_client *c, float *const *x, float *const *y) {
+  for (int f = 0; f < scps_client_n_features(c); f++) {
+    size_t len = (size_t)scps_client_feature_batch_size(c, f) * (size_t)scps_client_feature_width(c, f);
+    if (memcmp(x[f], y[f], len * sizeof(float))) return f;
+  }
+  return -1;
+}
+
+/* Prepares the same inputs in batch ba of client a and bb of client b and
+ * looks both up, into xa and xb. */
+static void lookup_both(scps_client *a, scps_batch *ba, float **xa, scps_client *b, scps_batch *bb, float **xb,
+                        const scps_feature_input *in) {
+  scps_error err;
+  CHECK_OK(scps_client_prepare(a, in, ba, &err), &err);
+  CHECK_OK(scps_client_prepare(b, in, bb, &err), &err);
+  CHECK_OK(scps_client_lookup(a, ba, xa, 10000, &err), &err);
+  CHECK_OK(scps_client_lookup(b, bb, xb, 10000, &err), &err);
+}
+
 /* Lookups of the same batches through clients with and without shared
  * memory: equal bit for bit; the first had its answers placed. */
 static void compare(scps_it_cluster *cl, int n, scps_float_format wire, scps_answer_mode answer) {
@@ -123,15 +144,10 @@ static void compare(scps_it_cluster *cl, int n, scps_float_format wire, scps_ans
   float **xa = acts_alloc(a), **xb = acts_alloc(b);
   for (int i = 0; i < 4 && ba && bb && gen; i++) {
     scps__workload_gen_next(gen);
-    CHECK_OK(scps_client_prepare(a, scps__workload_gen_inputs(gen), ba, &err), &err);
-    CHECK_OK(scps_client_prepare(b, scps__workload_gen_inputs(gen), bb, &err), &err);
-    CHECK_OK(scps_client_lookup(a, ba, xa, 10000, &err), &err);
-    CHECK_OK(scps_client_lookup(b, bb, xb, 10000, &err), &err);
-    for (int f = 0; f < scps_client_n_features(a); f++) {
-      size_t len = (size_t)scps_client_feature_batch_size(a, f) * (size_t)scps_client_feature_width(a, f);
-      CHECKF(!memcmp(xa[f], xb[f], len * sizeof(float)), "batch %d feature %d differs (%s, answer %d)", i, f,
-             wire == SCPS_WIRE_BFLOAT16 ? "bfloat16" : "float32", (int)answer);
-    }
+    lookup_both(a, ba, xa, b, bb, xb, scps__workload_gen_inputs(gen));
+    int f = acts_differ(a, xa, xb);
+    CHECKF(f < 0, "batch %d feature %d differs (%s, answer %d)", i, f,
+           wire == SCPS_WIRE_BFLOAT16 ? "bfloat16" : "float32", (int)answer);
     check_view(a, ba, xb, "2 processes, shared memory");
     check_view(b, bb, xb, "2 processes, over the connection");
   }
@@ -339,10 +355,8 @@ static void test_detached_request(scps_it_cluster *cl) {
   uint64_t placed0 = placed_rx(a);
   CHECK_OK(scps_client_lookup(a, b, y, 10000, &err), &err);
   scps_client_traffic(a, &sent1, &recv1);
-  for (int f = 0; f < scps_client_n_features(a); f++) {
-    size_t len = (size_t)scps_client_feature_batch_size(a, f) * (size_t)scps_client_feature_width(a, f);
-    CHECKF(!memcmp(x[f], y[f], len * sizeof(float)), "after the detach feature %d differs", f);
-  }
+  int f = acts_differ(a, x, y);
+  CHECKF(f < 0, "after the detach feature %d differs", f);
   CHECKF(sent1 - sent0 > GRPC_SLICE_LENGTH(b->lookup[0]) && recv1 - recv0 > 1000,
          "the refused request went again on the connection: %llu bytes sent, %llu received",
          (unsigned long long)(sent1 - sent0), (unsigned long long)(recv1 - recv0));
@@ -378,10 +392,8 @@ static void test_restart(scps_it_cluster *cl) {
     float **y = acts_alloc(off);
     CHECK_OK(scps_client_prepare(off, scps__workload_gen_inputs(gen), bo, &err), &err);
     CHECK_OK(scps_client_lookup(off, bo, y, 10000, &err), &err);
-    for (int f = 0; f < scps_client_n_features(a); f++) {
-      size_t len = (size_t)scps_client_feature_batch_size(a, f) * (size_t)scps_client_feature_width(a, f);
-      CHECKF(!memcmp(x[f], y[f], len * sizeof(float)), "after the restart feature %d differs", f);
-    }
+    int f = acts_differ(a, x, y);
+    CHECKF(f < 0, "after the restart feature %d differs", f);
     acts_free(off, y);
   }
   /* Server 0 still places; server 1 is answered over the connection. */
@@ -466,14 +478,9 @@ static void test_push(scps_gradient_mode mode, scps_float_format wire) {
     float **xa = acts_alloc(ra), **xb = acts_alloc(rb);
     for (int i = 0; i < 6 && ba && bb; i++) {
       scps__workload_gen_next(ga);
-      CHECK_OK(scps_client_prepare(ra, scps__workload_gen_inputs(ga), ba, &err), &err);
-      CHECK_OK(scps_client_prepare(rb, scps__workload_gen_inputs(ga), bb, &err), &err);
-      CHECK_OK(scps_client_lookup(ra, ba, xa, 10000, &err), &err);
-      CHECK_OK(scps_client_lookup(rb, bb, xb, 10000, &err), &err);
-      for (int f = 0; f < scps_client_n_features(ra); f++) {
-        size_t len = (size_t)scps_client_feature_batch_size(ra, f) * (size_t)scps_client_feature_width(ra, f);
-        CHECKF(!memcmp(xa[f], xb[f], len * sizeof(float)), "after training, batch %d feature %d differs", i, f);
-      }
+      lookup_both(ra, ba, xa, rb, bb, xb, scps__workload_gen_inputs(ga));
+      int f = acts_differ(ra, xa, xb);
+      CHECKF(f < 0, "after training, batch %d feature %d differs", i, f);
     }
     acts_free(ra, xa);
     acts_free(rb, xb);
