@@ -341,6 +341,26 @@ static void values(const uint16_t *restrict c, size_t n, float *restrict dst, co
 
 /* ---- the calls ---- */
 
+/* Encodes n values at one scale, enc_params p of it; nonzero if one was
+ * NaN (dst then unspecified). Unchecked: the callers check f and scale. */
+static uint32_t encode_run(const scps_exmy_format *f, const enc_params *p, const float *src, size_t n,
+                           uint8_t *dst, const scps_exmy_rounding *r, uint64_t position) {
+  const int sr = r && r->stochastic;
+  uint16_t c[CHUNK];
+  for (size_t base = 0; base < n; base += CHUNK) {
+    size_t len = n - base < CHUNK ? n - base : CHUNK;
+    uint32_t nan =
+        sr ? codes_sr(src + base, len, c, p, r->seed, position + base) : codes_rne(src + base, len, c, p);
+    if (nan)
+      return nan;
+    size_t whole = (len + 7) / 8 * 8;
+    for (size_t i = len; i < whole; i++)
+      c[i] = 0;
+    convert(c, whole / 8, dst + base / 8 * (size_t)f->bits, f->bits, 1);
+  }
+  return 0;
+}
+
 int scps_exmy_encode(const scps_exmy_format *f, int scale, const float *src, size_t n, uint8_t *dst,
                      const scps_exmy_rounding *r, scps_error *err) {
   int rc = check(f, scale, err);
@@ -349,19 +369,13 @@ int scps_exmy_encode(const scps_exmy_format *f, int scale, const float *src, siz
   if (n && (!src || !dst))
     return scps_error_set(err, SCPS_EINVAL, "exmy encode: src or dst NULL");
   const enc_params p = enc_params_of(f, scale);
-  const int sr = r && r->stochastic;
-  uint16_t c[CHUNK];
-  for (size_t base = 0; base < n; base += CHUNK) {
-    size_t len = n - base < CHUNK ? n - base : CHUNK;
-    uint32_t nan =
-        sr ? codes_sr(src + base, len, c, &p, r->seed, r->position + base) : codes_rne(src + base, len, c, &p);
-    if (nan)
-      return nan_error(src + base, len, base, err);
-    size_t whole = (len + 7) / 8 * 8;
-    for (size_t i = len; i < whole; i++)
-      c[i] = 0;
-    convert(c, whole / 8, dst + base / 8 * (size_t)f->bits, f->bits, 1);
-  }
+  const uint64_t position = r ? r->position : 0;
+  size_t at = 0;
+  /* a NaN: named from the chunk it was found in */
+  for (; at < n; at += CHUNK)
+    if (encode_run(f, &p, src + at, n - at < CHUNK ? n - at : CHUNK, dst + at / 8 * (size_t)f->bits, r,
+                   position + at))
+      return nan_error(src + at, n - at < CHUNK ? n - at : CHUNK, at, err);
   return 0;
 }
 
@@ -376,16 +390,17 @@ static void lut_of(const scps_exmy_format *f, float *lut) {
   values(all, (size_t)1 << f->bits, lut, f, 0);
 }
 
-/* lut: lut_of's table when bits <= LUT_BITS. */
-static void decode_impl(const scps_exmy_format *f, const float *lut, int scale, const uint8_t *src, size_t n,
-                        float *restrict dst) {
+/* lut: lut_of's table when bits <= LUT_BITS. add: dst += the values. */
+static ALWAYS_INLINE void decode_run(const scps_exmy_format *f, const float *lut, int scale, const uint8_t *src,
+                                     size_t n, float *restrict dst, const int add) {
   const float mul = ldexpf(1.0f, scale);
   uint16_t c[CHUNK];
+  float v[CHUNK];
   for (size_t base = 0; base < n; base += CHUNK) {
     size_t len = n - base < CHUNK ? n - base : CHUNK;
     /* read only: convert writes bytes only when packing */
     convert(c, (len + 7) / 8, (uint8_t *)(uintptr_t)(src + base / 8 * (size_t)f->bits), f->bits, 0);
-    float *out = dst + base;
+    float *out = add ? v : dst + base;
     if (f->bits > LUT_BITS)
       values(c, len, out, f, scale);
     else if (scale == 0)
@@ -394,7 +409,20 @@ static void decode_impl(const scps_exmy_format *f, const float *lut, int scale, 
     else
       for (size_t i = 0; i < len; i++)
         out[i] = lut[c[i]] * mul;
+    if (add)
+      for (size_t i = 0; i < len; i++)
+        dst[base + i] += v[i];
   }
+}
+
+static void decode_impl(const scps_exmy_format *f, const float *lut, int scale, const uint8_t *src, size_t n,
+                        float *restrict dst) {
+  decode_run(f, lut, scale, src, n, dst, 0);
+}
+
+static void decode_add(const scps_exmy_format *f, const float *lut, int scale, const uint8_t *src, size_t n,
+                       float *restrict dst) {
+  decode_run(f, lut, scale, src, n, dst, 1);
 }
 
 int scps_exmy_decode(const scps_exmy_format *f, int scale, const uint8_t *src, size_t n, float *dst,
@@ -411,12 +439,10 @@ int scps_exmy_decode(const scps_exmy_format *f, int scale, const uint8_t *src, s
   return 0;
 }
 
-int scps_exmy_row_scale(const scps_exmy_format *f, const float *row, size_t n, int *scale, scps_error *err) {
-  int rc = check(f, 0, err);
-  if (rc)
-    return rc;
-  if (!scale || (n && !row))
-    return scps_error_set(err, SCPS_EINVAL, "exmy row scale: row or scale NULL");
+/* The row's scale (scps_exmy_row_scale) of a checked format; NO_SCALE
+ * with *nan_at the index of a NaN when there is one. */
+#define NO_SCALE INT32_MIN
+static int32_t row_scale_of(const scps_exmy_format *f, const float *row, size_t n, size_t *nan_at) {
   uint32_t amax = 0;
   for (size_t i = 0; i < n; i++) {
     uint32_t u;
@@ -424,8 +450,13 @@ int scps_exmy_row_scale(const scps_exmy_format *f, const float *row, size_t n, i
     u &= 0x7fffffffu;
     amax = u > amax ? u : amax;
   }
-  if (amax > 0x7f800000u)
-    return nan_error(row, n, 0, err);
+  if (amax > 0x7f800000u) {
+    size_t i = 0;
+    while (!isnan(row[i]))
+      i++;
+    *nan_at = i;
+    return NO_SCALE;
+  }
   int32_t top = top_exponent(f), hi = scale_max(f);
   int s = 0;
   if (amax == 0x7f800000u) {
@@ -441,7 +472,20 @@ int scps_exmy_row_scale(const scps_exmy_format *f, const float *row, size_t n, i
       s++;
     s = s < -128 ? -128 : s > hi ? hi : s;
   }
-  *scale = s;
+  return s;
+}
+
+int scps_exmy_row_scale(const scps_exmy_format *f, const float *row, size_t n, int *scale, scps_error *err) {
+  int rc = check(f, 0, err);
+  if (rc)
+    return rc;
+  if (!scale || (n && !row))
+    return scps_error_set(err, SCPS_EINVAL, "exmy row scale: row or scale NULL");
+  size_t nan_at;
+  int32_t s = row_scale_of(f, row, n, &nan_at);
+  if (s == NO_SCALE)
+    return scps_error_set(err, SCPS_EINVAL, "exmy encode: value %zu is NaN", nan_at);
+  *scale = (int)s;
   return 0;
 }
 
@@ -488,6 +532,70 @@ int scps_exmy_decode_rows(const scps_exmy_format *f, const uint8_t *src, const i
       return scps_error_set(err, SCPS_EINVAL, "exmy decode rows: row %zu's scale %d is over %d", i,
                             (int)scales[i], (int)hi);
     decode_impl(f, lut, scales[i], src + i * stride, dim, dst + i * dim);
+  }
+  return 0;
+}
+
+size_t scps_exmy_row_bytes(const scps_exmy_format *f, size_t dim, int row_scale) {
+  return scps_exmy_packed_bytes(f, dim) + (row_scale != 0);
+}
+
+int scps_exmy_encode_interleaved(const scps_exmy_format *f, int row_scale, const float *src, size_t rows,
+                                 size_t dim, uint8_t *dst, const scps_exmy_rounding *r, scps_error *err) {
+  int rc = check(f, 0, err);
+  if (rc)
+    return rc;
+  if (rows && dim && (!src || !dst))
+    return scps_error_set(err, SCPS_EINVAL, "exmy encode interleaved: src or dst NULL");
+  const size_t packed = scps_exmy_packed_bytes(f, dim), stride = packed + (row_scale != 0);
+  const uint64_t position = r ? r->position : 0;
+  /* Rows of whole blocks without scales are one run: the same codes. */
+  const size_t run = !row_scale && dim % 8 == 0 ? rows : 1;
+  int32_t last = 0;
+  enc_params p = enc_params_of(f, 0);
+  for (size_t i = 0; i < rows; i += run) {
+    const float *row = src + i * dim;
+    size_t nan_at;
+    const int32_t s = row_scale ? row_scale_of(f, row, dim, &nan_at) : 0;
+    if (s == NO_SCALE)
+      return scps_error_set(err, SCPS_EINVAL, "exmy encode: row %zu value %zu is NaN", i, nan_at);
+    if (s != last)
+      p = enc_params_of(f, (int)s);
+    last = s;
+    if (encode_run(f, &p, row, dim * run, dst + i * stride, r, position + i * dim)) {
+      size_t at = 0;
+      while (!isnan(row[at]))
+        at++;
+      return scps_error_set(err, SCPS_EINVAL, "exmy encode: row %zu value %zu is NaN", i + at / dim, at % dim);
+    }
+    if (row_scale)
+      dst[i * stride + packed] = (uint8_t)(int8_t)s;
+  }
+  return 0;
+}
+
+int scps_exmy_decode_interleaved(const scps_exmy_format *f, int row_scale, const uint8_t *src, size_t rows,
+                                 size_t dim, float *dst, int add, scps_error *err) {
+  int rc = check(f, 0, err);
+  if (rc)
+    return rc;
+  if (rows && dim && (!src || !dst))
+    return scps_error_set(err, SCPS_EINVAL, "exmy decode interleaved: src or dst NULL");
+  const size_t packed = scps_exmy_packed_bytes(f, dim), stride = packed + (row_scale != 0);
+  const int32_t hi = scale_max(f);
+  float lut[1 << LUT_BITS];
+  if (f->bits <= LUT_BITS)
+    lut_of(f, lut);
+  const size_t run = !row_scale && dim % 8 == 0 ? rows : 1;
+  for (size_t i = 0; i < rows; i += run) {
+    const int s = row_scale ? (int8_t)src[i * stride + packed] : 0;
+    if (s > hi)
+      return scps_error_set(err, SCPS_ERANGE, "exmy decode: row %zu's scale %d is over %d, the most for e%dm%d "
+                            "bias %d", i, s, (int)hi, (int)f->x, (int)f->y, (int)f->bias);
+    if (add)
+      decode_add(f, lut, s, src + i * stride, dim * run, dst + i * dim);
+    else
+      decode_impl(f, lut, s, src + i * stride, dim * run, dst + i * dim);
   }
   return 0;
 }

@@ -131,6 +131,25 @@ SCPS_EXTERN int scps_exmy_encode_rows(const scps_exmy_format *f, const float *sr
 SCPS_EXTERN int scps_exmy_decode_rows(const scps_exmy_format *f, const uint8_t *src, const int8_t *scales,
                                       size_t rows, size_t dim, float *dst, scps_error *err);
 
+/* Rows laid out one after another, each its codes (scps_exmy_packed_bytes
+ * (f, dim)) and then, with row_scale, its scale as one int8 byte: the
+ * layout of eXmY values on scps's wire (scps.proto ExmyFormat). Without
+ * row_scale every scale is 0. Bytes per row: */
+SCPS_EXTERN size_t scps_exmy_row_bytes(const scps_exmy_format *f, size_t dim, int row_scale);
+
+/* rows x dim values to rows x scps_exmy_row_bytes bytes at dst; with
+ * row_scale each row's scale is scps_exmy_row_scale's. Stochastic positions
+ * as for scps_exmy_encode_rows. SCPS_EINVAL naming row and column of a NaN. */
+SCPS_EXTERN int scps_exmy_encode_interleaved(const scps_exmy_format *f, int row_scale, const float *src,
+                                             size_t rows, size_t dim, uint8_t *dst, const scps_exmy_rounding *r,
+                                             scps_error *err);
+
+/* The inverse, into rows x dim floats at dst (add: added to them).
+ * SCPS_ERANGE naming the row whose scale is out of range (nothing after it
+ * is written). */
+SCPS_EXTERN int scps_exmy_decode_interleaved(const scps_exmy_format *f, int row_scale, const uint8_t *src,
+                                             size_t rows, size_t dim, float *dst, int add, scps_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -463,6 +463,63 @@ static void test_rows(void) {
     }
 }
 
+/* The wire's interleaved rows: each row's codes as scps_exmy_encode (or
+ * scps_exmy_encode_rows, with row scales) makes them, its scale after
+ * them; decoding gives scps_exmy_decode_rows's values, or adds them. */
+static void test_interleaved(void) {
+  static const char *names[] = {"e3m0", "e2m1", "e4m3", "e5m2", "e3m4", "e5m10"};
+  enum { ROWS = 37, MAXDIM = 24 };
+  static const size_t dims[] = {24, 13, 8};
+  float in[ROWS * MAXDIM], want[ROWS * MAXDIM], out[ROWS * MAXDIM];
+  uint8_t rows_packed[ROWS * MAXDIM * 2], wire[ROWS * (MAXDIM * 2 + 1)], one[MAXDIM * 2];
+  int8_t scales[ROWS];
+  uint64_t st = 11;
+  for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+      for (int rs = 0; rs < 2; rs++)
+        for (int sr = 0; sr < 2; sr++) {
+          const size_t dim = dims[di];
+          scps_exmy_format f;
+          scps_error err;
+          CHECK_OK(scps_exmy_parse(names[k], &f, &err), &err);
+          for (size_t i = 0; i < ROWS * dim; i++)
+            in[i] = (float)ldexp(test_value(&st, 2), (int)(i / dim % 9) - 4);
+          const scps_exmy_rounding r = {sr, 77 + k, 1000};
+          const size_t packed = scps_exmy_packed_bytes(&f, dim), stride = scps_exmy_row_bytes(&f, dim, rs);
+          CHECK(stride == packed + (size_t)rs);
+          CHECK_OK(scps_exmy_encode_interleaved(&f, rs, in, ROWS, dim, wire, &r, &err), &err);
+          CHECK_OK(scps_exmy_encode_rows(&f, in, ROWS, dim, rows_packed, scales, &r, &err), &err);
+          size_t differ = 0;
+          for (size_t i = 0; i < ROWS; i++) {
+            scps_exmy_rounding ri = {sr, r.seed, r.position + i * dim};
+            const int s = rs ? scales[i] : 0;
+            CHECK_OK(scps_exmy_encode(&f, s, in + i * dim, dim, one, &ri, &err), &err);
+            differ += memcmp(one, wire + i * stride, packed) != 0;
+            differ += rs && (int8_t)wire[i * stride + packed] != scales[i];
+            CHECK_OK(scps_exmy_decode(&f, s, one, dim, want + i * dim, &err), &err);
+          }
+          CHECKF(differ == 0, "%s dim %zu scale %d sr %d: %zu rows differ", names[k], dim, rs, sr, differ);
+          for (size_t i = 0; i < ROWS * dim; i++)
+            out[i] = 0.5f;
+          CHECK_OK(scps_exmy_decode_interleaved(&f, rs, wire, ROWS, dim, out, 1, &err), &err);
+          size_t bad = 0;
+          for (size_t i = 0; i < ROWS * dim; i++)
+            bad += out[i] != 0.5f + want[i];
+          CHECK_OK(scps_exmy_decode_interleaved(&f, rs, wire, ROWS, dim, out, 0, &err), &err);
+          for (size_t i = 0; i < ROWS * dim; i++)
+            bad += out[i] != want[i];
+          CHECKF(bad == 0, "%s dim %zu scale %d: %zu values decode wrong", names[k], dim, rs, bad);
+          if (rs) {
+            wire[9 * stride + packed] = 127;
+            CHECK(scps_exmy_decode_interleaved(&f, rs, wire, ROWS, dim, out, 0, &err) == SCPS_ERANGE &&
+                  strstr(err.msg, "row 9"));
+          }
+          in[6 * dim + 2] = NAN;
+          CHECK(scps_exmy_encode_interleaved(&f, rs, in, ROWS, dim, wire, &r, &err) == SCPS_EINVAL &&
+                strstr(err.msg, "row 6 value 2"));
+        }
+}
+
 int main(void) {
   test_parse();
   test_decode_all_codes();
@@ -471,5 +528,6 @@ int main(void) {
   test_packing_and_ranges();
   test_stochastic();
   test_rows();
+  test_interleaved();
   return scps_test_finish("test_exmy");
 }
