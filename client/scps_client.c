@@ -23,6 +23,27 @@ const char *scps_float_format_name(scps_float_format f) {
   return f == SCPS_WIRE_BFLOAT16 ? "bfloat16" : f == SCPS_WIRE_FLOAT32 ? "float32" : "unknown";
 }
 
+int scps_client_options_set_wire_format(scps_client_options *o, const char *spec, scps_error *err) {
+  if (!o || !spec) return scps_error_set(err, SCPS_EINVAL, "wire format: options or text NULL");
+  char act[sizeof o->activation_format], grad[sizeof o->gradient_format];
+  const char *slash = strchr(spec, '/');
+  const size_t a = slash ? (size_t)(slash - spec) : strlen(spec), g = slash ? strlen(slash + 1) : a;
+  if (a >= sizeof act || g >= sizeof grad)
+    return scps_error_set(err, SCPS_EINVAL, "wire format '%s': a name is over %zu bytes", spec, sizeof act - 1);
+  memcpy(act, spec, a);
+  act[a] = '\0';
+  memcpy(grad, slash ? slash + 1 : spec, g);
+  grad[g] = '\0';
+  scps_wirefmt f;
+  scps_error e;
+  if (scps__wirefmt_parse(act, &f, &e) || scps__wirefmt_parse(grad, &f, &e))
+    return scps_error_set(err, SCPS_EINVAL, "%s%s", e.msg,
+                          slash ? " (NAME for both, or ACTIVATIONS/GRADIENTS)" : "");
+  memcpy(o->activation_format, act, sizeof act);
+  memcpy(o->gradient_format, grad, sizeof grad);
+  return 0;
+}
+
 int scps_answer_mode_from_name(const char *name, scps_answer_mode *out) {
   if (name && !strcmp(name, "auto")) *out = SCPS_ANSWER_AUTO;
   else if (name && !strcmp(name, "pooled")) *out = SCPS_ANSWER_POOLED;
@@ -103,6 +124,16 @@ static int check_options(const scps_client_options *o, scps_error *err) {
     return scps_error_set(err, SCPS_EINVAL,
                           "options: wire_format %d is neither SCPS_WIRE_FLOAT32 nor SCPS_WIRE_BFLOAT16",
                           (int)o->wire_format);
+  for (int g = 0; g < 2; g++) {
+    const char *name = g ? o->gradient_format : o->activation_format;
+    scps_wirefmt f;
+    scps_error e;
+    if (!memchr(name, '\0', sizeof o->activation_format))
+      return scps_error_set(err, SCPS_EINVAL, "options: %s is not NUL-terminated",
+                            g ? "gradient_format" : "activation_format");
+    if (name[0] && scps__wirefmt_parse(name, &f, &e))
+      return scps_error_set(err, SCPS_EINVAL, "options: %s: %s", g ? "gradient_format" : "activation_format", e.msg);
+  }
   if (o->shared_memory != SCPS_SHM_AUTO && o->shared_memory != SCPS_SHM_OFF)
     return scps_error_set(err, SCPS_EINVAL, "options: shared_memory %d is neither SCPS_SHM_AUTO nor SCPS_SHM_OFF",
                           (int)o->shared_memory);
@@ -159,8 +190,10 @@ int scps__client_create_expecting(const scps_client_options *options, const scps
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
   c->n = o->n_servers;
-  c->format = o->wire_format;
-  c->value_bytes = o->wire_format == SCPS_WIRE_BFLOAT16 ? 2 : sizeof(float);
+  scps__wirefmt_parse(o->activation_format[0] ? o->activation_format : scps_float_format_name(o->wire_format),
+                     &c->act_fmt, NULL);
+  scps__wirefmt_parse(o->gradient_format[0] ? o->gradient_format : scps_float_format_name(o->wire_format),
+                     &c->grad_fmt, NULL);
   c->answer = o->answer;
   c->gradients = o->gradients;
   c->ignore_checkpoint_due = o->ignore_checkpoint_due;

@@ -152,7 +152,7 @@ typedef struct scps_client_options {
   scps_limit_policy policy;   /* what preprocessing does with ids over the limits; default ERROR */
   int prep_threads;           /* preprocessing threads; 0 or 1: the caller's */
   int64_t connect_timeout_ms; /* for the configuration check; default (0) 10 s */
-  scps_float_format wire_format; /* default float32 */
+  scps_float_format wire_format; /* default float32; activation_format and gradient_format override it */
   scps_answer_mode answer;       /* default auto */
   scps_gradient_mode gradients;  /* default auto */
   /* Servers run with --checkpoint-every ask for cluster checkpoints through
@@ -177,10 +177,29 @@ typedef struct scps_client_options {
    * uses it wherever the server's socket is reachable and belongs to that
    * server, and answers over the connection otherwise; OFF never. */
   scps_shm_mode shared_memory;
+  /* Formats of the activations servers answer with and of the gradients
+   * this client sends, each independently, by name: "float32",
+   * "bfloat16" ("bf16"), or an eXmY format (scps_exmy.h) "eXmY" with an
+   * optional bias "bN" and an optional "s" for a scale per row ("e4m3",
+   * "e5m2", "e3m0b-2", "e2m1s"). eXmY activations are each server's
+   * partial sums rounded to nearest; eXmY gradients are rounded
+   * stochastically (unbiased; the draws a function of step, stack and
+   * position); both are decoded back to float32 exactly, arithmetic stays
+   * float32. Needs servers of wire_revision 3 (create fails with
+   * SCPS_EMISMATCH naming one below). Empty (the default): wire_format.
+   * scps_client_options_set_wire_format fills both from one text. */
+  char activation_format[32];
+  char gradient_format[32];
 } scps_client_options;
 
 /* Zeroes o, sets its size and every field's default. */
 SCPS_EXTERN void scps_client_options_init(scps_client_options *o);
+
+/* Sets activation_format and gradient_format from "NAME" (both) or
+ * "ACTIVATIONS/GRADIENTS" ("e4m3/e3m0s"), as programs take --wire-format.
+ * SCPS_EINVAL naming the text when a name is not a format; o is then
+ * unchanged. */
+SCPS_EXTERN int scps_client_options_set_wire_format(scps_client_options *o, const char *spec, scps_error *err);
 
 /* Connects to every server, reads and cross-checks their configurations
  * (same declaration and fingerprint, each at its expected process index,

@@ -177,6 +177,11 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
                           "server %d (%s) takes no gradients by row (its GetConfig wire_revision is %u, by row "
                           "needs 1): upgrade it, or push by sample or auto",
                           p, a, m->wire_revision);
+  if (rev < 3 && (c->act_fmt.kind == SCPS_WIREFMT_EXMY || c->grad_fmt.kind == SCPS_WIREFMT_EXMY))
+    return scps_error_set(err, SCPS_EMISMATCH,
+                          "server %d (%s) takes no eXmY wire formats (its GetConfig wire_revision is %u, eXmY "
+                          "needs 3): upgrade it, or use float32 or bfloat16",
+                          p, a, m->wire_revision);
   if (p == 0 || rev < c->wire_revision) c->wire_revision = rev;
   if (rev < 1 && c->gradients == SCPS_GRADIENTS_AUTO) c->gradients = SCPS_GRADIENTS_BY_SAMPLE;
   if (m->max_message_bytes > 0 && (c->max_message_bytes == 0 || m->max_message_bytes < c->max_message_bytes))

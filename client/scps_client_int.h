@@ -51,8 +51,8 @@ struct scps_client {
   pthread_mutex_t prep_mu;
   uint8_t fingerprint[SCPS_FINGERPRINT_BYTES];
   int64_t max_message_bytes; /* smallest of the servers' limits */
-  scps_float_format format;   /* of activations and gradients on the wire */
-  size_t value_bytes;         /* 4 or 2: bytes of one such value */
+  scps_wirefmt act_fmt;       /* of activations on the wire */
+  scps_wirefmt grad_fmt;      /* of gradients on the wire */
   scps_answer_mode answer;
   scps_gradient_mode gradients; /* AUTO becomes BY_SAMPLE with a server of wire_revision 0 */
   uint32_t wire_revision;       /* lowest of the servers' (and this build's) GetConfig wire_revision */

@@ -15,7 +15,7 @@ static size_t answer_bytes(const scps_client *c, const scps_batch *b, int p, int
   const scps_stack_layout *sl = &c->layout->stacks[st];
   size_t values = b->distinct[st] ? scps__rows_count(&b->rows[p * c->layout->n_stacks + st])
                                   : (size_t)sl->total_sample_count;
-  return values * (size_t)sl->dim * c->value_bytes;
+  return values * scps__wirefmt_row_bytes(&c->act_fmt, (size_t)sl->dim);
 }
 
 /* Where each of server p's answers lies in a placed answer (scps.proto's
@@ -123,12 +123,48 @@ static bool rows_in_place(const scps_client *c, const scps_batch *b, int st) {
  * row split between two slices is gathered into tmp first). A feature as
  * wide as its stack is one contiguous range there, copied (float32) or
  * widened (bfloat16) run by run. */
-static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
+/* eXmY rows [r0, r1) of an answer (row r at at + (r - r0) x row_bytes in
+ * m) decoded into dst (row r at dst + (r - r0) x width, width <= dim
+ * columns kept), added unless first; as many whole rows at a time as lie in
+ * one slice (a row split between two is gathered first). Returns 0 or
+ * SCPS_ERANGE for a row whose scale is out of range. */
+static int merge_exmy(const scps_wirefmt *fmt, const scps_slices *m, size_t at, size_t rows, size_t dim,
+                      size_t width, float *dst, bool first) {
+  enum { FLOATS = 4096 };
+  const size_t row_bytes = scps__wirefmt_row_bytes(fmt, dim), most = dim <= FLOATS ? FLOATS / dim : 1;
+  uint8_t span[SCPS_DIM_MAX * sizeof(float) + 1];
+  float tmp[FLOATS > SCPS_DIM_MAX ? FLOATS : SCPS_DIM_MAX];
+  for (size_t r = 0, n, avail; r < rows; r += n, at += n * row_bytes) {
+    const uint8_t *s = scps__slices_at(m, at, &avail);
+    n = avail / row_bytes < rows - r ? avail / row_bytes : rows - r;
+    if (!n) {
+      s = scps__slices_span(m, at, row_bytes, span);
+      n = 1;
+    }
+    if (width == dim) {
+      if (scps__wirefmt_decode(fmt, s, n, dim, dst + r * width, !first, NULL)) return SCPS_ERANGE;
+      continue;
+    }
+    n = n < most ? n : most;
+    if (scps__wirefmt_decode(fmt, s, n, dim, tmp, false, NULL)) return SCPS_ERANGE;
+    for (size_t i = 0; i < n; i++) {
+      float *restrict d = dst + (r + i) * width;
+      const float *restrict t = tmp + i * dim;
+      if (first) memcpy(d, t, width * sizeof(float));
+      else
+        for (size_t j = 0; j < width; j++) d[j] += t[j];
+    }
+  }
+  return 0;
+}
+
+static int merge_rows(const op *o, int f, size_t r0, size_t r1) {
   const scps_client *c = o->c;
   const scps_layout *l = c->layout;
   const scps_batch *b = o->b;
   int ns = l->n_stacks;
-  const size_t vb = c->value_bytes;
+  const size_t vb = c->act_fmt.kind == SCPS_WIREFMT_BFLOAT16 ? 2 : sizeof(float);
+  const size_t row_bytes = scps__wirefmt_row_bytes(&c->act_fmt, (size_t)l->stacks[l->features[f].stack].dim);
   uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
   const scps_feature_layout *fl = &l->features[f];
   const scps_stack_layout *sl = &l->stacks[fl->stack];
@@ -155,7 +191,12 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
       continue;
     }
     const scps_slices *m = &b->reply[p];
-    size_t at = b->parsed[p * ns + k].off + ((size_t)fl->sample_offset + r0) * dim * vb;
+    size_t at = b->parsed[p * ns + k].off + ((size_t)fl->sample_offset + r0) * row_bytes;
+    if (c->act_fmt.kind == SCPS_WIREFMT_EXMY) {
+      if (merge_exmy(&c->act_fmt, m, at, r1 - r0, dim, width, dst + r0 * width, first)) return SCPS_ERANGE;
+      first = false;
+      continue;
+    }
     if (first && vb == sizeof(float) && width == dim) {
       uint8_t *d = (uint8_t *)(dst + r0 * width);
       for (size_t left = (r1 - r0) * dim * vb, avail; left > 0; left -= avail, at += avail, d += avail) {
@@ -182,28 +223,15 @@ static void merge_rows(const op *o, int f, size_t r0, size_t r1) {
       first = false;
       continue;
     }
-    for (size_t r = r0; r < r1; r++, at += dim * vb) {
-      float *restrict d = dst + r * width;
-      /* Unaligned in the slices: read by memcpy, which compiles to plain
-       * (vector) loads. */
-      const uint8_t *restrict s = scps__slices_span(m, at, width * vb, tmp);
-      if (vb == 2 && first) {
-        scps__bf16_decode(s, d, width);
-      } else if (vb == 2) {
-        for (size_t j = 0; j < width; j++) d[j] += scps__bf16_to_f32((uint16_t)(s[2 * j] | s[2 * j + 1] << 8));
-      } else if (first) {
-        memcpy(d, s, width * sizeof(float));
-      } else {
-        for (size_t j = 0; j < width; j++) {
-          float v;
-          memcpy(&v, s + j * sizeof(float), sizeof v);
-          d[j] += v;
-        }
-      }
-    }
+    /* Each row's first width values (float32 and bfloat16 decode value by
+     * value), unaligned in the slices. */
+    for (size_t r = r0; r < r1; r++, at += dim * vb)
+      scps__wirefmt_decode(&c->act_fmt, scps__slices_span(m, at, width * vb, tmp), 1, width, dst + r * width, !first,
+                          NULL);
     first = false;
   }
   if (first) memset(dst + r0 * width, 0, (r1 - r0) * width * sizeof(float));
+  return 0;
 }
 
 static size_t merge_chunks(const scps_layout *l) {
@@ -216,6 +244,7 @@ static size_t merge_chunks(const scps_layout *l) {
 typedef struct merge_job {
   const op *o;
   size_t chunks; /* items per feature */
+  atomic_int failed; /* a server's eXmY row had a scale out of range */
 } merge_job;
 
 /* Whether a view lookup leaves feature f in the answer where the server
@@ -227,7 +256,8 @@ static bool view_in_place(const op *o, int f) {
   const scps_layout *l = c->layout;
   const int st = l->features[f].stack;
   return o->view_out && c->n == 1 && b->shm_asked[0] && b->slot[st] >= 0 && !b->distinct[st] &&
-         c->value_bytes == sizeof(float) && l->table_specs[l->features[f].table].embedding_dim == l->stacks[st].dim;
+         c->act_fmt.kind == SCPS_WIREFMT_FLOAT32 &&
+         l->table_specs[l->features[f].table].embedding_dim == l->stacks[st].dim;
 }
 
 static void merge_item(void *ctx, int item) {
@@ -236,7 +266,7 @@ static void merge_item(void *ctx, int item) {
   size_t f = (size_t)item / m->chunks, r0 = (size_t)item % m->chunks * MERGE_ROWS;
   if (view_in_place(m->o, (int)f)) return;
   size_t rows = (size_t)l->feature_specs[f].batch_size, r1 = r0 + MERGE_ROWS < rows ? r0 + MERGE_ROWS : rows;
-  if (r0 < r1) merge_rows(m->o, (int)f, r0, r1);
+  if (r0 < r1 && merge_rows(m->o, (int)f, r0, r1)) atomic_store(&((merge_job *)ctx)->failed, 1);
 }
 
 /* Samples a pooling item covers: 4096 x 64 floats is 1 MiB of output. */
@@ -265,9 +295,9 @@ static void widen_item(void *ctx, int item) {
   int p = (int)(i / (size_t)ns), st = (int)(i % (size_t)ns);
   const scps_stack_layout *sl = &c->layout->stacks[st];
   const scps_lookup_reply_stack *a = &b->parsed[(size_t)p * (size_t)ns + (size_t)b->slot[i]];
-  if (scps__rows_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, c->value_bytes,
-                      (size_t)sl->total_sample_count, !rows_in_place(c, b, st)))
-    atomic_store(&j->failed, 1);
+  int rc = scps__rows_widen(&b->rows[i], &b->reply[p], a->off, (size_t)sl->dim, &c->act_fmt,
+                            (size_t)sl->total_sample_count, !rows_in_place(c, b, st), NULL);
+  if (rc) atomic_store(&j->failed, rc);
 }
 
 /* Samples [first, end) of stack st from every server's distinct rows into
@@ -355,7 +385,10 @@ static int pool_rows(op *o, scps_error *err) {
         j.items[u] + (int)((l->stacks[j.stack[u]].total_sample_count + POOL_SAMPLES - 1) / POOL_SAMPLES);
   scps__client_prepare_parallel(c, j.n_answers, widen_item, &j);
   if (atomic_load(&j.failed)) {
-    rc = scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory widening the distinct rows of an answer");
+    rc = atomic_load(&j.failed) == SCPS_ENOMEM
+             ? scps_error_set(err, SCPS_ENOMEM, "lookup: out of memory widening the distinct rows of an answer")
+             : scps_error_set(err, SCPS_EIO, "lookup: a server's answer in distinct rows holds an eXmY row whose "
+                              "scale is out of range");
     goto out;
   }
   scps__client_prepare_parallel(c, j.items[j.n_units], pool_item, &j);
@@ -368,10 +401,13 @@ out:
 }
 
 /* The merge is a pass over every activation byte, spread over the prep pool (scps__client_prepare_parallel). */
-static void merge_activations(op *o) {
+static int merge_activations(op *o, scps_error *err) {
   scps_client *c = o->c;
-  merge_job m = {o, merge_chunks(c->layout)};
+  merge_job m = {o, merge_chunks(c->layout), 0};
+  atomic_init(&m.failed, 0);
   scps__client_prepare_parallel(c, (int)(m.chunks * (size_t)c->layout->n_features), merge_item, &m);
+  if (!atomic_load(&m.failed)) return 0;
+  return scps_error_set(err, SCPS_EIO, "lookup: a server's answer holds an eXmY row whose scale is out of range");
 }
 
 
@@ -397,7 +433,7 @@ static void fill_view(op *o) {
  * into the caller's arrays; the answers are let go either way. */
 static int lookup_outcome(op *o, int first, int failures, scps_error *err) {
   int rc = first < 0 ? pool_rows(o, err) : 0;
-  if (first < 0 && !rc) merge_activations(o);
+  if (first < 0 && !rc) rc = merge_activations(o, err);
   if (first < 0 && !rc && o->view_out) fill_view(o);
   for (int p = 0; p < o->n_rpcs; p++) {
     scps__slices_free(&o->b->reply[p]);

@@ -54,7 +54,7 @@ static void choose_gradients(const scps_client *c, scps_batch *b, int st, int p)
     return;
   }
   const scps_stack_layout *sl = &c->layout->stacks[st];
-  const size_t row_bytes = (size_t)sl->dim * c->value_bytes;
+  const size_t row_bytes = scps__wirefmt_row_bytes(&c->grad_fmt, (size_t)sl->dim);
   b->by_row[i] = 4 * b->n_rows[i] * (row_bytes + 4) <= 3 * (b->parts_len[i] + (size_t)sl->total_sample_count * row_bytes);
 }
 
@@ -84,8 +84,11 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
   const scps_coo *coo[MAX_SC_PER_PROCESS];
   memset(b->stack_used, 0, sizeof *b->stack_used * (size_t)ns);
   choose_answers(c, b);
+  int32_t format;
+  scps_req_exmy exmy;
+  scps__wirefmt_to_request(&c->act_fmt, &format, &exmy);
   for (int p = 0; p < c->n; p++) {
-    size_t total = scps__request_view_size(p) + scps__request_format_size(c->format);
+    size_t total = scps__request_view_size(p) + scps__request_format_size(format, &exmy);
     bool any_distinct = false;
     b->n_sent[p] = 0;
     for (int st = 0; st < ns; st++) {
@@ -125,7 +128,7 @@ static int encode_batch(scps_client *c, scps_batch *b, scps_error *err) {
       return scps_error_set(err, SCPS_ENOMEM, "batch: no memory for the %zu-byte Lookup request of server %d", total,
                             p);
     uint8_t *w = scps__request_put_view(start, c->fingerprint, p);
-    w = scps__request_put_lookup_format(w, c->format);
+    w = scps__request_put_lookup_format(w, format, &exmy);
     for (int st = 0; st < ns; st++) {
       size_t i = (size_t)p * (size_t)ns + (size_t)st;
       if (b->slot[i] < 0) continue;

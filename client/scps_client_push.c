@@ -10,16 +10,51 @@
 #include "scps_client_int.h"
 
 /* A push's gradients laid out per stack, one feature per item of
- * scps__client_prepare_parallel: out[st] is stack st's [total_sample_count x dim] buffer (NULL
- * when the batch does not use the stack), bad_at[f] the first NaN or
- * infinity of feature f (once rounded, in bfloat16) or -1. */
+ * scps__client_prepare_parallel: out[st] is stack st's [total_sample_count
+ * x dim] values in the wire's format (NULL when the batch does not use the
+ * stack), bad_at[f] the first NaN or infinity of feature f (once rounded,
+ * in bfloat16) or -1. seed[st]: the stochastic rounding of stack st's
+ * eXmY gradients. */
 typedef struct grad_job {
   const scps_layout *l;
   const float *const *grads;
   void **out;
-  bool bf16;
+  const scps_wirefmt *fmt;
+  const uint64_t *seed;
   int64_t *bad_at;
 } grad_job;
+
+/* The seed of stochastic rounding for a push's stack: a function of step
+ * and stack (never 0, which would round to nearest). */
+static uint64_t grad_seed(int64_t step, int st) {
+  uint64_t z = (uint64_t)step * UINT64_C(0x9e3779b97f4a7c15) + (uint64_t)st + 1;
+  z = (z ^ (z >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
+  z = (z ^ (z >> 27)) * UINT64_C(0x94d049bb133111eb);
+  return (z ^ (z >> 31)) | 1;
+}
+
+/* Rows of a feature encoded to eXmY per call: padded to the stack's dim in
+ * a buffer of at most 4096 floats. */
+#define GRAD_ROWS_FLOATS 4096
+
+/* eXmY: rows [r0, r1) of feature f (width columns of dim) padded with
+ * zeros and encoded as rows first + r0 ... of its stack. Non-finite values
+ * were counted by the caller; the encoder saturates infinities. */
+static void grad_encode_exmy(const grad_job *j, int f, size_t dim, size_t width, size_t first) {
+  const scps_feature_layout *fl = &j->l->features[f];
+  const size_t rows = (size_t)j->l->feature_specs[f].batch_size, step = dim <= GRAD_ROWS_FLOATS ? GRAD_ROWS_FLOATS / dim : 1;
+  const size_t row_bytes = scps__wirefmt_row_bytes(j->fmt, dim);
+  float tmp[GRAD_ROWS_FLOATS];
+  for (size_t r0 = 0; r0 < rows; r0 += step) {
+    const size_t n = rows - r0 < step ? rows - r0 : step;
+    for (size_t r = 0; r < n; r++) {
+      memcpy(tmp + r * dim, j->grads[f] + (r0 + r) * width, width * sizeof(float));
+      memset(tmp + r * dim + width, 0, (dim - width) * sizeof(float));
+    }
+    uint8_t *d = (uint8_t *)j->out[fl->stack] + (first + r0) * row_bytes;
+    if (scps__wirefmt_encode(j->fmt, tmp, n, dim, d, j->seed[fl->stack], (first + r0) * dim, NULL)) return;
+  }
+}
 
 /* Feature f's [batch x embedding_dim] gradients into its stack's rows,
  * padding columns zero. */
@@ -34,10 +69,11 @@ static void grad_item(void *ctx, int f) {
   size_t width = (size_t)l->table_specs[fl->table].embedding_dim;
   size_t first = (size_t)fl->sample_offset * dim;
   const float *src = j->grads[f];
+  const bool bf16 = j->fmt->kind == SCPS_WIREFMT_BFLOAT16, exmy = j->fmt->kind == SCPS_WIREFMT_EXMY;
   uint32_t nonfinite = 0;
   for (size_t r = 0; r < rows; r++) {
     const float *restrict s = src + r * width;
-    if (j->bf16) {
+    if (bf16) {
       uint16_t *restrict d = (uint16_t *)j->out[fl->stack] + first + r * dim;
       for (size_t c = 0; c < width; c++) {
         uint16_t h = scps__bf16_from_f32(s[c]);
@@ -45,6 +81,14 @@ static void grad_item(void *ctx, int f) {
         d[c] = h;
       }
       for (size_t c = width; c < dim; c++) d[c] = 0;
+      continue;
+    }
+    if (exmy) {
+      for (size_t c = 0; c < width; c++) {
+        uint32_t bits;
+        memcpy(&bits, &s[c], sizeof bits);
+        nonfinite |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
+      }
       continue;
     }
     float *restrict d = (float *)j->out[fl->stack] + first + r * dim;
@@ -56,8 +100,9 @@ static void grad_item(void *ctx, int f) {
     }
     for (size_t c = width; c < dim; c++) d[c] = 0.0f;
   }
+  if (exmy && !nonfinite) grad_encode_exmy(j, f, dim, width, (size_t)fl->sample_offset);
   for (size_t i = 0; nonfinite && i < rows * width; i++)
-    if (!isfinite(j->bf16 ? scps__bf16_to_f32(scps__bf16_from_f32(src[i])) : src[i])) {
+    if (!isfinite(bf16 ? scps__bf16_to_f32(scps__bf16_from_f32(src[i])) : src[i])) {
       j->bad_at[f] = (int64_t)i;
       break;
     }
@@ -92,6 +137,7 @@ typedef struct row_job {
   uint32_t *r0, *r1;
   uint8_t **out;
   int64_t *bad;
+  int64_t step; /* seeds eXmY's stochastic rounding, with the pair */
 } row_job;
 
 static void row_item(void *ctx, int u) {
@@ -99,7 +145,8 @@ static void row_item(void *ctx, int u) {
   const int ns = j->c->layout->n_stacks;
   const int st = (int)(j->pair[u] % (size_t)ns);
   j->bad[u] = scps__rows_sum_gradients(&j->b->rows[j->pair[u]], &j->src[st], j->r0[u], j->r1[u],
-                                      (size_t)j->c->layout->stacks[st].dim, j->c->value_bytes, j->out[u]);
+                                      (size_t)j->c->layout->stacks[st].dim, &j->c->grad_fmt,
+                                      grad_seed(j->step, ns + (int)j->pair[u]), j->out[u]);
 }
 
 /* Why row r of pair i summed to a value that is not finite: a gradient that
@@ -125,16 +172,18 @@ static int bad_row_sum(const scps_client *c, const scps_batch *b, const float *c
   }
   int k = 0;
   while (k + 1 < ra->n_sc && ra->row_start[k + 1] <= r) k++;
+  char name[SCPS_WIREFMT_NAME_MAX];
+  scps__wirefmt_name(&c->grad_fmt, name);
   return scps_error_set(err, SCPS_EINVAL, "%s: the gradients of stack '%s' row %u (SparseCore %d, server %d) sum to "
                         "a value that is not finite in %s (nothing was sent)",
-                        fn, l->stacks[st].name, ra->local[r], p * c->S + k, p, scps_float_format_name(c->format));
+                        fn, l->stacks[st].name, ra->local[r], p * c->S + k, p, name);
 }
 
 /* Sums the gradients of every (server, stack) pushed by row into that
  * pair's buffer, after its partitions and the row_gradients prefix, on
  * scps__client_prepare_parallel. rest[i] is where the sums go. */
-static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, uint8_t **rest, const char *fn,
-                    scps_error *err) {
+static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, int64_t step, uint8_t **rest,
+                    const char *fn, scps_error *err) {
   const scps_layout *l = c->layout;
   const size_t pairs = (size_t)c->n * (size_t)l->n_stacks;
   size_t items = 0;
@@ -144,7 +193,7 @@ static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, ui
         for (uint32_t r = b->rows[i].row_start[k]; r < b->rows[i].row_start[k + 1]; items++)
           r = row_item_end(&b->rows[i], k, r);
   if (!items) return 0;
-  row_job j = {c, b, NULL, NULL, NULL, NULL, NULL, NULL};
+  row_job j = {c, b, NULL, NULL, NULL, NULL, NULL, NULL, step};
   scps_rows_source *src = calloc((size_t)l->n_stacks, sizeof *src);
   uint32_t *first = malloc(sizeof *first * (size_t)l->n_features);
   uint32_t *width = malloc(sizeof *width * (size_t)l->n_features);
@@ -173,7 +222,7 @@ static int sum_rows(scps_client *c, scps_batch *b, const float *const *grads, ui
   size_t u = 0;
   for (size_t i = 0; i < pairs; i++) {
     if (b->slot[i] < 0 || !b->by_row[i]) continue;
-    const size_t row_bytes = (size_t)l->stacks[i % (size_t)l->n_stacks].dim * c->value_bytes;
+    const size_t row_bytes = scps__wirefmt_row_bytes(&c->grad_fmt, (size_t)l->stacks[i % (size_t)l->n_stacks].dim);
     for (int k = 0; k < c->S; k++)
       for (uint32_t r = b->rows[i].row_start[k]; r < b->rows[i].row_start[k + 1]; r = j.r1[u++]) {
         j.pair[u] = i;
@@ -201,13 +250,13 @@ out:
 /* Bytes of pair i's row_gradients field body: a vector per distinct row. */
 static size_t row_gradients_len(const scps_client *c, const scps_batch *b, size_t i) {
   const size_t dim = (size_t)c->layout->stacks[i % (size_t)c->layout->n_stacks].dim;
-  return (size_t)scps__rows_count(&b->rows[i]) * dim * c->value_bytes;
+  return (size_t)scps__rows_count(&b->rows[i]) * scps__wirefmt_row_bytes(&c->grad_fmt, dim);
 }
 
 /* Bytes of stack st's gradients by sample. */
 static size_t grad_bytes(const scps_client *c, int st) {
   const scps_stack_layout *sl = &c->layout->stacks[st];
-  return (size_t)sl->total_sample_count * (size_t)sl->dim * c->value_bytes;
+  return (size_t)sl->total_sample_count * scps__wirefmt_row_bytes(&c->grad_fmt, (size_t)sl->dim);
 }
 
 /* Gradients by sample through shared memory: per server the segment they
@@ -346,8 +395,12 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     if (!bufs[st]) rc = scps_error_set(err, SCPS_ENOMEM, "%s: no memory for stack '%s''s gradients", fn, sl->name);
   }
   if (!rc) {
-    grad_job gj = {l, grads, bufs, c->format == SCPS_WIRE_BFLOAT16, bad_at};
-    scps__client_prepare_parallel(c, l->n_features, grad_item, &gj);
+    uint64_t *seed = malloc(sizeof *seed * (size_t)ns);
+    for (int st = 0; seed && st < ns; st++) seed[st] = grad_seed(step, st);
+    grad_job gj = {l, grads, bufs, &c->grad_fmt, seed, bad_at};
+    if (!seed) rc = scps_error_set(err, SCPS_ENOMEM, "%s: out of memory", fn);
+    else scps__client_prepare_parallel(c, l->n_features, grad_item, &gj);
+    free(seed);
   }
   if (!rc) rc = spread_placed(c, b, &pl, bufs, gs, fn, err);
   /* The first bad value in stack order, then feature order. */
@@ -359,7 +412,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
         rc = scps_error_set(err, SCPS_EINVAL, "%s: grads[%d] (feature '%s') sample %lld column %lld is %g; gradients "
                             "must be finite%s (nothing was sent)",
                             fn, f, l->feature_specs[f].name, (long long)(at / width), (long long)(at % width),
-                            grads[f][at], c->format == SCPS_WIRE_BFLOAT16 ? ", also once rounded to bfloat16" : "");
+                            grads[f][at], c->grad_fmt.kind == SCPS_WIREFMT_BFLOAT16 ? ", also once rounded to bfloat16" : "");
     }
   free(bufs);
   free(bad_at);
@@ -384,9 +437,12 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     w = scps__request_put_row_partitions(w, sl->name, ra->row_start, ra->n_sc, ra->local);
     rest[i] = scps__request_put_row_gradients_prefix(w, glen);
   }
-  if (!rc) rc = sum_rows(c, b, grads, rest, fn, err);
+  if (!rc) rc = sum_rows(c, b, grads, step, rest, fn, err);
   free(rest);
-  uint8_t head[96], pre[64];
+  uint8_t head[128], pre[64];
+  int32_t grad_format;
+  scps_req_exmy grad_exmy;
+  scps__wirefmt_to_request(&c->grad_fmt, &grad_format, &grad_exmy);
   for (int p = 0; p < c->n && !rc; p++) {
     rpc *r = &o->rpcs[p];
     r->req = malloc(sizeof *r->req * (size_t)(2 + 4 * b->n_sent[p]));
@@ -397,7 +453,7 @@ static int apply_start(scps_client *c, scps_batch *b, const float *const *grads,
     uint8_t *w = scps__request_put_view(head, c->fingerprint, p);
     w = scps__request_put_step(w, step, learning_rate);
     w = scps__request_put_state_id(w, c->servers[p].state_id);
-    w = scps__request_put_apply_format(w, c->format);
+    w = scps__request_put_apply_format(w, grad_format, &grad_exmy);
     r->req[r->n_req++] = grpc_slice_from_copied_buffer((const char *)head, (size_t)(w - head));
     size_t total = (size_t)(w - head);
     for (int st = 0; st < ns; st++) {

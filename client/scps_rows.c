@@ -48,19 +48,19 @@ int scps__rows_capture(scps_rows *ra, const scps_coo *const *coo, int32_t n_sc) 
   return 0;
 }
 
-int scps__rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
-                    size_t total_samples, bool pooled) {
+int scps__rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, const scps_wirefmt *fmt,
+                    size_t total_samples, bool pooled, scps_error *err) {
   const size_t rows = scps__rows_count(ra), entries = ra->entry_start[ra->n_sc];
   if (reserve((void **)&ra->table, &ra->table_cap, rows * dim, sizeof(float)) ||
       (pooled && reserve((void **)&ra->pooled, &ra->pooled_cap, total_samples * dim, sizeof(float))) ||
       reserve(&ra->by_sample_mem, &ra->by_sample_cap, scps__pool_list_bytes(entries, 0, (uint32_t)total_samples), 1))
     return SCPS_ENOMEM;
   uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
-  const size_t row_bytes = dim * value_bytes;
+  const size_t row_bytes = scps__wirefmt_row_bytes(fmt, dim);
   for (size_t r = 0; r < rows; r++) {
     const uint8_t *s = scps__slices_span(m, off + r * row_bytes, row_bytes, tmp);
-    if (value_bytes == 2) scps__bf16_decode(s, ra->table + r * dim, dim);
-    else memcpy(ra->table + r * dim, s, row_bytes);
+    int rc = scps__wirefmt_decode(fmt, s, 1, dim, ra->table + r * dim, false, err);
+    if (rc) return rc;
   }
   /* urow numbers the rows across partitions, so the entries, partition after
    * partition, are one partition of the widened table. */
@@ -104,8 +104,8 @@ void scps__rows_entries(const scps_rows *ra, uint32_t r, size_t *begin, size_t *
 #define SUM_PREFETCH_AHEAD 16
 
 int64_t scps__rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src, uint32_t r0, uint32_t r1,
-                                size_t dim, size_t value_bytes, uint8_t *out) {
-  const size_t n = ra->entry_start[ra->n_sc];
+                                size_t dim, const scps_wirefmt *fmt, uint64_t seed, uint8_t *out) {
+  const size_t n = ra->entry_start[ra->n_sc], row_bytes = scps__wirefmt_row_bytes(fmt, dim);
   size_t e, unused;
   scps__rows_entries(ra, r0, &e, &unused);
   float g[SCPS_DIM_MAX] __attribute__((aligned(64)));
@@ -124,8 +124,8 @@ int64_t scps__rows_sum_gradients(const scps_rows *ra, const scps_rows_source *sr
                           src->width[k]);
     }
     uint32_t nonfinite = 0;
-    uint8_t *o = out + (size_t)(r - r0) * dim * value_bytes;
-    if (value_bytes == 2) {
+    uint8_t *o = out + (size_t)(r - r0) * row_bytes;
+    if (fmt->kind == SCPS_WIREFMT_BFLOAT16) {
       scps__bf16_encode(g, o, dim);
       for (size_t c = 0; c < dim; c++) {
         uint16_t h;
@@ -133,12 +133,13 @@ int64_t scps__rows_sum_gradients(const scps_rows *ra, const scps_rows_source *sr
         nonfinite |= (uint32_t)((h & 0x7f80u) == 0x7f80u);
       }
     } else {
-      memcpy(o, g, dim * sizeof(float));
       for (size_t c = 0; c < dim; c++) {
         uint32_t bits;
         memcpy(&bits, &g[c], sizeof bits);
         nonfinite |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
       }
+      /* eXmY would saturate an infinity: the sum is checked first */
+      if (!nonfinite) scps__wirefmt_encode(fmt, g, 1, dim, o, seed, (uint64_t)r * dim, NULL);
     }
     if (nonfinite) return (int64_t)r;
   }

@@ -10,6 +10,7 @@
 #include "scps_coo.h"
 #include "scps_pool.h"
 #include "scps_slices.h"
+#include "scps_wirefmt.h"
 
 #define SCPS_ROWS_SC_MAX 64 /* scps.proto's Topology.sc_per_process bound */
 
@@ -43,12 +44,13 @@ int scps__rows_capture(scps_rows *ra, const scps_coo *const *coo, int32_t n_sc);
 /* Distinct rows the answer must hold. */
 static inline size_t scps__rows_count(const scps_rows *ra) { return ra->row_start[ra->n_sc]; }
 
-/* Widens the answer's rows (off, in m, scps__rows_count x dim values of
- * value_bytes 4 or 2) into ra->table, lists the entries of the stack's
+/* Widens the answer's rows (off, in m, scps__rows_count rows of dim
+ * values in format fmt) into ra->table, lists the entries of the stack's
  * total_samples samples by sample and, with pooled, makes room in
- * ra->pooled for the partial. Returns 0 or SCPS_ENOMEM. */
-int scps__rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, size_t value_bytes,
-                    size_t total_samples, bool pooled);
+ * ra->pooled for the partial. Returns 0, SCPS_ENOMEM, or SCPS_ERANGE (with
+ * err) for an eXmY row whose scale is out of range. */
+int scps__rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim, const scps_wirefmt *fmt,
+                    size_t total_samples, bool pooled, scps_error *err);
 
 /* The samples [first, end) of the server's partial: bit for bit the pooled
  * answer it would have sent in float32 (scps__pool_sample, as the server's
@@ -74,11 +76,13 @@ typedef struct scps_rows_source {
 /* The gradients of the distinct rows [r0, r1) summed as a server sums them
  * by sample: for each row, zero, then gain x the gradient of each entry's
  * sample added in entry order (scps__coo_add_scaled), the columns past a
- * feature's width staying zero. Row r is written at out + (r - r0) * dim *
- * value_bytes as float32 (value_bytes 4) or bfloat16 (2). Returns the first
- * row whose written values are not all finite, or -1. */
+ * feature's width staying zero. Row r is written at out + (r - r0) *
+ * scps__wirefmt_row_bytes(fmt, dim) in format fmt (eXmY rounded
+ * stochastically from seed, row r's values at positions r * dim on).
+ * Returns the first row whose sum is not all finite (in bfloat16: once
+ * rounded), or -1. */
 int64_t scps__rows_sum_gradients(const scps_rows *ra, const scps_rows_source *src, uint32_t r0, uint32_t r1,
-                                size_t dim, size_t value_bytes, uint8_t *out);
+                                size_t dim, const scps_wirefmt *fmt, uint64_t seed, uint8_t *out);
 
 /* The first entry of distinct row r, and one past its last. */
 void scps__rows_entries(const scps_rows *ra, uint32_t r, size_t *begin, size_t *end);

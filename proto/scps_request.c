@@ -381,11 +381,37 @@ static int read_placement(reader *rd, size_t limit, scps_req_range *r) {
   return ended(rd, limit);
 }
 
+/* An ExmyFormat (LookupRequest.activation_exmy,
+ * ApplyGradientsRequest.gradient_exmy) ending at limit, merged as protobuf
+ * merges a message field that occurs twice. Values are kept as they came,
+ * for the server to check and name. */
+static int read_exmy(reader *rd, size_t limit, scps_req_exmy *x) {
+  x->has = true;
+  while (rd->m.pos < limit) {
+    uint64_t v = 0;
+    uint32_t field = 0;
+    int wt = 0;
+    int rc = read_key(rd, &field, &wt);
+    if (!rc && field >= 1 && field <= 4) {
+      rc = expect(rd, field, wt, SCPS_WT_VARINT);
+      if (!rc) rc = read_varint(rd, &v);
+      if (field == 1) x->exponent_bits = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+      else if (field == 2) x->mantissa_bits = v > UINT32_MAX ? UINT32_MAX : (uint32_t)v;
+      else if (field == 3) x->bias = (int64_t)(int32_t)(uint32_t)v, x->has_bias = true;
+      else x->row_scale = v != 0;
+    } else if (!rc) {
+      rc = skip_field(rd, wt, limit);
+    }
+    if (rc) return rc;
+  }
+  return ended(rd, limit);
+}
+
 /* Field numbers the two requests share: 1 config_fingerprint,
  * 2 process_index. Lookup: 3 stacks, 4 activation_format, 5 distinct_rows,
- * 6 placement, 7 request_placement.
+ * 6 placement, 7 request_placement, 8 activation_exmy.
  * ApplyGradients: 3 step, 4 learning_rate, 5 stacks, 6 gradient_format,
- * 7 state_id, 8 gradients_placement. */
+ * 7 state_id, 8 gradients_placement, 9 gradient_exmy. */
 /* ApplyGradientsRequest.state_id: fixed64, little-endian. */
 static int read_state_id(reader *rd, int wt, size_t limit, scps_request *r) {
   uint8_t b[8];
@@ -433,6 +459,10 @@ static int read_request(reader *rd, scps_request_kind kind, scps_request *r) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);
       if (!rc) rc = read_placement(rd, rd->m.pos + n, lookup && field == 7 ? &r->request_placement : &r->placement);
+    } else if (field == (lookup ? 8u : 9u)) {
+      rc = expect(rd, field, wt, SCPS_WT_LEN);
+      if (!rc) rc = read_len(rd, limit, &n);
+      if (!rc) rc = read_exmy(rd, rd->m.pos + n, &r->exmy);
     } else if (field == stacks) {
       rc = expect(rd, field, wt, SCPS_WT_LEN);
       if (!rc) rc = read_len(rd, limit, &n);
@@ -614,16 +644,49 @@ uint8_t *scps__request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t 
   return scps__pbw_put_varint(p, int_varint(process_index));
 }
 
-size_t scps__request_format_size(int format) { return format ? 1 + scps__pbw_varint_size((uint64_t)format) : 0; }
-
-static uint8_t *put_format(uint8_t *p, int field, int format) {
-  if (!format) return p;
-  p = scps__pbw_put_key(p, field, SCPS_WT_VARINT);
-  return scps__pbw_put_varint(p, (uint64_t)format);
+/* ExmyFormat's varint fields, 1 to 4, by number (0: absent). */
+static void exmy_fields(const scps_req_exmy *x, uint64_t v[5], bool has[5]) {
+  v[1] = x->exponent_bits, has[1] = x->exponent_bits != 0;
+  v[2] = x->mantissa_bits, has[2] = x->mantissa_bits != 0;
+  v[3] = (uint64_t)x->bias, has[3] = x->has_bias;
+  v[4] = 1, has[4] = x->row_scale;
 }
 
-uint8_t *scps__request_put_lookup_format(uint8_t *p, int format) { return put_format(p, 4, format); }
-uint8_t *scps__request_put_apply_format(uint8_t *p, int format) { return put_format(p, 6, format); }
+static size_t exmy_body_size(const scps_req_exmy *x) {
+  uint64_t v[5];
+  bool has[5];
+  exmy_fields(x, v, has);
+  size_t n = 0;
+  for (int f = 1; f <= 4; f++)
+    if (has[f]) n += 1 + scps__pbw_varint_size(v[f]);
+  return n;
+}
+
+size_t scps__request_format_size(int format, const scps_req_exmy *x) {
+  size_t n = format ? 1 + scps__pbw_varint_size((uint64_t)format) : 0;
+  return x && x->has ? n + scps__pbw_len_size(exmy_body_size(x)) : n;
+}
+
+/* The format field and, with x->has, the ExmyFormat field after it. */
+static uint8_t *put_format(uint8_t *p, int field, int exmy_field, int format, const scps_req_exmy *x) {
+  if (format) p = scps__pbw_put_varint(scps__pbw_put_key(p, field, SCPS_WT_VARINT), (uint64_t)format);
+  if (!x || !x->has) return p;
+  uint64_t v[5];
+  bool has[5];
+  exmy_fields(x, v, has);
+  p = scps__pbw_put_len(p, exmy_field, exmy_body_size(x));
+  for (int f = 1; f <= 4; f++)
+    if (has[f]) p = scps__pbw_put_varint(scps__pbw_put_key(p, f, SCPS_WT_VARINT), v[f]);
+  return p;
+}
+
+uint8_t *scps__request_put_lookup_format(uint8_t *p, int format, const scps_req_exmy *x) {
+  return put_format(p, 4, 8, format, x);
+}
+
+uint8_t *scps__request_put_apply_format(uint8_t *p, int format, const scps_req_exmy *x) {
+  return put_format(p, 6, 9, format, x);
+}
 
 size_t scps__request_lookup_stack_prefix_size(size_t len) { return 1 + scps__pbw_varint_size(len); }
 

@@ -68,6 +68,17 @@ typedef struct scps_req_range {
   uint64_t offset, length;
 } scps_req_range;
 
+/* An ExmyFormat (LookupRequest.activation_exmy or
+ * ApplyGradientsRequest.gradient_exmy), when has: its fields as they came
+ * (the encoder writes those set). */
+typedef struct scps_req_exmy {
+  bool has;
+  uint32_t exponent_bits, mantissa_bits;
+  bool has_bias;
+  int64_t bias;
+  bool row_scale;
+} scps_req_exmy;
+
 /* scps.v1.LookupRequest or ApplyGradientsRequest (step, learning rate and
  * gradients only in the latter). Fields follow proto3: absent scalars are
  * 0, a repeated singular field keeps its last value. */
@@ -78,6 +89,7 @@ typedef struct scps_request {
   bool has_learning_rate;
   double learning_rate;
   int32_t format; /* activation_format or gradient_format */
+  scps_req_exmy exmy; /* activation_exmy or gradient_exmy */
   bool *distinct_rows; /* Lookup: one flag per entry of stacks, or none */
   size_t n_distinct_rows, cap_distinct_rows;
   size_t n_stacks;
@@ -143,10 +155,11 @@ uint8_t *scps__request_put_view(uint8_t *p, const uint8_t *fingerprint, int32_t 
 
 /* LookupRequest.activation_format (field 4) or
  * ApplyGradientsRequest.gradient_format (field 6): nothing for float32 (0,
- * the default), else 2 bytes. */
-size_t scps__request_format_size(int format);
-uint8_t *scps__request_put_lookup_format(uint8_t *p, int format);
-uint8_t *scps__request_put_apply_format(uint8_t *p, int format);
+ * the default), else 2 bytes; then, when x is given and x->has, the
+ * ExmyFormat (activation_exmy, field 8, or gradient_exmy, field 9). */
+size_t scps__request_format_size(int format, const scps_req_exmy *x);
+uint8_t *scps__request_put_lookup_format(uint8_t *p, int format, const scps_req_exmy *x);
+uint8_t *scps__request_put_apply_format(uint8_t *p, int format, const scps_req_exmy *x);
 
 /* LookupRequest.placement (field 6) or, with field 8,
  * ApplyGradientsRequest.gradients_placement: segment

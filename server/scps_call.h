@@ -14,6 +14,7 @@
 #include "scps_engine.h"
 #include "scps_pipeline.h"
 #include "scps_request.h"
+#include "scps_wirefmt.h"
 #include "scps_server_int.h"
 
 /* One RPC from request to final send. refs counts the tags still to come
@@ -41,13 +42,14 @@ struct scps_call {
   scps_job job;
   int n_stacks;
   struct call_stack *stacks;
-  float *scratch;           /* Lookup: each stack's activations (float32 or bfloat16), then
+  float *scratch;           /* Lookup: each stack's activations (float32, and/or as encoded), then
                              * one gather scratch per SparseCore worker;
                              * ApplyGradients: every stack's gradients as float32 */
   size_t scratch_cap;       /* floats of scratch, a block of srv->scratch */
   float *gather_scratch;    /* Lookup, pooled stacks: worker k's at gather_scratch + k * gather_stride */
   size_t gather_stride;     /* floats */
-  int format;               /* FloatFormat of the activations or gradients */
+  scps_wirefmt wire;        /* format of the activations or gradients */
+  atomic_bool encode_failed; /* Lookup: an activation could not be encoded (NaN in eXmY) */
   int64_t rows_updated[64]; /* per local SparseCore */
   atomic_bool grads_bad;    /* ApplyGradients: one of them is not finite */
   /* ApplyGradients: the first row sum that overflowed, found by worker 0

@@ -106,12 +106,13 @@ int scps__cmd_data_alloc_stacks(scps_call *c, size_t n) {
   return c->stacks ? 0 : SCPS_ENOMEM;
 }
 
-grpc_status_code scps__cmd_data_check_format(scps_call *c, int format, const char *field, char *msg, size_t len) {
-  if (format != SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_FLOAT32 && format != SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
-    snprintf(msg, len, "%s %d: unknown FloatFormat (0 float32, 1 bfloat16)", field, format);
+grpc_status_code scps__cmd_data_check_format(scps_call *c, int format, const scps_req_exmy *x, const char *field,
+                                            char *msg, size_t len) {
+  scps_error err;
+  if (scps__wirefmt_from_request(format, x, field, &c->wire, &err)) {
+    snprintf(msg, len, "%s", err.msg);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
-  c->format = format;
   return GRPC_STATUS_OK;
 }
 

@@ -19,8 +19,8 @@ typedef struct call_stack {
   bool grads_bf16;
   scps_req_span grad_src;   /* ApplyGradients: where they lie in grad_msg */
   const scps_slices *grad_msg; /* the request's slices, or the call's shm_msg */
-  float *act;               /* Lookup in float32: total_sample_count x dim, the process's partial */
-  uint8_t *encoded;         /* Lookup in bfloat16: the same values as sent, 2 bytes each */
+  float *act;               /* Lookup in float32 or eXmY: total_sample_count x dim, the process's partial */
+  uint8_t *encoded;         /* Lookup in bfloat16 or eXmY: the same values as sent (scps_wirefmt rows) */
   /* Lookup answered with distinct rows (LookupRequest.distinct_rows): act
    * or encoded holds them instead, partition k's from row_start[k] on. */
   bool distinct;
@@ -44,8 +44,10 @@ typedef struct call_stack {
  * failure answers the call and returns false. */
 bool scps__cmd_data_read(scps_call *c, scps_request_kind kind);
 
-/* A FloatFormat (field names it in msg) into c->format. */
-grpc_status_code scps__cmd_data_check_format(scps_call *c, int format, const char *field, char *msg, size_t len);
+/* A FloatFormat and its ExmyFormat (field names the former in msg) into
+ * c->wire. */
+grpc_status_code scps__cmd_data_check_format(scps_call *c, int format, const scps_req_exmy *x, const char *field,
+                                            char *msg, size_t len);
 
 /* c->stacks: n zeroed stacks. Returns 0 or SCPS_ENOMEM. */
 int scps__cmd_data_alloc_stacks(scps_call *c, size_t n);

@@ -58,17 +58,18 @@ static void lookup_sc(scps_job *job, int32_t k) {
   scps_call *c = job->data;
   scps_server *s = c->srv;
   if (atomic_load(&s->cancelling)) return;
+  const bool bf16 = c->wire.kind == SCPS_WIREFMT_BFLOAT16, exmy = c->wire.kind == SCPS_WIREFMT_EXMY;
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
     const size_t dim = (size_t)sl->dim;
-    const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
+    uint32_t first, end;
     if (cs->distinct) {
-      const uint32_t first = cs->row_start[k];
+      first = cs->row_start[k];
+      end = cs->row_start[k + 1];
       if (bf16) scps__engine_copy_rows_bf16(s->engine, cs->stack, k, &cs->coo[k], cs->encoded + first * dim * 2);
       else scps__engine_copy_rows(s->engine, cs->stack, k, &cs->coo[k], cs->act + first * dim);
     } else {
-      uint32_t first, end;
       sample_slice(sl->total_sample_count, s->S, k, &first, &end);
       if (bf16)
         scps__engine_gather_bf16(s->engine, cs->stack, cs->coo, s->S, first, end, cs->encoded,
@@ -77,10 +78,17 @@ static void lookup_sc(scps_job *job, int32_t k) {
         scps__engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act,
                            c->gather_scratch + (size_t)k * c->gather_stride);
     }
+    /* eXmY: the worker's rows, summed in float32, rounded to nearest. */
+    if (exmy && scps__wirefmt_encode(&c->wire, cs->act + (size_t)first * dim, end - first, dim,
+                                    cs->encoded + (size_t)first * scps__wirefmt_row_bytes(&c->wire, dim), 0, 0,
+                                    NULL))
+      atomic_store(&c->encode_failed, true);
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);
     record_partition_stats(s, cs, k);
   }
 }
+
+static size_t lookup_answer_bytes(const scps_call *c, const call_stack *cs);
 
 /* Activation memory shared by the slices of one response; freed by the last
  * slice gRPC releases, which may be after the call is gone. */
@@ -132,6 +140,14 @@ static void lookup_tc(scps_job *job) {
     scps__call_finish(c, GRPC_STATUS_CANCELLED, "Lookup: cancelled by the server's shutdown", NULL, 0);
     return;
   }
+  if (atomic_load(&c->encode_failed)) {
+    char name[SCPS_WIREFMT_NAME_MAX];
+    scps__wirefmt_name(&c->wire, name);
+    char msg[128];
+    snprintf(msg, sizeof msg, "Lookup: an activation summed to NaN, which %s cannot carry", name);
+    scps__call_finish(c, GRPC_STATUS_INTERNAL, msg, NULL, 0);
+    return;
+  }
   if (c->shm_at) {
     lookup_tc_placed(c);
     return;
@@ -153,13 +169,8 @@ static void lookup_tc(scps_job *job) {
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
     const scps_stack_layout *sl = &s->layout->stacks[cs->stack];
-    size_t block = (cs->distinct ? (size_t)cs->row_start[s->S] : (size_t)sl->total_sample_count) * (size_t)sl->dim;
-    size_t name_len = strlen(sl->name), act_len = block * sizeof(float);
-    void *act = cs->act;
-    if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16) {
-      act = cs->encoded;
-      act_len = block * 2;
-    }
+    size_t name_len = strlen(sl->name), act_len = lookup_answer_bytes(c, cs);
+    void *act = c->wire.kind == SCPS_WIREFMT_FLOAT32 ? (void *)cs->act : (void *)cs->encoded;
     uint8_t head[SCPS_LOOKUP_REPLY_HEAD_MAX(SCPS_STACK_NAME_MAX)];
     size_t h = scps__lookup_reply_put_head(head, sl->name, name_len, cs->distinct, act_len);
     slices[2 * i] = grpc_slice_from_copied_buffer((const char *)head, h);
@@ -173,19 +184,28 @@ static void lookup_tc(scps_job *job) {
   scps__call_finish_buffer(c, bb, total);
 }
 
-/* Floats of scratch a stack's answer takes: its values, 4 or 2 bytes each. */
-static size_t lookup_scratch(const scps_call *c, const call_stack *cs) {
+/* Values of a stack's answer: pooled activations or distinct rows. */
+static size_t lookup_values(const scps_call *c, const call_stack *cs) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
-  size_t values = cs->distinct ? (size_t)cs->row_start[c->srv->S] : (size_t)sl->total_sample_count;
-  size_t block = values * (size_t)sl->dim;
-  return c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? (block + 1) / 2 : block;
+  return (cs->distinct ? (size_t)cs->row_start[c->srv->S] : (size_t)sl->total_sample_count) * (size_t)sl->dim;
 }
 
-/* Bytes of a stack's answer: its values, 4 or 2 bytes each. */
+/* Bytes of a stack's answer: its rows in the call's format. */
 static size_t lookup_answer_bytes(const scps_call *c, const call_stack *cs) {
-  const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
-  size_t values = cs->distinct ? (size_t)cs->row_start[c->srv->S] : (size_t)sl->total_sample_count;
-  return values * (size_t)sl->dim * (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : 4);
+  const size_t dim = (size_t)c->srv->layout->stacks[cs->stack].dim;
+  return lookup_values(c, cs) / dim * scps__wirefmt_row_bytes(&c->wire, dim);
+}
+
+/* Floats of scratch a stack's answer takes: float32 for the answer in
+ * float32 and for the sums eXmY encodes, and room for the encoded answer
+ * unless it is placed in the client's segment. */
+static size_t lookup_scratch(const scps_call *c, const call_stack *cs, bool placed) {
+  const size_t encoded = placed ? 0 : (lookup_answer_bytes(c, cs) + sizeof(float) - 1) / sizeof(float);
+  switch (c->wire.kind) {
+  case SCPS_WIREFMT_FLOAT32: return encoded;
+  case SCPS_WIREFMT_BFLOAT16: return encoded;
+  default: return lookup_values(c, cs) + encoded;
+  }
 }
 
 /* Takes the request's placement when it can be honoured: a segment
@@ -250,7 +270,8 @@ void scps__cmd_lookup(scps_call *c) {
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
   grpc_status_code st = scps__call_check_view(c, req->config_fingerprint.data, req->config_fingerprint.len,
                                              req->process_index, msg, sizeof msg);
-  if (st == GRPC_STATUS_OK) st = scps__cmd_data_check_format(c, (int)req->format, "activation_format", msg, sizeof msg);
+  if (st == GRPC_STATUS_OK)
+    st = scps__cmd_data_check_format(c, (int)req->format, &req->exmy, "activation_format", msg, sizeof msg);
   if (st == GRPC_STATUS_OK && scps__cmd_data_alloc_stacks(c, req->n_stacks)) {
     scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "Lookup: out of memory", NULL, 0);
     return;
@@ -260,7 +281,6 @@ void scps__cmd_lookup(scps_call *c) {
              req->n_distinct_rows, req->n_stacks);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
-  size_t scratch = 0;
   for (size_t i = 0; st == GRPC_STATUS_OK && i < req->n_stacks; i++) {
     snprintf(field, sizeof field, "stacks[%zu]", i);
     call_stack *cs = &c->stacks[i];
@@ -276,7 +296,6 @@ void scps__cmd_lookup(scps_call *c) {
       for (int k = 0; k < s->S; k++)
         cs->row_start[k + 1] = cs->row_start[k] + (uint32_t)scps__coo_distinct_rows(&cs->coo[k]);
     }
-    scratch += lookup_scratch(c, cs);
   }
   if (st == GRPC_STATUS_OK) st = scps__partlimits_apply(c, msg, sizeof msg);
   if (st != GRPC_STATUS_OK) {
@@ -284,7 +303,9 @@ void scps__cmd_lookup(scps_call *c) {
     return;
   }
   lookup_place(c);
-  if (c->shm_at) scratch = 0; /* the answer is written into the client's segment */
+  atomic_init(&c->encode_failed, false);
+  size_t scratch = 0;
+  for (int i = 0; i < c->n_stacks; i++) scratch += lookup_scratch(c, &c->stacks[i], c->shm_at != NULL);
   c->gather_stride = lookup_gather_scratch(c);
   scps__cmd_data_wait_scratch(c, scratch + (size_t)s->S * c->gather_stride, lookup_admitted);
 }
@@ -305,15 +326,21 @@ static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use,
   }
   size_t off = 0, at = 0;
   for (int i = 0; i < c->n_stacks; i++) {
+    call_stack *cs = &c->stacks[i];
     /* Placed answers are aligned for floats: the offset is a multiple of
      * 64 (lookup_place) and each stack's bytes a multiple of 4 in float32. */
     uint8_t *placed = c->shm_at ? c->shm_at + at : NULL;
-    if (c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16)
-      c->stacks[i].encoded = placed ? placed : (uint8_t *)(c->scratch + off);
-    else
-      c->stacks[i].act = placed ? (float *)(void *)placed : c->scratch + off;
-    if (!placed) off += lookup_scratch(c, &c->stacks[i]);
-    at += lookup_answer_bytes(c, &c->stacks[i]);
+    float *mine = c->scratch + off;
+    if (c->wire.kind == SCPS_WIREFMT_FLOAT32) {
+      cs->act = placed ? (float *)(void *)placed : mine;
+    } else if (c->wire.kind == SCPS_WIREFMT_BFLOAT16) {
+      cs->encoded = placed ? placed : (uint8_t *)mine;
+    } else {
+      cs->act = mine;
+      cs->encoded = placed ? placed : (uint8_t *)(mine + lookup_values(c, cs));
+    }
+    off += lookup_scratch(c, cs, placed != NULL);
+    at += lookup_answer_bytes(c, cs);
   }
   c->gather_scratch = c->scratch + off;
   c->job.sc_fn = lookup_sc;

@@ -21,6 +21,16 @@
  * 16 KiB of float32, so each block is checked while still in L1. */
 #define GRAD_BLOCK 4096
 
+/* eXmY rows one by one, a row whose scale is past float32's range read as
+ * infinities: the gradient check then names its first value as one that
+ * is not finite. */
+static void decode_rows_apart(const scps_wirefmt *f, const uint8_t *src, size_t rows, size_t dim, float *dst) {
+  const size_t row_bytes = scps__wirefmt_row_bytes(f, dim);
+  for (size_t r = 0; r < rows; r++)
+    if (scps__wirefmt_decode(f, src + r * row_bytes, 1, dim, dst + r * dim, false, NULL))
+      for (size_t j = 0; j < dim; j++) dst[r * dim + j] = INFINITY;
+}
+
 /* Worker k's share of every stack's gradients (an equal run of values),
  * out of the request's slices into the stack's buffer: float32, bfloat16
  * widened on the way, or bfloat16 as it came for a stack by sample
@@ -29,16 +39,23 @@
  * largest magnitude of the stacks by sample goes to c->grad_mag[k]. */
 static bool read_gradients(scps_call *c, int32_t k) {
   const int32_t S = c->srv->S;
-  const bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
-  const size_t width = bf16 ? 2 : sizeof(float);
+  const bool exmy = c->wire.kind == SCPS_WIREFMT_EXMY;
   uint8_t tmp[GRAD_BLOCK * sizeof(float)];
   uint32_t nonfinite = 0, mag = 0, row_mag = 0;
   for (int i = 0; i < c->n_stacks; i++) {
     call_stack *cs = &c->stacks[i];
-    const size_t n = cs->grad_src.len / width, end = n * (size_t)(k + 1) / (size_t)S;
-    for (size_t at = n * (size_t)k / (size_t)S; at < end; at += GRAD_BLOCK) {
-      const size_t m = end - at < GRAD_BLOCK ? end - at : GRAD_BLOCK;
-      const uint8_t *src = scps__slices_span(cs->grad_msg, cs->grad_src.off + at * width, m * width, tmp);
+    /* Read in runs of whole rows (each eXmY row decodes alone), at most
+     * GRAD_BLOCK values: a value is read as its row's dim-th part. */
+    const size_t dim = (size_t)c->srv->layout->stacks[cs->stack].dim;
+    const size_t row_bytes = scps__wirefmt_row_bytes(&c->wire, dim), rows = cs->grad_src.len / row_bytes;
+    const size_t step = exmy ? (GRAD_BLOCK / dim ? GRAD_BLOCK / dim : 1) * dim : GRAD_BLOCK;
+    const size_t n = rows * dim, end = exmy ? rows * (size_t)(k + 1) / (size_t)S * dim : n * (size_t)(k + 1) / (size_t)S;
+    size_t at = exmy ? rows * (size_t)k / (size_t)S * dim : n * (size_t)k / (size_t)S;
+    for (; at < end; at += step) {
+      const size_t m = end - at < step ? end - at : step;
+      const size_t off = at / dim * row_bytes + (exmy ? 0 : at % dim * (row_bytes / dim));
+      const size_t len = exmy ? m / dim * row_bytes : m * (row_bytes / dim);
+      const uint8_t *src = scps__slices_span(cs->grad_msg, cs->grad_src.off + off, len, tmp);
       uint32_t high = 0;
       if (cs->grads_bf16) {
         uint16_t *raw = (uint16_t *)(void *)cs->grads + at;
@@ -51,8 +68,8 @@ static bool read_gradients(scps_call *c, int32_t k) {
         high <<= 16;
       } else {
         float *dst = cs->grads + at;
-        if (bf16) scps__bf16_decode(src, dst, m);
-        else memcpy(dst, src, m * sizeof(float));
+        if (scps__wirefmt_decode(&c->wire, src, exmy ? m / dim : 1, exmy ? dim : m, dst, false, NULL))
+          decode_rows_apart(&c->wire, src, m / dim, dim, dst);
         for (size_t j = 0; j < m; j++) {
           uint32_t u;
           memcpy(&u, &dst[j], sizeof u);
@@ -402,14 +419,15 @@ static grpc_status_code check_row_partitions(scps_call *c, scps_req_partitions *
 static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, const char *field,
                                         call_stack *cs, float *grads, size_t *placed_at, char *msg, size_t len) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
-  bool bf16 = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16;
-  size_t width = bf16 ? 2 : sizeof(float);
+  const size_t row_bytes = scps__wirefmt_row_bytes(&c->wire, (size_t)sl->dim);
+  char name[SCPS_WIREFMT_NAME_MAX];
+  scps__wirefmt_name(&c->wire, name);
   if (cs->by_row) {
-    size_t n = (size_t)cs->row_start[c->srv->S] * (size_t)sl->dim;
-    if (sg->row_gradients.len != n * width) {
-      snprintf(msg, len, "%s.row_gradients: %zu bytes; stack '%s' lists %u rows, which need %u x dim %d x %zu (%s) = %zu",
-               field, sg->row_gradients.len, sl->name, cs->row_start[c->srv->S], cs->row_start[c->srv->S], sl->dim,
-               width, bf16 ? "bfloat16" : "float32", n * width);
+    size_t n = (size_t)cs->row_start[c->srv->S] * row_bytes;
+    if (sg->row_gradients.len != n) {
+      snprintf(msg, len, "%s.row_gradients: %zu bytes; stack '%s' lists %u rows, which need %u x %zu bytes (dim %d "
+               "in %s) = %zu", field, sg->row_gradients.len, sl->name, cs->row_start[c->srv->S],
+               cs->row_start[c->srv->S], row_bytes, sl->dim, name, n);
       return GRPC_STATUS_INVALID_ARGUMENT;
     }
     cs->grads = grads;
@@ -417,17 +435,17 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
     cs->grad_msg = &c->req.msg;
     return GRPC_STATUS_OK;
   }
-  size_t n = (size_t)sl->total_sample_count * (size_t)sl->dim;
+  size_t n = (size_t)sl->total_sample_count * row_bytes;
   const bool placed = sg->placed_gradients != 0;
   const uint64_t got = placed ? sg->placed_gradients : sg->gradients.len;
-  if (got != n * width) {
-    snprintf(msg, len, "%s.%s: %llu bytes; stack '%s' needs total_sample_count %lld x dim %d x %zu (%s) = %zu", field,
-             placed ? "placed_gradients" : "gradients", (unsigned long long)got, sl->name,
-             (long long)sl->total_sample_count, sl->dim, width, bf16 ? "bfloat16" : "float32", n * width);
+  if (got != n) {
+    snprintf(msg, len, "%s.%s: %llu bytes; stack '%s' needs total_sample_count %lld x %zu bytes (dim %d in %s) = %zu",
+             field, placed ? "placed_gradients" : "gradients", (unsigned long long)got, sl->name,
+             (long long)sl->total_sample_count, row_bytes, sl->dim, name, n);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   cs->grads = grads;
-  cs->grads_bf16 = bf16;
+  cs->grads_bf16 = c->wire.kind == SCPS_WIREFMT_BFLOAT16;
   cs->grad_src = placed ? (scps_req_span){*placed_at, (size_t)got} : sg->gradients;
   cs->grad_msg = placed ? &c->shm_msg : &c->req.msg;
   if (placed) *placed_at += (size_t)got;
@@ -471,6 +489,13 @@ static grpc_status_code take_placement(scps_call *c, uint64_t placed, char *msg,
 
 static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit);
 
+/* Floats of scratch a stack's gradients take (at most what its bytes, with
+ * placed of them in a segment, can decode to): the same at admission and
+ * when laid out. */
+static size_t stack_values(const scps_call *c, const scps_req_stack *sg, uint64_t placed) {
+  return scps__wirefmt_values_max(&c->wire, sg->gradients.len + sg->row_gradients.len + (size_t)placed);
+}
+
 void scps__cmd_push(scps_call *c) {
   if (scps__restore_refused(c)) return;
   if (!scps__cmd_data_read(c, SCPS_REQUEST_APPLY)) return;
@@ -487,27 +512,29 @@ void scps__cmd_push(scps_call *c) {
              (double)FLT_MAX);
     st = GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (st == GRPC_STATUS_OK) st = scps__cmd_data_check_format(c, (int)req->format, "gradient_format", msg, sizeof msg);
+  if (st == GRPC_STATUS_OK)
+    st = scps__cmd_data_check_format(c, (int)req->format, &req->exmy, "gradient_format", msg, sizeof msg);
   if (st == GRPC_STATUS_OK && scps__cmd_data_alloc_stacks(c, req->n_stacks)) {
     scps__call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "ApplyGradients: out of memory", NULL, 0);
     return;
   }
-  /* The gradients as float32: bounded by what the request itself holds
-   * (2 or 4 bytes per value), so no client can make the server allocate
-   * more than twice its message. */
-  const size_t width = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : sizeof(float);
   if (st != GRPC_STATUS_OK) {
     scps__call_finish(c, st, msg, NULL, 0);
     return;
   }
+  /* The gradients as float32: bounded by what the request (or, placed,
+   * the segment) holds, 2 or 4 bytes per value, or per eXmY row its codes,
+   * so the room a client can make the server take is a fixed multiple of
+   * its message's size, charged to the memory budget before it is taken. */
   size_t values = 0;
   uint64_t placed = 0;
   for (size_t i = 0; i < req->n_stacks; i++) {
-    values += (req->stacks[i].gradients.len + req->stacks[i].row_gradients.len) / width;
     /* Placed gradients are bounded by the segment they lie in, so their
      * scratch is too (checked against the stacks' sizes once admitted). */
-    placed += req->stacks[i].placed_gradients > SCPS_SHM_SEGMENT_MAX ? SCPS_SHM_SEGMENT_MAX + 1
-                                                                     : req->stacks[i].placed_gradients;
+    const uint64_t p = req->stacks[i].placed_gradients > SCPS_SHM_SEGMENT_MAX ? SCPS_SHM_SEGMENT_MAX + 1
+                                                                                : req->stacks[i].placed_gradients;
+    placed += p;
+    values += stack_values(c, &req->stacks[i], p);
   }
   if (placed > SCPS_SHM_SEGMENT_MAX) {
     snprintf(msg, sizeof msg, "placed_gradients: %llu bytes in all, more than a segment holds (%llu)",
@@ -515,7 +542,7 @@ void scps__cmd_push(scps_call *c) {
     scps__call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, msg, NULL, 0);
     return;
   }
-  scps__cmd_data_wait_scratch(c, values + (size_t)placed / width, apply_admitted);
+  scps__cmd_data_wait_scratch(c, values, apply_admitted);
 }
 
 /* An ApplyGradients once its gradients' scratch is reserved in the memory
@@ -527,7 +554,6 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
   char msg[SCPS_ERROR_MSG_MAX + 128], field[64];
   grpc_status_code st = GRPC_STATUS_OK;
   const bool has_lr = req->has_learning_rate;
-  const size_t width = c->format == SCPS__V1__FLOAT_FORMAT__FLOAT_FORMAT_BFLOAT16 ? 2 : sizeof(float);
   if (!admitted) {
     scps__cmd_data_refuse_memory(c, "its gradients' scratch", in_use, limit);
     return;
@@ -580,7 +606,7 @@ static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, 
     }
     if (st == GRPC_STATUS_OK) {
       st = check_gradients(c, sg, field, &c->stacks[i], c->scratch + grads_at, &placed_at, msg, sizeof msg);
-      grads_at += (sg->gradients.len + sg->row_gradients.len + (size_t)sg->placed_gradients) / width;
+      grads_at += stack_values(c, sg, sg->placed_gradients);
     }
   }
   /* The stacks' placed gradients name the segment range they lie in only

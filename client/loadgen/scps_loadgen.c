@@ -137,7 +137,7 @@ static int client_init(lg *g, int i, scps_error *err) {
   co.expected_config = g->expected.buf;
   co.policy = SCPS_LIMIT_ERROR;
   co.connect_timeout_ms = o->connect_timeout_ms;
-  co.wire_format = o->wire_format;
+  if (o->wire_format) scps_client_options_set_wire_format(&co, o->wire_format, NULL);
   co.answer = o->answer;
   co.gradients = o->gradients;
   co.shared_memory = o->shared_memory;

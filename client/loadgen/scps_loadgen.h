@@ -35,7 +35,7 @@ typedef struct scps_loadgen_options {
   double duration_s;     /* > 0: measure this long; else requests */
   int64_t requests;      /* > 0: measure this many requests (duration_s 0) */
   double warmup_s;       /* load first, unmeasured */
-  scps_float_format wire_format;
+  const char *wire_format; /* scps_client_options_set_wire_format's text; NULL: float32 */
   scps_answer_mode answer;    /* how servers answer lookups (0: auto) */
   scps_shm_mode shared_memory; /* answers and gradients through shared memory (0: auto) */
   scps_gradient_mode gradients; /* how pushes send gradients (0: auto) */

@@ -42,7 +42,9 @@ static const char usage[] =
     "  --duration S           measure for S seconds (default 10)\n"
     "  --requests N           measure N requests instead of a duration\n"
     "  --warmup S             load for S seconds first, unmeasured (default 1)\n"
-    "  --wire-format F        float32 or bfloat16 activations and gradients (default float32)\n"
+    "  --wire-format F        activations and gradients on the wire: float32 (default),\n"
+    "                         bfloat16 (bf16) or eXmY (e4m3, e5m2, e3m0s: s a scale per\n"
+    "                         row, e3m0b-2: a bias); ACTS/GRADS each its own (e4m3/e3m0s)\n"
     "  --answer A             auto, pooled or rows: how servers answer lookups, pooled\n"
     "                         activations or each partition's distinct rows pooled by\n"
     "                         the client (default auto: rows where they take no more bytes)\n"
@@ -201,8 +203,13 @@ int main(int argc, char **argv) {
         return bad_flag("--warmup '%s': expected seconds in [0, 1e7]", optarg);
       break;
     case 'W':
-      if (scps_float_format_from_name(optarg, &o.wire_format))
-        return bad_flag("--wire-format '%s': expected float32 or bfloat16", optarg);
+      {
+        scps_client_options probe;
+        scps_error e;
+        scps_client_options_init(&probe);
+        if (scps_client_options_set_wire_format(&probe, optarg, &e)) return bad_flag("--wire-format: %s", e.msg);
+        o.wire_format = optarg;
+      }
       break;
     case 'A':
       if (scps_answer_mode_from_name(optarg, &o.answer))

@@ -32,7 +32,7 @@ void scps__loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
   fprintf(f, "scps-loadgen: %s, %s", r->workload, scps__loadgen_mode_name(o->mode));
   if (o->mode == SCPS_LOADGEN_MIXED) fprintf(f, " (train fraction %.3g)", o->train_fraction);
   fprintf(f, ", %d client%s, %s, %s wire, %s answers, %s gradients\n", o->concurrency,
-          o->concurrency == 1 ? "" : "s", loop, scps_float_format_name(o->wire_format), scps_answer_mode_name(o->answer),
+          o->concurrency == 1 ? "" : "s", loop, (o->wire_format ? o->wire_format : "float32"), scps_answer_mode_name(o->answer),
           scps_gradient_mode_name(o->gradients));
   fprintf(f, "  duration    %.3f s\n", res->duration_s);
   fprintf(f, "  requests    %lld (%lld ok, %lld errors)\n", (long long)res->requests, (long long)res->ok,
@@ -76,7 +76,7 @@ void scps__loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
                     o->mode == SCPS_LOADGEN_TRAIN   ? 1.0
                     : o->mode == SCPS_LOADGEN_MIXED ? o->train_fraction
                                                     : 0.0,
-                    o->concurrency, o->rate, scps_float_format_name(o->wire_format), scps_answer_mode_name(o->answer),
+                    o->concurrency, o->rate, (o->wire_format ? o->wire_format : "float32"), scps_answer_mode_name(o->answer),
                     scps_gradient_mode_name(o->gradients), o->n_servers, o->warmup_s,
                     (long long)o->deadline_ms, res->duration_s, (long long)res->requests, (long long)res->ok,
                     (long long)res->not_sent);

@@ -48,7 +48,10 @@ static const char usage[] =
     "  --connect-timeout-ms N  how long to wait for every server to answer\n"
     "                       GetConfig at start, retrying (default 10000)\n"
     "  --wire-format F      activations and gradients on the wire: float32\n"
-    "                       (default) or bfloat16 (half the bytes)\n"
+    "                       (default), bfloat16 (bf16, half the bytes) or an\n"
+    "                       eXmY format: e4m3, e5m2, e3m0s (s: a scale per\n"
+    "                       row), e3m0b-2 (a bias); ACTS/GRADS gives each its\n"
+    "                       own (e4m3/e3m0s)\n"
     "  --shared-memory M    auto (default): answers and gradients by sample\n"
     "                       through memory shared with servers on this host\n"
     "                       that offer it; off: all over the connections\n"
@@ -259,7 +262,7 @@ int main(int argc, char **argv) {
   const char *workload = NULL, *json = NULL;
   long steps = 2000, eval_batches = 20, deadline = 30000, checkpoint_every = 0, connect_timeout = 10000;
   const char *checkpoint_dir = NULL;
-  scps_float_format wire = SCPS_WIRE_FLOAT32;
+  const char *wire = "float32";
   scps_shm_mode shm = SCPS_SHM_AUTO;
   scps_limit_policy policy = SCPS_LIMIT_ERROR;
   scps_memtune_apply();
@@ -309,12 +312,17 @@ int main(int argc, char **argv) {
       }
       shm = strcmp(optarg, "off") ? SCPS_SHM_AUTO : SCPS_SHM_OFF;
       break;
-    case 'W':
-      if (scps_float_format_from_name(optarg, &wire)) {
-        fprintf(stderr, "scps-trainer: --wire-format '%s': expected float32 or bfloat16\n", optarg);
+    case 'W': {
+      scps_client_options probe;
+      scps_error e;
+      scps_client_options_init(&probe);
+      if (scps_client_options_set_wire_format(&probe, optarg, &e)) {
+        fprintf(stderr, "scps-trainer: --wire-format: %s\n", e.msg);
         return 2;
       }
+      wire = optarg;
       break;
+    }
     case 'P':
       if (scps_limit_policy_from_name(optarg, &policy)) {
         fprintf(stderr, "scps-trainer: --policy '%s': expected error or drop\n", optarg);
@@ -374,7 +382,7 @@ int main(int argc, char **argv) {
     co.n_servers = n_servers;
     co.expected_config = expected.buf;
     co.policy = policy;
-    co.wire_format = wire;
+    scps_client_options_set_wire_format(&co, wire, NULL);
     co.shared_memory = shm;
     co.connect_timeout_ms = connect_timeout;
     co.security = sec.security;
@@ -448,7 +456,7 @@ int main(int argc, char **argv) {
                 "{\"mode\": \"%s\", \"wire_format\": \"%s\", \"steps\": %lld, \"batch\": %d, \"wall_seconds\": %.4f, \"samples_per_s\": %.1f, "
                 "\"sc_busy_seconds\": %.4f, \"tc_busy_seconds\": %.4f, \"heldout_logloss\": %.6f, "
                 "\"planted_logloss\": %.6f, \"heldout_auc\": %.6f, \"planted_auc\": %.6f}\n",
-                mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential", scps_float_format_name(wire),
+                mode == SCPS_SCHEDULE_PIPELINED ? "pipelined" : "sequential", wire,
                 (long long)st.steps, t.batch,
                 st.wall_seconds, sps, st.sc_busy_seconds, st.tc_busy_seconds, loss, ploss, auc, pauc) > 0;
         ok = fclose(f) == 0 && ok;

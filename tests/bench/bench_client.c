@@ -30,7 +30,7 @@ static uint64_t placed_rx(const scps_client *c) {
 
 static const char usage[] =
     "usage: scps-bench-client --servers LIST --workload FILE [--mode lookup|train|pipelined|checkpoint]\n"
-    "                         [--batches K] [--warmup W] [--wire-format float32|bfloat16]\n"
+    "                         [--batches K] [--warmup W] [--wire-format F]\n"
     "                         [--prep-threads T] [--depth D] [--rounds R] [--plain-file PATH]\n"
     "                         [--answer auto|pooled|rows] [--gradients auto|sample|row]\n"
     "                         [--server-pid PID[,PID...]] [--shared-memory auto|off] [--view]\n"
@@ -519,7 +519,7 @@ int main(int argc, char **argv) {
   long batches = 20, warmup = 3, prep_threads = sysconf(_SC_NPROCESSORS_ONLN), depth = 1;
   int rounds = 4;
   const char *plain = NULL;
-  scps_float_format wire = SCPS_WIRE_FLOAT32;
+  const char *wire = "float32";
   scps_answer_mode answer = SCPS_ANSWER_AUTO;
   scps_gradient_mode gradients = SCPS_GRADIENTS_AUTO;
   scps_shm_mode shm = SCPS_SHM_AUTO;
@@ -559,12 +559,17 @@ int main(int argc, char **argv) {
         server_pids[n_server_pids++] = atoi(tok);
       }
       break;
-    case 'W':
-      if (scps_float_format_from_name(optarg, &wire)) {
-        fputs(usage, stderr);
+    case 'W': {
+      scps_client_options probe;
+      scps_error werr;
+      scps_client_options_init(&probe);
+      if (scps_client_options_set_wire_format(&probe, optarg, &werr)) {
+        fprintf(stderr, "scps-bench-client: --wire-format: %s\n%s", werr.msg, usage);
         return 2;
       }
+      wire = optarg;
       break;
+    }
     case 'A':
       if (scps_answer_mode_from_name(optarg, &answer)) {
         fputs(usage, stderr);
@@ -613,7 +618,7 @@ int main(int argc, char **argv) {
     co.n_servers = n_servers;
     co.policy = SCPS_LIMIT_ERROR;
     co.prep_threads = (int)prep_threads;
-    co.wire_format = wire;
+    scps_client_options_set_wire_format(&co, wire, NULL);
     co.answer = answer;
     co.gradients = gradients;
     co.shared_memory = shm;
@@ -683,7 +688,7 @@ int main(int argc, char **argv) {
     double per = ss.wall_seconds / (double)batches;
     printf("{\"bench\": \"scps-client\", \"workload\": \"%s\", \"mode\": \"pipelined\", \"wire_format\": \"%s\", "
            "\"servers\": %d, \"batches\": %ld, \"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f}\n",
-           w->name, scps_float_format_name(wire), n_servers, batches, per * 1e3, w->batch_size / per, (double)ids / per);
+           w->name, wire, n_servers, batches, per * 1e3, w->batch_size / per, (double)ids / per);
   } else {
     double wall = 0.0;
     uint64_t sent0 = 0, recv0 = 0, sent1, recv1;
@@ -709,7 +714,7 @@ int main(int argc, char **argv) {
            "\"ms_per_batch_median\": %.3f, \"samples_per_s\": %.0f, \"ids_per_s\": %.0f, \"prepare_ms_median\": %.3f, "
            "\"lookup_ms_median\": %.3f, \"push_ms_median\": %.3f, \"sent_bytes_per_batch\": %.0f, "
            "\"received_bytes_per_batch\": %.0f, \"placed_bytes_per_batch\": %.0f, \"shared_memory\": \"%s\", \"view\": %s",
-           w->name, mode, scps_float_format_name(wire), scps_answer_mode_name(answer),
+           w->name, mode, wire, scps_answer_mode_name(answer),
            scps_gradient_mode_name(gradients), n_servers, batches, prep_threads,
            depth, med * 1e3,
            w->batch_size / per, (double)ids / per,

@@ -282,7 +282,7 @@ def row_cases(rows_per_sc, dim):
                                                      "column %d" % (dim - 1), "nan"]),
         ("inf row gradient", edit(bad_sum(np.inf)), ["row_gradients", "inf"]),
         ("row_gradients short", lambda sg, p: (set_by_row(sg, p), grads(sg, lambda b: b[:-4])),
-         ["row_gradients", "x dim %d x 4" % dim]),
+         ["row_gradients", "x %d bytes (dim %d in float32)" % (4 * dim, dim)]),
         ("samples with row_gradients", lambda sg, p: (set_by_row(sg, p), setattr(sg.partitions, "samples", u32([0]))),
          ["by row", "must be empty", "hold 4, 0, 0 and 0"]),
         ("gradients and row_gradients", lambda sg, p: (set_by_row(sg, p), setattr(sg, "gradients", f32([0.0] * 4)),
@@ -291,6 +291,50 @@ def row_cases(rows_per_sc, dim):
         ("sc_offsets past the rows", lambda sg, p: (set_by_row(sg, p), sg.partitions.sc_offsets.__setitem__(2, 999)),
          ["sc_offsets", "row count"]),
     ]
+
+
+def exmy_cases(env, v, last):
+    """FLOAT_FORMAT_EXMY and its ExmyFormat: each without the other, a
+    format that is none, gradients of another format's size, and a row
+    scale past float32's range (a value that is not finite). (Well formed
+    eXmY traffic: test_wire_exmy.)"""
+    pb = v.pb
+    EXMY = pb.FLOAT_FORMAT_EXMY
+
+    def act(x, y, fmt=EXMY, **kw):
+        def fn(r):
+            r.activation_format = fmt
+            r.activation_exmy.CopyFrom(pb.ExmyFormat(exponent_bits=x, mantissa_bits=y, **kw))
+        return fn
+    v.expect("Lookup eXmY without its ExmyFormat", "Lookup",
+             v.lookup_with(lambda r: setattr(r, "activation_format", EXMY)), "INVALID_ARGUMENT",
+             ["activation_format 2", "ExmyFormat is missing"])
+    v.expect("Lookup ExmyFormat with float32", "Lookup", v.lookup_with(act(4, 3, fmt=pb.FLOAT_FORMAT_FLOAT32)),
+             "INVALID_ARGUMENT", ["activation_format 0", "FLOAT_FORMAT_EXMY"])
+    for (x, y, kw), needle in (((9, 0, {}), "exponent_bits 9"), ((8, 8, {}), "mantissa_bits 8"),
+                               ((4, 3, {"bias": 300}), "bias 300"), ((0, 0, {}), "mantissa_bits 0")):
+        v.expect("Lookup ExmyFormat e%dm%d %s" % (x, y, kw), "Lookup", v.lookup_with(act(x, y, **kw)),
+                 "INVALID_ARGUMENT", ["activation_format 2", needle, "not a format"])
+
+    def grad(fn_bytes, row_scale=True):
+        def fn(r):
+            r.gradient_format = EXMY
+            r.gradient_exmy.CopyFrom(pb.ExmyFormat(exponent_bits=4, mantissa_bits=3, row_scale=row_scale))
+            for k, s in enumerate(r.stacks):
+                s.gradients = fn_bytes(k, len(s.gradients) // 4)
+        return fn
+    dims = (8, 16)
+    v.expect("ApplyGradients e4m3 of float32 size", "ApplyGradients",
+             v.apply_with(grad(lambda k, n: bytes(4 * n), row_scale=False)), "INVALID_ARGUMENT",
+             ["stacks[0].gradients", "e4m3", "x 8 bytes (dim 8", "= %d" % (BATCH * 8)])
+
+    def scale_127(k, n):
+        rows = bytearray(bytes((dims[k] + 1) * (n // dims[k])))
+        if k == 1:
+            rows[(dims[k] + 1) * (BATCH - 1) + dims[k]] = 127
+        return bytes(rows)
+    v.expect("ApplyGradients e4m3s scale 127", "ApplyGradients", v.apply_with(grad(scale_127)), "INVALID_ARGUMENT",
+             ["stacks[1].gradients", "sample %d" % (BATCH - 1), "inf"])
 
 
 def placed_request_cases(env, v):
@@ -513,6 +557,7 @@ def test_invalid_requests(env):
         r.stacks[1].gradients = h.tobytes()
     v.expect("ApplyGradients bfloat16 NaN", "ApplyGradients", v.apply_with(bf16_nan), "INVALID_ARGUMENT",
              ["stacks[1].gradients", "element %d" % last, "nan"])
+    exmy_cases(env, v, last)
 
     def overflowing(bf16):
         """Every gain of stack b 4.0 and every gradient 1e38: each finite,

@@ -68,9 +68,10 @@ class Proxy:
         self.channel.close()
 
 
-def loadgen(env, cfg, ports, gradients, shm="off"):
+def loadgen(env, cfg, ports, gradients, shm="off", wire="float32"):
     argv = [env.args.loadgen, "--workload", cfg, "--servers", ",".join("127.0.0.1:%d" % p for p in ports),
-            "--mode", "train", "--requests", "6", "--warmup", "0", "--gradients", gradients, "--shared-memory", shm]
+            "--mode", "train", "--requests", "6", "--warmup", "0", "--gradients", gradients, "--shared-memory", shm,
+            "--wire-format", wire]
     return subprocess.run(argv, capture_output=True, text=True, timeout=120)
 
 
@@ -79,7 +80,26 @@ def test_wire_revision(env):
     srvs = [env.server(cfg, index=p, num_processes=2).wait_ready() for p in range(2)]
     for p, srv in enumerate(srvs):
         got = srv.stub().GetConfig(env.pb.GetConfigRequest(), timeout=30).wire_revision
-        env.check(got == 2, "process %d: GetConfig wire_revision %d, expected 2" % (p, got))
+        env.check(got == 3, "process %d: GetConfig wire_revision %d, expected 3" % (p, got))
+    # eXmY formats: taken by processes of revision 3, refused by libscps,
+    # naming the process, when one reports 2.
+    for rev in (None, 2):
+        proxies = [Proxy(env, srvs[0].addr), Proxy(env, srvs[1].addr, rev)]
+        try:
+            r = loadgen(env, cfg, [x.port for x in proxies], "auto", wire="e4m3/e3m0s")
+            if rev is None:
+                env.check(r.returncode == 0 and all(x.seen["ApplyGradients"] > 0 for x in proxies),
+                          "eXmY through revision 3: exit %d %s" % (r.returncode, r.stderr[-400:]))
+            else:
+                env.check(r.returncode != 0 and "server 1 (" in r.stderr and "takes no eXmY" in r.stderr
+                          and "wire_revision is 2" in r.stderr,
+                          "eXmY refused at revision 2: exit %d, %r" % (r.returncode, r.stderr[-400:]))
+            print("   ok process 1 of wire_revision %s, --wire-format e4m3/e3m0s: exit %d %s"
+                  % (rev or 3, r.returncode, r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ""),
+                  flush=True)
+        finally:
+            for x in proxies:
+                x.close()
     # Lookups through shared memory: with both processes at revision 2 the
     # requests lie in the segments (the proxies see only where); with one at
     # revision 1, every request comes through the proxies whole.

@@ -152,6 +152,18 @@ static void make_request(buf *b, scps_request_kind kind) {
     put_key(b, lookup ? 4 : 6, 0);
     put_varint(b, rnd(3));
   }
+  if (!rnd(3)) {
+    /* an ExmyFormat: each varint field or not, a negative bias among them */
+    buf x = {0};
+    for (uint32_t f = 1; f <= 4; f++)
+      if (rnd(2)) {
+        put_key(&x, f, 0);
+        put_varint(&x, f == 3 ? (uint64_t)(int64_t)((int32_t)rnd(40) - 20) : rnd(10));
+      }
+    if (!rnd(4)) put_unknown(&x);
+    put_len(b, lookup ? 8 : 9, x.p, x.n);
+    free(x.p);
+  }
   if (!rnd(3)) put_unknown(b);
 }
 
@@ -182,7 +194,15 @@ static bool same_partitions(const scps_req_partitions *a, const Scps__V1__StackP
          same_bytes(&a->gain_exceptions, b->gain_exceptions) && same_bytes(&a->samples_u16, b->samples_u16);
 }
 
+static bool same_exmy(const scps_req_exmy *a, const Scps__V1__ExmyFormat *b) {
+  if (!b) return !a->has;
+  const bool bias = b->bias_present_case == SCPS__V1__EXMY_FORMAT__BIAS_PRESENT_BIAS;
+  return a->has && a->exponent_bits == b->exponent_bits && a->mantissa_bits == b->mantissa_bits &&
+         a->has_bias == bias && (!bias || a->bias == b->bias) && a->row_scale == (b->row_scale != 0);
+}
+
 static bool same_lookup(const scps_request *r, const Scps__V1__LookupRequest *m) {
+  if (!same_exmy(&r->exmy, m->activation_exmy)) return false;
   if (!same_bytes(&r->config_fingerprint, m->config_fingerprint) || r->process_index != m->process_index ||
       r->format != (int32_t)m->activation_format || r->n_stacks != m->n_stacks ||
       r->n_distinct_rows != m->n_distinct_rows)
@@ -206,6 +226,7 @@ static bool same_span(const scps_request *r, scps_req_span a, ProtobufCBinaryDat
 
 static bool same_apply(const scps_request *r, const Scps__V1__ApplyGradientsRequest *m) {
   bool lr = m->learning_rate_present_case == SCPS__V1__APPLY_GRADIENTS_REQUEST__LEARNING_RATE_PRESENT_LEARNING_RATE;
+  if (!same_exmy(&r->exmy, m->gradient_exmy)) return false;
   if (!same_bytes(&r->config_fingerprint, m->config_fingerprint) || r->process_index != m->process_index ||
       r->step != m->step || r->has_learning_rate != lr || (lr && r->learning_rate != m->learning_rate) ||
       r->format != (int32_t)m->gradient_format || r->n_stacks != m->n_stacks || r->state_id != m->state_id)
@@ -349,6 +370,13 @@ static void decode_both_ways(const uint8_t *p, size_t n, scps_request_kind kind,
  * 1.0) left out and its samples as uint16, the third's (one in seven other
  * than 1.0) as exceptions; the answer asked for in float32 or bfloat16,
  * the second stack in distinct rows. */
+/* The ExmyFormat the round trips send with format 2: e3m0 with a negative
+ * bias and row scales (every field set). */
+static const scps_req_exmy *round_trip_exmy(int format) {
+  static const scps_req_exmy x = {true, 3, 0, true, -2, true};
+  return format == 2 ? &x : NULL;
+}
+
 static void test_lookup_request(int32_t process_index, int format) {
   static part a[3], b[3], x[3];
   fill(&a[0], 5);
@@ -383,11 +411,11 @@ static void test_lookup_request(int32_t process_index, int format) {
   size_t la = scps__request_partitions_size("stack_a", ca, 3, ea, false),
          lb = scps__request_partitions_size(long_name, cb, 3, 0, true),
          lx = scps__request_partitions_size("x", cx, 3, ex, false);
-  size_t total = scps__request_view_size(process_index) + scps__request_format_size(format) +
+  size_t total = scps__request_view_size(process_index) + scps__request_format_size(format, round_trip_exmy(format)) +
                  scps__request_lookup_stack_prefix_size(la) + la + scps__request_lookup_stack_prefix_size(lb) + lb +
                  scps__request_lookup_stack_prefix_size(lx) + lx + scps__request_distinct_rows_size(3);
   uint8_t *out = malloc(total), *w = scps__request_put_view(out, fp, process_index);
-  w = scps__request_put_lookup_format(w, format);
+  w = scps__request_put_lookup_format(w, format, round_trip_exmy(format));
   w = scps__request_put_lookup_stack_prefix(w, la);
   uint8_t *pa = w;
   w = scps__request_put_partitions(w, "stack_a", ca, 3, ea, false);
@@ -408,6 +436,8 @@ static void test_lookup_request(int32_t process_index, int format) {
     CHECK(m->config_fingerprint.len == sizeof fp && !memcmp(m->config_fingerprint.data, fp, sizeof fp));
     CHECK(m->process_index == process_index);
     CHECK((int)m->activation_format == format);
+    CHECK(format != 2 || (m->activation_exmy && m->activation_exmy->exponent_bits == 3 &&
+                          m->activation_exmy->bias == -2 && m->activation_exmy->row_scale));
     CHECK(m->n_distinct_rows == 3 && !m->distinct_rows[0] && m->distinct_rows[1] && !m->distinct_rows[2]);
     CHECK(m->n_stacks == 3);
     if (m->n_stacks == 3) {
@@ -446,7 +476,7 @@ static void test_apply_request(int64_t step, double lr, int format, uint64_t sta
   uint8_t *w = scps__request_put_view(out, fp, 5);
   w = scps__request_put_step(w, step, lr);
   w = scps__request_put_state_id(w, state_id);
-  w = scps__request_put_apply_format(w, format);
+  w = scps__request_put_apply_format(w, format, round_trip_exmy(format));
   for (int rep = 0; rep < 2; rep++) {
     if (rep == 1)
       for (int k = 0; k < 2; k++)
@@ -509,9 +539,9 @@ static void test_apply_request(int64_t step, double lr, int format, uint64_t sta
 
 static void test_round_trips(void) {
   const int32_t processes[] = {0, 2, 1023, -1};
-  for (int f = 0; f < 2; f++)
+  for (int f = 0; f < 3; f++)
     for (size_t i = 0; i < sizeof processes / sizeof *processes; i++) test_lookup_request(processes[i], f);
-  for (int f = 0; f < 2; f++) {
+  for (int f = 0; f < 3; f++) {
     test_apply_request(0, -1.0, f, 0);
     test_apply_request(7, 0.0, f, 0x0123456789abcdefull);
     test_apply_request((int64_t)1 << 40, 0.125, f, 1);
