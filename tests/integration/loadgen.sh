@@ -176,7 +176,8 @@ bad "--duration '1x'" "${base[@]}" --mode lookup --duration 1x
 bad "--train-fraction '1.5'" "${base[@]}" --mode mixed --train-fraction 1.5
 bad "--train-fraction is for --mode mixed" "${base[@]}" --mode lookup --train-fraction 0.5
 bad "give one of them" "${base[@]}" --mode lookup --duration 1 --requests 5
-bad "--wire-format 'fp8'" "${base[@]}" --mode lookup --wire-format fp8
+bad "--wire-format: wire format 'fp8'" "${base[@]}" --mode lookup --wire-format fp8
+bad "--wire-format: wire format 'e9m0'" "${base[@]}" --mode lookup --wire-format e4m3/e9m0
 bad "--answer 'sparse'" "${base[@]}" --mode lookup --answer sparse
 bad "--gradients 'rows'" "${base[@]}" --mode train --gradients rows
 bad "--deadline-ms '0'" "${base[@]}" --mode lookup --deadline-ms 0

@@ -1,6 +1,8 @@
 /* libscps against real scps-server processes (1 x 4 and 3 x 2 SparseCores):
  * every step's activations, and at the end every row of every table, must
- * equal in-process engines fed the same specs, batches and gradients. */
+ * equal in-process engines fed the same specs, batches and gradients, with
+ * what the wire rounds (bfloat16, eXmY) rounded here by independent
+ * references (tests/ref for eXmY). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -10,7 +12,9 @@
 #include "scps_client_engine.h"
 #include "scps_engine.h"
 #include "scps_it.h"
+#include "scps_ref_exmy.h"
 #include "scps_test.h"
+#include "scps_wirefmt.h"
 #include "scps_workload.h"
 
 /* Answer bytes that came through shared memory (scps_client_shared_traffic). */
@@ -81,9 +85,9 @@ typedef struct ref {
   scps_engine *eng[SCPS_IT_MAX_PROCS];
   scps_prep *prep;
   int P, S;
-  bool bf16; /* the wire's FloatFormat is bfloat16 */
-  bool rows; /* answers in distinct rows: bfloat16 rounds the rows, not the sums */
-  bool grad_rows; /* pushes by row: bfloat16 rounds each row's sum, not each sample's gradient */
+  scps_wirefmt act, grad; /* the wire's formats */
+  bool rows; /* answers in distinct rows: the wire rounds the rows, not the sums */
+  bool grad_rows; /* pushes by row: the wire rounds each row's sum, not each sample's gradient */
 } ref;
 
 static int ref_init(ref *r, const scps_workload *w, int P, int S, scps_error *err) {
@@ -114,17 +118,83 @@ static float bf16_round(float f) {
   return f;
 }
 
-/* One process's partial of a stack when its answer is distinct rows in
- * bfloat16: each row rounded, then pooled by the entries in order, written
- * here from the shards and the partitions alone. */
-static void ref_rows_bf16(ref *r, int p, int st, float *blk) {
+/* splitmix64's output function, from its definition. */
+static uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* The seed of libscps's stochastic rounding of a push's gradients (its
+ * documented function of step and stack; by row, stack n_stacks + the
+ * (server, stack) pair's index). */
+static uint64_t grad_seed(int64_t step, int st) { return mix64((uint64_t)step * 0x9e3779b97f4a7c15ull + (uint64_t)st + 1) | 1; }
+
+/* A row of dim values as the wire carries it in eXmY format f: with a row
+ * scale, the smallest s (in [-128, 127 - floor(log2(largest))]) that puts
+ * the row's largest magnitude within the format's largest times 2^s; then
+ * each value rounded at that scale: to nearest, ties to even (seed 0), or
+ * up with probability (|x| - lo) / (hi - lo) by the draw mix64(seed +
+ * (pos0 + j + 1) * 0x9e3779b97f4a7c15) >= (1 - that) * 2^64 (the codec's
+ * rule: its dropped bits against the draw's top bits). */
+static void ref_exmy_row(const scps_wirefmt *f, const float *in, size_t dim, uint64_t seed, uint64_t pos0,
+                         float *out) {
+  scps_ref_exmy at0, fr;
+  int s = 0;
+  if (scps_ref_exmy_init(&at0, f->exmy.x, f->exmy.y, f->exmy.bias, 0)) return;
+  const double top = at0.mag[at0.n - 1];
+  scps_ref_exmy_free(&at0);
+  if (f->row_scale) {
+    double mx = 0;
+    for (size_t j = 0; j < dim; j++) mx = fmax(mx, fabs((double)in[j]));
+    int hi = 127 - (int)floor(log2(top));
+    hi = hi < 127 ? hi : 127;
+    s = -128;
+    while (s < hi && mx > ldexp(top, s)) s++;
+    if (mx == 0) s = 0;
+  }
+  if (scps_ref_exmy_init(&fr, f->exmy.x, f->exmy.y, f->exmy.bias, s)) return;
+  for (size_t j = 0; j < dim; j++) {
+    const double x = (double)in[j];
+    uint32_t code = scps_ref_exmy_round(&fr, x);
+    if (seed) {
+      uint32_t lo, hi;
+      scps_ref_exmy_bracket(&fr, x, &lo, &hi);
+      code = lo;
+      if (hi != lo) {
+        const double p = (fabs(x) - fr.mag[lo]) / (fr.mag[hi] - fr.mag[lo]);
+        const uint64_t z = mix64(seed + (pos0 + j + 1) * 0x9e3779b97f4a7c15ull);
+        if (p > 0 && z >= (uint64_t)ldexp(1.0 - p, 64)) code = hi;
+      }
+      if (signbit(x)) code |= 1u << (f->exmy.x + f->exmy.y);
+    }
+    out[j] = (float)scps_ref_exmy_value(&fr, code);
+  }
+  scps_ref_exmy_free(&fr);
+}
+
+/* rows x dim values rounded as format f carries them (float32 as they are). */
+static void ref_wire(const scps_wirefmt *f, float *v, size_t rows, size_t dim, uint64_t seed, uint64_t pos0) {
+  if (f->kind == SCPS_WIREFMT_BFLOAT16)
+    for (size_t j = 0; j < rows * dim; j++) v[j] = bf16_round(v[j]);
+  else if (f->kind == SCPS_WIREFMT_EXMY)
+    for (size_t i = 0; i < rows; i++) ref_exmy_row(f, v + i * dim, dim, seed, pos0 + i * dim, v + i * dim);
+}
+
+/* One process's partial of a stack when its answer is distinct rows in a
+ * format that rounds: each row rounded, then pooled by the entries in
+ * order, written here from the shards and the partitions alone. */
+static void ref_rows_rounded(ref *r, int p, int st, float *blk) {
   const size_t dim = (size_t)r->layout->stacks[st].dim;
+  float row[SCPS_DIM_MAX];
   for (int k = 0; k < r->S; k++) {
     const scps_coo *coo = scps__prep_coo(r->prep, st, p * r->S + k);
     const float *shard = scps__engine_shard(r->eng[p], st, k);
-    for (size_t i = 0; i < coo->n; i++)
-      for (size_t c = 0; c < dim; c++)
-        blk[(size_t)coo->samples[i] * dim + c] += coo->gains[i] * bf16_round(shard[(size_t)coo->rows[i] * dim + c]);
+    for (size_t i = 0; i < coo->n; i++) {
+      memcpy(row, shard + (size_t)coo->rows[i] * dim, dim * sizeof(float));
+      ref_wire(&r->act, row, 1, dim, 0, 0);
+      for (size_t c = 0; c < dim; c++) blk[(size_t)coo->samples[i] * dim + c] += coo->gains[i] * row[c];
+    }
   }
 }
 
@@ -141,14 +211,13 @@ static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_e
     float *sum = calloc(block, sizeof(float)), *blk = malloc(sizeof(float) * block);
     for (int p = 0; p < r->P; p++) {
       memset(blk, 0, block * sizeof(float));
-      if (r->bf16 && r->rows) {
-        ref_rows_bf16(r, p, st, blk);
+      if (r->act.kind != SCPS_WIREFMT_FLOAT32 && r->rows) {
+        ref_rows_rounded(r, p, st, blk);
       } else {
         for (int k = 0; k < r->S; k++)
           scps__engine_lookup(r->eng[p], st, k, scps__prep_coo(r->prep, st, p * r->S + k), 0,
                              (uint32_t)sl->total_sample_count, blk);
-        if (r->bf16)
-          for (size_t j = 0; j < block; j++) blk[j] = bf16_round(blk[j]);
+        ref_wire(&r->act, blk, (size_t)sl->total_sample_count, (size_t)sl->dim, 0, 0);
       }
       for (size_t j = 0; j < block; j++) sum[j] = p == 0 ? blk[j] : sum[j] + blk[j];
     }
@@ -165,9 +234,13 @@ static int ref_lookup(ref *r, const scps_feature_input *in, float **acts, scps_e
   return 0;
 }
 
-/* A push by row in bfloat16: each distinct row's gradient summed in float32
- * from the samples' unrounded gradients g, in entry order, then rounded. */
-static void ref_apply_rows(ref *r, int p, int st, int k, const scps_coo *coo, const float *g, const scps_step *s) {
+/* A push by row in a format that rounds: each distinct row's gradient
+ * summed in float32 from the samples' unrounded gradients g, in entry
+ * order, then rounded as the wire carries it (eXmY: seeded by step and the
+ * (server, stack) pair, row r0 + i of the pair at position (r0 + i) x dim).
+ * Returns the rows it applied. */
+static size_t ref_apply_rows(ref *r, int p, int st, int k, const scps_coo *coo, const float *g, const scps_step *s,
+                             size_t r0) {
   const size_t dim = (size_t)r->layout->stacks[st].dim;
   uint32_t *rows = malloc(sizeof *rows * (coo->n + 1));
   float *sums = calloc((coo->n + 1) * dim, sizeof *sums);
@@ -177,10 +250,12 @@ static void ref_apply_rows(ref *r, int p, int st, int k, const scps_coo *coo, co
     float *sum = sums + (n - 1) * dim;
     for (size_t c = 0; c < dim; c++) sum[c] += coo->gains[i] * g[(size_t)coo->samples[i] * dim + c];
   }
-  for (size_t j = 0; j < n * dim; j++) sums[j] = bf16_round(sums[j]);
+  const int ns = r->layout->n_stacks;
+  ref_wire(&r->grad, sums, n, dim, grad_seed(s->step, ns + p * ns + st), r0 * dim);
   scps__engine_update_rows(r->eng[p], st, k, rows, n, sums, s);
   free(rows);
   free(sums);
+  return n;
 }
 
 /* Applies grads for the partitions of the last ref_lookup. */
@@ -195,14 +270,14 @@ static void ref_apply(ref *r, float *const *grads, int64_t step, double lr) {
       int64_t b = l->feature_specs[f].batch_size, off = l->features[f].sample_offset;
       int32_t width = l->table_specs[l->features[f].table].embedding_dim;
       for (int64_t q = 0; q < b; q++)
-        for (int32_t c = 0; c < width; c++)
-          g[(off + q) * sl->dim + c] =
-              r->bf16 && !r->grad_rows ? bf16_round(grads[f][q * width + c]) : grads[f][q * width + c];
+        for (int32_t c = 0; c < width; c++) g[(off + q) * sl->dim + c] = grads[f][q * width + c];
     }
+    const bool rounded_rows = r->grad.kind != SCPS_WIREFMT_FLOAT32 && r->grad_rows;
+    if (!rounded_rows) ref_wire(&r->grad, g, (size_t)sl->total_sample_count, (size_t)sl->dim, grad_seed(step, st), 0);
     for (int p = 0; p < r->P; p++)
-      for (int k = 0; k < r->S; k++) {
+      for (int k = 0, r0 = 0; k < r->S; k++) {
         const scps_coo *coo = scps__prep_coo(r->prep, st, p * r->S + k);
-        if (r->bf16 && r->grad_rows) ref_apply_rows(r, p, st, k, coo, g, &s);
+        if (rounded_rows) r0 += (int)ref_apply_rows(r, p, st, k, coo, g, &s, (size_t)r0);
         else scps__engine_update(r->eng[p], st, k, coo, g, &s);
       }
     free(g);
@@ -438,10 +513,11 @@ out:
  * of these small ones on the receiving thread (--inline-lookup-entries).
  * answer: how the servers answer lookups (distinct rows are pooled by the
  * client; in float32 bit for bit as pooled answers). */
-static void run_topology(const scps_workload *w, int P, int S, bool declare, bool bf16, bool workers,
+static void run_topology(const scps_workload *w, int P, int S, bool declare, const char *wire, bool workers,
                          scps_answer_mode answer, scps_gradient_mode gradients) {
   char what[128];
-  snprintf(what, sizeof what, "%dx%d%s%s, %s answers, pushes by %s", P, S, bf16 ? " bfloat16" : "",
+  const bool f32 = !strcmp(wire, "float32");
+  snprintf(what, sizeof what, "%dx%d%s%s%s, %s answers, pushes by %s", P, S, f32 ? "" : " ", f32 ? "" : wire,
            workers ? " gang lookups" : "", scps_answer_mode_name(answer), scps_gradient_mode_name(gradients));
   scps_it_cluster cl;
   scps_error err;
@@ -465,7 +541,6 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
     goto out;
   }
   MUST(ref_init(&r, w, P, S, &err));
-  r.bf16 = bf16;
   r.rows = answer == SCPS_ANSWER_DISTINCT_ROWS;
   r.grad_rows = gradients == SCPS_GRADIENTS_BY_ROW;
   scps_topology topo = {P, S, SC_MEMORY};
@@ -474,7 +549,9 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
   o.servers = cl.addr_list;
   o.n_servers = P;
   o.prep_threads = declare ? 1 : 2;
-  o.wire_format = bf16 ? SCPS_WIRE_BFLOAT16 : SCPS_WIRE_FLOAT32;
+  MUST(scps_client_options_set_wire_format(&o, wire, &err));
+  scps__wirefmt_parse(o.activation_format, &r.act, NULL);
+  scps__wirefmt_parse(o.gradient_format, &r.grad, NULL);
   o.answer = answer;
   o.gradients = gradients;
   const scps_client_expected e = {&topo, w->tables, w->n_tables, w->features, w->n_features};
@@ -554,7 +631,7 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, boo
          what, n.values, n.exact, n.bad, sweep.values, sweep.exact, sweep.bad);
   CHECK(n.bad == 0 && sweep.bad == 0);
   CHECK(n.values > 0 && sweep.values > 0);
-  if (answer == SCPS_ANSWER_AUTO && !bf16) check_auto_answers(what, &o, c, b, l, &m, &bf);
+  if (answer == SCPS_ANSWER_AUTO && f32) check_auto_answers(what, &o, c, b, l, &m, &bf);
 out:
   if (m.in) manual_free(&m, l);
   if (bf.acts) bufs_free(&bf, l);
@@ -684,13 +761,18 @@ int main(void) {
   if (w) {
     /* Pushes by sample and by row give bit-identical tables in float32, so
      * every float32 run checks against the same by-sample reference. */
-    run_topology(w, 1, 4, true, false, false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
-    run_topology(w, 1, 4, false, false, true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_ROW);
-    run_topology(w, 1, 4, false, false, false, SCPS_ANSWER_AUTO, SCPS_GRADIENTS_AUTO);
-    run_topology(w, 3, 2, false, false, false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
-    run_topology(w, 3, 2, false, false, true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_AUTO);
-    run_topology(w, 3, 2, false, true, true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
-    run_topology(w, 3, 2, false, true, false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_SAMPLE);
+    run_topology(w, 1, 4, true, "float32", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
+    run_topology(w, 1, 4, false, "float32", true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, 1, 4, false, "float32", false, SCPS_ANSWER_AUTO, SCPS_GRADIENTS_AUTO);
+    run_topology(w, 3, 2, false, "float32", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, 3, 2, false, "float32", true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_AUTO);
+    run_topology(w, 3, 2, false, "bfloat16", true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, 3, 2, false, "bfloat16", false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_SAMPLE);
+    /* eXmY: the servers' activations rounded to nearest, the client's
+     * gradients stochastically, each against the references above. */
+    run_topology(w, 3, 2, false, "e4m3/e3m0s", true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
+    run_topology(w, 3, 2, false, "e2m1s/e5m2", false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, 1, 4, false, "e3m4b5", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
   }
   run_twins(&(twin_case){"3x2 rows pooled in place", in_place_json, "pooled answers", 3, 5, false,
                          {SCPS_ANSWER_POOLED, SCPS_ANSWER_DISTINCT_ROWS}, {0, 0}, 0});

@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
   scps_client_options o;
   scps_client_options_init(&o);
   if (scps_address_list_split(argv[1], servers, 16, &n_servers, &err)) return die("servers", &err);
-  if (scps_float_format_from_name(argv[2], &o.wire_format)) return die("wire format", NULL);
+  if (scps_client_options_set_wire_format(&o, argv[2], NULL)) return die("wire format", NULL);
   o.servers = servers;
   o.n_servers = n_servers;
   scps_client *c;

@@ -101,7 +101,9 @@ def test_bad_inputs_raise_and_change_nothing(cluster):
         for t in before[0]:
             assert np.array_equal(before[0][t], after[0][t]), t
         assert before[1] == after[1]
-    for kw, message in [(dict(wire_format="float16"), "wire_format 'float16': expected 'float32' or 'bfloat16'"),
+    for kw, message in [(dict(wire_format="float16"), "wire_format 'float16': expected 'float32', 'bfloat16'"),
+                        (dict(wire_format="e9m1"), "wire_format 'e9m1': expected"),
+                        (dict(wire_format="e4m3/"), "wire_format 'e4m3/': expected"),
                         (dict(policy="skip"), "policy 'skip'"), (dict(deadline_ms=-5), "deadline_ms -5")]:
         with pytest.raises(scps.InvalidArgument, match=message):
             scps.Client(c.servers, **kw)

@@ -1,5 +1,5 @@
 """The package's lookups and pushes equal libscps's driven from C
-(scps_pyref.c) bit for bit on the same inputs, in float32 and bfloat16, for
+(scps_pyref.c) bit for bit on the same inputs, in float32, bfloat16 and eXmY, for
 ragged (offsets, lengths), dense and weighted inputs, every combiner and
 stacked tables; and lookups equal an independent numpy pooling of the rows
 the servers hold."""
@@ -116,7 +116,7 @@ def numpy_pool(client, batch):
     return out
 
 
-@pytest.mark.parametrize("wire", ["float32", "bfloat16"])
+@pytest.mark.parametrize("wire", ["float32", "bfloat16", "e4m3/e3m0s"])
 def test_lookup_and_push_equal_libscps(cluster, tmp_path, wire):
     a = cluster(TABLES, FEATURES, batch_size=B)
     b = cluster(TABLES, FEATURES, batch_size=B)  # the C reference's twin, pushed from C

@@ -166,8 +166,9 @@ static int Client_init(ClientObject *self, PyObject *args, PyObject *kw) {
               opt_string(token, "token", &o.security.token)))
     rc = -1;
   if (!rc && (bad_name(scps_limit_policy_from_name(policy, &o.policy), "policy", policy, "'error' or 'drop'") ||
-              bad_name(scps_float_format_from_name(wire, &o.wire_format), "wire_format", wire,
-                       "'float32' or 'bfloat16'") ||
+              bad_name(scps_client_options_set_wire_format(&o, wire, NULL), "wire_format", wire,
+                       "'float32', 'bfloat16' ('bf16') or an eXmY format ('e4m3', 'e5m2', 'e3m0s' with a scale per "
+                       "row, 'e3m0b-2' with a bias), or 'ACTIVATIONS/GRADIENTS' ('e4m3/e3m0s')") ||
               bad_name(scps_answer_mode_from_name(answer, &o.answer), "answer", answer, "'auto', 'pooled' or 'rows'") ||
               bad_name(scps_gradient_mode_from_name(gradients, &o.gradients), "gradients", gradients,
                        "'auto', 'sample' or 'row'") ||

@@ -114,7 +114,12 @@ class Client:
     order (a list, or one comma-separated string). The servers' declaration
     is read and cross-checked at connect (:attr:`config`).
 
-    Options (scps_client_options): ``wire_format`` "float32" or "bfloat16";
+    Options (scps_client_options): ``wire_format`` "float32" (default),
+    "bfloat16" ("bf16"), an eXmY format ("e4m3", "e5m2", "e3m0s" with a
+    scale per row, "e3m0b-2" with a bias), or "ACTIVATIONS/GRADIENTS" to
+    give each its own ("e4m3/e3m0s"): servers round their activations to
+    nearest, the client rounds gradients stochastically, both decoded to
+    float32;
     ``deadline_ms`` of every call unless a call gives its own;
     ``connect_timeout_ms``; ``policy`` "error" or "drop" (ids over a
     partition's limits); ``answer`` "auto", "pooled" or "rows";
