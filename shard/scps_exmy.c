@@ -1,5 +1,6 @@
 #include "scps_exmy.h"
 
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -228,6 +229,12 @@ typedef struct enc_params {
   uint64_t rebias;   /* (1023 - sb) << Y */
   int32_t ebias;     /* sb - 127 */
   int32_t ecap;      /* 2^X + 1: any et above saturates the same */
+  /* The same to nearest in float32's bits, where both the smallest normal
+   * 2^(1-sb) (X >= 1) and magic32 = 2^(24-sb-Y), whose ulp is the
+   * subnormal step, are float32 normals: fast32 then, and codes_rne32
+   * gives codes_rne's codes with 8 lanes to a vector instead of 4. */
+  int fast32;
+  uint32_t largest32, minnormal32, magic32, rebias32; /* float32 bits; (127 - sb) << Y */
 } enc_params;
 
 static enc_params enc_params_of(const scps_exmy_format *f, int scale) {
@@ -241,7 +248,42 @@ static enc_params enc_params_of(const scps_exmy_format *f, int scale) {
                   .rebias = (uint64_t)(1023 - sb) << f->y,
                   .ebias = sb - 127,
                   .ecap = (1 << f->x) + 1};
+  const int32_t m = 24 - sb - f->y;
+  p.fast32 = m >= -126 && m <= 127 && (!f->x || 1 - sb >= -126) && p.largest <= FLT_MAX;
+  if (p.fast32) {
+    float lf = (float)p.largest, mf = ldexpf(1.0f, m);
+    memcpy(&p.largest32, &lf, sizeof lf);
+    memcpy(&p.magic32, &mf, sizeof mf);
+    p.minnormal32 = f->x ? (uint32_t)(1 - sb + 127) << 23 : UINT32_MAX;
+    p.rebias32 = (uint32_t)(127 - sb) << f->y;
+  }
   return p;
+}
+
+/* codes_rne for fast32 parameters, in float32 bits and one float add. */
+static uint32_t codes_rne32(const float *restrict src, size_t n, uint16_t *restrict c, const enc_params *pp) {
+  const enc_params p = *pp;
+  const uint32_t sh = 23 - (uint32_t)p.y, half = (1u << (sh - 1)) - 1;
+  float magic;
+  memcpy(&magic, &p.magic32, sizeof magic);
+  uint32_t nan = 0;
+  for (size_t i = 0; i < n; i++) {
+    uint32_t u;
+    memcpy(&u, &src[i], sizeof u);
+    uint32_t a = u & 0x7fffffffu;
+    nan |= a > 0x7f800000u;
+    a = a < p.largest32 ? a : p.largest32;
+    float ax, sum;
+    memcpy(&ax, &a, sizeof ax);
+    sum = ax + magic;
+    uint32_t sbits;
+    memcpy(&sbits, &sum, sizeof sbits);
+    const uint32_t normal = ((a + half + ((a >> sh) & 1)) >> sh) - p.rebias32;
+    const uint32_t is_normal = 0u - (uint32_t)(a >= p.minnormal32);
+    const uint32_t q = (normal & is_normal) | ((sbits - p.magic32) & ~is_normal);
+    c[i] = (uint16_t)(q | (u >> 31) << p.sbit);
+  }
+  return nan;
 }
 
 /* Codes of n values to nearest even; nonzero if one was NaN. */
@@ -272,22 +314,25 @@ static uint32_t codes_rne(const float *restrict src, size_t n, uint16_t *restric
 }
 
 /* The integer t and shift k of stochastic rounding (t < 2^31 + 2^24);
- * k is at least 8 (Y <= 15). */
+ * k is at least 8 (Y <= 15). Branch-free: the values of a row fall on
+ * either side of every test below at random, so branches would mispredict
+ * about half the time. */
 static ALWAYS_INLINE uint32_t to_fixed(uint32_t a, const enc_params *p, int32_t *k) {
-  int32_t e = (int32_t)(a >> 23);
-  uint32_t sig = a & 0x7fffffu;
-  /* A float32 subnormal sig 2^-149 is normalised through the exact
-   * conversion of sig: (float)sig = sig' 2^(F-150), so E = F - 149. */
-  float fs = (float)(int32_t)sig;
+  const uint32_t ef = a >> 23, frac = a & 0x7fffffu;
+  /* A float32 subnormal frac 2^-149 is normalised through the exact
+   * conversion of frac: (float)frac = frac' 2^(F-150), so E = F - 149. */
+  float fs = (float)(int32_t)frac;
   uint32_t fb;
   memcpy(&fb, &fs, sizeof fb);
-  e = e ? e : (int32_t)(fb >> 23) - 149;
-  sig = (a >> 23 ? sig : fb & 0x7fffffu) | 0x800000u;
+  const uint32_t normal = 0u - (uint32_t)(ef != 0);
+  const int32_t e = (int32_t)((ef & normal) | (((fb >> 23) - 149u) & ~normal));
+  const uint32_t sig = (frac & normal) | (fb & 0x7fffffu & ~normal) | 0x800000u;
   int32_t et = e + p->ebias;
   et = et < p->ecap ? et : p->ecap;
-  *k = et >= 1 ? 23 - p->y : 24 - p->y - et;
-  uint32_t t = et >= 1 ? ((uint32_t)(et - 1) << 23) + sig : sig;
-  return a ? t : 0;
+  const uint32_t above = 0u - (uint32_t)(et >= 1);
+  *k = 23 - p->y + (int32_t)(~above & (uint32_t)(1 - et));
+  const uint32_t t = (((uint32_t)(et - 1) << 23) & above) + sig;
+  return t & (0u - (uint32_t)(a != 0));
 }
 
 static ALWAYS_INLINE uint64_t mix64(uint64_t z) {
@@ -301,7 +346,8 @@ static uint32_t codes_sr(const float *restrict src, size_t n, uint16_t *restrict
                          uint64_t seed, uint64_t position) {
   const enc_params p = *pp;
   uint32_t nan = 0;
-  for (size_t i = 0; i < n; i++) {
+  uint64_t state = seed + (position + 1) * UINT64_C(0x9e3779b97f4a7c15);
+  for (size_t i = 0; i < n; i++, state += UINT64_C(0x9e3779b97f4a7c15)) {
     uint32_t u;
     memcpy(&u, &src[i], sizeof u);
     uint32_t a = u & 0x7fffffffu;
@@ -309,7 +355,7 @@ static uint32_t codes_sr(const float *restrict src, size_t n, uint16_t *restrict
     int32_t k;
     uint64_t t = to_fixed(a, &p, &k);
     k = k < 63 ? k : 63;
-    uint64_t z = mix64(seed + (position + i + 1) * UINT64_C(0x9e3779b97f4a7c15));
+    uint64_t z = mix64(state);
     uint64_t q = (t + (z >> (64 - k))) >> k;
     q = q < p.maxcode ? q : p.maxcode;
     c[i] = (uint16_t)(q | (u >> 31) << p.sbit);
@@ -350,7 +396,8 @@ static uint32_t encode_run(const scps_exmy_format *f, const enc_params *p, const
   for (size_t base = 0; base < n; base += CHUNK) {
     size_t len = n - base < CHUNK ? n - base : CHUNK;
     uint32_t nan =
-        sr ? codes_sr(src + base, len, c, p, r->seed, position + base) : codes_rne(src + base, len, c, p);
+        sr ? codes_sr(src + base, len, c, p, r->seed, position + base)
+        : p->fast32 ? codes_rne32(src + base, len, c, p) : codes_rne(src + base, len, c, p);
     if (nan)
       return nan;
     size_t whole = (len + 7) / 8 * 8;
@@ -399,8 +446,26 @@ static ALWAYS_INLINE void decode_run(const scps_exmy_format *f, const float *lut
   for (size_t base = 0; base < n; base += CHUNK) {
     size_t len = n - base < CHUNK ? n - base : CHUNK;
     /* read only: convert writes bytes only when packing */
-    convert(c, (len + 7) / 8, (uint8_t *)(uintptr_t)(src + base / 8 * (size_t)f->bits), f->bits, 0);
+    const uint8_t *bytes = src + base / 8 * (size_t)f->bits;
     float *out = add ? v : dst + base;
+    /* 8 bits: a code per byte, 4 bits a code per nibble (the low one
+     * first), looked up straight from the bytes */
+    if (f->bits == 8 || (f->bits == 4 && len % 2 == 0)) {
+      if (f->bits == 8)
+        for (size_t i = 0; i < len; i++)
+          out[i] = lut[bytes[i]] * mul;
+      else
+        for (size_t i = 0; i < len / 2; i++) {
+          out[2 * i] = lut[bytes[i] & 15] * mul;
+          out[2 * i + 1] = lut[bytes[i] >> 4] * mul;
+        }
+      if (add)
+        for (size_t i = 0; i < len; i++)
+          dst[base + i] += v[i];
+      continue;
+    }
+    /* read only: convert writes bytes only when packing */
+    convert(c, (len + 7) / 8, (uint8_t *)(uintptr_t)bytes, f->bits, 0);
     if (f->bits > LUT_BITS)
       values(c, len, out, f, scale);
     else if (scale == 0)
