@@ -10,7 +10,7 @@
 # (scps-bench-redis against a redis-server it starts on a free port without
 # persistence; best of R client runs); scps over loopback with 1 and 2 server
 # processes, lookup and train, one batch at a time (depth 1) and two in
-# flight (depth 2), float32 and bfloat16 wire (best of R rounds, each on a
+# flight (depth 2), float32, bfloat16 and e4m3 wire (best of R rounds, each on a
 # freshly started cluster), and the floor of that wire (scps-bench-wire:
 # plain loopback TCP between two threads). Then wire_loss.sh: the example
 # trainer with either wire (bfloat16 rows count against the targets only if
@@ -165,7 +165,7 @@ for w in $workloads; do
         trap cleanup EXIT
         SCPS_CLUSTER_FLAGS=("${SCPS_BENCH_SERVER_FLAGS[@]}")
         scps_cluster_start "$build/server/scps-server" "$wl" "$procs" 2 8G
-        for fmt in float32 bfloat16; do
+        for fmt in float32 bfloat16 e4m3; do
           for m in lookup train; do
             for d in 1 2; do
               "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$wl" \
@@ -176,11 +176,13 @@ for w in $workloads; do
         done
         # The same cluster answering over loopback TCP, as it answers a
         # trainer on another host (libscps uses shared memory wherever the
-        # server is on its own host): float32, one batch at a time.
-        for m in lookup train; do
-          "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$wl" \
-            --mode "$m" --batches "$batches" --wire-format float32 --depth 1 --shared-memory off \
-            >>"$out/$w-scps-$procs-$m-float32-d1-tcp.json"
+        # server is on its own host): float32 and e4m3, one batch at a time.
+        for fmt in float32 e4m3; do
+          for m in lookup train; do
+            "$build/tests/bench/scps-bench-client" --servers "$SCPS_CLUSTER_SERVERS" --workload "$wl" \
+              --mode "$m" --batches "$batches" --wire-format "$fmt" --depth 1 --shared-memory off \
+              >>"$out/$w-scps-$procs-$m-$fmt-d1-tcp.json"
+          done
         done
         scps_cluster_stop
       done
@@ -189,7 +191,7 @@ for w in $workloads; do
 done
 
 if runs loss; then
-  log "wire_loss.sh: the example trainer on float32 and bfloat16 wires"
+  log "wire_loss.sh: the example trainer on float32, bfloat16, eXmY wires and eXmY storage"
   "$repo/tests/bench/wire_loss.sh" --json "$out/wire-loss.json" >"$out/wire-loss.txt" 2>"$out/wire-loss.log"
 fi
 
