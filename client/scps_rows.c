@@ -55,11 +55,18 @@ int scps__rows_widen(scps_rows *ra, const scps_slices *m, size_t off, size_t dim
       (pooled && reserve((void **)&ra->pooled, &ra->pooled_cap, total_samples * dim, sizeof(float))) ||
       reserve(&ra->by_sample_mem, &ra->by_sample_cap, scps__pool_list_bytes(entries, 0, (uint32_t)total_samples), 1))
     return SCPS_ENOMEM;
-  uint8_t tmp[SCPS_DIM_MAX * sizeof(float)];
+  uint8_t tmp[SCPS_DIM_MAX * sizeof(float) + 1];
   const size_t row_bytes = scps__wirefmt_row_bytes(fmt, dim);
-  for (size_t r = 0; r < rows; r++) {
-    const uint8_t *s = scps__slices_span(m, off + r * row_bytes, row_bytes, tmp);
-    int rc = scps__wirefmt_decode(fmt, s, 1, dim, ra->table + r * dim, false, err);
+  /* As many whole rows a call as lie in one slice (a row split between two
+   * gathered first): a call sets up its format's tables once. */
+  for (size_t r = 0, n, avail; r < rows; r += n) {
+    const uint8_t *s = scps__slices_at(m, off + r * row_bytes, &avail);
+    n = avail / row_bytes < rows - r ? avail / row_bytes : rows - r;
+    if (!n) {
+      s = scps__slices_span(m, off + r * row_bytes, row_bytes, tmp);
+      n = 1;
+    }
+    int rc = scps__wirefmt_decode(fmt, s, n, dim, ra->table + r * dim, false, err);
     if (rc) return rc;
   }
   /* urow numbers the rows across partitions, so the entries, partition after
@@ -108,9 +115,14 @@ int64_t scps__rows_sum_gradients(const scps_rows *ra, const scps_rows_source *sr
   const size_t n = ra->entry_start[ra->n_sc], row_bytes = scps__wirefmt_row_bytes(fmt, dim);
   size_t e, unused;
   scps__rows_entries(ra, r0, &e, &unused);
+  /* eXmY rows are encoded a run at a time, up to SCPS_DIM_MAX values (a
+   * call sets up its format's tables once); the others row by row. */
   float g[SCPS_DIM_MAX] __attribute__((aligned(64)));
-  for (uint32_t r = r0; r < r1; r++) {
-    memset(g, 0, dim * sizeof(float));
+  const bool exmy = fmt->kind == SCPS_WIREFMT_EXMY;
+  const uint32_t per = exmy ? (uint32_t)(SCPS_DIM_MAX / dim) : 1;
+  for (uint32_t r = r0, c0 = r0; r < r1; r++) {
+    float *row = exmy ? g + (size_t)(r - c0) * dim : g;
+    memset(row, 0, dim * sizeof(float));
     for (; e < n && ra->urow[e] == r; e++) {
       if (e + SUM_PREFETCH_AHEAD < n) {
         const uint32_t s = ra->samples[e + SUM_PREFETCH_AHEAD];
@@ -120,28 +132,33 @@ int64_t scps__rows_sum_gradients(const scps_rows *ra, const scps_rows_source *sr
       }
       const uint32_t s = ra->samples[e];
       const int32_t k = src->feature_of[s];
-      scps__coo_add_scaled(g, src->grads[k] + (size_t)(s - src->first[k]) * src->width[k], ra->gains[e],
+      scps__coo_add_scaled(row, src->grads[k] + (size_t)(s - src->first[k]) * src->width[k], ra->gains[e],
                           src->width[k]);
     }
     uint32_t nonfinite = 0;
     uint8_t *o = out + (size_t)(r - r0) * row_bytes;
     if (fmt->kind == SCPS_WIREFMT_BFLOAT16) {
-      scps__bf16_encode(g, o, dim);
+      scps__bf16_encode(row, o, dim);
       for (size_t c = 0; c < dim; c++) {
         uint16_t h;
         memcpy(&h, o + 2 * c, sizeof h);
         nonfinite |= (uint32_t)((h & 0x7f80u) == 0x7f80u);
       }
     } else {
+      /* eXmY would saturate an infinity: the sum is checked first */
       for (size_t c = 0; c < dim; c++) {
         uint32_t bits;
-        memcpy(&bits, &g[c], sizeof bits);
+        memcpy(&bits, &row[c], sizeof bits);
         nonfinite |= (uint32_t)((bits & 0x7f800000u) == 0x7f800000u);
       }
-      /* eXmY would saturate an infinity: the sum is checked first */
-      if (!nonfinite) scps__wirefmt_encode(fmt, g, 1, dim, o, seed, (uint64_t)r * dim, NULL);
+      if (!exmy) memcpy(o, row, dim * sizeof(float));
     }
     if (nonfinite) return (int64_t)r;
+    if (exmy && (r + 1 - c0 == per || r + 1 == r1)) {
+      scps__wirefmt_encode(fmt, g, r + 1 - c0, dim, out + (size_t)(c0 - r0) * row_bytes, seed, (uint64_t)c0 * dim,
+                          NULL);
+      c0 = r + 1;
+    }
   }
   return -1;
 }

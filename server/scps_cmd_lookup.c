@@ -45,6 +45,20 @@ static void sample_slice(int64_t total, int32_t S, int32_t k, uint32_t *first, u
   *end = (uint32_t)(total * (k + 1) / S);
 }
 
+/* Where a worker's runs of pooled samples go in eXmY (gather_encode). */
+typedef struct encode_sink {
+  const scps_wirefmt *fmt;
+  uint8_t *out; /* the stack's encoded answer */
+  size_t dim, row_bytes;
+  bool failed;
+} encode_sink;
+
+static void gather_encode(void *ctx, uint32_t sample, uint32_t n, const float *values) {
+  encode_sink *k = ctx;
+  if (scps__wirefmt_encode(k->fmt, values, n, k->dim, k->out + (size_t)sample * k->row_bytes, 0, 0, NULL))
+    k->failed = true;
+}
+
 /* A gang job (scps_pipeline.h): worker k writes only its slice of every
  * stack's activations, reading all local SparseCores' rows for it, so the
  * process's partial is built once, without a block per SparseCore to zero
@@ -71,15 +85,22 @@ static void lookup_sc(scps_job *job, int32_t k) {
       else scps__engine_copy_rows(s->engine, cs->stack, k, &cs->coo[k], cs->act + first * dim);
     } else {
       sample_slice(sl->total_sample_count, s->S, k, &first, &end);
-      if (bf16)
+      if (exmy) {
+        /* Each run of samples encoded while it is in L1: the float32 sums
+         * never reach memory. */
+        encode_sink sink = {&c->wire, cs->encoded, dim, scps__wirefmt_row_bytes(&c->wire, dim), false};
+        scps__engine_gather_each(s->engine, cs->stack, cs->coo, s->S, first, end, gather_encode, &sink,
+                                c->gather_scratch + (size_t)k * c->gather_stride);
+        if (sink.failed) atomic_store(&c->encode_failed, true);
+      } else if (bf16)
         scps__engine_gather_bf16(s->engine, cs->stack, cs->coo, s->S, first, end, cs->encoded,
                                 c->gather_scratch + (size_t)k * c->gather_stride);
       else
         scps__engine_gather(s->engine, cs->stack, cs->coo, s->S, first, end, cs->act,
                            c->gather_scratch + (size_t)k * c->gather_stride);
     }
-    /* eXmY: the worker's rows, summed in float32, rounded to nearest. */
-    if (exmy && scps__wirefmt_encode(&c->wire, cs->act + (size_t)first * dim, end - first, dim,
+    /* eXmY distinct rows: the worker's rows, rounded to nearest. */
+    if (exmy && cs->distinct && scps__wirefmt_encode(&c->wire, cs->act + (size_t)first * dim, end - first, dim,
                                     cs->encoded + (size_t)first * scps__wirefmt_row_bytes(&c->wire, dim), 0, 0,
                                     NULL))
       atomic_store(&c->encode_failed, true);
@@ -196,16 +217,12 @@ static size_t lookup_answer_bytes(const scps_call *c, const call_stack *cs) {
   return lookup_values(c, cs) / dim * scps__wirefmt_row_bytes(&c->wire, dim);
 }
 
-/* Floats of scratch a stack's answer takes: float32 for the answer in
- * float32 and for the sums eXmY encodes, and room for the encoded answer
- * unless it is placed in the client's segment. */
+/* Floats of scratch a stack's answer takes: room for the answer unless it
+ * is placed in the client's segment, and in eXmY the float32 distinct rows
+ * it encodes (pooled sums are encoded as they are made). */
 static size_t lookup_scratch(const scps_call *c, const call_stack *cs, bool placed) {
   const size_t encoded = placed ? 0 : (lookup_answer_bytes(c, cs) + sizeof(float) - 1) / sizeof(float);
-  switch (c->wire.kind) {
-  case SCPS_WIREFMT_FLOAT32: return encoded;
-  case SCPS_WIREFMT_BFLOAT16: return encoded;
-  default: return lookup_values(c, cs) + encoded;
-  }
+  return encoded + (c->wire.kind == SCPS_WIREFMT_EXMY && cs->distinct ? lookup_values(c, cs) : 0);
 }
 
 /* Takes the request's placement when it can be honoured: a segment
@@ -336,8 +353,9 @@ static void lookup_admitted(scps_budget_waiter *w, bool admitted, size_t in_use,
     } else if (c->wire.kind == SCPS_WIREFMT_BFLOAT16) {
       cs->encoded = placed ? placed : (uint8_t *)mine;
     } else {
+      const size_t rows = cs->distinct ? lookup_values(c, cs) : 0;
       cs->act = mine;
-      cs->encoded = placed ? placed : (uint8_t *)(mine + lookup_values(c, cs));
+      cs->encoded = placed ? placed : (uint8_t *)(mine + rows);
     }
     off += lookup_scratch(c, cs, placed != NULL);
     at += lookup_answer_bytes(c, cs);

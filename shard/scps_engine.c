@@ -456,6 +456,22 @@ void scps__engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, in
   }
 }
 
+/* Runs of samples pooled into a buffer on the stack, each run handed to
+ * the sink while it is still in L1. */
+void scps__engine_gather_each(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                             uint32_t end, scps_gather_sink sink, void *ctx, void *scratch) {
+  const size_t dim = (size_t)e->layout->stacks[stack].dim;
+  const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
+  float buf[SCPS_GATHER_SINK_FLOATS];
+  const uint32_t per = (uint32_t)(SCPS_GATHER_SINK_FLOATS / dim);
+  for (uint32_t smp = first; smp < l.end;) {
+    const uint32_t n = l.end - smp < per ? l.end - smp : per;
+    for (uint32_t j = 0; j < n; j++) scps__pool_sample(&l, smp + j, dim, buf + (size_t)j * dim);
+    sink(ctx, smp, n, buf);
+    smp += n;
+  }
+}
+
 /* Each distinct row of the partition, in order, to out: as float32, or
  * rounded to bfloat16. */
 static void copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out, bool bf16) {

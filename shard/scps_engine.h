@@ -73,6 +73,17 @@ void scps__engine_copy_rows(scps_engine *e, int stack, int32_t local_sc, const s
 void scps__engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                              uint32_t end, uint8_t *out, void *scratch);
 
+/* scps__engine_gather's values for the samples [first, end) handed to sink
+ * in runs of whole samples in sample order, at most SCPS_GATHER_SINK_FLOATS
+ * values (and at least one sample) a run: sink(ctx, first sample of the
+ * run, samples, values) may encode them however it likes; the float32
+ * values live only in a buffer on the stack, valid during the call.
+ * scratch: as for scps__engine_gather. */
+#define SCPS_GATHER_SINK_FLOATS 4096
+typedef void (*scps_gather_sink)(void *ctx, uint32_t sample, uint32_t n, const float *values);
+void scps__engine_gather_each(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
+                             uint32_t end, scps_gather_sink sink, void *ctx, void *scratch);
+
 /* scps__engine_copy_rows with each value as little-endian bfloat16 (2 bytes
  * per value, scps__bf16_encode): the same rows, never written as float32. */
 void scps__engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out);

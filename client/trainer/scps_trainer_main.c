@@ -61,6 +61,10 @@ static const char usage[] =
     "                       count; drop keeps the first ids of each partition and\n"
     "                       goes on, the final line counting the ids dropped\n"
     "  --json FILE          also write the final figures as JSON to FILE\n"
+    "  --gradient-dump FILE write the embedding gradients of every 100th step to\n"
+    "                       FILE (per feature: int32 width, int32 batch, then\n"
+    "                       batch x width float32, little-endian), for\n"
+    "                       scps-bench-exmy --stats --gradients FILE\n"
     "  --checkpoint-every-steps N  after the push of global steps N-1, 2N-1, ...\n"
     "                       (also when resumed), save a cluster checkpoint of the\n"
     "                       embeddings (tables, slots, limits), each reported on\n"
@@ -96,7 +100,20 @@ typedef struct trainer {
   int64_t window_fill, window_cap, window_pos;
   double t0, last_print;
   int tty;
+  FILE *gradient_dump; /* --gradient-dump */
+  int dump_failed;
 } trainer;
+
+/* Every 100th step's gradients, feature by feature (--gradient-dump). */
+static void dump_gradients(trainer *t, float *const *grads) {
+  if (!t->gradient_dump || t->done % 100 != 0) return;
+  for (int f = 0; f < t->n_features && !t->dump_failed; f++) {
+    const int32_t head[2] = {t->dims[f], t->batch};
+    const size_t n = (size_t)t->dims[f] * (size_t)t->batch;
+    t->dump_failed = fwrite(head, sizeof head, 1, t->gradient_dump) != 1 ||
+                     fwrite(grads[f], sizeof(float), n, t->gradient_dump) != n;
+  }
+}
 
 static int hook_inputs(void *ud, int64_t batch, const scps_feature_input **in, scps_error *err) {
   trainer *t = ud;
@@ -150,6 +167,7 @@ static int hook_compute(void *ud, int64_t batch, float *const *acts, float *cons
     for (int32_t r = 0; r < t->batch; r++)
       memcpy(grads[f] + (size_t)r * (size_t)t->dims[f], t->dx + (size_t)r * (size_t)t->width + (size_t)t->offsets[f],
              sizeof(float) * (size_t)t->dims[f]);
+  dump_gradients(t, grads);
   /* A sliding window of recent predictions for the progress line's AUC. */
   for (int32_t r = 0; r < t->batch; r++) {
     int64_t k = t->window_pos++ % t->window_cap;
@@ -259,7 +277,7 @@ static int parse_positive(const char *flag, const char *s, double *out) {
 
 int main(int argc, char **argv) {
   char *servers_arg = NULL;
-  const char *workload = NULL, *json = NULL;
+  const char *workload = NULL, *json = NULL, *gradient_dump = NULL;
   long steps = 2000, eval_batches = 20, deadline = 30000, checkpoint_every = 0, connect_timeout = 10000;
   const char *checkpoint_dir = NULL;
   const char *wire = "float32";
@@ -281,7 +299,7 @@ int main(int argc, char **argv) {
       {"version", no_argument, 0, 'V'},
       {"wire-format", required_argument, 0, 'W'}, {"connect-timeout-ms", required_argument, 0, 'T'},
       {"shared-memory", required_argument, 0, 'M'},
-      {"policy", required_argument, 0, 'P'},
+      {"policy", required_argument, 0, 'P'},     {"gradient-dump", required_argument, 0, 'G'},
       SCPS_SECURITY_LONG_OPTIONS,
       {0, 0, 0, 0}};
   static scps_security_flags sec; /* static: reachable whichever way main returns */
@@ -305,6 +323,7 @@ int main(int argc, char **argv) {
     case 'd': if (parse_long("--deadline-ms", optarg, 1, 86400000, &deadline)) return 2; break;
     case 'T': if (parse_long("--connect-timeout-ms", optarg, 1, 86400000, &connect_timeout)) return 2; break;
     case 'j': json = optarg; break;
+    case 'G': gradient_dump = optarg; break;
     case 'M':
       if (strcmp(optarg, "auto") && strcmp(optarg, "off")) {
         fprintf(stderr, "scps-trainer: --shared-memory '%s': expected auto or off\n", optarg);
@@ -411,6 +430,8 @@ int main(int argc, char **argv) {
         !t.dlogits || !t.window_scores || !t.window_labels)
       rc = scps_error_set(&err, SCPS_ENOMEM, "out of memory");
   }
+  if (!rc && gradient_dump && !(t.gradient_dump = fopen(gradient_dump, "wb")))
+    rc = scps_error_set(&err, SCPS_EIO, "--gradient-dump '%s': %s", gradient_dump, strerror(errno));
   if (!rc) rc = scps__ctr_create(w, 1, logit_std, &t.data, &err);
   if (!rc) rc = scps__mlp_create(t.width, hidden, n_hidden, t.batch, dense_lr, 7, &t.mlp, &err);
   scps_schedule_stats st = {0};
@@ -468,6 +489,10 @@ int main(int argc, char **argv) {
     }
   } else {
     fprintf(stderr, "scps-trainer: %s: %s\n", scps_strerror(rc), err.msg);
+  }
+  if (t.gradient_dump && (fclose(t.gradient_dump) != 0 || t.dump_failed) && !rc) {
+    fprintf(stderr, "scps-trainer: cannot write --gradient-dump '%s'\n", gradient_dump);
+    rc = SCPS_EIO;
   }
   scps__mlp_destroy(t.mlp);
   scps__ctr_destroy(t.data);

@@ -1,9 +1,10 @@
 /* bench_exmy: eXmY codec throughput (scps_exmy_encode / scps_exmy_decode)
  * on one thread beside memcpy, and the share of values a format flushes to
- * zero or saturates on a workload's initial tables.
+ * zero or saturates on a workload's initial tables or on real gradients.
  *
  *   scps-bench-exmy [--formats F[,F...]] [--n N] [--reps R]
  *   scps-bench-exmy --stats [--workload FILE] [--rows R] [--formats F[,F...]]
+ *   scps-bench-exmy --stats --gradients FILE [--formats F[,F...]]
  *
  * Throughput: N float32 values (default 4M, 16 MB: past the caches), of a
  * pseudo-normal spread, are encoded and decoded R times each (default 9)
@@ -19,6 +20,7 @@
  * line per table and format: the fractions of the nonzero values that
  * decode to zero (flushed) and that lie past the largest value
  * (saturated), and the RMS error relative to the RMS value. */
+#include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdint.h>
@@ -43,17 +45,23 @@ typedef struct options {
   int stats;
   char formats[512];
   char workload[4096];
+  char gradients[4096];
   long n, reps, rows;
 } options;
 
 static void usage(FILE *fp) {
   fputs("usage: scps-bench-exmy [--formats F[,F...]] [--n N] [--reps R]\n"
         "       scps-bench-exmy --stats [--workload FILE] [--rows R] [--formats F[,F...]]\n"
+        "       scps-bench-exmy --stats --gradients FILE [--formats F[,F...]]\n"
         "Times eXmY encode and decode of N float32 (default 4194304) on one thread\n"
         "beside memcpy, median of R runs (default 9); one JSON line per format.\n"
         "--stats: fractions flushed to zero and saturated on the first R rows\n"
         "(default 4096) of every table of a workload as initialised (default\n"
-        "$SCPS_SHARED_DIR/workloads/dlrm8.json), with and without per-row scales.\n",
+        "$SCPS_SHARED_DIR/workloads/dlrm8.json), with and without per-row scales;\n"
+        "with --gradients, of the gradients scps-trainer --gradient-dump wrote\n"
+        "(rows of every feature's width: dim 0). Rounding to nearest: stochastic\n"
+        "rounding (libscps's gradients) sends a value below a format's smallest\n"
+        "step to 0 or to that step at random, its mean kept.\n",
         fp);
 }
 
@@ -84,6 +92,8 @@ static int parse_args(int argc, char **argv, options *o) {
       snprintf(o->formats, sizeof o->formats, "%s", v);
     else if (!strcmp(a, "--workload"))
       snprintf(o->workload, sizeof o->workload, "%s", v);
+    else if (!strcmp(a, "--gradients"))
+      snprintf(o->gradients, sizeof o->gradients, "%s", v);
     else if (!strcmp(a, "--n"))
       rc = scps__parse_long("--n", v, 8, (long)1 << 30, &o->n, &e);
     else if (!strcmp(a, "--reps"))
@@ -186,7 +196,7 @@ static int run_speed(const options *o) {
 }
 
 typedef struct tally {
-  size_t nonzero, flushed, saturated;
+  size_t values, nonzero, flushed, saturated;
   double err2, val2;
 } tally;
 
@@ -198,6 +208,7 @@ static void count(tally *t, const float *x, const float *y, const int8_t *scales
     double top = ldexp(largest, scales ? scales[i] : 0);
     for (size_t j = 0; j < dim; j++) {
       double a = x[i * dim + j], b = y[i * dim + j];
+      t->values++;
       t->nonzero += a != 0;
       t->flushed += a != 0 && b == 0;
       t->saturated += fabs(a) > top;
@@ -213,14 +224,50 @@ static void print_tally(const char *key, const tally *t) {
          (double)t->saturated / nz, t->val2 > 0 ? sqrt(t->err2 / t->val2) : 0.0);
 }
 
+/* Tallies blocks of rows x dim values (a table's rows, a step's
+ * gradients) in format f, with per-row scales and without, into the two
+ * tallies. */
+static int stats_block(const scps_exmy_format *f, const float *x, size_t rows, size_t dim, tally *scaled,
+                       tally *plain, scps_error *err) {
+  float *y = malloc(rows * dim * sizeof *y);
+  uint8_t *packed = malloc(rows * dim * 2 + 16);
+  int8_t *scales = malloc(rows ? rows : 1);
+  float inf = INFINITY, largest;
+  uint8_t one[2];
+  int rc = !y || !packed || !scales ? scps_error_set(err, SCPS_ENOMEM, "out of memory") : 0;
+  rc = rc ? rc : scps_exmy_encode(f, 0, &inf, 1, one, NULL, err);
+  rc = rc ? rc : scps_exmy_decode(f, 0, one, 1, &largest, err);
+  rc = rc ? rc : scps_exmy_encode_rows(f, x, rows, dim, packed, scales, NULL, err);
+  rc = rc ? rc : scps_exmy_decode_rows(f, packed, scales, rows, dim, y, err);
+  if (rc == 0)
+    count(scaled, x, y, scales, rows, dim, largest);
+  rc = rc ? rc : scps_exmy_encode(f, 0, x, rows * dim, packed, NULL, err);
+  rc = rc ? rc : scps_exmy_decode(f, 0, packed, rows * dim, y, err);
+  if (rc == 0)
+    count(plain, x, y, NULL, rows, dim, largest);
+  free(y);
+  free(packed);
+  free(scales);
+  return rc;
+}
+
+static void print_stats(const char *workload, const char *source, const char *name, const char *format,
+                        size_t rows, size_t dim, const tally *scaled, const tally *plain) {
+  printf("{\"bench\":\"exmy_stats\",\"workload\":\"%s\",\"%s\":\"%s\",\"format\":\"%s\",\"rows\":%zu,"
+         "\"dim\":%zu,\"values\":%zu,\"nonzero\":%zu,",
+         workload, source, name, format, rows, dim, plain->values, plain->nonzero);
+  print_tally("row_scale", scaled);
+  putchar(',');
+  print_tally("plain", plain);
+  puts("}");
+}
+
 static int stats_table(const scps_table_spec *t, const scps_exmy_format *f, char names[][16], int nf,
                        long max_rows, const char *workload) {
   size_t rows = (size_t)(t->vocabulary_size < max_rows ? t->vocabulary_size : max_rows);
   size_t dim = (size_t)t->embedding_dim;
-  float *x = malloc(rows * dim * sizeof *x), *y = malloc(rows * dim * sizeof *y);
-  uint8_t *packed = malloc(rows * dim * 2 + 16);
-  int8_t *scales = malloc(rows);
-  if (!x || !y || !packed || !scales) {
+  float *x = malloc(rows * dim * sizeof *x);
+  if (!x) {
     fprintf(stderr, "scps-bench-exmy: out of memory for table '%s'\n", t->name);
     return 1;
   }
@@ -230,35 +277,60 @@ static int stats_table(const scps_table_spec *t, const scps_exmy_format *f, char
   int rc = 0;
   for (int k = 0; k < nf && rc == 0; k++) {
     scps_error err;
-    float inf = INFINITY, largest;
-    uint8_t one[2];
     tally scaled = {0}, plain = {0};
-    rc = scps_exmy_encode(&f[k], 0, &inf, 1, one, NULL, &err);
-    rc = rc ? rc : scps_exmy_decode(&f[k], 0, one, 1, &largest, &err);
-    rc = rc ? rc : scps_exmy_encode_rows(&f[k], x, rows, dim, packed, scales, NULL, &err);
-    rc = rc ? rc : scps_exmy_decode_rows(&f[k], packed, scales, rows, dim, y, &err);
-    if (rc == 0)
-      count(&scaled, x, y, scales, rows, dim, largest);
-    rc = rc ? rc : scps_exmy_encode(&f[k], 0, x, rows * dim, packed, NULL, &err);
-    rc = rc ? rc : scps_exmy_decode(&f[k], 0, packed, rows * dim, y, &err);
-    if (rc) {
+    rc = stats_block(&f[k], x, rows, dim, &scaled, &plain, &err);
+    if (rc)
       fprintf(stderr, "scps-bench-exmy: table '%s', %s: %s\n", t->name, names[k], err.msg);
-      break;
-    }
-    count(&plain, x, y, NULL, rows, dim, largest);
-    printf("{\"bench\":\"exmy_stats\",\"workload\":\"%s\",\"table\":\"%s\",\"format\":\"%s\",\"rows\":%zu,"
-           "\"dim\":%zu,\"values\":%zu,\"nonzero\":%zu,",
-           workload, t->name, names[k], rows, dim, rows * dim, plain.nonzero);
-    print_tally("row_scale", &scaled);
-    putchar(',');
-    print_tally("plain", &plain);
-    puts("}");
+    else
+      print_stats(workload, "table", t->name, names[k], rows, dim, &scaled, &plain);
   }
   fflush(stdout);
   free(x);
-  free(y);
-  free(packed);
-  free(scales);
+  return rc;
+}
+
+/* Gradients as scps-trainer --gradient-dump writes them: blocks of int32
+ * dim, int32 rows, then rows x dim float32, all little-endian. One line
+ * per format over every block. */
+static int stats_gradients(const char *path, const scps_exmy_format *f, char names[][16], int nf) {
+  FILE *in = fopen(path, "rb");
+  if (!in) {
+    fprintf(stderr, "scps-bench-exmy: --gradients '%s': %s\n", path, strerror(errno));
+    return 1;
+  }
+  tally scaled[MAX_FORMATS] = {{0}}, plain[MAX_FORMATS] = {{0}};
+  size_t blocks = 0, values = 0, rows = 0;
+  int32_t head[2];
+  int rc = 0;
+  while (rc == 0 && fread(head, sizeof head, 1, in) == 1) {
+    if (head[0] < 1 || head[0] > 4096 || head[1] < 0) {
+      fprintf(stderr, "scps-bench-exmy: --gradients '%s': block %zu: dim %d rows %d\n", path, blocks, head[0],
+              head[1]);
+      rc = 1;
+      break;
+    }
+    size_t n = (size_t)head[0] * (size_t)head[1];
+    float *x = malloc((n ? n : 1) * sizeof *x);
+    if (!x || fread(x, sizeof *x, n, in) != n) {
+      fprintf(stderr, "scps-bench-exmy: --gradients '%s': block %zu is short\n", path, blocks);
+      rc = 1;
+    }
+    for (int k = 0; k < nf && rc == 0; k++) {
+      scps_error err;
+      rc = stats_block(&f[k], x, (size_t)head[1], (size_t)head[0], &scaled[k], &plain[k], &err);
+      if (rc)
+        fprintf(stderr, "scps-bench-exmy: --gradients block %zu, %s: %s\n", blocks, names[k], err.msg);
+    }
+    free(x);
+    blocks++;
+    values += n;
+    rows += (size_t)head[1];
+  }
+  fclose(in);
+  for (int k = 0; k < nf && rc == 0; k++)
+    print_stats("trainer", "gradients", path, names[k], rows, 0, &scaled[k], &plain[k]);
+  if (rc == 0)
+    fprintf(stderr, "scps-bench-exmy: %zu gradient values in %zu blocks\n", values, blocks);
   return rc;
 }
 
@@ -268,6 +340,8 @@ static int run_stats(const options *o) {
   int nf = parse_formats(o->formats, f, names);
   if (nf < 0)
     return 2;
+  if (o->gradients[0])
+    return stats_gradients(o->gradients, f, names, nf);
   scps_workload *w = NULL;
   scps_error err;
   if (scps__workload_load(o->workload, &w, &err) != 0) {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Acceptance of the example trainer: against a real 2-process cluster,
 # --sequential and --pipelined training, and pipelined training with
-# bfloat16 on the wire, reach a held-out log-loss within 2% of the planted
-# model's (or an AUC within 0.01 of it).
+# bfloat16 and with eXmY (e4m3 activations, e3m0 gradients with row scales)
+# on the wire, reach a held-out log-loss within 2% of the planted model's
+# (or an AUC within 0.01 of it). The eXmY run also dumps its gradients
+# (--gradient-dump): every 100th step's, one block per feature.
 #   trainer_converges.sh SCPS_SERVER SCPS_TRAINER WORKLOAD [STEPS]
 set -euo pipefail
 server=$1 trainer=$2 workload=$3 steps=${4:-2000}
@@ -12,11 +14,13 @@ servers=$SCPS_CLUSTER_SERVERS
 tmp=$SCPS_CLUSTER_DIR
 
 status=0
-for run in sequential:float32 pipelined:float32 pipelined:bfloat16; do
-  mode=${run%:*} wire=${run#*:}
+for run in sequential:float32 pipelined:float32 pipelined:bfloat16 pipelined:e4m3/e3m0s; do
+  mode=${run%:*} wire=${run#*:} name=${run//\//_}
+  dump=()
+  [ "$wire" = float32 ] || [ "$wire" = bfloat16 ] || dump=(--gradient-dump "$tmp/grads.bin")
   "$trainer" --servers "$servers" --workload "$workload" --steps "$steps" "--$mode" --wire-format "$wire" \
-    --json "$tmp/$run.json" 2>/dev/null
-  /usr/bin/python3 - "$tmp/$run.json" <<'PY' || status=1
+    --json "$tmp/$name.json" "${dump[@]}" 2>/dev/null
+  /usr/bin/python3 - "$tmp/$name.json" <<'PY' || status=1
 import json, sys
 r = json.load(open(sys.argv[1]))
 gap = (r["heldout_logloss"] - r["planted_logloss"]) / r["planted_logloss"]
@@ -28,6 +32,24 @@ print(f"{r['mode']} {r['wire_format']}: log-loss {r['heldout_logloss']:.4f} vs p
 sys.exit(0 if ok else 1)
 PY
 done
+# The dump: steps 0, 100, ... each a block per feature of int32 width,
+# int32 batch and batch x width gradients, finite and not all zero.
+/usr/bin/python3 - "$tmp/grads.bin" "$steps" "$workload" <<'PY' || status=1
+import json, struct, sys
+import numpy as np
+path, steps, wl = sys.argv[1], int(sys.argv[2]), json.load(open(sys.argv[3]))
+dims = [next(t["embedding_dim"] for t in wl["tables"] if t["name"] == f["table"]) for f in wl["features"]]
+data, at, blocks = open(path, "rb").read(), 0, []
+while at < len(data):
+    width, batch = struct.unpack_from("<ii", data, at)
+    g = np.frombuffer(data, "<f4", width * batch, at + 8)
+    blocks.append((width, batch, bool(np.isfinite(g).all()), bool(g.any())))
+    at += 8 + 4 * width * batch
+want = [(d, wl["batch_size"], True, True) for d in dims] * ((steps + 99) // 100)
+ok = blocks == want
+print(f"--gradient-dump: {len(blocks)} blocks" + ("" if ok else f", expected {len(want)}: {blocks[:4]} ..."))
+sys.exit(0 if ok else 1)
+PY
 
 # Flags are checked whole before anything runs (exit 2, naming the flag),
 # a diverging run ends (exit 1, naming the NaN gradient or the divergence)
