@@ -85,6 +85,17 @@ def main():
                                                                          rows=u32([1, 5, 9])),
                                            row_gradients=b"\x80\x3f" * 24)])
     write("request", "apply_rows", bytes([1 | 2 << 1]) + apply_r.SerializeToString())
+    # eXmY: e4m3 gradients with row scales (a row of 8 values: 8 code bytes,
+    # then its scale; one scale 127, past float32), e3m0 with a bias asked
+    # for a Lookup's activations.
+    apply_x = pb.ApplyGradientsRequest(config_fingerprint=fp, step=3, gradient_format=2,
+                                       gradient_exmy=pb.ExmyFormat(exponent_bits=4, mantissa_bits=3, row_scale=True),
+                                       stacks=[pb.StackGradients(partitions=partitions(pb, "a"),
+                                                                 gradients=bytes(range(9)) * 3 + bytes([127]))])
+    write("request", "apply_exmy", bytes([1 | 1 << 1]) + apply_x.SerializeToString())
+    look_x = pb.LookupRequest(config_fingerprint=fp, stacks=[partitions(pb, "a")], activation_format=2,
+                              activation_exmy=pb.ExmyFormat(exponent_bits=3, mantissa_bits=0, bias=-2))
+    write("request", "lookup_exmy", bytes([0]) + look_x.SerializeToString())
     # Unknown fields and a truncated message.
     write("request", "unknown_fields", bytes([0]) + look.SerializeToString() + bytes([0xf0, 0x01, 0x05, 0xfa, 0x01, 0x02, 1, 2]))
     write("request", "truncated", bytes([1]) + apply_s.SerializeToString()[:-7])
