@@ -136,6 +136,8 @@ void scps__table_spec_to_pb(const scps_table_spec *t, scps_table_pb *out) {
   out->msg.clip_min = t->clip_min;
   out->msg.clip_max = t->clip_max;
   out->msg.stack = (char *)t->stack;
+  out->msg.storage_format = (char *)t->storage_format;
+  out->msg.storage_rounding = (Scps__V1__StorageRounding)t->storage_rounding;
 }
 
 void scps__feature_spec_to_pb(const scps_feature_spec *f, Scps__V1__FeatureSpec *out) {
@@ -312,6 +314,12 @@ int scps__table_spec_from_pb(const Scps__V1__TableSpec *pb, scps_table_spec *out
   out->clip = pb->clip;
   FINITE_FROM_PB("", clip_min);
   FINITE_FROM_PB("", clip_max);
+  const char *storage = pb->storage_format ? pb->storage_format : "";
+  if (strlen(storage) >= sizeof out->storage_format)
+    return scps_error_set(err, SCPS_EINVAL, "table '%s': storage_format '%.32s...' is not a storage format name",
+                          table, storage);
+  snprintf(out->storage_format, sizeof out->storage_format, "%s", storage);
+  out->storage_rounding = (scps_rounding)pb->storage_rounding;
   return 0;
 }
 

@@ -107,6 +107,7 @@ int scps__checkpoint_save_at(int root_fd, const char *root, const scps_engine *e
   if (snap && scps__checkpoint_snapshot_engine(snap) != e)
     return scps_error_set(err, SCPS_EINVAL, "checkpoint: the snapshot is of another engine");
   int rc = check_limits(l, limits, err);
+  if (!rc) rc = scps__engine_check_float32(e, "checkpoint", err);
   if (rc) return rc;
   char dir[PATH_CAP], manifest_name[FILE_NAME_CAP], step_name[FILE_NAME_CAP];
   scps__ckpt_manifest_step_dir(root, step, dir, sizeof dir);
@@ -473,6 +474,8 @@ int scps__checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpo
                       "checkpoint", "engine", msg, sizeof msg))
     return scps_error_set(err, SCPS_EMISMATCH, "checkpoint '%s' does not match the engine's specs: %s",
                           c->dir, msg);
+  int rc0 = scps__engine_check_float32(e, "checkpoint restore", err);
+  if (rc0) return rc0;
   const int32_t S = l->topology.sc_per_process, p = scps__engine_process_index(e);
   if (c->is_part && (c->part_process != p || !same_placement(c, l)))
     return scps_error_set(err, SCPS_EMISMATCH,

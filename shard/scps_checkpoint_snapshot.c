@@ -81,7 +81,8 @@ int scps__checkpoint_snapshot_take(const scps_engine *e, scps_checkpoint_snapsho
     *s = sn = NULL;
   }
   if (!sn) {
-    int rc = snapshot_map(e, &sn, err);
+    int rc = scps__engine_check_float32(e, "checkpoint snapshot", err);
+    if (!rc) rc = snapshot_map(e, &sn, err);
     if (rc) return rc;
     *s = sn;
   }

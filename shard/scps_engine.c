@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "scps_bf16.h"
+#include "scps_hash64.h"
 #include "scps_init.h"
 #include "scps_pool.h"
 
@@ -20,7 +21,9 @@ typedef struct pad_run {
 
 /* One stack's rows and slots on one SparseCore, inside that SparseCore's arena. */
 typedef struct shard {
-  float *rows;
+  float *rows;    /* float32 storage: the rows; otherwise NULL */
+  uint8_t *codes; /* the rows in the stack's storage format, row_bytes each */
+  size_t row_bytes;
   float *slots[SCPS_MAX_SLOTS];
   pad_run *pads; /* ascending, at most one per table of the stack */
   int n_pads;
@@ -74,7 +77,16 @@ struct scps_engine {
   int32_t sc_per_process;
   scps_hbm *hbm;  /* [sc_per_process] */
   shard *shards;  /* [n_stacks * sc_per_process], stack-major */
+  /* Per stack: its storage format's codec, and the stack's stochastic
+   * rounding seed (scps__engine_rounding). */
+  scps_storage_codec *codecs;
+  uint64_t *seeds;
 };
+
+/* Whether the stack keeps its rows in a format other than float32. */
+static inline bool encoded(const scps_engine *e, int stack) {
+  return e->codecs[stack].f.kind != SCPS_STORAGE_F32;
+}
 
 static shard *shard_of(const scps_engine *e, int stack, int32_t local_sc) {
   return &e->shards[(size_t)stack * (size_t)e->sc_per_process + (size_t)local_sc];
@@ -88,6 +100,8 @@ void scps__engine_destroy(scps_engine *e) {
   if (e->shards)
     for (size_t i = 0; i < (size_t)e->sc_per_process * (size_t)e->layout->n_stacks; i++) free(e->shards[i].pads);
   free(e->shards);
+  free(e->codecs);
+  free(e->seeds);
   free(e);
 }
 
@@ -110,8 +124,22 @@ static int check_fits(const scps_layout *l, int32_t first_sc, scps_error *err) {
   return 0;
 }
 
-static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
+/* An initial row into an encoded shard: rounded to nearest (the initial
+ * values do not depend on the topology), and folded as decoded. */
+static void init_encoded_row(const scps_storage_codec *c, const scps_table_spec *spec, uint64_t seed, int64_t id,
+                             uint8_t *dst, shard *sh) {
+  float v[SCPS_DIM_MAX];
+  memset(v, 0, c->dim * sizeof(float));
+  scps__init_row(&spec->initializer, seed, id, spec->embedding_dim, v);
+  (void)scps__storage_encode_row(c, v, dst, NULL, NULL); /* initial values are finite */
+  scps__storage_decode_row(c, dst, v);
+  fold_values(v, c->dim, &sh->mag_bits[0], &sh->low_bits[0]);
+}
+
+static void init_shard(const scps_engine *e, int stack, int32_t sc, shard *sh) {
+  const scps_layout *l = e->layout;
   const scps_stack_layout *st = &l->stacks[stack];
+  const scps_storage_codec *codec = &e->codecs[stack];
   for (int i = 0; i < st->n_tables; i++) {
     int t = st->tables[i];
     const scps_table_spec *spec = &l->table_specs[t];
@@ -123,6 +151,10 @@ static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
     for (int64_t q = 0; q < rows; q++) {
       int64_t id = q * l->num_sc + residue;
       if (id >= spec->vocabulary_size) break;
+      if (!sh->rows) {
+        init_encoded_row(codec, spec, seed, id, sh->codes + (size_t)(tl->row_offset_in_shard + q) * codec->row_bytes, sh);
+        continue;
+      }
       scps__init_row(&spec->initializer, seed, id, spec->embedding_dim,
                     sh->rows + (tl->row_offset_in_shard + q) * st->dim);
       fold_values(sh->rows + (tl->row_offset_in_shard + q) * st->dim, (size_t)spec->embedding_dim,
@@ -161,7 +193,7 @@ static void init_scs(scps_engine *e, int32_t first, int32_t step) {
   const scps_layout *l = e->layout;
   for (int32_t s = first; s < e->sc_per_process; s += step)
     for (int stack = 0; stack < l->n_stacks; stack++)
-      init_shard(l, stack, e->process_index * e->sc_per_process + s, shard_of(e, stack, s));
+      init_shard(e, stack, e->process_index * e->sc_per_process + s, shard_of(e, stack, s));
 }
 
 static void *init_main(void *arg) {
@@ -228,7 +260,9 @@ int scps__engine_create(const scps_layout *l, int32_t process_index, scps_engine
   e->sc_per_process = S;
   e->hbm = calloc((size_t)S, sizeof *e->hbm);
   e->shards = calloc((size_t)S * (size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->shards);
-  if (!e->hbm || !e->shards) {
+  e->codecs = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->codecs);
+  e->seeds = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->seeds);
+  if (!e->hbm || !e->shards || !e->codecs || !e->seeds) {
     scps__engine_destroy(e);
     return scps_error_set(err, SCPS_ENOMEM, "engine: out of memory");
   }
@@ -236,11 +270,16 @@ int scps__engine_create(const scps_layout *l, int32_t process_index, scps_engine
   for (int stack = 0; stack < l->n_stacks && !rc; stack++) {
     const scps_stack_layout *st = &l->stacks[stack];
     int64_t bytes = st->rows_per_sc * st->dim * (int64_t)sizeof(float);
+    scps__storage_codec_init(&e->codecs[stack], &st->storage, (size_t)st->dim);
+    e->seeds[stack] = scps__hash64(st->name, strlen(st->name), 0);
     char what[SCPS_STACK_NAME_MAX + 32];
     for (int32_t s = 0; s < S && !rc; s++) {
       shard *sh = shard_of(e, stack, s);
       snprintf(what, sizeof what, "stack '%s' rows", st->name);
-      rc = scps__hbm_alloc(&e->hbm[s], bytes, what, (void **)&sh->rows, err);
+      rc = scps__hbm_alloc(&e->hbm[s], st->rows_per_sc * scps__layout_row_bytes(l, stack), what, (void **)&sh->codes,
+                          err);
+      sh->row_bytes = e->codecs[stack].row_bytes;
+      if (!rc && !encoded(e, stack)) sh->rows = (float *)(void *)sh->codes;
       for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type) && !rc; k++) {
         snprintf(what, sizeof what, "stack '%s' slot %s", st->name,
                  scps__optimizer_slot_name(st->optimizer.type, k));
@@ -265,6 +304,34 @@ const scps_hbm *scps__engine_hbm(const scps_engine *e, int32_t local_sc) { retur
 
 float *scps__engine_shard(scps_engine *e, int stack, int32_t local_sc) {
   return shard_of(e, stack, local_sc)->rows;
+}
+
+uint8_t *scps__engine_shard_codes(scps_engine *e, int stack, int32_t local_sc) {
+  return shard_of(e, stack, local_sc)->codes;
+}
+
+int scps__engine_check_float32(const scps_engine *e, const char *what, scps_error *err) {
+  for (int s = 0; s < e->layout->n_stacks; s++) {
+    if (!encoded(e, s)) continue;
+    char name[SCPS_STORAGE_NAME_MAX];
+    scps__storage_name(&e->codecs[s].f, name, sizeof name);
+    return scps_error_set(err, SCPS_EINVAL,
+                          "%s: stack '%s' keeps its rows in storage_format '%s'; only float32 rows can be "
+                          "checkpointed",
+                          what, e->layout->stacks[s].name, name);
+  }
+  return 0;
+}
+
+const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack) { return &e->codecs[stack]; }
+
+void scps__engine_rounding(const scps_engine *e, int stack, int32_t local_sc, uint32_t row, int array,
+                          const scps_step *step, scps_exmy_rounding *r) {
+  const scps_stack_layout *st = &e->layout->stacks[stack];
+  const uint64_t sc = (uint64_t)(e->process_index * e->sc_per_process + local_sc);
+  r->stochastic = st->storage_rounding == SCPS_ROUNDING_STOCHASTIC;
+  r->seed = e->seeds[stack] ^ ((uint64_t)step->step * UINT64_C(0xd1b54a32d192ed03)) ^ ((uint64_t)array << 56);
+  r->position = (sc * (uint64_t)st->rows_per_sc + row) * (uint64_t)st->dim;
 }
 
 float *scps__engine_slot(scps_engine *e, int stack, int32_t local_sc, int slot) {
@@ -404,9 +471,36 @@ static void gather_list(const float *rows, size_t dim, const scps_coo *coo, cons
   }
 }
 
+/* gather_list for an encoded shard: each entry's row decoded first, once
+ * for a run of entries that read the same row (a partition's entries come
+ * sorted by row), then added as gather_list adds it. */
+static void gather_list_encoded(const scps_storage_codec *codec, const uint8_t *codes, const scps_coo *coo,
+                                const uint32_t *idx, size_t m, float *out) {
+  const size_t dim = codec->dim;
+  float r[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  uint32_t have = UINT32_MAX;
+  for (size_t j = 0; j < m; j++) {
+    if (j + PREFETCH_AHEAD < m) {
+      const uint32_t a = idx[j + PREFETCH_AHEAD];
+      for (size_t c = 0; c < codec->row_bytes; c += 64)
+        __builtin_prefetch(codes + (size_t)coo->rows[a] * codec->row_bytes + c, 0, 3);
+      prefetch_row(out + (size_t)coo->samples[a] * dim, dim, 1);
+    }
+    const uint32_t i = idx[j];
+    if (coo->rows[i] != have) {
+      have = coo->rows[i];
+      scps__storage_decode_row(codec, codes + (size_t)have * codec->row_bytes, r);
+    }
+    float *restrict o = out + (size_t)coo->samples[i] * dim;
+    const float g = coo->gains ? coo->gains[i] : 1.0f;
+    for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
+  }
+}
+
 void scps__engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         uint32_t first, uint32_t end, float *out) {
-  const float *rows = shard_of(e, stack, local_sc)->rows;
+  const shard *sh = shard_of(e, stack, local_sc);
+  const float *rows = sh->rows;
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const uint32_t span = end > first ? end - first : 0;
   uint32_t idx[LOOKUP_CHUNK];
@@ -418,7 +512,8 @@ void scps__engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps
       idx[m] = (uint32_t)(base + i);
       m += samples[i] - first < span;
     }
-    gather_list(rows, dim, coo, idx, m, out);
+    if (rows) gather_list(rows, dim, coo, idx, m, out);
+    else gather_list_encoded(&e->codecs[stack], sh->codes, coo, idx, m, out);
   }
 }
 
@@ -428,9 +523,37 @@ size_t scps__engine_gather_scratch(size_t entries, uint32_t first, uint32_t end)
 
 static scps_pool_list list_by_sample(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                                      uint32_t end, void *scratch) {
-  const float *tables[SCPS_SC_PER_PROCESS_MAX];
-  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
-  return scps__pool_list_make(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, scratch);
+  const uint8_t *tables[SCPS_SC_PER_PROCESS_MAX];
+  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->codes;
+  return scps__pool_list_make_bytes(tables, e->codecs[stack].row_bytes, coo, n_sc, first, end, scratch);
+}
+
+/* scps__pool_sample over encoded rows: each entry's row decoded, then
+ * added in the same order with the same operations, so a row stored in
+ * float32 with the decoded values would pool to the same sums. */
+static void pool_sample_encoded(const scps_pool_list *l, uint32_t s, const scps_storage_codec *codec,
+                                float *restrict o) {
+  const size_t dim = codec->dim;
+  const uint32_t b = s - l->first, a = l->start[b], z = l->start[b + 1];
+  float r[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  if (a == z) memset(o, 0, dim * sizeof(float));
+  for (uint32_t j = a; j < z; j++) {
+    if (j + SCPS_POOL_PREFETCH < z)
+      for (size_t c = 0; c < codec->row_bytes; c += 64)
+        __builtin_prefetch((const uint8_t *)l->row[j + SCPS_POOL_PREFETCH] + c, 0, 3);
+    scps__storage_decode_row(codec, l->row[j], r);
+    const float g = l->gain[j];
+    if (j == a)
+      for (size_t c = 0; c < dim; c++) o[c] = 0.0f + g * r[c];
+    else
+      for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
+  }
+}
+
+/* One sample of a gather, from float32 or encoded rows. */
+static inline void gather_sample(const scps_engine *e, int stack, const scps_pool_list *l, uint32_t smp, float *o) {
+  if (encoded(e, stack)) pool_sample_encoded(l, smp, &e->codecs[stack], o);
+  else scps__pool_sample(l, smp, e->codecs[stack].dim, o);
 }
 
 /* Sample by sample (scps_pool): each row of out is written once and summed
@@ -440,7 +563,7 @@ void scps__engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t
                         uint32_t end, float *out, void *scratch) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
-  for (uint32_t smp = first; smp < l.end; smp++) scps__pool_sample(&l, smp, dim, out + (size_t)smp * dim);
+  for (uint32_t smp = first; smp < l.end; smp++) gather_sample(e, stack, &l, smp, out + (size_t)smp * dim);
 }
 
 /* Each sample summed in float32 on the stack and rounded from there: the
@@ -451,7 +574,7 @@ void scps__engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, in
   const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
   float tmp[SCPS_DIM_MAX];
   for (uint32_t smp = first; smp < l.end; smp++) {
-    scps__pool_sample(&l, smp, dim, tmp);
+    gather_sample(e, stack, &l, smp, tmp);
     scps__bf16_encode(tmp, out + (size_t)smp * dim * 2, dim);
   }
 }
@@ -460,11 +583,16 @@ void scps__engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, in
  * rounded to bfloat16. */
 static void copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out, bool bf16) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim, bytes = dim * (bf16 ? 2 : sizeof(float));
-  const float *rows = shard_of(e, stack, local_sc)->rows;
+  const shard *sh = shard_of(e, stack, local_sc);
+  const scps_storage_codec *codec = &e->codecs[stack];
+  float tmp[SCPS_DIM_MAX] __attribute__((aligned(64)));
   for (size_t i = 0; i < coo->n; i++) {
     if (i > 0 && coo->rows[i] == coo->rows[i - 1]) continue;
-    if (i + PREFETCH_AHEAD < coo->n) prefetch_row(rows + (size_t)coo->rows[i + PREFETCH_AHEAD] * dim, dim, 0);
-    const float *r = rows + (size_t)coo->rows[i] * dim;
+    if (i + PREFETCH_AHEAD < coo->n)
+      for (size_t c = 0; c < codec->row_bytes; c += 64)
+        __builtin_prefetch(sh->codes + (size_t)coo->rows[i + PREFETCH_AHEAD] * codec->row_bytes + c, 0, 3);
+    const float *r = sh->rows ? sh->rows + (size_t)coo->rows[i] * dim : tmp;
+    if (!sh->rows) scps__storage_decode_row(codec, sh->codes + (size_t)coo->rows[i] * codec->row_bytes, tmp);
     if (bf16) scps__bf16_encode(r, out, dim);
     else memcpy(out, r, bytes);
     out += bytes;
@@ -485,6 +613,12 @@ void scps__engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, co
 typedef struct updater {
   shard *sh;
   size_t dim;
+  /* For an encoded stack: where rows are read and written, and the
+   * rounding's inputs (scps__engine_rounding). */
+  const scps_engine *e;
+  int stack;
+  int32_t local_sc;
+  const scps_step *step;
   const scps_table_spec *first;
   scps_opt_step ost;
   /* The magnitudes written so far, as shard.mag_bits. */
@@ -496,6 +630,10 @@ static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps
   const scps_stack_layout *st = &e->layout->stacks[stack];
   u->sh = shard_of(e, stack, local_sc);
   u->dim = (size_t)st->dim;
+  u->e = e;
+  u->stack = stack;
+  u->local_sc = local_sc;
+  u->step = step;
   u->first = &e->layout->table_specs[st->tables[0]];
   scps__optimizer_prepare(&st->optimizer, step, &u->ost);
   for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) u->mag[k] = 0;
@@ -532,15 +670,31 @@ static inline void clip_row(const updater *u, float *w) {
   }
 }
 
+/* An encoded row's new values w rounded into its storage, and w replaced
+ * by what it now holds. */
+static void store_row(const updater *u, uint32_t row, float *w) {
+  const scps_storage_codec *codec = &u->e->codecs[u->stack];
+  uint8_t *dst = u->sh->codes + (size_t)row * codec->row_bytes;
+  scps_exmy_rounding r;
+  scps__engine_rounding(u->e, u->stack, u->local_sc, row, 0, u->step, &r);
+  (void)scps__storage_encode_row(codec, w, dst, &r, NULL); /* updates are checked finite */
+  scps__storage_decode_row(codec, dst, w);
+}
+
 /* The optimizer's step on one row with its summed gradient g, then the
- * stack's clipping; what it wrote goes into the updater's record. */
+ * stack's clipping; what it wrote goes into the updater's record. An
+ * encoded row is decoded, updated in float32 and rounded back. */
 static inline void update_row(updater *u, uint32_t row, const float *g) {
   const size_t dim = u->dim;
-  float *w = u->sh->rows + (size_t)row * dim;
+  float decoded[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  float *w = u->sh->rows ? u->sh->rows + (size_t)row * dim : decoded;
+  if (!u->sh->rows)
+    scps__storage_decode_row(&u->e->codecs[u->stack], u->sh->codes + (size_t)row * u->e->codecs[u->stack].row_bytes, w);
   float *s0 = u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL;
   float *s1 = u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL;
   scps__optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
   clip_row(u, w);
+  if (!u->sh->rows) store_row(u, row, w);
   fold_magnitudes(w, dim, &u->mag[0]);
   if (s0) fold_magnitudes(s0, dim, &u->mag[1]);
   if (s1) fold_magnitudes(s1, dim, &u->mag[2]);
@@ -551,7 +705,9 @@ static inline void update_row(updater *u, uint32_t row, const float *g) {
  * effect and, unless it is inlined first, deletes the calls (it did here:
  * BENCHMARKS.md's diary has what that cost the update). */
 static inline __attribute__((always_inline)) void prefetch_state(const shard *sh, size_t row, size_t dim) {
-  prefetch_row(sh->rows + row * dim, dim, 1);
+  if (sh->rows) prefetch_row(sh->rows + row * dim, dim, 1);
+  else
+    for (size_t c = 0; c < sh->row_bytes; c += 64) __builtin_prefetch(sh->codes + row * sh->row_bytes + c, 1, 3);
   for (int k = 0; k < SCPS_MAX_SLOTS; k++)
     if (sh->slots[k]) prefetch_row(sh->slots[k] + row * dim, dim, 1);
 }
@@ -688,8 +844,14 @@ int scps__engine_read_row(const scps_engine *e, int table, int64_t id, float *ro
   const int stack = l->tables[table].stack;
   const size_t dim = (size_t)l->stacks[stack].dim;
   const shard *sh = shard_of(e, stack, sc - p * e->sc_per_process);
-  size_t off = (size_t)scps__layout_local_row(l, table, id) * dim;
-  memcpy(row, sh->rows + off, sizeof(float) * (size_t)spec->embedding_dim);
+  const size_t local = (size_t)scps__layout_local_row(l, table, id), off = local * dim;
+  if (sh->rows) {
+    memcpy(row, sh->rows + off, sizeof(float) * (size_t)spec->embedding_dim);
+  } else {
+    float decoded[SCPS_DIM_MAX];
+    scps__storage_decode_row(&e->codecs[stack], sh->codes + local * sh->row_bytes, decoded);
+    memcpy(row, decoded, sizeof(float) * (size_t)spec->embedding_dim);
+  }
   if (slots)
     for (int k = 0; k < scps__optimizer_num_slots(spec->optimizer.type); k++)
       memcpy(slots + (size_t)k * (size_t)spec->embedding_dim, sh->slots[k] + off,
@@ -710,6 +872,14 @@ void scps__engine_value_bounds(scps_engine *e, int stack, int32_t local_sc, scps
     for (int k = 0; k <= slots; k++) {
       sh->mag_bits[k] = 0;
       sh->low_bits[k] = INT32_MAX;
+      if (k == 0 && !sh->rows) {
+        float decoded[SCPS_DIM_MAX];
+        for (int64_t r = 0; r < st->rows_per_sc; r++) {
+          scps__storage_decode_row(&e->codecs[stack], sh->codes + (size_t)r * sh->row_bytes, decoded);
+          fold_values(decoded, (size_t)st->dim, &sh->mag_bits[0], &sh->low_bits[0]);
+        }
+        continue;
+      }
       fold_values(k ? sh->slots[k - 1] : sh->rows, n, &sh->mag_bits[k], &sh->low_bits[k]);
     }
     sh->bounds_valid = true;
@@ -745,9 +915,14 @@ static bool all_finite(const float *v, size_t n, size_t *at) {
 static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scps_update_fault *f) {
   const size_t dim = u->dim;
   float v[1 + SCPS_MAX_SLOTS][SCPS_DIM_MAX] __attribute__((aligned(64)));
-  const float *src[1 + SCPS_MAX_SLOTS] = {u->sh->rows, u->sh->slots[0], u->sh->slots[1]};
+  float before[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  if (!u->sh->rows)
+    scps__storage_decode_row(&u->e->codecs[u->stack], u->sh->codes + (size_t)row * u->sh->row_bytes, before);
+  const float *src[1 + SCPS_MAX_SLOTS] = {u->sh->rows ? u->sh->rows + (size_t)row * dim : before,
+                                          u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL,
+                                          u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL};
   int arrays = 0;
-  for (int k = 0; k < 1 + SCPS_MAX_SLOTS && src[k]; k++, arrays++) memcpy(v[k], src[k] + (size_t)row * dim, dim * sizeof(float));
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS && src[k]; k++, arrays++) memcpy(v[k], src[k], dim * sizeof(float));
   size_t at;
   for (int k = 0; k < arrays; k++)
     if (!all_finite(v[k], dim, &at)) {
@@ -758,7 +933,7 @@ static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scp
   clip_row(u, v[0]);
   for (int k = 0; k < arrays; k++)
     if (!all_finite(v[k], dim, &at)) {
-      *f = (scps_update_fault){row, k, (int32_t)at, src[k][(size_t)row * dim + at], v[k][at], false};
+      *f = (scps_update_fault){row, k, (int32_t)at, src[k][at], v[k][at], false};
       return false;
     }
   return true;

@@ -31,11 +31,24 @@ int scps__layout_find_stack(const scps_layout *l, const char *name) {
   return -1;
 }
 
+/* The table's storage, as validated (scps__specs_validate). */
+static scps_storage_format storage_of(const scps_table_spec *t) {
+  scps_storage_format f;
+  if (scps__storage_parse(t->storage_format, &f, NULL)) f.kind = SCPS_STORAGE_F32;
+  return f;
+}
+
+/* Same storage format and, where it rounds, the same rounding. */
+static bool same_storage(const scps_table_spec *x, const scps_table_spec *y) {
+  const scps_storage_format fx = storage_of(x), fy = storage_of(y);
+  return scps__storage_equal(&fx, &fy) && (fx.kind == SCPS_STORAGE_F32 || x->storage_rounding == y->storage_rounding);
+}
+
 /* Two tables may share an automatic stack when the device could run them as
- * one table: same padded width, optimizer, combiner and clipping. */
+ * one table: same padded width, optimizer, combiner, clipping and storage. */
 static bool same_group(const scps_layout *l, int a, int b) {
   const scps_table_spec *x = &l->table_specs[a], *y = &l->table_specs[b];
-  return l->tables[a].padded_dim == l->tables[b].padded_dim && x->combiner == y->combiner &&
+  return l->tables[a].padded_dim == l->tables[b].padded_dim && x->combiner == y->combiner && same_storage(x, y) &&
          scps__optimizer_spec_equal(&x->optimizer, &y->optimizer) && x->clip == y->clip &&
          (!x->clip || (x->clip_min == y->clip_min && x->clip_max == y->clip_max));
 }
@@ -96,6 +109,8 @@ static int add_stack(scps_layout *l, const int *tables, int n, const char *expli
   const scps_table_spec *first = &l->table_specs[tables[0]];
   st->optimizer = first->optimizer;
   st->combiner = first->combiner;
+  st->storage = storage_of(first);
+  st->storage_rounding = first->storage_rounding;
   int64_t max_ids = 0, max_unique = 0;
   int32_t rotation = 0;
   int32_t step = l->rotation_step;
@@ -142,11 +157,14 @@ static int stack_explicit(scps_layout *l, int *order, scps_error *err) {
       const scps_table_spec *sb = &l->table_specs[b];
       if (done[b] || strcmp(sb->stack, sa->stack)) continue;
       if (sb->combiner != sa->combiner || !scps__optimizer_spec_equal(&sb->optimizer, &sa->optimizer) ||
-          sb->clip != sa->clip || (sa->clip && (sa->clip_min != sb->clip_min || sa->clip_max != sb->clip_max))) {
+          sb->clip != sa->clip || (sa->clip && (sa->clip_min != sb->clip_min || sa->clip_max != sb->clip_max)) ||
+          !same_storage(sa, sb)) {
         rc = scps_error_set(err, SCPS_EINVAL,
                             "stack '%s': table '%s' differs from table '%s' in optimizer, "
-                            "combiner or clipping; a stack's tables must share them",
-                            sa->stack, sb->name, sa->name);
+                            "combiner, clipping or storage (storage_format '%s' and '%s'); a stack's tables "
+                            "must share them",
+                            sa->stack, sb->name, sa->name, sb->storage_format[0] ? sb->storage_format : "float32",
+                            sa->storage_format[0] ? sa->storage_format : "float32");
         break;
       }
       done[b] = true;
@@ -326,6 +344,12 @@ int64_t scps__layout_rows_held(const scps_layout *l, int t, int32_t sc) {
 
 int64_t scps__layout_stack_bytes_per_sc(const scps_layout *l, int stack) {
   const scps_stack_layout *st = &l->stacks[stack];
-  int64_t one = scps__hbm_footprint(st->rows_per_sc * st->dim * (int64_t)sizeof(float));
-  return one * (1 + scps__optimizer_num_slots(st->optimizer.type));
+  const int64_t rows = scps__hbm_footprint(st->rows_per_sc * scps__layout_row_bytes(l, stack));
+  const int64_t slot = scps__hbm_footprint(st->rows_per_sc * st->dim * (int64_t)sizeof(float));
+  return rows + slot * scps__optimizer_num_slots(st->optimizer.type);
+}
+
+int64_t scps__layout_row_bytes(const scps_layout *l, int stack) {
+  const scps_stack_layout *st = &l->stacks[stack];
+  return (int64_t)scps__storage_row_bytes(&st->storage, (size_t)st->dim);
 }

@@ -322,6 +322,27 @@ static int parse_initializer(const scps_json *obj, const char *path, scps_initia
   return rc;
 }
 
+/* "storage_format" (a name scps__storage_parse reads) and "storage_rounding"
+ * ("stochastic" or "nearest"), both optional. */
+static int parse_storage(const scps_json *obj, const char *path, scps_table_spec *t, scps_error *err) {
+  char p[PATH_MAX_LEN];
+  int rc = get_name(obj, path, "storage_format", false, t->storage_format, sizeof t->storage_format, err);
+  if (rc) return rc;
+  scps_storage_format f;
+  const scps_json *v;
+  if ((rc = member(obj, path, "storage_format", false, &v, err))) return rc;
+  join(p, path, "storage_format");
+  if (v && scps__storage_parse(t->storage_format, &f, NULL))
+    return bad_value(err, p, v, "a storage format: float32, bfloat16 or eXmY (e4m3, e5m2, e3m0b-2)");
+  if ((rc = member(obj, path, "storage_rounding", false, &v, err)) || !v) return rc;
+  const char *s = cstr(v);
+  join(p, path, "storage_rounding");
+  if (s && !strcmp(s, "stochastic")) t->storage_rounding = SCPS_ROUNDING_STOCHASTIC;
+  else if (s && !strcmp(s, "nearest")) t->storage_rounding = SCPS_ROUNDING_NEAREST;
+  else return bad_value(err, p, v, "a storage rounding: stochastic or nearest");
+  return 0;
+}
+
 /* given[0], given[1]: whether the table sets max_ids_per_partition,
  * max_unique_ids_per_partition. */
 static int parse_table(const scps_json *obj, const char *path, scps_table_spec *t, bool given[2],
@@ -329,7 +350,7 @@ static int parse_table(const scps_json *obj, const char *path, scps_table_spec *
   static const char *const allowed[] = {"name",  "vocabulary_size", "embedding_dim",
                                         "combiner", "optimizer",    "initializer",
                                         "max_ids_per_partition", "max_unique_ids_per_partition",
-                                        "clip", "stack"};
+                                        "clip", "stack", "storage_format", "storage_rounding"};
   char p[PATH_MAX_LEN];
   if (scps__json_typeof(obj) != SCPS_JSON_OBJECT) return bad_value(err, path, obj, "an object");
   int rc = check_keys(obj, path, allowed, COUNT(allowed), err);
@@ -383,7 +404,8 @@ static int parse_table(const scps_json *obj, const char *path, scps_table_spec *
     t->clip_min = (float)lo;
     t->clip_max = (float)hi;
   }
-  return get_name(obj, path, "stack", false, t->stack, sizeof t->stack, err);
+  if ((rc = get_name(obj, path, "stack", false, t->stack, sizeof t->stack, err))) return rc;
+  return parse_storage(obj, path, t, err);
 }
 
 static int parse_feature(const scps_json *obj, const char *path, const scps_workload *w,
@@ -653,6 +675,11 @@ static void write_table(scps_jsonw *w, const scps_table_spec *t) {
   if (t->stack[0]) {
     scps__jsonw_printf(w, ", \"stack\": ");
     scps__jsonw_string(w, t->stack);
+  }
+  if (t->storage_format[0]) {
+    scps__jsonw_printf(w, ", \"storage_format\": ");
+    scps__jsonw_string(w, t->storage_format);
+    if (t->storage_rounding == SCPS_ROUNDING_NEAREST) scps__jsonw_printf(w, ", \"storage_rounding\": \"nearest\"");
   }
   scps__jsonw_printf(w, "}");
 }
