@@ -93,7 +93,7 @@ static void init_encoded_row(const scps_storage_codec *c, const scps_table_spec 
 static void init_shard(const scps_engine *e, int stack, int32_t sc, shard *sh) {
   const scps_layout *l = e->layout;
   const scps_stack_layout *st = &l->stacks[stack];
-  const scps_storage_codec *codec = &e->codecs[stack];
+  const scps_storage_codec *codec = codec_of(e, stack, 0);
   for (int i = 0; i < st->n_tables; i++) {
     int t = st->tables[i];
     const scps_table_spec *spec = &l->table_specs[t];
@@ -106,7 +106,7 @@ static void init_shard(const scps_engine *e, int stack, int32_t sc, shard *sh) {
       int64_t id = q * l->num_sc + residue;
       if (id >= spec->vocabulary_size) break;
       if (!sh->rows) {
-        init_encoded_row(codec, spec, seed, id, sh->codes + (size_t)(tl->row_offset_in_shard + q) * codec->row_bytes, sh);
+        init_encoded_row(codec, spec, seed, id, sh->codes[0] + (size_t)(tl->row_offset_in_shard + q) * codec->row_bytes, sh);
         continue;
       }
       scps__init_row(&spec->initializer, seed, id, spec->embedding_dim,
@@ -118,8 +118,18 @@ static void init_shard(const scps_engine *e, int stack, int32_t sc, shard *sh) {
   size_t n = (size_t)st->rows_per_sc * (size_t)st->dim;
   for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type); k++) {
     float v = (float)scps__optimizer_slot_init(&st->optimizer, k);
-    if (v != 0.0f)
+    if (!sh->slots[k]) {
+      /* Every row the same: one encoded (to nearest), copied; v as decoded. */
+      const scps_storage_codec *c = codec_of(e, stack, 1 + k);
+      float row[SCPS_DIM_MAX];
+      for (size_t i = 0; i < c->dim; i++) row[i] = v;
+      (void)scps__storage_encode_row(c, row, sh->codes[1 + k], NULL, NULL); /* v is finite */
+      for (int64_t r = 1; r < st->rows_per_sc; r++) memcpy(sh->codes[1 + k] + (size_t)r * c->row_bytes, sh->codes[1 + k], c->row_bytes);
+      scps__storage_decode_row(c, sh->codes[1 + k], row);
+      v = row[0];
+    } else if (v != 0.0f) {
       for (size_t i = 0; i < n; i++) sh->slots[k][i] = v;
+    }
     sh->mag_bits[1 + k] = sh->low_bits[1 + k] = 0;
     fold_values(&v, 1, &sh->mag_bits[1 + k], &sh->low_bits[1 + k]);
     uint32_t u;
@@ -214,7 +224,7 @@ int scps__engine_create(const scps_layout *l, int32_t process_index, scps_engine
   e->sc_per_process = S;
   e->hbm = calloc((size_t)S, sizeof *e->hbm);
   e->shards = calloc((size_t)S * (size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->shards);
-  e->codecs = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->codecs);
+  e->codecs = calloc((size_t)(l->n_stacks ? l->n_stacks : 1) * SCPS__ENGINE_ARRAYS, sizeof *e->codecs);
   e->seeds = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->seeds);
   if (!e->hbm || !e->shards || !e->codecs || !e->seeds) {
     scps__engine_destroy(e);
@@ -223,21 +233,23 @@ int scps__engine_create(const scps_layout *l, int32_t process_index, scps_engine
   for (int32_t s = 0; s < S && !rc; s++) rc = scps__hbm_init(&e->hbm[s], process_index * S + s, l->topology.sc_memory_bytes, err);
   for (int stack = 0; stack < l->n_stacks && !rc; stack++) {
     const scps_stack_layout *st = &l->stacks[stack];
-    int64_t bytes = st->rows_per_sc * st->dim * (int64_t)sizeof(float);
-    scps__storage_codec_init(&e->codecs[stack], &st->storage, (size_t)st->dim);
+    const int arrays = 1 + scps__optimizer_num_slots(st->optimizer.type);
+    for (int a = 0; a < arrays; a++)
+      scps__storage_codec_init(&e->codecs[(size_t)stack * SCPS__ENGINE_ARRAYS + (size_t)a],
+                              a ? &st->slot_storage[a - 1] : &st->storage, (size_t)st->dim);
     e->seeds[stack] = scps__hash64(st->name, strlen(st->name), 0);
     char what[SCPS_STACK_NAME_MAX + 32];
     for (int32_t s = 0; s < S && !rc; s++) {
       shard *sh = shard_of(e, stack, s);
-      snprintf(what, sizeof what, "stack '%s' rows", st->name);
-      rc = scps__hbm_alloc(&e->hbm[s], st->rows_per_sc * scps__layout_row_bytes(l, stack), what, (void **)&sh->codes,
-                          err);
-      sh->row_bytes = e->codecs[stack].row_bytes;
-      if (!rc && !encoded(e, stack)) sh->rows = (float *)(void *)sh->codes;
-      for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type) && !rc; k++) {
-        snprintf(what, sizeof what, "stack '%s' slot %s", st->name,
-                 scps__optimizer_slot_name(st->optimizer.type, k));
-        rc = scps__hbm_alloc(&e->hbm[s], bytes, what, (void **)&sh->slots[k], err);
+      for (int a = 0; a < arrays && !rc; a++) {
+        const scps_storage_codec *c = codec_of(e, stack, a);
+        if (a) snprintf(what, sizeof what, "stack '%s' slot %s", st->name, scps__optimizer_slot_name(st->optimizer.type, a - 1));
+        else snprintf(what, sizeof what, "stack '%s' rows", st->name);
+        rc = scps__hbm_alloc(&e->hbm[s], st->rows_per_sc * (int64_t)c->row_bytes, what, (void **)&sh->codes[a], err);
+        sh->row_bytes[a] = c->row_bytes;
+        float *f = rc || c->f.kind != SCPS_STORAGE_F32 ? NULL : (float *)(void *)sh->codes[a];
+        if (a) sh->slots[a - 1] = f;
+        else sh->rows = f;
       }
     }
   }
@@ -260,24 +272,28 @@ float *scps__engine_shard(scps_engine *e, int stack, int32_t local_sc) {
   return shard_of(e, stack, local_sc)->rows;
 }
 
-uint8_t *scps__engine_shard_codes(scps_engine *e, int stack, int32_t local_sc) {
-  return shard_of(e, stack, local_sc)->codes;
+uint8_t *scps__engine_codes(scps_engine *e, int stack, int32_t local_sc, int array) {
+  return shard_of(e, stack, local_sc)->codes[array];
 }
 
 int scps__engine_check_float32(const scps_engine *e, const char *what, scps_error *err) {
-  for (int s = 0; s < e->layout->n_stacks; s++) {
-    if (!encoded(e, s)) continue;
-    char name[SCPS_STORAGE_NAME_MAX];
-    scps__storage_name(&e->codecs[s].f, name, sizeof name);
-    return scps_error_set(err, SCPS_EINVAL,
-                          "%s: stack '%s' keeps its rows in storage_format '%s'; only float32 rows can be "
-                          "checkpointed",
-                          what, e->layout->stacks[s].name, name);
-  }
+  for (int s = 0; s < e->layout->n_stacks; s++)
+    for (int a = 0; a <= scps__optimizer_num_slots(e->layout->stacks[s].optimizer.type); a++) {
+      if (codec_of(e, s, a)->f.kind == SCPS_STORAGE_F32) continue;
+      char name[SCPS_STORAGE_NAME_MAX];
+      scps__storage_name(&codec_of(e, s, a)->f, name, sizeof name);
+      return scps_error_set(err, SCPS_EINVAL,
+                            "%s: stack '%s' keeps its %s in storage format '%s'; only float32 rows and slots can be "
+                            "checkpointed",
+                            what, e->layout->stacks[s].name,
+                            a ? scps__optimizer_slot_name(e->layout->stacks[s].optimizer.type, a - 1) : "rows", name);
+    }
   return 0;
 }
 
-const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack) { return &e->codecs[stack]; }
+const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack, int array) {
+  return codec_of(e, stack, array);
+}
 
 void scps__engine_rounding(const scps_engine *e, int stack, int32_t local_sc, uint32_t row, int array,
                           const scps_step *step, scps_exmy_rounding *r) {
@@ -372,7 +388,7 @@ void scps__engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps
       m += samples[i] - first < span;
     }
     if (rows) gather_list(rows, dim, coo, idx, m, out);
-    else gather_list_encoded(&e->codecs[stack], sh->codes, coo, idx, m, out);
+    else gather_list_encoded(codec_of(e, stack, 0), sh->codes[0], coo, idx, m, out);
   }
 }
 
@@ -383,8 +399,8 @@ size_t scps__engine_gather_scratch(size_t entries, uint32_t first, uint32_t end)
 static scps_pool_list list_by_sample(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                                      uint32_t end, void *scratch) {
   const uint8_t *tables[SCPS_SC_PER_PROCESS_MAX];
-  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->codes;
-  return scps__pool_list_make_bytes(tables, e->codecs[stack].row_bytes, coo, n_sc, first, end, scratch);
+  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->codes[0];
+  return scps__pool_list_make_bytes(tables, codec_of(e, stack, 0)->row_bytes, coo, n_sc, first, end, scratch);
 }
 
 /* scps__pool_sample over encoded rows: each entry's row decoded, then
@@ -411,8 +427,8 @@ static void pool_sample_encoded(const scps_pool_list *l, uint32_t s, const scps_
 
 /* One sample of a gather, from float32 or encoded rows. */
 static inline void gather_sample(const scps_engine *e, int stack, const scps_pool_list *l, uint32_t smp, float *o) {
-  if (encoded(e, stack)) pool_sample_encoded(l, smp, &e->codecs[stack], o);
-  else scps__pool_sample(l, smp, e->codecs[stack].dim, o);
+  if (encoded(e, stack)) pool_sample_encoded(l, smp, codec_of(e, stack, 0), o);
+  else scps__pool_sample(l, smp, codec_of(e, stack, 0)->dim, o);
 }
 
 /* Sample by sample (scps_pool): each row of out is written once and summed
@@ -443,15 +459,15 @@ void scps__engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, in
 static void copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out, bool bf16) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim, bytes = dim * (bf16 ? 2 : sizeof(float));
   const shard *sh = shard_of(e, stack, local_sc);
-  const scps_storage_codec *codec = &e->codecs[stack];
+  const scps_storage_codec *codec = codec_of(e, stack, 0);
   float tmp[SCPS_DIM_MAX] __attribute__((aligned(64)));
   for (size_t i = 0; i < coo->n; i++) {
     if (i > 0 && coo->rows[i] == coo->rows[i - 1]) continue;
     if (i + PREFETCH_AHEAD < coo->n)
       for (size_t c = 0; c < codec->row_bytes; c += 64)
-        __builtin_prefetch(sh->codes + (size_t)coo->rows[i + PREFETCH_AHEAD] * codec->row_bytes + c, 0, 3);
+        __builtin_prefetch(sh->codes[0] + (size_t)coo->rows[i + PREFETCH_AHEAD] * codec->row_bytes + c, 0, 3);
     const float *r = sh->rows ? sh->rows + (size_t)coo->rows[i] * dim : tmp;
-    if (!sh->rows) scps__storage_decode_row(codec, sh->codes + (size_t)coo->rows[i] * codec->row_bytes, tmp);
+    if (!sh->rows) scps__storage_decode_row(codec, sh->codes[0] + (size_t)coo->rows[i] * codec->row_bytes, tmp);
     if (bf16) scps__bf16_encode(r, out, dim);
     else memcpy(out, r, bytes);
     out += bytes;
@@ -508,7 +524,12 @@ static void updater_finish(const updater *u) {
   sh->low_bits[0] = -1;
   for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) {
     sh->mag_bits[k] = u->mag[k] > sh->mag_bits[k] ? u->mag[k] : sh->mag_bits[k];
-    if (k == 0 || !sh->slots[k - 1] || sh->low_bits[k] < 0) continue;
+    if (k == 0 || !sh->codes[k] || sh->low_bits[k] < 0) continue;
+    if (!sh->slots[k - 1]) {
+      /* Rounding into a format need not keep the optimizer's floor. */
+      sh->low_bits[k] = -1;
+      continue;
+    }
     float low;
     const uint32_t bits = (uint32_t)sh->low_bits[k];
     memcpy(&low, &bits, sizeof low);
@@ -529,34 +550,46 @@ static inline void clip_row(const updater *u, float *w) {
   }
 }
 
-/* An encoded row's new values w rounded into its storage, and w replaced
- * by what it now holds. */
-static void store_row(const updater *u, uint32_t row, float *w) {
-  const scps_storage_codec *codec = &u->e->codecs[u->stack];
-  uint8_t *dst = u->sh->codes + (size_t)row * codec->row_bytes;
+/* Row `row` of every array of a shard as floats: a pointer into a float32
+ * array, the row decoded into buf[a] for an encoded one, NULL for a slot
+ * the optimizer does not have. */
+static inline void row_arrays(const scps_engine *e, int stack, const shard *sh, uint32_t row, size_t dim,
+                              float (*buf)[SCPS_DIM_MAX], float *v[SCPS__ENGINE_ARRAYS]) {
+  for (int a = 0; a < SCPS__ENGINE_ARRAYS; a++) {
+    float *f = a ? sh->slots[a - 1] : sh->rows;
+    v[a] = f ? f + (size_t)row * dim : NULL;
+    if (f || !sh->codes[a]) continue;
+    v[a] = buf[a];
+    scps__storage_decode_row(codec_of(e, stack, a), sh->codes[a] + (size_t)row * sh->row_bytes[a], buf[a]);
+  }
+}
+
+/* An encoded array's row after the update, w, rounded into its storage,
+ * and w replaced by what it now holds. */
+static void store_row(const updater *u, int array, uint32_t row, float *w) {
+  const scps_storage_codec *codec = codec_of(u->e, u->stack, array);
+  uint8_t *dst = u->sh->codes[array] + (size_t)row * codec->row_bytes;
   scps_exmy_rounding r;
-  scps__engine_rounding(u->e, u->stack, u->local_sc, row, 0, u->step, &r);
+  scps__engine_rounding(u->e, u->stack, u->local_sc, row, array, u->step, &r);
   (void)scps__storage_encode_row(codec, w, dst, &r, NULL); /* updates are checked finite */
   scps__storage_decode_row(codec, dst, w);
 }
 
 /* The optimizer's step on one row with its summed gradient g, then the
- * stack's clipping; what it wrote goes into the updater's record. An
- * encoded row is decoded, updated in float32 and rounded back. */
+ * stack's clipping; what it wrote goes into the updater's record. Encoded
+ * rows and slots are decoded, updated in float32 and rounded back. */
 static inline void update_row(updater *u, uint32_t row, const float *g) {
   const size_t dim = u->dim;
-  float decoded[SCPS_DIM_MAX] __attribute__((aligned(64)));
-  float *w = u->sh->rows ? u->sh->rows + (size_t)row * dim : decoded;
-  if (!u->sh->rows)
-    scps__storage_decode_row(&u->e->codecs[u->stack], u->sh->codes + (size_t)row * u->e->codecs[u->stack].row_bytes, w);
-  float *s0 = u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL;
-  float *s1 = u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL;
-  scps__optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
-  clip_row(u, w);
-  if (!u->sh->rows) store_row(u, row, w);
-  fold_magnitudes(w, dim, &u->mag[0]);
-  if (s0) fold_magnitudes(s0, dim, &u->mag[1]);
-  if (s1) fold_magnitudes(s1, dim, &u->mag[2]);
+  float decoded[SCPS__ENGINE_ARRAYS][SCPS_DIM_MAX] __attribute__((aligned(64)));
+  float *v[SCPS__ENGINE_ARRAYS];
+  row_arrays(u->e, u->stack, u->sh, row, dim, decoded, v);
+  scps__optimizer_apply(&u->ost, (int32_t)dim, v[0], v[1], v[2], g);
+  clip_row(u, v[0]);
+  for (int a = 0; a < SCPS__ENGINE_ARRAYS; a++) {
+    if (!v[a]) continue;
+    if (v[a] == decoded[a]) store_row(u, a, row, v[a]);
+    fold_magnitudes(v[a], dim, &u->mag[a]);
+  }
   u->wrote = true;
 }
 
@@ -564,11 +597,10 @@ static inline void update_row(updater *u, uint32_t row, const float *g) {
  * effect and, unless it is inlined first, deletes the calls (it did here:
  * BENCHMARKS.md's diary has what that cost the update). */
 static inline __attribute__((always_inline)) void prefetch_state(const shard *sh, size_t row, size_t dim) {
-  if (sh->rows) prefetch_row(sh->rows + row * dim, dim, 1);
-  else
-    for (size_t c = 0; c < sh->row_bytes; c += 64) __builtin_prefetch(sh->codes + row * sh->row_bytes + c, 1, 3);
-  for (int k = 0; k < SCPS_MAX_SLOTS; k++)
-    if (sh->slots[k]) prefetch_row(sh->slots[k] + row * dim, dim, 1);
+  (void)dim;
+  for (int a = 0; a < SCPS__ENGINE_ARRAYS; a++)
+    if (sh->codes[a])
+      for (size_t c = 0; c < sh->row_bytes[a]; c += 64) __builtin_prefetch(sh->codes[a] + row * sh->row_bytes[a] + c, 1, 3);
 }
 
 /* Sums into g (dim floats, zeroed first) gain x gradient over coo's entries
@@ -680,18 +712,13 @@ int scps__engine_read_row(const scps_engine *e, int table, int64_t id, float *ro
   const int stack = l->tables[table].stack;
   const size_t dim = (size_t)l->stacks[stack].dim;
   const shard *sh = shard_of(e, stack, sc - p * e->sc_per_process);
-  const size_t local = (size_t)scps__layout_local_row(l, table, id), off = local * dim;
-  if (sh->rows) {
-    memcpy(row, sh->rows + off, sizeof(float) * (size_t)spec->embedding_dim);
-  } else {
-    float decoded[SCPS_DIM_MAX];
-    scps__storage_decode_row(&e->codecs[stack], sh->codes + local * sh->row_bytes, decoded);
-    memcpy(row, decoded, sizeof(float) * (size_t)spec->embedding_dim);
-  }
+  float decoded[SCPS__ENGINE_ARRAYS][SCPS_DIM_MAX];
+  float *v[SCPS__ENGINE_ARRAYS];
+  row_arrays(e, stack, sh, (uint32_t)scps__layout_local_row(l, table, id), dim, decoded, v);
+  memcpy(row, v[0], sizeof(float) * (size_t)spec->embedding_dim);
   if (slots)
     for (int k = 0; k < scps__optimizer_num_slots(spec->optimizer.type); k++)
-      memcpy(slots + (size_t)k * (size_t)spec->embedding_dim, sh->slots[k] + off,
-             sizeof(float) * (size_t)spec->embedding_dim);
+      memcpy(slots + (size_t)k * (size_t)spec->embedding_dim, v[1 + k], sizeof(float) * (size_t)spec->embedding_dim);
   return 0;
 }
 
@@ -708,11 +735,11 @@ void scps__engine_value_bounds(scps_engine *e, int stack, int32_t local_sc, scps
     for (int k = 0; k <= slots; k++) {
       sh->mag_bits[k] = 0;
       sh->low_bits[k] = INT32_MAX;
-      if (k == 0 && !sh->rows) {
+      if (!(k ? sh->slots[k - 1] : sh->rows)) {
         float decoded[SCPS_DIM_MAX];
         for (int64_t r = 0; r < st->rows_per_sc; r++) {
-          scps__storage_decode_row(&e->codecs[stack], sh->codes + (size_t)r * sh->row_bytes, decoded);
-          fold_values(decoded, (size_t)st->dim, &sh->mag_bits[0], &sh->low_bits[0]);
+          scps__storage_decode_row(codec_of(e, stack, k), sh->codes[k] + (size_t)r * sh->row_bytes[k], decoded);
+          fold_values(decoded, (size_t)st->dim, &sh->mag_bits[k], &sh->low_bits[k]);
         }
         continue;
       }
@@ -751,12 +778,9 @@ static bool all_finite(const float *v, size_t n, size_t *at) {
 static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scps_update_fault *f) {
   const size_t dim = u->dim;
   float v[1 + SCPS_MAX_SLOTS][SCPS_DIM_MAX] __attribute__((aligned(64)));
-  float before[SCPS_DIM_MAX] __attribute__((aligned(64)));
-  if (!u->sh->rows)
-    scps__storage_decode_row(&u->e->codecs[u->stack], u->sh->codes + (size_t)row * u->sh->row_bytes, before);
-  const float *src[1 + SCPS_MAX_SLOTS] = {u->sh->rows ? u->sh->rows + (size_t)row * dim : before,
-                                          u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL,
-                                          u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL};
+  float before[SCPS__ENGINE_ARRAYS][SCPS_DIM_MAX] __attribute__((aligned(64)));
+  float *src[SCPS__ENGINE_ARRAYS];
+  row_arrays(u->e, u->stack, u->sh, row, dim, before, src);
   int arrays = 0;
   for (int k = 0; k < 1 + SCPS_MAX_SLOTS && src[k]; k++, arrays++) memcpy(v[k], src[k], dim * sizeof(float));
   size_t at;

@@ -81,7 +81,8 @@ void scps__engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, co
  * then the stack's optimizer applied once; untouched rows and slots are not
  * written. grads is [total_sample_count x dim] and must be finite. Rows not
  * kept in float32 are decoded, updated in float32 and rounded back
- * (scps__engine_rounding); every lookup decodes the rows it reads. */
+ * (scps__engine_rounding), and so are slots not kept in float32; every
+ * lookup decodes the rows it reads. */
 void scps__engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         const float *grads, const scps_step *step);
 
@@ -115,21 +116,22 @@ void scps__engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const
                              const float *grads, const scps_step *step);
 
 /* Direct access to a shard: the stack's rows on local_sc ([rows_per_sc x dim])
- * and slot k of the same shape. For checkpoints, tests and export. A stack
- * whose rows are not kept in float32 (scps_stack_layout.storage) has no
- * float32 rows: NULL; its rows are scps__engine_shard_codes'. */
+ * and slot k of the same shape. For checkpoints, tests and export. Rows or
+ * a slot not kept in float32 (scps_stack_layout.storage, slot_storage)
+ * have no float32 array: NULL; their values are scps__engine_codes'. */
 float *scps__engine_shard(scps_engine *e, int stack, int32_t local_sc);
 float *scps__engine_slot(scps_engine *e, int stack, int32_t local_sc, int slot);
 
-/* The stack's rows on local_sc in its storage format: rows_per_sc rows of
- * scps__layout_row_bytes each, as scps__engine_codec encodes them (for
- * float32, scps__engine_shard's floats). */
-uint8_t *scps__engine_shard_codes(scps_engine *e, int stack, int32_t local_sc);
-const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack);
+/* Array `array` (0: the rows, 1 + k: slot k, which the optimizer must
+ * have) of the stack on local_sc in its storage format: rows_per_sc rows
+ * of the codec's row_bytes each, as scps__engine_codec encodes them (for
+ * float32, scps__engine_shard's or scps__engine_slot's floats). */
+uint8_t *scps__engine_codes(scps_engine *e, int stack, int32_t local_sc, int array);
+const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack, int array);
 
-/* 0 when every stack keeps its rows in float32; otherwise SCPS_EINVAL
- * naming `what` (which needs float32 rows), the first other stack and its
- * storage format. */
+/* 0 when every stack keeps its rows and slots in float32; otherwise
+ * SCPS_EINVAL naming `what` (which needs float32 arrays), the first other
+ * stack, the array and its storage format. */
 int scps__engine_check_float32(const scps_engine *e, const char *what, scps_error *err);
 
 /* How an update rounds row `row` of the stack's shard on local_sc into its

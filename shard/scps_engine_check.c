@@ -1,6 +1,6 @@
-#include <math.h>
-
 #include "scps_engine_int.h"
+
+#include <math.h>
 
 /* Every entry's conditions of scps__engine_check_coo at once, without
  * branches, so that the loops vectorise: a valid request, the usual case,

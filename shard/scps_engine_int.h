@@ -16,11 +16,17 @@ typedef struct pad_run {
   int table;
 } pad_run;
 
+/* A shard's arrays: the rows (0), then each optimizer slot (1 + k). */
+#define SCPS__ENGINE_ARRAYS (1 + SCPS_MAX_SLOTS)
+
 /* One stack's rows and slots on one SparseCore, inside that SparseCore's arena. */
 typedef struct shard {
-  float *rows;    /* float32 storage: the rows; otherwise NULL */
-  uint8_t *codes; /* the rows in the stack's storage format, row_bytes each */
-  size_t row_bytes;
+  /* Array a in its storage format, row_bytes[a] a row (NULL: the optimizer
+   * has no such slot), and where it is kept in float32 the same memory as
+   * floats (rows, slots[k]; NULL otherwise). */
+  uint8_t *codes[SCPS__ENGINE_ARRAYS];
+  size_t row_bytes[SCPS__ENGINE_ARRAYS];
+  float *rows;
   float *slots[SCPS_MAX_SLOTS];
   pad_run *pads; /* ascending, at most one per table of the stack */
   int n_pads;
@@ -42,15 +48,20 @@ struct scps_engine {
   int32_t sc_per_process;
   scps_hbm *hbm;  /* [sc_per_process] */
   shard *shards;  /* [n_stacks * sc_per_process], stack-major */
-  /* Per stack: its storage format's codec, and the stack's stochastic
-   * rounding seed (scps__engine_rounding). */
+  /* Per stack: each array's storage codec ([n_stacks * SCPS__ENGINE_ARRAYS],
+   * array a of stack s at s * SCPS__ENGINE_ARRAYS + a), and the stack's
+   * stochastic rounding seed (scps__engine_rounding). */
   scps_storage_codec *codecs;
   uint64_t *seeds;
 };
 
+static inline const scps_storage_codec *codec_of(const scps_engine *e, int stack, int array) {
+  return &e->codecs[(size_t)stack * SCPS__ENGINE_ARRAYS + (size_t)array];
+}
+
 /* Whether the stack keeps its rows in a format other than float32. */
 static inline bool encoded(const scps_engine *e, int stack) {
-  return e->codecs[stack].f.kind != SCPS_STORAGE_F32;
+  return codec_of(e, stack, 0)->f.kind != SCPS_STORAGE_F32;
 }
 
 static inline shard *shard_of(const scps_engine *e, int stack, int32_t local_sc) {

@@ -31,17 +31,23 @@ int scps__layout_find_stack(const scps_layout *l, const char *name) {
   return -1;
 }
 
-/* The table's storage, as validated (scps__specs_validate). */
-static scps_storage_format storage_of(const scps_table_spec *t) {
+/* A storage format name as validated (scps__specs_validate). */
+static scps_storage_format storage_of(const char *name) {
   scps_storage_format f;
-  if (scps__storage_parse(t->storage_format, &f, NULL)) f.kind = SCPS_STORAGE_F32;
+  if (scps__storage_parse(name, &f, NULL)) f.kind = SCPS_STORAGE_F32;
   return f;
 }
 
-/* Same storage format and, where it rounds, the same rounding. */
+/* Same formats of rows and slots and, where one rounds, the same rounding. */
 static bool same_storage(const scps_table_spec *x, const scps_table_spec *y) {
-  const scps_storage_format fx = storage_of(x), fy = storage_of(y);
-  return scps__storage_equal(&fx, &fy) && (fx.kind == SCPS_STORAGE_F32 || x->storage_rounding == y->storage_rounding);
+  bool rounds = false;
+  for (int a = 0; a <= SCPS_MAX_SLOTS; a++) {
+    const scps_storage_format fx = storage_of(a ? x->slot_formats[a - 1] : x->storage_format);
+    const scps_storage_format fy = storage_of(a ? y->slot_formats[a - 1] : y->storage_format);
+    if (!scps__storage_equal(&fx, &fy)) return false;
+    rounds |= fx.kind != SCPS_STORAGE_F32;
+  }
+  return !rounds || x->storage_rounding == y->storage_rounding;
 }
 
 /* Two tables may share an automatic stack when the device could run them as
@@ -109,7 +115,8 @@ static int add_stack(scps_layout *l, const int *tables, int n, const char *expli
   const scps_table_spec *first = &l->table_specs[tables[0]];
   st->optimizer = first->optimizer;
   st->combiner = first->combiner;
-  st->storage = storage_of(first);
+  st->storage = storage_of(first->storage_format);
+  for (int k = 0; k < SCPS_MAX_SLOTS; k++) st->slot_storage[k] = storage_of(first->slot_formats[k]);
   st->storage_rounding = first->storage_rounding;
   int64_t max_ids = 0, max_unique = 0;
   int32_t rotation = 0;
@@ -161,8 +168,8 @@ static int stack_explicit(scps_layout *l, int *order, scps_error *err) {
           !same_storage(sa, sb)) {
         rc = scps_error_set(err, SCPS_EINVAL,
                             "stack '%s': table '%s' differs from table '%s' in optimizer, "
-                            "combiner, clipping or storage (storage_format '%s' and '%s'); a stack's tables "
-                            "must share them",
+                            "combiner, clipping or storage (storage_format '%s' and '%s', storage_rounding, "
+                            "slot_formats); a stack's tables must share them",
                             sa->stack, sb->name, sa->name, sb->storage_format[0] ? sb->storage_format : "float32",
                             sa->storage_format[0] ? sa->storage_format : "float32");
         break;
@@ -344,9 +351,15 @@ int64_t scps__layout_rows_held(const scps_layout *l, int t, int32_t sc) {
 
 int64_t scps__layout_stack_bytes_per_sc(const scps_layout *l, int stack) {
   const scps_stack_layout *st = &l->stacks[stack];
-  const int64_t rows = scps__hbm_footprint(st->rows_per_sc * scps__layout_row_bytes(l, stack));
-  const int64_t slot = scps__hbm_footprint(st->rows_per_sc * st->dim * (int64_t)sizeof(float));
-  return rows + slot * scps__optimizer_num_slots(st->optimizer.type);
+  int64_t bytes = scps__hbm_footprint(st->rows_per_sc * scps__layout_row_bytes(l, stack));
+  for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type); k++)
+    bytes += scps__hbm_footprint(st->rows_per_sc * scps__layout_slot_row_bytes(l, stack, k));
+  return bytes;
+}
+
+int64_t scps__layout_slot_row_bytes(const scps_layout *l, int stack, int slot) {
+  const scps_stack_layout *st = &l->stacks[stack];
+  return (int64_t)scps__storage_row_bytes(&st->slot_storage[slot], (size_t)st->dim);
 }
 
 int64_t scps__layout_row_bytes(const scps_layout *l, int stack) {

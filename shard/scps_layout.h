@@ -39,6 +39,7 @@ typedef struct scps_stack_layout {
   scps_optimizer_spec optimizer;
   scps_combiner combiner;
   scps_storage_format storage;     /* its tables' storage_format */
+  scps_storage_format slot_storage[SCPS_MAX_SLOTS]; /* slot_formats */
   scps_rounding storage_rounding;  /* and storage_rounding */
   int32_t max_ids_per_partition;
   int32_t max_unique_ids_per_partition;
@@ -107,5 +108,8 @@ int64_t scps__layout_stack_bytes_per_sc(const scps_layout *l, int stack);
 /* Bytes one row of the stack takes in its storage format
  * (scps__storage_row_bytes of its dim). */
 int64_t scps__layout_row_bytes(const scps_layout *l, int stack);
+
+/* The same for slot k's format. */
+int64_t scps__layout_slot_row_bytes(const scps_layout *l, int stack, int slot);
 
 #endif

@@ -100,6 +100,10 @@ typedef struct scps_table_spec {
    * rounding of updates into it. */
   char storage_format[SCPS_STORAGE_NAME_MAX];
   scps_rounding storage_rounding;
+  /* Format of each optimizer slot k, in scps__optimizer_slot_name order
+   * ("" = float32; "" past the optimizer's slots); updates round into them
+   * as into storage_format. */
+  char slot_formats[SCPS_MAX_SLOTS][SCPS_STORAGE_NAME_MAX];
 } scps_table_spec;
 
 typedef struct scps_feature_spec {
@@ -155,8 +159,8 @@ int scps__find_feature(const scps_feature_spec *features, int n_features, const 
 /* A table spec reduced to what it means: the optimizer hyper-parameters its
  * type does not read (scps.proto OptimizerSpec), the initializer fields its
  * type does not read and clip_min/clip_max without clip are set to 0, the
- * storage format named canonically ("" for float32, whose rounding is then
- * 0: nothing is rounded), so
+ * storage formats named canonically ("" for float32; the rounding is 0
+ * when rows and slots are all float32: nothing is rounded), so
  * two declarations that serve the same tables compare (and fingerprint)
  * equal. */
 void scps__table_spec_canonical(scps_table_spec *t);
