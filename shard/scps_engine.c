@@ -276,21 +276,6 @@ uint8_t *scps__engine_codes(scps_engine *e, int stack, int32_t local_sc, int arr
   return shard_of(e, stack, local_sc)->codes[array];
 }
 
-int scps__engine_check_float32(const scps_engine *e, const char *what, scps_error *err) {
-  for (int s = 0; s < e->layout->n_stacks; s++)
-    for (int a = 0; a <= scps__optimizer_num_slots(e->layout->stacks[s].optimizer.type); a++) {
-      if (codec_of(e, s, a)->f.kind == SCPS_STORAGE_F32) continue;
-      char name[SCPS_STORAGE_NAME_MAX];
-      scps__storage_name(&codec_of(e, s, a)->f, name, sizeof name);
-      return scps_error_set(err, SCPS_EINVAL,
-                            "%s: stack '%s' keeps its %s in storage format '%s'; only float32 rows and slots can be "
-                            "checkpointed",
-                            what, e->layout->stacks[s].name,
-                            a ? scps__optimizer_slot_name(e->layout->stacks[s].optimizer.type, a - 1) : "rows", name);
-    }
-  return 0;
-}
-
 const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack, int array) {
   return codec_of(e, stack, array);
 }

@@ -129,11 +129,6 @@ float *scps__engine_slot(scps_engine *e, int stack, int32_t local_sc, int slot);
 uint8_t *scps__engine_codes(scps_engine *e, int stack, int32_t local_sc, int array);
 const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack, int array);
 
-/* 0 when every stack keeps its rows and slots in float32; otherwise
- * SCPS_EINVAL naming `what` (which needs float32 arrays), the first other
- * stack, the array and its storage format. */
-int scps__engine_check_float32(const scps_engine *e, const char *what, scps_error *err);
-
 /* How an update rounds row `row` of the stack's shard on local_sc into its
  * storage (array 0: the row, 1 + k: slot k) at step->step: to nearest, or
  * stochastically with a seed made from the stack's name, the step and the

@@ -2,13 +2,19 @@
  * validation and fingerprints, stacking, the engine's rows in eXmY and
  * bfloat16 against the double-precision reference codec, updates as decode,
  * float32 optimizer and stochastic re-encode, and the SparseCore memory
- * check counting the smaller rows. */
+ * check counting the smaller rows; checkpoints in and between the formats. */
+#define _XOPEN_SOURCE 700
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <ftw.h>
+#include <sys/stat.h>
+
 #include "scps_bf16.h"
+#include "scps_checkpoint.h"
+#include "scps_checkpoint_export.h"
 #include "scps_engine.h"
 #include "scps_fingerprint.h"
 #include "scps_jsonw.h"
@@ -74,6 +80,7 @@ static void make_specs(scps_optimizer_type opt, const char *format, scps_roundin
     snprintf(features[i].name, sizeof features[i].name, "x%s", names[i]);
     snprintf(features[i].table, sizeof features[i].table, "%s", names[i]);
     features[i].batch_size = BATCH;
+    features[i].output_dim = DIM;
   }
   snprintf(tables[0].storage_format, sizeof tables[0].storage_format, "%s", format);
   tables[0].storage_rounding = rounding;
@@ -191,16 +198,21 @@ typedef struct engine1 {
 
 static void engine1_destroy(engine1 *x);
 
-static int engine1_create(engine1 *x, int64_t mem, scps_error *err) {
+/* The engine of process 0 of topology topo for the specs. */
+static int engine1_create_on(engine1 *x, const scps_topology *topo, scps_error *err) {
   memset(x, 0, sizeof *x);
-  scps_topology topo = {1, 2, mem};
-  int rc = scps__layout_create(tables, 2, features, 2, &topo, NULL, &x->l, err);
+  int rc = scps__layout_create(tables, 2, features, 2, topo, NULL, &x->l, err);
   if (!rc) rc = scps__engine_create(x->l, 0, &x->e, err);
   if (!rc) {
     x->qs = x->l->tables[0].stack;
     x->fs = x->l->tables[1].stack;
   }
   return rc;
+}
+
+static int engine1_create(engine1 *x, int64_t mem, scps_error *err) {
+  const scps_topology topo = {1, 2, mem};
+  return engine1_create_on(x, &topo, err);
 }
 
 /* make_specs, then the engine of one process of two SparseCores; false
@@ -620,16 +632,169 @@ static void test_capacity(void) {
   }
 }
 
-/* Checkpoints of non-float32 rows are refused (for now) rather than
- * written wrong. */
-static void test_checkpoint_guard(void) {
+/* ---- checkpoints in the storage formats ---- */
+
+static char tmp_root[256];
+
+static int rm_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+  (void)st, (void)flag, (void)ftw;
+  return remove(path);
+}
+
+/* q (Adagrad) with its rows in `rows` and its accumulator in `slot`; f as
+ * made (float32). */
+static bool engine_as(engine1 *x, const char *rows, const char *slot, int32_t scs) {
   scps_error err;
+  make_specs(SCPS_OPT_ADAGRAD, rows, SCPS_ROUNDING_STOCHASTIC);
+  snprintf(tables[0].slot_formats[0], sizeof tables[0].slot_formats[0], "%s", slot);
+  const scps_topology topo = {1, scs, 1 << 22};
+  CHECK_OK(engine1_create_on(x, &topo, &err), &err);
+  if (x->e) return true;
+  engine1_destroy(x);
+  return false;
+}
+
+/* Every id's row and accumulator of both tables, as read_row gives them. */
+static float *read_all(const engine1 *x) {
+  float *v = malloc(sizeof(float) * 2 * VOCAB * 2 * DIM);
+  scps_error err;
+  for (int t = 0; t < 2; t++)
+    for (int64_t id = 0; id < VOCAB; id++) {
+      float *at = v + ((size_t)t * VOCAB + (size_t)id) * 2 * DIM;
+      CHECK_OK(scps__engine_read_row(x->e, t, id, at, at + DIM, &err), &err);
+    }
+  return v;
+}
+
+/* Whether two engines of the same layout hold the same codes in every array. */
+static bool same_codes(engine1 *a, engine1 *b) {
+  bool same = true;
+  for (int s = 0; s < a->l->n_stacks; s++)
+    for (int a_ = 0; a_ <= scps__optimizer_num_slots(a->l->stacks[s].optimizer.type); a_++)
+      for (int32_t k = 0; k < 2; k++)
+        same &= !memcmp(scps__engine_codes(a->e, s, k, a_), scps__engine_codes(b->e, s, k, a_),
+                        (size_t)a->l->stacks[s].rows_per_sc * scps__engine_codec(a->e, s, a_)->row_bytes);
+  return same;
+}
+
+static int load_into(const char *dir, engine1 *x) {
+  scps_checkpoint *c = NULL;
+  scps_error err;
+  int rc = scps__checkpoint_open(dir, &c, &err);
+  if (!rc) rc = scps__checkpoint_load(c, x->e, NULL, &err);
+  CHECKF(rc == 0, "load of %s: %s", dir, rc ? err.msg : "");
+  scps__checkpoint_close(c);
+  return rc;
+}
+
+/* dir restored into an engine with q's arrays in rows and slot on scs
+ * SparseCores holds `want` (read_all's); it is then saved under save_root
+ * when that is not NULL. */
+static void check_restore(const char *dir, const char *rows, const char *slot, int32_t scs, const float *want,
+                          const char *save_root) {
   engine1 x;
-  if (!engine1_open(&x, SCPS_OPT_SGD, "e4m3", SCPS_ROUNDING_STOCHASTIC)) return;
-  CHECK(scps__engine_shard(x.e, x.qs, 0) == NULL && scps__engine_shard(x.e, x.fs, 0) != NULL);
-  CHECK(scps__engine_check_float32(x.e, "checkpoint", &err) == SCPS_EINVAL);
-  CHECKF(strstr(err.msg, "e4m3") && strstr(err.msg, "checkpoint"), "%s", err.msg);
+  if (!engine_as(&x, rows, slot, scs)) return;
+  if (!load_into(dir, &x)) {
+    float *got = read_all(&x);
+    CHECKF(!memcmp(got, want, sizeof(float) * 2 * VOCAB * 2 * DIM), "%s into '%s'/'%s' on %d SparseCores", dir, rows,
+           slot, (int)scs);
+    free(got);
+    scps_error err;
+    if (save_root) CHECK_OK(scps__checkpoint_save(x.e, save_root, 5, NULL, NULL, &err), &err);
+  }
   engine1_destroy(&x);
+}
+
+static void test_checkpoints(void) {
+  snprintf(tmp_root, sizeof tmp_root, "%s/scps_storage_XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
+  if (!mkdtemp(tmp_root)) {
+    CHECK(!"mkdtemp");
+    return;
+  }
+  char root[300], dir1[400], dir2[400], dir3[400];
+  snprintf(root, sizeof root, "%s/r1", tmp_root);
+  scps_error err;
+  engine1 a, b, e5;
+  if (!engine_as(&a, "e4m3", "bfloat16", 2)) return;
+  /* Rows and slots away from their initial values. */
+  for (int t = 0; t < 3; t++)
+    for (int32_t k = 0; k < 2; k++) {
+      parts p;
+      make_parts(a.e, a.qs, &p);
+      const size_t n = (size_t)a.l->stacks[a.qs].total_sample_count * DIM;
+      float *g = malloc(n * sizeof(float));
+      for (size_t i = 0; i < n; i++) g[i] = (float)((int)((i * 7 + (size_t)t) % 13) - 6) * 0.1f;
+      scps__engine_update(a.e, a.qs, k, &p.coo[k], g, &(scps_step){.step = t, .learning_rate = -1});
+      free(g);
+    }
+  float *want = read_all(&a);
+  CHECK_OK(scps__checkpoint_save(a.e, root, 5, NULL, NULL, &err), &err);
+  scps__ckpt_manifest_step_dir(root, 5, dir1, sizeof dir1);
+  char name[SCPS_CKPT_NAME_CAP], path[600];
+  struct stat sb;
+  scps__ckpt_manifest_data_name(a.qs, 1, name);
+  snprintf(path, sizeof path, "%s/%s", dir1, name);
+  const int64_t rows = a.l->stacks[a.qs].rows_per_sc;
+  CHECKF(stat(path, &sb) == 0 && sb.st_size == rows * (DIM + 1 + 2 * DIM), "%s: %lld bytes, expected %lld", path,
+         (long long)sb.st_size, (long long)(rows * (DIM + 1 + 2 * DIM)));
+
+  /* The same formats: byte for byte. */
+  if (engine_as(&b, "e4m3", "bfloat16", 2)) {
+    if (!load_into(dir1, &b)) CHECK(same_codes(&a, &b));
+    engine1_destroy(&b);
+  }
+  /* float32: the decoded values; saved, and restored into e4m3 and
+   * bfloat16 again, a's values (rounding to nearest is exact; a row's
+   * scale may come out smaller for the same values). */
+  snprintf(root, sizeof root, "%s/r2", tmp_root);
+  check_restore(dir1, "", "", 2, want, root);
+  scps__ckpt_manifest_step_dir(root, 5, dir2, sizeof dir2);
+  check_restore(dir2, "e4m3", "bfloat16", 2, want, NULL);
+  /* A narrower format: each row rounded to nearest from the decoded one. */
+  if (engine_as(&e5, "e5m2", "e4m3", 2)) {
+    if (!load_into(dir1, &e5)) {
+      float *got = read_all(&e5);
+      int wrong = 0;
+      for (int64_t id = 0; id < VOCAB; id++)
+        for (int a_ = 0; a_ < 2; a_++) {
+          const scps_storage_codec *cd = scps__engine_codec(e5.e, e5.qs, a_);
+          uint8_t codes[4 * DIM + 1];
+          float r[DIM];
+          CHECK_OK(scps__storage_encode_row(cd, want + (size_t)id * 2 * DIM + (size_t)a_ * DIM, codes, NULL, &err),
+                   &err);
+          scps__storage_decode_row(cd, codes, r);
+          wrong += memcmp(r, got + (size_t)id * 2 * DIM + (size_t)a_ * DIM, sizeof r) != 0;
+        }
+      CHECKF(wrong == 0, "%d rows differ from rounding to e5m2/e4m3", wrong);
+      free(got);
+    }
+    engine1_destroy(&e5);
+  }
+  /* Another topology, the same formats: the same values. */
+  check_restore(dir1, "e4m3", "bfloat16", 3, want, NULL);
+  /* Converted offline to float32: declares it and holds the decoded values. */
+  scps_checkpoint_format_change ch[2] = {{"q", "", "float32"}, {"q", "accumulator", "float32"}};
+  snprintf(root, sizeof root, "%s/r3", tmp_root);
+  CHECK_OK(scps__checkpoint_export_as(dir1, NULL, ch, 2, root, NULL, &err), &err);
+  scps__ckpt_manifest_step_dir(root, 5, dir3, sizeof dir3);
+  scps_checkpoint *ck = NULL;
+  CHECK_OK(scps__checkpoint_open(dir3, &ck, &err), &err);
+  if (ck) {
+    const scps_table_spec *ts;
+    const scps_feature_spec *fs;
+    int nt, nf;
+    scps__checkpoint_specs(ck, &ts, &nt, &fs, &nf);
+    CHECK(nt == 2 && !ts[0].storage_format[0] && !ts[0].slot_formats[0][0]);
+    scps__checkpoint_close(ck);
+  }
+  check_restore(dir3, "", "", 2, want, NULL);
+  ch[0] = (scps_checkpoint_format_change){"q", "velocity", "e4m3"};
+  snprintf(root, sizeof root, "%s/r4", tmp_root);
+  CHECK(scps__checkpoint_export_as(dir1, NULL, ch, 1, root, NULL, &err) == SCPS_EINVAL);
+  CHECKF(strstr(err.msg, "'q'") && strstr(err.msg, "'velocity'"), "%s", err.msg);
+  free(want);
+  engine1_destroy(&a);
+  nftw(tmp_root, rm_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
 int main(void) {
@@ -643,6 +808,6 @@ int main(void) {
   test_slot_formats();
   test_stochastic_vs_nearest();
   test_capacity();
-  test_checkpoint_guard();
+  test_checkpoints();
   return scps_test_finish("test_storage");
 }
