@@ -136,6 +136,16 @@ void scps__table_spec_to_pb(const scps_table_spec *t, scps_table_pb *out) {
   out->msg.clip_min = t->clip_min;
   out->msg.clip_max = t->clip_max;
   out->msg.stack = (char *)t->stack;
+  out->msg.storage_format = (char *)t->storage_format;
+  out->msg.storage_rounding = (Scps__V1__StorageRounding)t->storage_rounding;
+  /* Up to the last slot with a format: the ones before it may be "". */
+  size_t n = 0;
+  for (int k = 0; k < SCPS_MAX_SLOTS; k++) {
+    out->slot_formats[k] = (char *)t->slot_formats[k];
+    if (t->slot_formats[k][0]) n = (size_t)k + 1;
+  }
+  out->msg.n_slot_formats = n;
+  out->msg.slot_formats = out->slot_formats;
 }
 
 void scps__feature_spec_to_pb(const scps_feature_spec *f, Scps__V1__FeatureSpec *out) {
@@ -312,6 +322,22 @@ int scps__table_spec_from_pb(const Scps__V1__TableSpec *pb, scps_table_spec *out
   out->clip = pb->clip;
   FINITE_FROM_PB("", clip_min);
   FINITE_FROM_PB("", clip_max);
+  const char *storage = pb->storage_format ? pb->storage_format : "";
+  if (strlen(storage) >= sizeof out->storage_format)
+    return scps_error_set(err, SCPS_EINVAL, "table '%s': storage_format '%.32s...' is not a storage format name",
+                          table, storage);
+  snprintf(out->storage_format, sizeof out->storage_format, "%s", storage);
+  out->storage_rounding = (scps_rounding)pb->storage_rounding;
+  if (pb->n_slot_formats > SCPS_MAX_SLOTS)
+    return scps_error_set(err, SCPS_EINVAL, "table '%s': slot_formats has %zu entries; no optimizer has more than %d slots",
+                          table, pb->n_slot_formats, SCPS_MAX_SLOTS);
+  for (size_t k = 0; k < pb->n_slot_formats; k++) {
+    const char *f = pb->slot_formats[k] ? pb->slot_formats[k] : "";
+    if (strlen(f) >= sizeof out->slot_formats[k])
+      return scps_error_set(err, SCPS_EINVAL, "table '%s': slot_formats[%zu] '%.32s...' is not a storage format name",
+                            table, k, f);
+    snprintf(out->slot_formats[k], sizeof out->slot_formats[k], "%s", f);
+  }
   return 0;
 }
 

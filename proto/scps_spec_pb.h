@@ -41,6 +41,7 @@ typedef struct scps_table_pb {
   Scps__V1__TableSpec msg;
   Scps__V1__InitializerSpec initializer;
   Scps__V1__OptimizerSpec optimizer;
+  char *slot_formats[SCPS_MAX_SLOTS];
 } scps_table_pb;
 
 /* A whole ClusterSpec; msg is the message to pack. */

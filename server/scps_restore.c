@@ -13,15 +13,11 @@
 #include "scps_saver.h"
 
 /* The part's cluster is this process's: same topology and specs, which is
- * what the config_fingerprint digests. */
+ * what the config_fingerprint digests, but for storage formats, which the
+ * load converts. */
 bool scps__restore_part_of_ours(const scps_server *s, const scps_checkpoint *ck, char *diff, size_t len) {
-  const scps_table_spec *t;
-  const scps_feature_spec *f;
-  int nt, nf;
-  scps__checkpoint_specs(ck, &t, &nt, &f, &nf);
-  return !scps__specs_diff(scps__checkpoint_topology(ck), t, nt, f, nf, &s->opts.topology, s->tables,
-                          s->opts.n_tables, s->features, s->opts.n_features, "checkpoint", "this process", diff,
-                          len);
+  return !scps__checkpoint_specs_diff(ck, &s->opts.topology, s->tables, s->opts.n_tables, s->features,
+                                     s->opts.n_features, "this process", diff, len);
 }
 
 /* ------------------------------------------------------------ the load */

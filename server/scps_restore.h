@@ -15,8 +15,9 @@ struct scps_server;
 struct scps_call;
 
 /* Whether a part of a checkpoint is of this process's cluster (same
- * topology and specs, what the config_fingerprint digests); if not, diff
- * says how it differs. */
+ * topology and specs, what the config_fingerprint digests, but for the
+ * storage formats, which a load converts); if not, diff says how it
+ * differs. */
 bool scps__restore_part_of_ours(const struct scps_server *s, const scps_checkpoint *ck, char *diff, size_t len);
 
 /* Runs a queued Restore on the save thread, entered and left with the

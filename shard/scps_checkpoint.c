@@ -53,7 +53,6 @@ static int save_file(void *arg, int i, scps_error *err) {
   const scps_layout *l = scps__engine_layout(x->e);
   const scps_stack_layout *st = &l->stacks[f->stack];
   const int32_t ls = f->sc - scps__engine_process_index(x->e) * l->topology.sc_per_process;
-  const size_t region = (size_t)scps__ckpt_manifest_layout_region_bytes(st);
   const int slots = scps__optimizer_num_slots(st->optimizer.type);
   scps_ckpt_file_writer o = {.fd = -1};
   int rc = scps__ckpt_file_create_at(&o, x->dirfd, x->dir, f->name, err);
@@ -65,16 +64,17 @@ static int save_file(void *arg, int i, scps_error *err) {
     const void *data = scps__checkpoint_snapshot_file(x->snap, i, &len);
     rc = scps__ckpt_file_write(&o, data, len, &h, err);
   } else {
-    rc = scps__ckpt_file_write(&o, scps__engine_shard(x->e, f->stack, ls), region, &h, err);
-    for (int k = 0; k < slots && !rc; k++)
-      rc = scps__ckpt_file_write(&o, scps__engine_slot(x->e, f->stack, ls, k), region, &h, err);
+    /* Each array as the engine keeps it, in its storage format. */
+    for (int a = 0; a <= slots && !rc; a++)
+      rc = scps__ckpt_file_write(&o, scps__engine_codes(x->e, f->stack, ls, a),
+                                (size_t)scps__ckpt_manifest_layout_region_bytes(st, a), &h, err);
   }
   if (!rc) rc = scps__ckpt_file_sync(&o, err);
   if (rc) {
     scps__ckpt_file_abort(&o);
     return rc;
   }
-  f->bytes = (int64_t)region * (1 + slots);
+  f->bytes = scps__ckpt_manifest_layout_shard_bytes(st);
   f->xxh64 = scps__hash64_digest(&h);
   return 0;
 }
@@ -376,8 +376,15 @@ typedef struct load_ctx {
   int32_t p, S;
   int region;
   const int *engine_table; /* [specs->n_tables]: checkpoint spec index -> engine table */
+  const char *nan_table;   /* a row that holds NaN, which no narrower format encodes */
+  int64_t nan_id;
+  char nan_format[SCPS_STORAGE_NAME_MAX];
 } load_ctx;
 
+/* Row `id` of a table (decoded from the checkpoint's format) into the
+ * engine's array, encoded in the engine's format where that is not float32:
+ * rounded to nearest, which gives back the same codes when the formats
+ * are the same. */
 static void load_row(void *arg, const scps_ckpt_table *t, int64_t id, const float *row) {
   load_ctx *x = arg;
   const scps_layout *l = x->l;
@@ -386,10 +393,21 @@ static void load_row(void *arg, const scps_ckpt_table *t, int64_t id, const floa
   if (scps__layout_process_of_sc(l, sc) != x->p) return;
   int stack = l->tables[te].stack;
   int32_t ls = sc - x->p * x->S;
-  float *base = x->region == 0 ? scps__engine_shard(x->e, stack, ls)
-                               : scps__engine_slot(x->e, stack, ls, x->region - 1);
-  size_t off = (size_t)scps__layout_local_row(l, te, id) * (size_t)l->stacks[stack].dim;
-  memcpy(base + off, row, sizeof(float) * (size_t)l->table_specs[te].embedding_dim);
+  const size_t local = (size_t)scps__layout_local_row(l, te, id), width = (size_t)l->table_specs[te].embedding_dim;
+  const scps_storage_codec *c = scps__engine_codec(x->e, stack, x->region);
+  uint8_t *dst = scps__engine_codes(x->e, stack, ls, x->region) + local * c->row_bytes;
+  if (c->f.kind == SCPS_STORAGE_F32) {
+    memcpy(dst, row, sizeof(float) * width);
+    return;
+  }
+  float v[SCPS_DIM_MAX];
+  scps__storage_decode_row(c, dst, v); /* the engine row's other columns, kept */
+  memcpy(v, row, sizeof(float) * width);
+  if (scps__storage_encode_row(c, v, dst, NULL, NULL) && !x->nan_table) {
+    x->nan_table = l->table_specs[te].name;
+    x->nan_id = id;
+    scps__storage_name(&c->f, x->nan_format, sizeof x->nan_format);
+  }
 }
 
 static int load_rows(void *arg, const scps_checkpoint *c, int stack, int32_t sc, int region,
@@ -397,6 +415,45 @@ static int load_rows(void *arg, const scps_checkpoint *c, int stack, int32_t sc,
   load_ctx *x = arg;
   x->region = region;
   scps__ckpt_data_ids(c, stack, sc, first, n, data, load_row, x);
+  if (x->nan_table)
+    return scps_error_set(err, SCPS_EINVAL,
+                          "checkpoint '%s': table '%s' id %lld holds NaN in %s, which storage format '%s' cannot hold",
+                          c->dir, x->nan_table, (long long)x->nan_id, region ? "a slot" : "its row", x->nan_format);
+  return 0;
+}
+
+int scps__checkpoint_specs_diff(const scps_checkpoint *c, const scps_topology *topology,
+                               const scps_table_spec *tables, int n_tables, const scps_feature_spec *features,
+                               int n_features, const char *name, char *msg, size_t len) {
+  const scps_workload *w = c->specs;
+  scps_table_spec *t = malloc(sizeof *t * (size_t)(w->n_tables ? w->n_tables : 1));
+  if (!t) {
+    snprintf(msg, len, "out of memory");
+    return 1;
+  }
+  for (int i = 0; i < w->n_tables; i++) {
+    t[i] = w->tables[i];
+    const int k = scps__find_table(tables, n_tables, t[i].name);
+    if (k < 0) continue;
+    memcpy(t[i].storage_format, tables[k].storage_format, sizeof t[i].storage_format);
+    memcpy(t[i].slot_formats, tables[k].slot_formats, sizeof t[i].slot_formats);
+    t[i].storage_rounding = tables[k].storage_rounding;
+  }
+  const int differ = scps__specs_diff(&c->topology, t, w->n_tables, w->features, w->n_features,
+                                     topology ? topology : &c->topology, tables, n_tables, features, n_features,
+                                     "checkpoint", name, msg, len);
+  free(t);
+  return differ;
+}
+
+/* The checkpoint's specs and the engine's are the same declaration but for
+ * the storage formats (a restore converts between those); otherwise
+ * SCPS_EMISMATCH naming the first difference. */
+static int specs_match(const scps_checkpoint *c, const scps_layout *l, scps_error *err) {
+  char msg[512];
+  if (scps__checkpoint_specs_diff(c, NULL, l->table_specs, l->n_tables, l->feature_specs, l->n_features, "engine",
+                                 msg, sizeof msg))
+    return scps_error_set(err, SCPS_EMISMATCH, "checkpoint '%s' does not match the engine's specs: %s", c->dir, msg);
   return 0;
 }
 
@@ -428,10 +485,18 @@ static int load_direct(const scps_checkpoint *c, scps_engine *e, int stack, int3
   scps_ckpt_file_reader r;
   int rc = scps__ckpt_data_open(c, stack, sc, &r, err);
   if (rc) return rc;
-  rc = scps__ckpt_file_next(&r, scps__engine_shard(e, stack, ls), (size_t)scps__ckpt_manifest_region_bytes(st), err);
-  for (int k = 0; k < st->num_slots && !rc; k++)
-    rc = scps__ckpt_file_next(&r, scps__engine_slot(e, stack, ls, k), (size_t)scps__ckpt_manifest_region_bytes(st), err);
+  for (int a = 0; a <= st->num_slots && !rc; a++)
+    rc = scps__ckpt_file_next(&r, scps__engine_codes(e, stack, ls, a), (size_t)scps__ckpt_manifest_region_bytes(st, a),
+                             err);
   return scps__ckpt_file_close(&r, rc, err);
+}
+
+/* Whether stack's shards are stored in the checkpoint in the formats the
+ * engine keeps them in, so that its files load byte for byte. */
+static bool same_formats(const scps_checkpoint *c, const scps_engine *e, int stack) {
+  for (int a = 0; a <= c->stacks[stack].num_slots; a++)
+    if (!scps__storage_equal(&c->stacks[stack].formats[a], &scps__engine_codec(e, stack, a)->f)) return false;
+  return true;
 }
 
 typedef struct load_job {
@@ -441,17 +506,22 @@ typedef struct load_job {
   const int *engine_table;
 } load_job;
 
-static int load_direct_one(void *arg, int i, scps_error *err) {
-  load_job *j = arg;
-  return load_direct(j->c, j->e, i / j->S, i % j->S, err);
-}
-
 static int load_resharded_one(void *arg, int i, scps_error *err) {
   load_job *j = arg;
   const scps_layout *l = scps__engine_layout(j->e);
   load_ctx x = {.e = j->e, .l = l, .p = scps__engine_process_index(j->e), .S = j->S,
                 .engine_table = j->engine_table};
   return scps__ckpt_data_stream_one(j->c, i, load_rows, &x, err);
+}
+
+/* The engine's shard i (stack i / S, local SparseCore i % S) from its file:
+ * byte for byte, or row by row where the formats differ. */
+static int load_direct_one(void *arg, int i, scps_error *err) {
+  load_job *j = arg;
+  const int stack = i / j->S;
+  const int32_t ls = i % j->S;
+  if (same_formats(j->c, j->e, stack)) return load_direct(j->c, j->e, stack, ls, err);
+  return load_resharded_one(arg, stack * j->c->num_sc + scps__engine_process_index(j->e) * j->S + ls, err);
 }
 
 /* A part's checkpoint has only its own process's files: the others are
@@ -466,37 +536,32 @@ int scps__checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpo
                          scps_error *err) {
   double t0 = scps__clock_s();
   const scps_layout *l = scps__engine_layout(e);
-  char msg[512];
   const scps_workload *w = c->specs;
-  if (scps__specs_diff(&l->topology, w->tables, w->n_tables, w->features, w->n_features,
-                      &l->topology, l->table_specs, l->n_tables, l->feature_specs, l->n_features,
-                      "checkpoint", "engine", msg, sizeof msg))
-    return scps_error_set(err, SCPS_EMISMATCH, "checkpoint '%s' does not match the engine's specs: %s",
-                          c->dir, msg);
+  int rc = specs_match(c, l, err);
+  if (rc) return rc;
   const int32_t S = l->topology.sc_per_process, p = scps__engine_process_index(e);
   if (c->is_part && (c->part_process != p || !same_placement(c, l)))
     return scps_error_set(err, SCPS_EMISMATCH,
                           "checkpoint '%s': only process %d's part was opened; it loads only into process %d of "
                           "the same topology and stacking",
                           c->dir, c->part_process, c->part_process);
-  load_job j = {.c = c, .e = e, .S = S};
+  int *engine_table = calloc((size_t)w->n_tables, sizeof *engine_table);
+  if (!engine_table) return scps_error_set(err, SCPS_ENOMEM, "checkpoint load: out of memory");
+  for (int i = 0; i < w->n_tables; i++) engine_table[i] = scps__find_table(l->table_specs, l->n_tables, w->tables[i].name);
+  load_job j = {.c = c, .e = e, .S = S, .engine_table = engine_table};
   int64_t bytes = 0;
-  int files = 0, rc = 0;
+  int files = 0;
   if (same_placement(c, l)) {
     files = c->n_stacks * S;
     rc = scps__ckpt_file_for_each(files, load_direct_one, &j, err);
     for (int s = 0; s < c->n_stacks; s++)
       for (int32_t ls = 0; ls < S; ls++) bytes += scps__ckpt_data_file_of(c, s, p * S + ls)->bytes;
   } else {
-    int *engine_table = calloc((size_t)w->n_tables, sizeof *engine_table);
-    if (!engine_table) return scps_error_set(err, SCPS_ENOMEM, "checkpoint load: out of memory");
-    for (int i = 0; i < w->n_tables; i++) engine_table[i] = scps__find_table(l->table_specs, l->n_tables, w->tables[i].name);
-    j.engine_table = engine_table;
     files = c->n_stacks * c->num_sc;
     rc = scps__ckpt_file_for_each(files, load_resharded_one, &j, err);
     for (int i = 0; i < files; i++) bytes += c->files[i].bytes;
-    free(engine_table);
   }
+  free(engine_table);
   /* What the engine knew of its values (to prove updates finite) is stale. */
   scps__engine_values_written(e);
   if (!rc && stats) {

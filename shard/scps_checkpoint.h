@@ -4,7 +4,8 @@
 /* On disk a checkpoint of step s is the directory ROOT/step-<s, 12 digits>/.
  * Process p writes one data file per (stack, global SparseCore) it owns,
  * "<stack index>.sc<global sc>.bin" = the shard's rows then each slot
- * ([rows_per_sc x dim] little-endian float32 each, padding included), and
+ * (rows_per_sc rows of dim values each, padding included, in the storage
+ * format its tables declare: little-endian float32 by default), and
  * last its manifest "manifest.p<p>.json": format version, step, topology,
  * the configuration fingerprint of the cluster that wrote it (when the
  * writer gave one: scps__checkpoint_save_at), the specs in the workload-file
@@ -95,11 +96,23 @@ void scps__checkpoint_specs(const scps_checkpoint *c, const scps_table_spec **ta
 int scps__checkpoint_limits_of(const scps_checkpoint *c, const char *stack, int32_t *max_ids,
                               int32_t *max_unique_ids);
 
+/* scps__specs_diff of the checkpoint's specs and the given ones (labelled
+ * "checkpoint" and name), but for the tables' storage formats, which a load
+ * converts: 0 when they are one declaration. topology: compared with the
+ * checkpoint's, or NULL to leave topologies aside. */
+int scps__checkpoint_specs_diff(const scps_checkpoint *c, const scps_topology *topology,
+                               const scps_table_spec *tables, int n_tables, const scps_feature_spec *features,
+                               int n_features, const char *name, char *msg, size_t len);
+
 /* Fills the engine's rows and slots from the checkpoint. The engine's specs
- * must equal the checkpoint's (SCPS_EMISMATCH naming the first difference,
- * scps__specs_diff); its topology may differ: every (table, id) row and its
- * slots land where the engine's layout puts them, so P x S -> P' x S' is
- * exact. Every file read is checked against its size and checksum; a
+ * must equal the checkpoint's but for storage formats (SCPS_EMISMATCH naming
+ * the first difference, scps__specs_diff); its topology may differ: every
+ * (table, id) row and its slots land where the engine's layout puts them, so
+ * P x S -> P' x S' is exact. Rows and slots saved in another storage format
+ * than the engine's are decoded and rounded to the nearest value of the
+ * engine's (exact when the engine's format holds every value of the
+ * checkpoint's; a NaN that the engine's format cannot hold gives
+ * SCPS_EINVAL naming the table and id). Every file read is checked against its size and checksum; a
  * mismatch gives SCPS_ECORRUPT naming the file, and the engine's contents
  * are then unspecified (the caller must not serve from it). */
 int scps__checkpoint_load(const scps_checkpoint *c, scps_engine *e, scps_checkpoint_stats *stats,

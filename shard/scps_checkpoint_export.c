@@ -9,6 +9,7 @@
 #include "scps_ckpt_data.h"
 #include "scps_ckpt_file.h"
 #include "scps_clock.h"
+#include "scps_hbm.h"
 #include "scps_layout.h"
 
 typedef struct export_ctx {
@@ -108,13 +109,52 @@ int scps__checkpoint_export_table(const scps_checkpoint *c, const char *table, i
 
 /* ---- another topology ---- */
 
+/* The checkpoint's table specs with the changes applied, into *out (the
+ * caller frees it). */
+static int changed_specs(const scps_checkpoint *c, const scps_checkpoint_format_change *changes, int n_changes,
+                         scps_table_spec **out, scps_error *err) {
+  const scps_workload *w = c->specs;
+  scps_table_spec *t = malloc(sizeof *t * (size_t)w->n_tables);
+  if (!t) return scps_error_set(err, SCPS_ENOMEM, "convert: out of memory");
+  memcpy(t, w->tables, sizeof *t * (size_t)w->n_tables);
+  *out = t;
+  for (int i = 0; i < n_changes; i++) {
+    const scps_checkpoint_format_change *ch = &changes[i];
+    const int k = scps__find_table(t, w->n_tables, ch->table);
+    scps_storage_format f;
+    if (k < 0) return scps_error_set(err, SCPS_EINVAL, "convert: checkpoint '%s' has no table '%s'", c->dir, ch->table);
+    if (scps__storage_parse(ch->format, &f, err)) return SCPS_EINVAL;
+    char *dst = t[k].storage_format;
+    if (ch->slot[0]) {
+      const scps_optimizer_type type = t[k].optimizer.type;
+      int s = 0;
+      while (s < scps__optimizer_num_slots(type) && strcmp(scps__optimizer_slot_name(type, s), ch->slot)) s++;
+      if (s == scps__optimizer_num_slots(type))
+        return scps_error_set(err, SCPS_EINVAL, "convert: table '%s' (%s) has no optimizer slot '%s'", ch->table,
+                              scps__optimizer_name(type), ch->slot);
+      dst = t[k].slot_formats[s];
+    }
+    if (f.kind == SCPS_STORAGE_F32) dst[0] = '\0';
+    else scps__storage_name(&f, dst, SCPS_STORAGE_NAME_MAX);
+  }
+  return 0;
+}
+
 int scps__checkpoint_export_topology(const char *dir, const scps_topology *to, const char *dst_root,
                                     scps_checkpoint_stats *stats, scps_error *err) {
+  return scps__checkpoint_export_as(dir, to, NULL, 0, dst_root, stats, err);
+}
+
+int scps__checkpoint_export_as(const char *dir, const scps_topology *to_or_null,
+                              const scps_checkpoint_format_change *changes, int n_changes, const char *dst_root,
+                              scps_checkpoint_stats *stats, scps_error *err) {
   double t0 = scps__clock_s();
-  int rc = scps__topology_validate(to, err);
+  int rc = to_or_null ? scps__topology_validate(to_or_null, err) : 0;
   if (rc) return rc;
   scps_checkpoint *c;
   if ((rc = scps__checkpoint_open(dir, &c, err))) return rc;
+  scps_topology same = c->topology;
+  const scps_topology *to = to_or_null ? to_or_null : &same;
   /* The conversion writes its step's directory under dst_root process by
    * process while it reads the source: into an existing one (the source's
    * own, when dst_root is its root) it would overwrite what it reads. */
@@ -129,7 +169,20 @@ int scps__checkpoint_export_topology(const char *dir, const scps_topology *to, c
   scps_layout *l = NULL;
   scps_checkpoint_limits *limits = NULL;
   scps_checkpoint_stats total = {0};
-  rc = scps__layout_create(w->tables, w->n_tables, w->features, w->n_features, to, NULL, &l, err);
+  scps_table_spec *tables = NULL;
+  rc = changed_specs(c, changes, n_changes, &tables, err);
+  if (!rc) rc = scps__layout_create(tables, w->n_tables, w->features, w->n_features, to, NULL, &l, err);
+  if (!rc && !to_or_null) {
+    /* The same topology, with SparseCores as large as wider formats need. */
+    int64_t need = 0;
+    for (int s = 0; s < l->n_stacks; s++) need += scps__layout_stack_bytes_per_sc(l, s) + SCPS_HBM_ALIGN;
+    if (need > same.sc_memory_bytes) {
+      same.sc_memory_bytes = need;
+      scps__layout_destroy(l);
+      l = NULL;
+      rc = scps__layout_create(tables, w->n_tables, w->features, w->n_features, to, NULL, &l, err);
+    }
+  }
   if (!rc && !(limits = calloc((size_t)l->n_stacks, sizeof *limits)))
     rc = scps_error_set(err, SCPS_ENOMEM, "convert: out of memory");
   for (int s = 0; !rc && s < l->n_stacks; s++) {
@@ -157,6 +210,7 @@ int scps__checkpoint_export_topology(const char *dir, const scps_topology *to, c
     stats->seconds = scps__clock_s() - t0;
   }
   free(limits);
+  free(tables);
   scps__layout_destroy(l);
   scps__checkpoint_close(c);
   return rc;

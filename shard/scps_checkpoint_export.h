@@ -19,4 +19,22 @@ int scps__checkpoint_export_table(const scps_checkpoint *c, const char *table, i
 int scps__checkpoint_export_topology(const char *dir, const scps_topology *to, const char *dst_root,
                                     scps_checkpoint_stats *stats, scps_error *err);
 
+/* One storage format change: table `table`'s rows (slot "") or its
+ * optimizer slot named `slot` to storage format `format`. */
+typedef struct scps_checkpoint_format_change {
+  char table[SCPS_NAME_MAX];
+  char slot[SCPS_NAME_MAX];
+  char format[SCPS_STORAGE_NAME_MAX];
+} scps_checkpoint_format_change;
+
+/* scps__checkpoint_export_topology for topology `to` (NULL: the
+ * checkpoint's) with the storage formats changed as listed, later changes
+ * of the same array winning: the specs written declare the new formats
+ * and the data is converted as a restore converts it (scps__checkpoint_load).
+ * Tables whose storage no longer matches their stack's other tables are
+ * stacked anew. A change naming no table or slot of the checkpoint, or no
+ * format, gives SCPS_EINVAL naming it. */
+int scps__checkpoint_export_as(const char *dir, const scps_topology *to, const scps_checkpoint_format_change *changes,
+                              int n_changes, const char *dst_root, scps_checkpoint_stats *stats, scps_error *err);
+
 #endif

@@ -18,7 +18,7 @@ struct scps_checkpoint_snapshot {
 
 static size_t snapshot_file_bytes(const scps_layout *l, int stack) {
   const scps_stack_layout *st = &l->stacks[stack];
-  return (size_t)scps__ckpt_manifest_layout_region_bytes(st) * (size_t)(1 + scps__optimizer_num_slots(st->optimizer.type));
+  return (size_t)scps__ckpt_manifest_layout_shard_bytes(st);
 }
 
 int64_t scps__checkpoint_snapshot_bytes(const scps_engine *e) {
@@ -66,11 +66,12 @@ static int snapshot_file(void *arg, int i, scps_error *err) {
   const int32_t S = l->topology.sc_per_process;
   const int stack = i / S;
   const int32_t ls = i % S;
-  const size_t region = (size_t)scps__ckpt_manifest_layout_region_bytes(&l->stacks[stack]);
   char *dst = sn->base + sn->offset[i];
-  memcpy(dst, scps__engine_shard(e, stack, ls), region);
-  for (int k = 0; k < scps__optimizer_num_slots(l->stacks[stack].optimizer.type); k++)
-    memcpy(dst + region * (size_t)(k + 1), scps__engine_slot(e, stack, ls, k), region);
+  for (int a = 0; a <= scps__optimizer_num_slots(l->stacks[stack].optimizer.type); a++) {
+    const size_t region = (size_t)scps__ckpt_manifest_layout_region_bytes(&l->stacks[stack], a);
+    memcpy(dst, scps__engine_codes(e, stack, ls, a), region);
+    dst += region;
+  }
   return 0;
 }
 

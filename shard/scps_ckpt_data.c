@@ -1,6 +1,7 @@
 #include "scps_ckpt_data.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 const scps_ckpt_datafile *scps__ckpt_data_file_of(const scps_checkpoint *c, int stack, int32_t sc) {
   return &c->files[(size_t)stack * (size_t)c->num_sc + (size_t)sc];
@@ -18,13 +19,27 @@ int scps__ckpt_data_stream(const scps_checkpoint *c, int stack, int32_t sc, floa
   scps_ckpt_file_reader r;
   int rc = scps__ckpt_data_open(c, stack, sc, &r, err);
   if (rc) return rc;
-  const size_t row_bytes = (size_t)st->dim * sizeof(float);
-  for (int region = 0; region <= st->num_slots && !rc; region++)
+  /* An encoded region's rows (never more bytes than as floats) are read
+   * into the buffer's end and decoded forward: row k's floats end before
+   * row k + 1's codes begin, and each row passes through one row aside. */
+  const size_t dim = (size_t)st->dim;
+  float *row_buf = malloc(dim * sizeof(float));
+  if (!row_buf) rc = scps_error_set(err, SCPS_ENOMEM, "checkpoint '%s': out of memory", c->dir);
+  for (int region = 0; region <= st->num_slots && !rc; region++) {
+    scps_storage_codec codec;
+    scps__storage_codec_init(&codec, &st->formats[region], dim);
     for (int64_t row = 0; row < st->rows_per_sc && !rc; row += (int64_t)buf_rows) {
-      int64_t n = st->rows_per_sc - row < (int64_t)buf_rows ? st->rows_per_sc - row : (int64_t)buf_rows;
-      rc = scps__ckpt_file_next(&r, buf, (size_t)n * row_bytes, err);
-      if (!rc && visit) rc = visit(ctx, c, stack, sc, region, row, n, buf, err);
+      const size_t n = (size_t)(st->rows_per_sc - row < (int64_t)buf_rows ? st->rows_per_sc - row : (int64_t)buf_rows);
+      uint8_t *codes = (uint8_t *)(buf + n * dim) - n * codec.row_bytes;
+      rc = scps__ckpt_file_next(&r, codes, n * codec.row_bytes, err);
+      for (size_t k = 0; !rc && codec.f.kind != SCPS_STORAGE_F32 && k < n; k++) {
+        scps__storage_decode_row(&codec, codes + k * codec.row_bytes, row_buf);
+        memcpy(buf + k * dim, row_buf, dim * sizeof(float));
+      }
+      if (!rc && visit) rc = visit(ctx, c, stack, sc, region, row, (int64_t)n, buf, err);
     }
+  }
+  free(row_buf);
   return scps__ckpt_file_close(&r, rc, err);
 }
 

@@ -11,7 +11,8 @@
 #include "scps_ckpt_manifest.h"
 #include "scps_error.h"
 
-/* Data files are the shards' memory as it is: float32 in host order. */
+/* Data files are the shards' memory as it is: each array in its storage
+ * format, float32 and bfloat16 in host order. */
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "scps checkpoint files are little-endian; this host is not"
 #endif

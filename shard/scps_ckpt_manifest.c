@@ -21,12 +21,26 @@
 #define FILE_NAME_CAP SCPS_CKPT_NAME_CAP
 #define FINGERPRINT_KEY SCPS_CKPT_FINGERPRINT_KEY
 
-int64_t scps__ckpt_manifest_region_bytes(const scps_ckpt_stack *s) {
-  return s->rows_per_sc * s->dim * (int64_t)sizeof(float);
+int64_t scps__ckpt_manifest_region_bytes(const scps_ckpt_stack *s, int array) {
+  return s->rows_per_sc * (int64_t)scps__storage_row_bytes(&s->formats[array], (size_t)s->dim);
 }
 
-int64_t scps__ckpt_manifest_layout_region_bytes(const scps_stack_layout *st) {
-  return st->rows_per_sc * st->dim * (int64_t)sizeof(float);
+int64_t scps__ckpt_manifest_shard_bytes(const scps_ckpt_stack *s) {
+  int64_t bytes = 0;
+  for (int a = 0; a <= s->num_slots; a++) bytes += scps__ckpt_manifest_region_bytes(s, a);
+  return bytes;
+}
+
+int64_t scps__ckpt_manifest_layout_region_bytes(const scps_stack_layout *st, int array) {
+  const scps_storage_format *f = array ? &st->slot_storage[array - 1] : &st->storage;
+  return st->rows_per_sc * (int64_t)scps__storage_row_bytes(f, (size_t)st->dim);
+}
+
+int64_t scps__ckpt_manifest_layout_shard_bytes(const scps_stack_layout *st) {
+  int64_t bytes = 0;
+  for (int a = 0; a <= scps__optimizer_num_slots(st->optimizer.type); a++)
+    bytes += scps__ckpt_manifest_layout_region_bytes(st, a);
+  return bytes;
 }
 
 void scps__ckpt_manifest_data_name(int stack, int32_t sc, char out[SCPS_CKPT_NAME_CAP]) {
@@ -293,6 +307,17 @@ static int parse_stack(const mreader *m, const scps_json *js, const scps_ckpt_ma
     if (st->num_slots != want)
       return bad(m, "stack '%s' has %d slots, but table '%s' (%s) needs %d", st->name, st->num_slots, t->name,
                  scps__optimizer_name(spec->optimizer.type), want);
+    /* The data is in the storage formats the tables declare (validated
+     * with the specs), which a stack's tables share. */
+    for (int a = 0; a <= SCPS_MAX_SLOTS; a++) {
+      scps_storage_format f;
+      if (scps__storage_parse(a ? spec->slot_formats[a - 1] : spec->storage_format, &f, NULL))
+        f.kind = SCPS_STORAGE_F32;
+      if (i == 0) st->formats[a] = f;
+      else if (!scps__storage_equal(&f, &st->formats[a]))
+        return bad(m, "stack '%s': table '%s' declares another storage format than table '%s'", st->name, t->name,
+                   st->tables[0].name);
+    }
   }
   return 0;
 }
@@ -364,9 +389,9 @@ static int parse_manifest(const char *path, const scps_json *root, scps_ckpt_man
     f->sc = (int32_t)v;
     const scps_ckpt_stack *st = &mf->stacks[f->stack];
     if ((rc = m_int(&m, x, "bytes", 0, SCPS_JSON_INT_MAX, &f->bytes))) return rc;
-    if (f->bytes != scps__ckpt_manifest_region_bytes(st) * (1 + st->num_slots))
+    if (f->bytes != scps__ckpt_manifest_shard_bytes(st))
       return bad(&m, "file %d: %lld bytes, stack '%s' needs %lld", i,
-               (long long)f->bytes, st->name, (long long)(scps__ckpt_manifest_region_bytes(st) * (1 + st->num_slots)));
+               (long long)f->bytes, st->name, (long long)scps__ckpt_manifest_shard_bytes(st));
     /* Names are derived, never taken from the file: a manifest cannot point outside its directory. */
     char name[FILE_NAME_CAP];
     scps__ckpt_manifest_data_name(f->stack, f->sc, f->name);

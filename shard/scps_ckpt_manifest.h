@@ -46,6 +46,9 @@ typedef struct scps_ckpt_stack {
   int32_t dim;
   int64_t rows_per_sc;
   int32_t num_slots;
+  /* The storage format of the rows (0) and of each slot (1 + k) in the
+   * data files: the formats its tables declare in the specs. */
+  scps_storage_format formats[1 + SCPS_MAX_SLOTS];
   int32_t max_ids, max_unique_ids;
   int n_tables;
   scps_ckpt_table *tables;
@@ -73,9 +76,14 @@ typedef struct scps_ckpt_manifest {
   scps_ckpt_datafile *files;
 } scps_ckpt_manifest;
 
-/* Bytes of one region (the rows, or one slot) of a shard of the stack. */
-int64_t scps__ckpt_manifest_region_bytes(const scps_ckpt_stack *s);
-int64_t scps__ckpt_manifest_layout_region_bytes(const scps_stack_layout *st);
+/* Bytes of one region of a shard of the stack in a data file: array 0
+ * (the rows) or 1 + k (slot k), rows_per_sc rows in the array's storage
+ * format (scps__storage_row_bytes); and of all its regions, the file. */
+int64_t scps__ckpt_manifest_region_bytes(const scps_ckpt_stack *s, int array);
+int64_t scps__ckpt_manifest_shard_bytes(const scps_ckpt_stack *s);
+/* The same for a stack of a layout, whose formats its specs declare. */
+int64_t scps__ckpt_manifest_layout_region_bytes(const scps_stack_layout *st, int array);
+int64_t scps__ckpt_manifest_layout_shard_bytes(const scps_stack_layout *st);
 /* "<stack>.sc<global sc>.bin". */
 void scps__ckpt_manifest_data_name(int stack, int32_t sc, char out[SCPS_CKPT_NAME_CAP]);
 /* "manifest.p<process>.json". */

@@ -8,33 +8,10 @@
 #include <unistd.h>
 
 #include "scps_bf16.h"
+#include "scps_engine_int.h"
+#include "scps_hash64.h"
 #include "scps_init.h"
 #include "scps_pool.h"
-
-/* Local rows [lo, hi) of one SparseCore's shard of a stack that belong to
- * table `table` but hold no id of it: padding, never addressed. */
-typedef struct pad_run {
-  uint32_t lo, hi;
-  int table;
-} pad_run;
-
-/* One stack's rows and slots on one SparseCore, inside that SparseCore's arena. */
-typedef struct shard {
-  float *rows;
-  float *slots[SCPS_MAX_SLOTS];
-  pad_run *pads; /* ascending, at most one per table of the stack */
-  int n_pads;
-  /* What is known of the values of the rows (0) and of each slot (1 + k),
-   * for proving updates finite (scps__engine_value_bounds): the largest
-   * magnitude's bits, folded from every value an update writes, and a lower
-   * bound's bits as a signed integer (negative: none known), which an
-   * update moves as scps__optimizer_slot_floor says; both exact after
-   * initialization and after a scan; bounds_valid false after
-   * scps__engine_values_written until the next scan of the shard. */
-  uint32_t mag_bits[1 + SCPS_MAX_SLOTS];
-  int32_t low_bits[1 + SCPS_MAX_SLOTS];
-  bool bounds_valid;
-} shard;
 
 /* Folds n values' magnitudes into a record of shard.mag_bits. */
 static inline __attribute__((always_inline)) void fold_magnitudes(const float *v, size_t n, uint32_t *mag) {
@@ -68,17 +45,6 @@ static inline __attribute__((always_inline)) void fold_values(const float *v, si
   *low = lo;
 }
 
-struct scps_engine {
-  const scps_layout *layout;
-  int32_t process_index;
-  int32_t sc_per_process;
-  scps_hbm *hbm;  /* [sc_per_process] */
-  shard *shards;  /* [n_stacks * sc_per_process], stack-major */
-};
-
-static shard *shard_of(const scps_engine *e, int stack, int32_t local_sc) {
-  return &e->shards[(size_t)stack * (size_t)e->sc_per_process + (size_t)local_sc];
-}
 
 void scps__engine_destroy(scps_engine *e) {
   if (!e) return;
@@ -88,6 +54,8 @@ void scps__engine_destroy(scps_engine *e) {
   if (e->shards)
     for (size_t i = 0; i < (size_t)e->sc_per_process * (size_t)e->layout->n_stacks; i++) free(e->shards[i].pads);
   free(e->shards);
+  free(e->codecs);
+  free(e->seeds);
   free(e);
 }
 
@@ -110,8 +78,22 @@ static int check_fits(const scps_layout *l, int32_t first_sc, scps_error *err) {
   return 0;
 }
 
-static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
+/* An initial row into an encoded shard: rounded to nearest (the initial
+ * values do not depend on the topology), and folded as decoded. */
+static void init_encoded_row(const scps_storage_codec *c, const scps_table_spec *spec, uint64_t seed, int64_t id,
+                             uint8_t *dst, shard *sh) {
+  float v[SCPS_DIM_MAX];
+  memset(v, 0, c->dim * sizeof(float));
+  scps__init_row(&spec->initializer, seed, id, spec->embedding_dim, v);
+  (void)scps__storage_encode_row(c, v, dst, NULL, NULL); /* initial values are finite */
+  scps__storage_decode_row(c, dst, v);
+  fold_values(v, c->dim, &sh->mag_bits[0], &sh->low_bits[0]);
+}
+
+static void init_shard(const scps_engine *e, int stack, int32_t sc, shard *sh) {
+  const scps_layout *l = e->layout;
   const scps_stack_layout *st = &l->stacks[stack];
+  const scps_storage_codec *codec = codec_of(e, stack, 0);
   for (int i = 0; i < st->n_tables; i++) {
     int t = st->tables[i];
     const scps_table_spec *spec = &l->table_specs[t];
@@ -123,6 +105,10 @@ static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
     for (int64_t q = 0; q < rows; q++) {
       int64_t id = q * l->num_sc + residue;
       if (id >= spec->vocabulary_size) break;
+      if (!sh->rows) {
+        init_encoded_row(codec, spec, seed, id, sh->codes[0] + (size_t)(tl->row_offset_in_shard + q) * codec->row_bytes, sh);
+        continue;
+      }
       scps__init_row(&spec->initializer, seed, id, spec->embedding_dim,
                     sh->rows + (tl->row_offset_in_shard + q) * st->dim);
       fold_values(sh->rows + (tl->row_offset_in_shard + q) * st->dim, (size_t)spec->embedding_dim,
@@ -132,8 +118,18 @@ static void init_shard(const scps_layout *l, int stack, int32_t sc, shard *sh) {
   size_t n = (size_t)st->rows_per_sc * (size_t)st->dim;
   for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type); k++) {
     float v = (float)scps__optimizer_slot_init(&st->optimizer, k);
-    if (v != 0.0f)
+    if (!sh->slots[k]) {
+      /* Every row the same: one encoded (to nearest), copied; v as decoded. */
+      const scps_storage_codec *c = codec_of(e, stack, 1 + k);
+      float row[SCPS_DIM_MAX];
+      for (size_t i = 0; i < c->dim; i++) row[i] = v;
+      (void)scps__storage_encode_row(c, row, sh->codes[1 + k], NULL, NULL); /* v is finite */
+      for (int64_t r = 1; r < st->rows_per_sc; r++) memcpy(sh->codes[1 + k] + (size_t)r * c->row_bytes, sh->codes[1 + k], c->row_bytes);
+      scps__storage_decode_row(c, sh->codes[1 + k], row);
+      v = row[0];
+    } else if (v != 0.0f) {
       for (size_t i = 0; i < n; i++) sh->slots[k][i] = v;
+    }
     sh->mag_bits[1 + k] = sh->low_bits[1 + k] = 0;
     fold_values(&v, 1, &sh->mag_bits[1 + k], &sh->low_bits[1 + k]);
     uint32_t u;
@@ -161,7 +157,7 @@ static void init_scs(scps_engine *e, int32_t first, int32_t step) {
   const scps_layout *l = e->layout;
   for (int32_t s = first; s < e->sc_per_process; s += step)
     for (int stack = 0; stack < l->n_stacks; stack++)
-      init_shard(l, stack, e->process_index * e->sc_per_process + s, shard_of(e, stack, s));
+      init_shard(e, stack, e->process_index * e->sc_per_process + s, shard_of(e, stack, s));
 }
 
 static void *init_main(void *arg) {
@@ -228,23 +224,32 @@ int scps__engine_create(const scps_layout *l, int32_t process_index, scps_engine
   e->sc_per_process = S;
   e->hbm = calloc((size_t)S, sizeof *e->hbm);
   e->shards = calloc((size_t)S * (size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->shards);
-  if (!e->hbm || !e->shards) {
+  e->codecs = calloc((size_t)(l->n_stacks ? l->n_stacks : 1) * SCPS__ENGINE_ARRAYS, sizeof *e->codecs);
+  e->seeds = calloc((size_t)(l->n_stacks ? l->n_stacks : 1), sizeof *e->seeds);
+  if (!e->hbm || !e->shards || !e->codecs || !e->seeds) {
     scps__engine_destroy(e);
     return scps_error_set(err, SCPS_ENOMEM, "engine: out of memory");
   }
   for (int32_t s = 0; s < S && !rc; s++) rc = scps__hbm_init(&e->hbm[s], process_index * S + s, l->topology.sc_memory_bytes, err);
   for (int stack = 0; stack < l->n_stacks && !rc; stack++) {
     const scps_stack_layout *st = &l->stacks[stack];
-    int64_t bytes = st->rows_per_sc * st->dim * (int64_t)sizeof(float);
+    const int arrays = 1 + scps__optimizer_num_slots(st->optimizer.type);
+    for (int a = 0; a < arrays; a++)
+      scps__storage_codec_init(&e->codecs[(size_t)stack * SCPS__ENGINE_ARRAYS + (size_t)a],
+                              a ? &st->slot_storage[a - 1] : &st->storage, (size_t)st->dim);
+    e->seeds[stack] = scps__hash64(st->name, strlen(st->name), 0);
     char what[SCPS_STACK_NAME_MAX + 32];
     for (int32_t s = 0; s < S && !rc; s++) {
       shard *sh = shard_of(e, stack, s);
-      snprintf(what, sizeof what, "stack '%s' rows", st->name);
-      rc = scps__hbm_alloc(&e->hbm[s], bytes, what, (void **)&sh->rows, err);
-      for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type) && !rc; k++) {
-        snprintf(what, sizeof what, "stack '%s' slot %s", st->name,
-                 scps__optimizer_slot_name(st->optimizer.type, k));
-        rc = scps__hbm_alloc(&e->hbm[s], bytes, what, (void **)&sh->slots[k], err);
+      for (int a = 0; a < arrays && !rc; a++) {
+        const scps_storage_codec *c = codec_of(e, stack, a);
+        if (a) snprintf(what, sizeof what, "stack '%s' slot %s", st->name, scps__optimizer_slot_name(st->optimizer.type, a - 1));
+        else snprintf(what, sizeof what, "stack '%s' rows", st->name);
+        rc = scps__hbm_alloc(&e->hbm[s], st->rows_per_sc * (int64_t)c->row_bytes, what, (void **)&sh->codes[a], err);
+        sh->row_bytes[a] = c->row_bytes;
+        float *f = rc || c->f.kind != SCPS_STORAGE_F32 ? NULL : (float *)(void *)sh->codes[a];
+        if (a) sh->slots[a - 1] = f;
+        else sh->rows = f;
       }
     }
   }
@@ -267,105 +272,27 @@ float *scps__engine_shard(scps_engine *e, int stack, int32_t local_sc) {
   return shard_of(e, stack, local_sc)->rows;
 }
 
+uint8_t *scps__engine_codes(scps_engine *e, int stack, int32_t local_sc, int array) {
+  return shard_of(e, stack, local_sc)->codes[array];
+}
+
+const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack, int array) {
+  return codec_of(e, stack, array);
+}
+
+void scps__engine_rounding(const scps_engine *e, int stack, int32_t local_sc, uint32_t row, int array,
+                          const scps_step *step, scps_exmy_rounding *r) {
+  const scps_stack_layout *st = &e->layout->stacks[stack];
+  const uint64_t sc = (uint64_t)(e->process_index * e->sc_per_process + local_sc);
+  r->stochastic = st->storage_rounding == SCPS_ROUNDING_STOCHASTIC;
+  r->seed = e->seeds[stack] ^ ((uint64_t)step->step * UINT64_C(0xd1b54a32d192ed03)) ^ ((uint64_t)array << 56);
+  r->position = (sc * (uint64_t)st->rows_per_sc + row) * (uint64_t)st->dim;
+}
+
 float *scps__engine_slot(scps_engine *e, int stack, int32_t local_sc, int slot) {
   return shard_of(e, stack, local_sc)->slots[slot];
 }
 
-/* Every entry's conditions of scps__engine_check_coo at once, without
- * branches, so that the loops vectorise: a valid request, the usual case,
- * costs two passes at memory speed (a third of a dlrm8 Lookup's handling
- * before the gather, one entry at a time), and the loop that names the
- * first offending entry only runs for an invalid one. A float is finite
- * unless its exponent bits are all ones. */
-static bool coo_valid(const scps_coo *coo, uint64_t rows_per_sc, uint64_t total_samples) {
-  const uint32_t *restrict rows = coo->rows, *restrict samples = coo->samples;
-  const float *restrict gains = coo->gains;
-  unsigned bad = 0;
-  for (size_t i = 0; i < coo->n; i++)
-    bad |= (unsigned)(rows[i] >= rows_per_sc) | (unsigned)(samples[i] >= total_samples);
-  for (size_t i = 0; gains && i < coo->n; i++) {
-    uint32_t g;
-    memcpy(&g, &gains[i], sizeof g);
-    bad |= (unsigned)((g & 0x7f800000u) == 0x7f800000u);
-  }
-  for (size_t i = 1; i < coo->n; i++) {
-    uint64_t prev = (uint64_t)rows[i - 1] << 32 | samples[i - 1], cur = (uint64_t)rows[i] << 32 | samples[i];
-    bad |= (unsigned)(cur <= prev);
-  }
-  return !bad;
-}
-
-/* A stack index and a process-local SparseCore that exist. */
-static int check_place(const scps_engine *e, int stack, int32_t local_sc, scps_error *err) {
-  const scps_layout *l = e->layout;
-  if (stack < 0 || stack >= l->n_stacks)
-    return scps_error_set(err, SCPS_ENOENT, "stack index %d not in [0, %d)", stack, l->n_stacks);
-  if (local_sc < 0 || local_sc >= e->sc_per_process)
-    return scps_error_set(err, SCPS_ERANGE, "stack '%s': local SparseCore %d not in [0, %d)",
-                          l->stacks[stack].name, local_sc, e->sc_per_process);
-  return 0;
-}
-
-/* Rows (ascending, as a valid partition's or by-row list's are) that fall
- * in a padding run: a binary search per run, so a valid request costs
- * nothing measurable. `what` names the list's elements in the message. */
-static int check_padding(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
-                         const char *what, scps_error *err) {
-  const shard *sh = shard_of(e, stack, local_sc);
-  const scps_layout *l = e->layout;
-  for (int r = 0; r < sh->n_pads; r++) {
-    const pad_run *p = &sh->pads[r];
-    size_t a = 0, b = n;
-    while (a < b) {
-      size_t m = a + (b - a) / 2;
-      if (rows[m] < p->lo) a = m + 1;
-      else b = m;
-    }
-    if (a == n || rows[a] >= p->hi) continue;
-    const int32_t sc = e->process_index * e->sc_per_process + local_sc;
-    const scps_table_layout *tl = &l->tables[p->table];
-    int64_t residue = ((int64_t)sc - tl->shard_rotation) % l->num_sc;
-    if (residue < 0) residue += l->num_sc;
-    const int64_t id = ((int64_t)rows[a] - tl->row_offset_in_shard) * l->num_sc + residue;
-    return scps_error_set(err, SCPS_ERANGE,
-                          "stack '%s' SparseCore %d %s %zu: local row %u is padding: it would hold id %lld of "
-                          "table '%s', whose vocabulary_size is %lld (padding rows are never addressed)",
-                          l->stacks[stack].name, sc, what, a, rows[a], (long long)id, l->table_specs[p->table].name,
-                          (long long)l->table_specs[p->table].vocabulary_size);
-  }
-  return 0;
-}
-
-int scps__engine_check_coo(const scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
-                          scps_error *err) {
-  int rc = check_place(e, stack, local_sc, err);
-  if (rc) return rc;
-  const scps_stack_layout *st = &e->layout->stacks[stack];
-  if (coo_valid(coo, (uint64_t)st->rows_per_sc, (uint64_t)st->total_sample_count))
-    return check_padding(e, stack, local_sc, coo->rows, coo->n, "entry", err);
-  int32_t sc = e->process_index * e->sc_per_process + local_sc;
-  for (size_t i = 0; i < coo->n; i++) {
-    if (coo->rows[i] >= st->rows_per_sc)
-      return scps_error_set(err, SCPS_ERANGE,
-                            "stack '%s' SparseCore %d entry %zu: row %u not in [0, %lld)", st->name,
-                            sc, i, coo->rows[i], (long long)st->rows_per_sc);
-    if (coo->samples[i] >= st->total_sample_count)
-      return scps_error_set(err, SCPS_ERANGE,
-                            "stack '%s' SparseCore %d entry %zu: sample %u not in [0, %lld)",
-                            st->name, sc, i, coo->samples[i], (long long)st->total_sample_count);
-    if (coo->gains && !isfinite(coo->gains[i]))
-      return scps_error_set(err, SCPS_EINVAL, "stack '%s' SparseCore %d entry %zu: gain %g is not finite",
-                            st->name, sc, i, coo->gains[i]);
-    if (i > 0 && (coo->rows[i] < coo->rows[i - 1] ||
-                  (coo->rows[i] == coo->rows[i - 1] && coo->samples[i] <= coo->samples[i - 1])))
-      return scps_error_set(err, SCPS_EINVAL,
-                            "stack '%s' SparseCore %d entry %zu: (row %u, sample %u) after (row %u, "
-                            "sample %u); entries must be sorted by (row, sample) without repeats",
-                            st->name, sc, i, coo->rows[i], coo->samples[i], coo->rows[i - 1],
-                            coo->samples[i - 1]);
-  }
-  return 0;
-}
 
 /* How many partition entries ahead the kernels prefetch. Rows live in
  * gigabytes of shard memory and samples are scattered, so without it each
@@ -404,9 +331,36 @@ static void gather_list(const float *rows, size_t dim, const scps_coo *coo, cons
   }
 }
 
+/* gather_list for an encoded shard: each entry's row decoded first, once
+ * for a run of entries that read the same row (a partition's entries come
+ * sorted by row), then added as gather_list adds it. */
+static void gather_list_encoded(const scps_storage_codec *codec, const uint8_t *codes, const scps_coo *coo,
+                                const uint32_t *idx, size_t m, float *out) {
+  const size_t dim = codec->dim;
+  float r[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  uint32_t have = UINT32_MAX;
+  for (size_t j = 0; j < m; j++) {
+    if (j + PREFETCH_AHEAD < m) {
+      const uint32_t a = idx[j + PREFETCH_AHEAD];
+      for (size_t c = 0; c < codec->row_bytes; c += 64)
+        __builtin_prefetch(codes + (size_t)coo->rows[a] * codec->row_bytes + c, 0, 3);
+      prefetch_row(out + (size_t)coo->samples[a] * dim, dim, 1);
+    }
+    const uint32_t i = idx[j];
+    if (coo->rows[i] != have) {
+      have = coo->rows[i];
+      scps__storage_decode_row(codec, codes + (size_t)have * codec->row_bytes, r);
+    }
+    float *restrict o = out + (size_t)coo->samples[i] * dim;
+    const float g = coo->gains ? coo->gains[i] : 1.0f;
+    for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
+  }
+}
+
 void scps__engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         uint32_t first, uint32_t end, float *out) {
-  const float *rows = shard_of(e, stack, local_sc)->rows;
+  const shard *sh = shard_of(e, stack, local_sc);
+  const float *rows = sh->rows;
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const uint32_t span = end > first ? end - first : 0;
   uint32_t idx[LOOKUP_CHUNK];
@@ -418,7 +372,8 @@ void scps__engine_lookup(scps_engine *e, int stack, int32_t local_sc, const scps
       idx[m] = (uint32_t)(base + i);
       m += samples[i] - first < span;
     }
-    gather_list(rows, dim, coo, idx, m, out);
+    if (rows) gather_list(rows, dim, coo, idx, m, out);
+    else gather_list_encoded(codec_of(e, stack, 0), sh->codes[0], coo, idx, m, out);
   }
 }
 
@@ -428,9 +383,37 @@ size_t scps__engine_gather_scratch(size_t entries, uint32_t first, uint32_t end)
 
 static scps_pool_list list_by_sample(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                                      uint32_t end, void *scratch) {
-  const float *tables[SCPS_SC_PER_PROCESS_MAX];
-  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->rows;
-  return scps__pool_list_make(tables, (size_t)e->layout->stacks[stack].dim, coo, n_sc, first, end, scratch);
+  const uint8_t *tables[SCPS_SC_PER_PROCESS_MAX];
+  for (int32_t k = 0; k < n_sc; k++) tables[k] = shard_of(e, stack, k)->codes[0];
+  return scps__pool_list_make_bytes(tables, codec_of(e, stack, 0)->row_bytes, coo, n_sc, first, end, scratch);
+}
+
+/* scps__pool_sample over encoded rows: each entry's row decoded, then
+ * added in the same order with the same operations, so a row stored in
+ * float32 with the decoded values would pool to the same sums. */
+static void pool_sample_encoded(const scps_pool_list *l, uint32_t s, const scps_storage_codec *codec,
+                                float *restrict o) {
+  const size_t dim = codec->dim;
+  const uint32_t b = s - l->first, a = l->start[b], z = l->start[b + 1];
+  float r[SCPS_DIM_MAX] __attribute__((aligned(64)));
+  if (a == z) memset(o, 0, dim * sizeof(float));
+  for (uint32_t j = a; j < z; j++) {
+    if (j + SCPS_POOL_PREFETCH < z)
+      for (size_t c = 0; c < codec->row_bytes; c += 64)
+        __builtin_prefetch((const uint8_t *)l->row[j + SCPS_POOL_PREFETCH] + c, 0, 3);
+    scps__storage_decode_row(codec, l->row[j], r);
+    const float g = l->gain[j];
+    if (j == a)
+      for (size_t c = 0; c < dim; c++) o[c] = 0.0f + g * r[c];
+    else
+      for (size_t c = 0; c < dim; c++) o[c] += g * r[c];
+  }
+}
+
+/* One sample of a gather, from float32 or encoded rows. */
+static inline void gather_sample(const scps_engine *e, int stack, const scps_pool_list *l, uint32_t smp, float *o) {
+  if (encoded(e, stack)) pool_sample_encoded(l, smp, codec_of(e, stack, 0), o);
+  else scps__pool_sample(l, smp, codec_of(e, stack, 0)->dim, o);
 }
 
 /* Sample by sample (scps_pool): each row of out is written once and summed
@@ -440,7 +423,7 @@ void scps__engine_gather(scps_engine *e, int stack, const scps_coo *coo, int32_t
                         uint32_t end, float *out, void *scratch) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;
   const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
-  for (uint32_t smp = first; smp < l.end; smp++) scps__pool_sample(&l, smp, dim, out + (size_t)smp * dim);
+  for (uint32_t smp = first; smp < l.end; smp++) gather_sample(e, stack, &l, smp, out + (size_t)smp * dim);
 }
 
 /* Each sample summed in float32 on the stack and rounded from there: the
@@ -451,7 +434,7 @@ void scps__engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, in
   const scps_pool_list l = list_by_sample(e, stack, coo, n_sc, first, end, scratch);
   float tmp[SCPS_DIM_MAX];
   for (uint32_t smp = first; smp < l.end; smp++) {
-    scps__pool_sample(&l, smp, dim, tmp);
+    gather_sample(e, stack, &l, smp, tmp);
     scps__bf16_encode(tmp, out + (size_t)smp * dim * 2, dim);
   }
 }
@@ -476,11 +459,16 @@ void scps__engine_gather_each(scps_engine *e, int stack, const scps_coo *coo, in
  * rounded to bfloat16. */
 static void copy_rows(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo, uint8_t *out, bool bf16) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim, bytes = dim * (bf16 ? 2 : sizeof(float));
-  const float *rows = shard_of(e, stack, local_sc)->rows;
+  const shard *sh = shard_of(e, stack, local_sc);
+  const scps_storage_codec *codec = codec_of(e, stack, 0);
+  float tmp[SCPS_DIM_MAX] __attribute__((aligned(64)));
   for (size_t i = 0; i < coo->n; i++) {
     if (i > 0 && coo->rows[i] == coo->rows[i - 1]) continue;
-    if (i + PREFETCH_AHEAD < coo->n) prefetch_row(rows + (size_t)coo->rows[i + PREFETCH_AHEAD] * dim, dim, 0);
-    const float *r = rows + (size_t)coo->rows[i] * dim;
+    if (i + PREFETCH_AHEAD < coo->n)
+      for (size_t c = 0; c < codec->row_bytes; c += 64)
+        __builtin_prefetch(sh->codes[0] + (size_t)coo->rows[i + PREFETCH_AHEAD] * codec->row_bytes + c, 0, 3);
+    const float *r = sh->rows ? sh->rows + (size_t)coo->rows[i] * dim : tmp;
+    if (!sh->rows) scps__storage_decode_row(codec, sh->codes[0] + (size_t)coo->rows[i] * codec->row_bytes, tmp);
     if (bf16) scps__bf16_encode(r, out, dim);
     else memcpy(out, r, bytes);
     out += bytes;
@@ -501,6 +489,12 @@ void scps__engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, co
 typedef struct updater {
   shard *sh;
   size_t dim;
+  /* For an encoded stack: where rows are read and written, and the
+   * rounding's inputs (scps__engine_rounding). */
+  const scps_engine *e;
+  int stack;
+  int32_t local_sc;
+  const scps_step *step;
   const scps_table_spec *first;
   scps_opt_step ost;
   /* The magnitudes written so far, as shard.mag_bits. */
@@ -512,6 +506,10 @@ static void updater_init(scps_engine *e, int stack, int32_t local_sc, const scps
   const scps_stack_layout *st = &e->layout->stacks[stack];
   u->sh = shard_of(e, stack, local_sc);
   u->dim = (size_t)st->dim;
+  u->e = e;
+  u->stack = stack;
+  u->local_sc = local_sc;
+  u->step = step;
   u->first = &e->layout->table_specs[st->tables[0]];
   scps__optimizer_prepare(&st->optimizer, step, &u->ost);
   for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) u->mag[k] = 0;
@@ -527,7 +525,12 @@ static void updater_finish(const updater *u) {
   sh->low_bits[0] = -1;
   for (int k = 0; k < 1 + SCPS_MAX_SLOTS; k++) {
     sh->mag_bits[k] = u->mag[k] > sh->mag_bits[k] ? u->mag[k] : sh->mag_bits[k];
-    if (k == 0 || !sh->slots[k - 1] || sh->low_bits[k] < 0) continue;
+    if (k == 0 || !sh->codes[k] || sh->low_bits[k] < 0) continue;
+    if (!sh->slots[k - 1]) {
+      /* Rounding into a format need not keep the optimizer's floor. */
+      sh->low_bits[k] = -1;
+      continue;
+    }
     float low;
     const uint32_t bits = (uint32_t)sh->low_bits[k];
     memcpy(&low, &bits, sizeof low);
@@ -548,18 +551,46 @@ static inline void clip_row(const updater *u, float *w) {
   }
 }
 
+/* Row `row` of every array of a shard as floats: a pointer into a float32
+ * array, the row decoded into buf[a] for an encoded one, NULL for a slot
+ * the optimizer does not have. */
+static inline void row_arrays(const scps_engine *e, int stack, const shard *sh, uint32_t row, size_t dim,
+                              float (*buf)[SCPS_DIM_MAX], float *v[SCPS__ENGINE_ARRAYS]) {
+  for (int a = 0; a < SCPS__ENGINE_ARRAYS; a++) {
+    float *f = a ? sh->slots[a - 1] : sh->rows;
+    v[a] = f ? f + (size_t)row * dim : NULL;
+    if (f || !sh->codes[a]) continue;
+    v[a] = buf[a];
+    scps__storage_decode_row(codec_of(e, stack, a), sh->codes[a] + (size_t)row * sh->row_bytes[a], buf[a]);
+  }
+}
+
+/* An encoded array's row after the update, w, rounded into its storage,
+ * and w replaced by what it now holds. */
+static void store_row(const updater *u, int array, uint32_t row, float *w) {
+  const scps_storage_codec *codec = codec_of(u->e, u->stack, array);
+  uint8_t *dst = u->sh->codes[array] + (size_t)row * codec->row_bytes;
+  scps_exmy_rounding r;
+  scps__engine_rounding(u->e, u->stack, u->local_sc, row, array, u->step, &r);
+  (void)scps__storage_encode_row(codec, w, dst, &r, NULL); /* updates are checked finite */
+  scps__storage_decode_row(codec, dst, w);
+}
+
 /* The optimizer's step on one row with its summed gradient g, then the
- * stack's clipping; what it wrote goes into the updater's record. */
+ * stack's clipping; what it wrote goes into the updater's record. Encoded
+ * rows and slots are decoded, updated in float32 and rounded back. */
 static inline void update_row(updater *u, uint32_t row, const float *g) {
   const size_t dim = u->dim;
-  float *w = u->sh->rows + (size_t)row * dim;
-  float *s0 = u->sh->slots[0] ? u->sh->slots[0] + (size_t)row * dim : NULL;
-  float *s1 = u->sh->slots[1] ? u->sh->slots[1] + (size_t)row * dim : NULL;
-  scps__optimizer_apply(&u->ost, (int32_t)dim, w, s0, s1, g);
-  clip_row(u, w);
-  fold_magnitudes(w, dim, &u->mag[0]);
-  if (s0) fold_magnitudes(s0, dim, &u->mag[1]);
-  if (s1) fold_magnitudes(s1, dim, &u->mag[2]);
+  float decoded[SCPS__ENGINE_ARRAYS][SCPS_DIM_MAX] __attribute__((aligned(64)));
+  float *v[SCPS__ENGINE_ARRAYS];
+  row_arrays(u->e, u->stack, u->sh, row, dim, decoded, v);
+  scps__optimizer_apply(&u->ost, (int32_t)dim, v[0], v[1], v[2], g);
+  clip_row(u, v[0]);
+  for (int a = 0; a < SCPS__ENGINE_ARRAYS; a++) {
+    if (!v[a]) continue;
+    if (v[a] == decoded[a]) store_row(u, a, row, v[a]);
+    fold_magnitudes(v[a], dim, &u->mag[a]);
+  }
   u->wrote = true;
 }
 
@@ -567,9 +598,10 @@ static inline void update_row(updater *u, uint32_t row, const float *g) {
  * effect and, unless it is inlined first, deletes the calls (it did here:
  * BENCHMARKS.md's diary has what that cost the update). */
 static inline __attribute__((always_inline)) void prefetch_state(const shard *sh, size_t row, size_t dim) {
-  prefetch_row(sh->rows + row * dim, dim, 1);
-  for (int k = 0; k < SCPS_MAX_SLOTS; k++)
-    if (sh->slots[k]) prefetch_row(sh->slots[k] + row * dim, dim, 1);
+  (void)dim;
+  for (int a = 0; a < SCPS__ENGINE_ARRAYS; a++)
+    if (sh->codes[a])
+      for (size_t c = 0; c < sh->row_bytes[a]; c += 64) __builtin_prefetch(sh->codes[a] + row * sh->row_bytes[a] + c, 1, 3);
 }
 
 /* Sums into g (dim floats, zeroed first) gain x gradient over coo's entries
@@ -652,29 +684,6 @@ void scps__engine_update_bf16(scps_engine *e, int stack, int32_t local_sc, const
   update_by_sample(e, stack, local_sc, coo, grads, true, step);
 }
 
-int scps__engine_check_rows(const scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
-                           scps_error *err) {
-  int rc = check_place(e, stack, local_sc, err);
-  if (rc) return rc;
-  const scps_stack_layout *st = &e->layout->stacks[stack];
-  const uint64_t limit = (uint64_t)st->rows_per_sc;
-  unsigned bad = 0;
-  for (size_t i = 0; i < n; i++) bad |= (unsigned)(rows[i] >= limit);
-  for (size_t i = 1; i < n; i++) bad |= (unsigned)(rows[i] <= rows[i - 1]);
-  if (!bad) return check_padding(e, stack, local_sc, rows, n, "row entry", err);
-  int32_t sc = e->process_index * e->sc_per_process + local_sc;
-  for (size_t i = 0; i < n; i++) {
-    if (rows[i] >= limit)
-      return scps_error_set(err, SCPS_ERANGE, "stack '%s' SparseCore %d row entry %zu: row %u not in [0, %lld)",
-                            st->name, sc, i, rows[i], (long long)st->rows_per_sc);
-    if (i > 0 && rows[i] <= rows[i - 1])
-      return scps_error_set(err, SCPS_EINVAL,
-                            "stack '%s' SparseCore %d row entry %zu: row %u after row %u; rows must be strictly "
-                            "ascending (each distinct row once)",
-                            st->name, sc, i, rows[i], rows[i - 1]);
-  }
-  return 0;
-}
 
 void scps__engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const uint32_t *rows, size_t n,
                              const float *grads, const scps_step *step) {
@@ -704,12 +713,13 @@ int scps__engine_read_row(const scps_engine *e, int table, int64_t id, float *ro
   const int stack = l->tables[table].stack;
   const size_t dim = (size_t)l->stacks[stack].dim;
   const shard *sh = shard_of(e, stack, sc - p * e->sc_per_process);
-  size_t off = (size_t)scps__layout_local_row(l, table, id) * dim;
-  memcpy(row, sh->rows + off, sizeof(float) * (size_t)spec->embedding_dim);
+  float decoded[SCPS__ENGINE_ARRAYS][SCPS_DIM_MAX];
+  float *v[SCPS__ENGINE_ARRAYS];
+  row_arrays(e, stack, sh, (uint32_t)scps__layout_local_row(l, table, id), dim, decoded, v);
+  memcpy(row, v[0], sizeof(float) * (size_t)spec->embedding_dim);
   if (slots)
     for (int k = 0; k < scps__optimizer_num_slots(spec->optimizer.type); k++)
-      memcpy(slots + (size_t)k * (size_t)spec->embedding_dim, sh->slots[k] + off,
-             sizeof(float) * (size_t)spec->embedding_dim);
+      memcpy(slots + (size_t)k * (size_t)spec->embedding_dim, v[1 + k], sizeof(float) * (size_t)spec->embedding_dim);
   return 0;
 }
 
@@ -726,6 +736,14 @@ void scps__engine_value_bounds(scps_engine *e, int stack, int32_t local_sc, scps
     for (int k = 0; k <= slots; k++) {
       sh->mag_bits[k] = 0;
       sh->low_bits[k] = INT32_MAX;
+      if (!(k ? sh->slots[k - 1] : sh->rows)) {
+        float decoded[SCPS_DIM_MAX];
+        for (int64_t r = 0; r < st->rows_per_sc; r++) {
+          scps__storage_decode_row(codec_of(e, stack, k), sh->codes[k] + (size_t)r * sh->row_bytes[k], decoded);
+          fold_values(decoded, (size_t)st->dim, &sh->mag_bits[k], &sh->low_bits[k]);
+        }
+        continue;
+      }
       fold_values(k ? sh->slots[k - 1] : sh->rows, n, &sh->mag_bits[k], &sh->low_bits[k]);
     }
     sh->bounds_valid = true;
@@ -761,9 +779,11 @@ static bool all_finite(const float *v, size_t n, size_t *at) {
 static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scps_update_fault *f) {
   const size_t dim = u->dim;
   float v[1 + SCPS_MAX_SLOTS][SCPS_DIM_MAX] __attribute__((aligned(64)));
-  const float *src[1 + SCPS_MAX_SLOTS] = {u->sh->rows, u->sh->slots[0], u->sh->slots[1]};
+  float before[SCPS__ENGINE_ARRAYS][SCPS_DIM_MAX] __attribute__((aligned(64)));
+  float *src[SCPS__ENGINE_ARRAYS];
+  row_arrays(u->e, u->stack, u->sh, row, dim, before, src);
   int arrays = 0;
-  for (int k = 0; k < 1 + SCPS_MAX_SLOTS && src[k]; k++, arrays++) memcpy(v[k], src[k] + (size_t)row * dim, dim * sizeof(float));
+  for (int k = 0; k < 1 + SCPS_MAX_SLOTS && src[k]; k++, arrays++) memcpy(v[k], src[k], dim * sizeof(float));
   size_t at;
   for (int k = 0; k < arrays; k++)
     if (!all_finite(v[k], dim, &at)) {
@@ -774,7 +794,7 @@ static bool row_stays_finite(const updater *u, uint32_t row, const float *g, scp
   clip_row(u, v[0]);
   for (int k = 0; k < arrays; k++)
     if (!all_finite(v[k], dim, &at)) {
-      *f = (scps_update_fault){row, k, (int32_t)at, src[k][(size_t)row * dim + at], v[k][at], false};
+      *f = (scps_update_fault){row, k, (int32_t)at, src[k][at], v[k][at], false};
       return false;
     }
   return true;

@@ -90,7 +90,10 @@ void scps__engine_copy_rows_bf16(scps_engine *e, int stack, int32_t local_sc, co
 
 /* For each distinct row of the partition: g = sum of gain * grads[sample],
  * then the stack's optimizer applied once; untouched rows and slots are not
- * written. grads is [total_sample_count x dim] and must be finite. */
+ * written. grads is [total_sample_count x dim] and must be finite. Rows not
+ * kept in float32 are decoded, updated in float32 and rounded back
+ * (scps__engine_rounding), and so are slots not kept in float32; every
+ * lookup decodes the rows it reads. */
 void scps__engine_update(scps_engine *e, int stack, int32_t local_sc, const scps_coo *coo,
                         const float *grads, const scps_step *step);
 
@@ -124,9 +127,26 @@ void scps__engine_update_rows(scps_engine *e, int stack, int32_t local_sc, const
                              const float *grads, const scps_step *step);
 
 /* Direct access to a shard: the stack's rows on local_sc ([rows_per_sc x dim])
- * and slot k of the same shape. For checkpoints, tests and export. */
+ * and slot k of the same shape. For checkpoints, tests and export. Rows or
+ * a slot not kept in float32 (scps_stack_layout.storage, slot_storage)
+ * have no float32 array: NULL; their values are scps__engine_codes'. */
 float *scps__engine_shard(scps_engine *e, int stack, int32_t local_sc);
 float *scps__engine_slot(scps_engine *e, int stack, int32_t local_sc, int slot);
+
+/* Array `array` (0: the rows, 1 + k: slot k, which the optimizer must
+ * have) of the stack on local_sc in its storage format: rows_per_sc rows
+ * of the codec's row_bytes each, as scps__engine_codec encodes them (for
+ * float32, scps__engine_shard's or scps__engine_slot's floats). */
+uint8_t *scps__engine_codes(scps_engine *e, int stack, int32_t local_sc, int array);
+const scps_storage_codec *scps__engine_codec(const scps_engine *e, int stack, int array);
+
+/* How an update rounds row `row` of the stack's shard on local_sc into its
+ * storage (array 0: the row, 1 + k: slot k) at step->step: to nearest, or
+ * stochastically with a seed made from the stack's name, the step and the
+ * array, and the position (global SparseCore * rows_per_sc + row) * dim of
+ * the row's first value, so the draws repeat for the same update. */
+void scps__engine_rounding(const scps_engine *e, int stack, int32_t local_sc, uint32_t row, int array,
+                          const scps_step *step, scps_exmy_rounding *r);
 
 /* Logical row `id` of table `table` (embedding_dim floats) and its slots
  * (num_slots * embedding_dim floats, may be NULL). SCPS_ERANGE if the id is

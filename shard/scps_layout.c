@@ -31,11 +31,30 @@ int scps__layout_find_stack(const scps_layout *l, const char *name) {
   return -1;
 }
 
+/* A storage format name as validated (scps__specs_validate). */
+static scps_storage_format storage_of(const char *name) {
+  scps_storage_format f;
+  if (scps__storage_parse(name, &f, NULL)) f.kind = SCPS_STORAGE_F32;
+  return f;
+}
+
+/* Same formats of rows and slots and, where one rounds, the same rounding. */
+static bool same_storage(const scps_table_spec *x, const scps_table_spec *y) {
+  bool rounds = false;
+  for (int a = 0; a <= SCPS_MAX_SLOTS; a++) {
+    const scps_storage_format fx = storage_of(a ? x->slot_formats[a - 1] : x->storage_format);
+    const scps_storage_format fy = storage_of(a ? y->slot_formats[a - 1] : y->storage_format);
+    if (!scps__storage_equal(&fx, &fy)) return false;
+    rounds |= fx.kind != SCPS_STORAGE_F32;
+  }
+  return !rounds || x->storage_rounding == y->storage_rounding;
+}
+
 /* Two tables may share an automatic stack when the device could run them as
- * one table: same padded width, optimizer, combiner and clipping. */
+ * one table: same padded width, optimizer, combiner, clipping and storage. */
 static bool same_group(const scps_layout *l, int a, int b) {
   const scps_table_spec *x = &l->table_specs[a], *y = &l->table_specs[b];
-  return l->tables[a].padded_dim == l->tables[b].padded_dim && x->combiner == y->combiner &&
+  return l->tables[a].padded_dim == l->tables[b].padded_dim && x->combiner == y->combiner && same_storage(x, y) &&
          scps__optimizer_spec_equal(&x->optimizer, &y->optimizer) && x->clip == y->clip &&
          (!x->clip || (x->clip_min == y->clip_min && x->clip_max == y->clip_max));
 }
@@ -96,6 +115,9 @@ static int add_stack(scps_layout *l, const int *tables, int n, const char *expli
   const scps_table_spec *first = &l->table_specs[tables[0]];
   st->optimizer = first->optimizer;
   st->combiner = first->combiner;
+  st->storage = storage_of(first->storage_format);
+  for (int k = 0; k < SCPS_MAX_SLOTS; k++) st->slot_storage[k] = storage_of(first->slot_formats[k]);
+  st->storage_rounding = first->storage_rounding;
   int64_t max_ids = 0, max_unique = 0;
   int32_t rotation = 0;
   int32_t step = l->rotation_step;
@@ -142,11 +164,14 @@ static int stack_explicit(scps_layout *l, int *order, scps_error *err) {
       const scps_table_spec *sb = &l->table_specs[b];
       if (done[b] || strcmp(sb->stack, sa->stack)) continue;
       if (sb->combiner != sa->combiner || !scps__optimizer_spec_equal(&sb->optimizer, &sa->optimizer) ||
-          sb->clip != sa->clip || (sa->clip && (sa->clip_min != sb->clip_min || sa->clip_max != sb->clip_max))) {
+          sb->clip != sa->clip || (sa->clip && (sa->clip_min != sb->clip_min || sa->clip_max != sb->clip_max)) ||
+          !same_storage(sa, sb)) {
         rc = scps_error_set(err, SCPS_EINVAL,
                             "stack '%s': table '%s' differs from table '%s' in optimizer, "
-                            "combiner or clipping; a stack's tables must share them",
-                            sa->stack, sb->name, sa->name);
+                            "combiner, clipping or storage (storage_format '%s' and '%s', storage_rounding, "
+                            "slot_formats); a stack's tables must share them",
+                            sa->stack, sb->name, sa->name, sb->storage_format[0] ? sb->storage_format : "float32",
+                            sa->storage_format[0] ? sa->storage_format : "float32");
         break;
       }
       done[b] = true;
@@ -326,6 +351,18 @@ int64_t scps__layout_rows_held(const scps_layout *l, int t, int32_t sc) {
 
 int64_t scps__layout_stack_bytes_per_sc(const scps_layout *l, int stack) {
   const scps_stack_layout *st = &l->stacks[stack];
-  int64_t one = scps__hbm_footprint(st->rows_per_sc * st->dim * (int64_t)sizeof(float));
-  return one * (1 + scps__optimizer_num_slots(st->optimizer.type));
+  int64_t bytes = scps__hbm_footprint(st->rows_per_sc * scps__layout_row_bytes(l, stack));
+  for (int k = 0; k < scps__optimizer_num_slots(st->optimizer.type); k++)
+    bytes += scps__hbm_footprint(st->rows_per_sc * scps__layout_slot_row_bytes(l, stack, k));
+  return bytes;
+}
+
+int64_t scps__layout_slot_row_bytes(const scps_layout *l, int stack, int slot) {
+  const scps_stack_layout *st = &l->stacks[stack];
+  return (int64_t)scps__storage_row_bytes(&st->slot_storage[slot], (size_t)st->dim);
+}
+
+int64_t scps__layout_row_bytes(const scps_layout *l, int stack) {
+  const scps_stack_layout *st = &l->stacks[stack];
+  return (int64_t)scps__storage_row_bytes(&st->storage, (size_t)st->dim);
 }

@@ -38,6 +38,9 @@ typedef struct scps_stack_layout {
   int64_t total_sample_count;  /* sum of the batch sizes of its features */
   scps_optimizer_spec optimizer;
   scps_combiner combiner;
+  scps_storage_format storage;     /* its tables' storage_format */
+  scps_storage_format slot_storage[SCPS_MAX_SLOTS]; /* slot_formats */
+  scps_rounding storage_rounding;  /* and storage_rounding */
   int32_t max_ids_per_partition;
   int32_t max_unique_ids_per_partition;
   int n_tables;
@@ -64,7 +67,7 @@ typedef struct scps_layout {
 
 /* Validates specs and topology, then stacks: tables with an explicit `stack`
  * go to that stack; the rest are grouped automatically by (padded dim,
- * optimizer, combiner, clipping) and split so that a stack's activations per
+ * optimizer, combiner, clipping, storage) and split so that a stack's activations per
  * SparseCore stay under the activation memory limit. opts may be NULL. */
 int scps__layout_create(const scps_table_spec *tables, int n_tables,
                        const scps_feature_spec *features, int n_features,
@@ -101,5 +104,12 @@ int64_t scps__layout_rows_held(const scps_layout *l, int t, int32_t sc);
 
 /* Bytes one SparseCore needs for a stack's rows plus optimizer slots. */
 int64_t scps__layout_stack_bytes_per_sc(const scps_layout *l, int stack);
+
+/* Bytes one row of the stack takes in its storage format
+ * (scps__storage_row_bytes of its dim). */
+int64_t scps__layout_row_bytes(const scps_layout *l, int stack);
+
+/* The same for slot k's format. */
+int64_t scps__layout_slot_row_bytes(const scps_layout *l, int stack, int slot);
 
 #endif

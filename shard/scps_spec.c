@@ -290,6 +290,38 @@ static int check_initializer(const char *t, const scps_initializer_spec *in, scp
 #define SCPS_VOCAB_MAX ((int64_t)1 << 31)
 #define SCPS_BATCH_MAX (1 << 26)
 
+/* The storage format is a name scps__storage_parse reads and the rounding
+ * one of scps_rounding's. */
+static int check_storage(const scps_table_spec *t, scps_error *err) {
+  scps_storage_format f;
+  if (strnlen(t->storage_format, SCPS_STORAGE_NAME_MAX) == SCPS_STORAGE_NAME_MAX)
+    return scps_error_set(err, SCPS_EINVAL, "table '%s': storage_format '%.*s...' is too long", t->name,
+                          SCPS_STORAGE_NAME_MAX - 1, t->storage_format);
+  if (scps__storage_parse(t->storage_format, &f, NULL) != 0)
+    return scps_error_set(err, SCPS_EINVAL,
+                          "table '%s': storage_format '%s' is not float32, bfloat16 or an eXmY format name "
+                          "(e4m3, e5m2, e3m0b-2: 1 + X + Y of 2 to 16 bits, X <= 8, optional b and bias)",
+                          t->name, t->storage_format);
+  const int slots = scps__optimizer_num_slots(t->optimizer.type);
+  for (int k = 0; k < SCPS_MAX_SLOTS; k++) {
+    const char *name = t->slot_formats[k];
+    if (strnlen(name, SCPS_STORAGE_NAME_MAX) == SCPS_STORAGE_NAME_MAX)
+      return scps_error_set(err, SCPS_EINVAL, "table '%s': slot_formats[%d] '%.*s...' is too long", t->name, k,
+                            SCPS_STORAGE_NAME_MAX - 1, name);
+    if (name[0] && k >= slots)
+      return scps_error_set(err, SCPS_EINVAL, "table '%s': slot_formats[%d] '%s' but optimizer %s has %d slot%s",
+                            t->name, k, name, scps__optimizer_name(t->optimizer.type), slots, slots == 1 ? "" : "s");
+    if (scps__storage_parse(name, &f, NULL) != 0)
+      return scps_error_set(err, SCPS_EINVAL,
+                            "table '%s': slot_formats[%d] (%s) '%s' is not float32, bfloat16 or an eXmY format name",
+                            t->name, k, scps__optimizer_slot_name(t->optimizer.type, k), name);
+  }
+  if (t->storage_rounding != SCPS_ROUNDING_STOCHASTIC && t->storage_rounding != SCPS_ROUNDING_NEAREST)
+    return scps_error_set(err, SCPS_EINVAL, "table '%s': storage_rounding %d is not stochastic (0) or nearest (1)",
+                          t->name, (int)t->storage_rounding);
+  return 0;
+}
+
 int scps__specs_validate(const scps_table_spec *tables, int n_tables,
                         const scps_feature_spec *features, int n_features, scps_error *err) {
   if (n_tables <= 0) return scps_error_set(err, SCPS_EINVAL, "no tables declared");
@@ -322,6 +354,8 @@ int scps__specs_validate(const scps_table_spec *tables, int n_tables,
     rc = check_optimizer(t->name, &t->optimizer, err);
     if (rc) return rc;
     rc = check_initializer(t->name, &t->initializer, err);
+    if (rc) return rc;
+    rc = check_storage(t, err);
     if (rc) return rc;
   }
   for (int i = 0; i < n_features; i++) {
@@ -440,6 +474,16 @@ int scps__specs_diff(const scps_topology *ta, const scps_table_spec *a, int na,
 #undef TABLE_FIELD
     snprintf(what, sizeof what, "table '%s' stack", x->name);
     DIFF_STR(what, x->stack, y->stack);
+    snprintf(what, sizeof what, "table '%s' storage_format", x->name);
+    DIFF_STR(what, cx.storage_format[0] ? cx.storage_format : "float32",
+             cy.storage_format[0] ? cy.storage_format : "float32");
+    snprintf(what, sizeof what, "table '%s' storage_rounding", x->name);
+    DIFF_NUM(what, "%d", (int)cx.storage_rounding, (int)cy.storage_rounding);
+    for (int k = 0; k < SCPS_MAX_SLOTS; k++) {
+      snprintf(what, sizeof what, "table '%s' slot_formats[%d]", x->name, k);
+      DIFF_STR(what, cx.slot_formats[k][0] ? cx.slot_formats[k] : "float32",
+               cy.slot_formats[k][0] ? cy.slot_formats[k] : "float32");
+    }
     if (optimizer_diff(x->name, &cx.optimizer, &cy.optimizer, name_a, name_b, msg, len)) return 1;
   }
   for (int i = 0; i < nfa; i++) {
@@ -506,6 +550,16 @@ static void optimizer_canonical(scps_optimizer_spec *o) {
   *o = c;
 }
 
+/* A storage format name made canonical ("" for float32); whether it names
+ * a format that rounds (a name that is none is left as it is). */
+static bool storage_canonical(char name[SCPS_STORAGE_NAME_MAX]) {
+  scps_storage_format f;
+  if (strnlen(name, SCPS_STORAGE_NAME_MAX) == SCPS_STORAGE_NAME_MAX || scps__storage_parse(name, &f, NULL)) return true;
+  if (f.kind == SCPS_STORAGE_F32) name[0] = '\0';
+  else scps__storage_name(&f, name, SCPS_STORAGE_NAME_MAX);
+  return f.kind != SCPS_STORAGE_F32;
+}
+
 void scps__table_spec_canonical(scps_table_spec *t) {
   optimizer_canonical(&t->optimizer);
   scps_initializer_spec *in = &t->initializer;
@@ -516,6 +570,9 @@ void scps__table_spec_canonical(scps_table_spec *t) {
   if (in->type != SCPS_INIT_NORMAL && in->type != SCPS_INIT_TRUNCATED_NORMAL) in->stddev = 0;
   if (!random) in->seed = 0;
   if (!t->clip) t->clip_min = t->clip_max = 0;
+  bool rounds = storage_canonical(t->storage_format);
+  for (int k = 0; k < SCPS_MAX_SLOTS; k++) rounds |= storage_canonical(t->slot_formats[k]);
+  if (!rounds) t->storage_rounding = SCPS_ROUNDING_STOCHASTIC;
 }
 
 void scps__feature_spec_canonical(scps_feature_spec *f, const scps_table_spec *tables, int n_tables) {

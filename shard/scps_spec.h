@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "scps_error.h"
+#include "scps_storage.h"
 
 #define SCPS_NAME_MAX 128
 /* Largest embedding_dim a table may declare (stack dims round it up to 8). */
@@ -73,6 +74,13 @@ typedef struct scps_initializer_spec {
   uint64_t seed;  /* 0: derived from the table name */
 } scps_initializer_spec;
 
+/* How an update rounds a value into a storage format narrower than
+ * float32 (scps.proto StorageRounding). */
+typedef enum scps_rounding {
+  SCPS_ROUNDING_STOCHASTIC = 0, /* unbiased: up with probability the fraction dropped */
+  SCPS_ROUNDING_NEAREST = 1     /* to nearest, ties to even */
+} scps_rounding;
+
 typedef struct scps_table_spec {
   char name[SCPS_NAME_MAX];
   int64_t vocabulary_size;
@@ -88,6 +96,14 @@ typedef struct scps_table_spec {
   bool clip;                            /* clamp rows to [clip_min, clip_max] after updates */
   float clip_min, clip_max;
   char stack[SCPS_NAME_MAX];            /* explicit stack name; "" = automatic stacking */
+  /* Format the rows are kept in (scps__storage_parse; "" = float32) and the
+   * rounding of updates into it. */
+  char storage_format[SCPS_STORAGE_NAME_MAX];
+  scps_rounding storage_rounding;
+  /* Format of each optimizer slot k, in scps__optimizer_slot_name order
+   * ("" = float32; "" past the optimizer's slots); updates round into them
+   * as into storage_format. */
+  char slot_formats[SCPS_MAX_SLOTS][SCPS_STORAGE_NAME_MAX];
 } scps_table_spec;
 
 typedef struct scps_feature_spec {
@@ -142,7 +158,9 @@ int scps__find_feature(const scps_feature_spec *features, int n_features, const 
 
 /* A table spec reduced to what it means: the optimizer hyper-parameters its
  * type does not read (scps.proto OptimizerSpec), the initializer fields its
- * type does not read and clip_min/clip_max without clip are set to 0, so
+ * type does not read and clip_min/clip_max without clip are set to 0, the
+ * storage formats named canonically ("" for float32; the rounding is 0
+ * when rows and slots are all float32: nothing is rounded), so
  * two declarations that serve the same tables compare (and fingerprint)
  * equal. */
 void scps__table_spec_canonical(scps_table_spec *t);

@@ -322,6 +322,47 @@ static int parse_initializer(const scps_json *obj, const char *path, scps_initia
   return rc;
 }
 
+/* A storage format name at obj.key (optional) into buf. */
+static int get_format(const scps_json *obj, const char *path, const char *key, char *buf, scps_error *err) {
+  char p[PATH_MAX_LEN];
+  int rc = get_name(obj, path, key, false, buf, SCPS_STORAGE_NAME_MAX, err);
+  if (rc) return rc;
+  scps_storage_format f;
+  const scps_json *v;
+  if ((rc = member(obj, path, key, false, &v, err))) return rc;
+  join(p, path, key);
+  if (v && scps__storage_parse(buf, &f, NULL))
+    return bad_value(err, p, v, "a storage format: float32, bfloat16 or eXmY (e4m3, e5m2, e3m0b-2)");
+  return 0;
+}
+
+/* "storage_format" (a name scps__storage_parse reads), "storage_rounding"
+ * ("stochastic" or "nearest") and "slot_formats" (an object from the
+ * optimizer's slot names to formats), all optional. */
+static int parse_storage(const scps_json *obj, const char *path, scps_table_spec *t, scps_error *err) {
+  char p[PATH_MAX_LEN];
+  int rc = get_format(obj, path, "storage_format", t->storage_format, err);
+  if (rc) return rc;
+  const scps_json *v;
+  if ((rc = get_object(obj, path, "slot_formats", false, &v, err))) return rc;
+  if (v) {
+    const char *names[SCPS_MAX_SLOTS];
+    const int slots = scps__optimizer_num_slots(t->optimizer.type);
+    for (int k = 0; k < slots; k++) names[k] = scps__optimizer_slot_name(t->optimizer.type, k);
+    join(p, path, "slot_formats");
+    if ((rc = check_keys(v, p, names, (size_t)slots, err))) return rc;
+    for (int k = 0; k < slots; k++)
+      if ((rc = get_format(v, p, names[k], t->slot_formats[k], err))) return rc;
+  }
+  if ((rc = member(obj, path, "storage_rounding", false, &v, err)) || !v) return rc;
+  const char *s = cstr(v);
+  join(p, path, "storage_rounding");
+  if (s && !strcmp(s, "stochastic")) t->storage_rounding = SCPS_ROUNDING_STOCHASTIC;
+  else if (s && !strcmp(s, "nearest")) t->storage_rounding = SCPS_ROUNDING_NEAREST;
+  else return bad_value(err, p, v, "a storage rounding: stochastic or nearest");
+  return 0;
+}
+
 /* given[0], given[1]: whether the table sets max_ids_per_partition,
  * max_unique_ids_per_partition. */
 static int parse_table(const scps_json *obj, const char *path, scps_table_spec *t, bool given[2],
@@ -329,7 +370,7 @@ static int parse_table(const scps_json *obj, const char *path, scps_table_spec *
   static const char *const allowed[] = {"name",  "vocabulary_size", "embedding_dim",
                                         "combiner", "optimizer",    "initializer",
                                         "max_ids_per_partition", "max_unique_ids_per_partition",
-                                        "clip", "stack"};
+                                        "clip", "stack", "storage_format", "storage_rounding", "slot_formats"};
   char p[PATH_MAX_LEN];
   if (scps__json_typeof(obj) != SCPS_JSON_OBJECT) return bad_value(err, path, obj, "an object");
   int rc = check_keys(obj, path, allowed, COUNT(allowed), err);
@@ -383,7 +424,8 @@ static int parse_table(const scps_json *obj, const char *path, scps_table_spec *
     t->clip_min = (float)lo;
     t->clip_max = (float)hi;
   }
-  return get_name(obj, path, "stack", false, t->stack, sizeof t->stack, err);
+  if ((rc = get_name(obj, path, "stack", false, t->stack, sizeof t->stack, err))) return rc;
+  return parse_storage(obj, path, t, err);
 }
 
 static int parse_feature(const scps_json *obj, const char *path, const scps_workload *w,
@@ -654,6 +696,21 @@ static void write_table(scps_jsonw *w, const scps_table_spec *t) {
     scps__jsonw_printf(w, ", \"stack\": ");
     scps__jsonw_string(w, t->stack);
   }
+  if (t->storage_format[0]) {
+    scps__jsonw_printf(w, ", \"storage_format\": ");
+    scps__jsonw_string(w, t->storage_format);
+  }
+  bool slots = false;
+  for (int k = 0; k < SCPS_MAX_SLOTS; k++) {
+    if (!t->slot_formats[k][0]) continue;
+    scps__jsonw_printf(w, slots ? ", " : ", \"slot_formats\": {");
+    slots = true;
+    scps__jsonw_string(w, scps__optimizer_slot_name(t->optimizer.type, k));
+    scps__jsonw_printf(w, ": ");
+    scps__jsonw_string(w, t->slot_formats[k]);
+  }
+  if (slots) scps__jsonw_printf(w, "}");
+  if (t->storage_rounding == SCPS_ROUNDING_NEAREST) scps__jsonw_printf(w, ", \"storage_rounding\": \"nearest\"");
   scps__jsonw_printf(w, "}");
 }
 

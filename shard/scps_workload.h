@@ -62,7 +62,8 @@ typedef struct scps_workload {
  * path ("tables[2].optimizer.beta_1") and the value; a table or feature name
  * used twice gives SCPS_EEXIST. Besides the README's keys a table may set
  * max_ids_per_partition, max_unique_ids_per_partition, clip ([min, max]),
- * stack (an explicit stack name) and an initializer seed. Optimizer
+ * stack (an explicit stack name), an initializer seed, storage_format,
+ * storage_rounding and slot_formats (an object by slot name). Optimizer
  * hyper-parameters left out take the reference defaults. The "ids" section
  * is optional here (a server does not draw ids); scps__workload_gen_create
  * requires it.

@@ -154,71 +154,122 @@ static int run_verify(int argc, char **argv) {
 /* ---- checkpoint convert ---- */
 
 static const char convert_usage[] =
-    "usage: scps-admin checkpoint convert DIR --to-processes P --to-sc-per-process S\n"
+    "usage: scps-admin checkpoint convert DIR [--to-processes P --to-sc-per-process S]\n"
+    "                                     [--storage TABLE[.SLOT]=FORMAT ...]\n"
     "                                     [--sc-memory SIZE] --out ROOT\n"
-    "Rewrites the checkpoint in DIR for a cluster of P processes x S SparseCores,\n"
-    "as ROOT/step-<same step>/: same specs, step and limits, every row and\n"
-    "optimizer slot identical. Servers started with --num-processes P\n"
-    "--sc-per-process S restore it.\n"
+    "Rewrites the checkpoint in DIR as ROOT/step-<same step>/ for a cluster of\n"
+    "P processes x S SparseCores (default: the source's), with the storage\n"
+    "formats --storage names (default: the source's): same specs but for\n"
+    "those, same step and limits, every row and optimizer slot identical, or\n"
+    "rounded to the nearest value of its new format. Servers started with\n"
+    "that topology and those formats restore it (a restore converts formats\n"
+    "too, so this is for moving or shrinking checkpoints offline).\n"
     "\n"
     "  --to-processes P         processes of the target cluster\n"
     "  --to-sc-per-process S    SparseCores per process of the target cluster\n"
+    "  --storage TABLE=FORMAT   table TABLE's rows in FORMAT (float32, bfloat16\n"
+    "                           or eXmY: e4m3, e5m2, e3m0b-2); TABLE.SLOT=FORMAT\n"
+    "                           its optimizer slot SLOT (accumulator, momentum,\n"
+    "                           velocity, linear, mu, nu, local_step); repeatable\n"
     "  --sc-memory SIZE         memory per SparseCore of the target (K, M, G\n"
     "                           suffixes); default: the source's, scaled up when\n"
-    "                           there are fewer SparseCores\n"
+    "                           there are fewer SparseCores or wider formats\n"
     "  --out ROOT               where the converted checkpoint goes; its step\n"
     "                           directory must not exist yet (never the source's\n"
     "                           own root)\n";
 
+/* "TABLE=FORMAT" or "TABLE.SLOT=FORMAT" into *ch; nonzero (after a message)
+ * when it is neither. */
+static int parse_storage_change(const char *arg, scps_checkpoint_format_change *ch) {
+  const char *eq = strchr(arg, '=');
+  const size_t name_len = eq ? (size_t)(eq - arg) : 0;
+  memset(ch, 0, sizeof *ch);
+  if (!eq || !name_len || name_len >= sizeof ch->table || strlen(eq + 1) >= sizeof ch->format) {
+    fprintf(stderr, "scps-admin: --storage '%s': expected TABLE=FORMAT or TABLE.SLOT=FORMAT\n", arg);
+    return 1;
+  }
+  memcpy(ch->table, arg, name_len);
+  snprintf(ch->format, sizeof ch->format, "%s", eq + 1);
+  /* A table name may hold dots: the slot is what follows the last one, if
+   * the whole name is not a table (scps__checkpoint_export_as says). */
+  char *dot = strrchr(ch->table, '.');
+  if (dot) {
+    snprintf(ch->slot, sizeof ch->slot, "%s", dot + 1);
+    *dot = '\0';
+  }
+  return 0;
+}
+
+#define CONVERT_CHANGES_MAX 256
+
 static int run_convert(int argc, char **argv) {
   static const struct option opts[] = {{"to-processes", required_argument, 0, 'p'},
                                        {"to-sc-per-process", required_argument, 0, 's'},
+                                       {"storage", required_argument, 0, 'f'},
                                        {"sc-memory", required_argument, 0, 'm'},
                                        {"out", required_argument, 0, 'o'},
                                        {0, 0, 0, 0}};
   long P = 0, S = 0;
   int64_t mem = 0;
   const char *out = NULL;
-  int ch;
+  static scps_checkpoint_format_change changes[CONVERT_CHANGES_MAX];
+  int n_changes = 0, ch;
+  bool mem_set = false;
   while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (ch) {
     case 'p': if (parse_int("--to-processes", optarg, 1, 1024, &P)) return 2; break;
     case 's': if (parse_int("--to-sc-per-process", optarg, 1, 64, &S)) return 2; break;
+    case 'f':
+      if (n_changes == CONVERT_CHANGES_MAX) {
+        fprintf(stderr, "scps-admin: more than %d --storage options\n", CONVERT_CHANGES_MAX);
+        return 2;
+      }
+      if (parse_storage_change(optarg, &changes[n_changes++])) return 2;
+      break;
     case 'm':
       if (scps__parse_bytes(optarg, &mem)) {
         fprintf(stderr, "scps-admin: --sc-memory '%s': expected bytes like 512M or 4G\n", optarg);
         return 2;
       }
+      mem_set = true;
       break;
     case 'o': out = optarg; break;
     default: fputs(convert_usage, stderr); return 2;
     }
   }
-  if (optind != argc - 1 || !P || !S || !out) {
+  if (optind != argc - 1 || !P != !S || !out) {
     fputs(convert_usage, stderr);
     return 2;
   }
   const char *dir = argv[optind];
   scps_error err;
-  if (!mem) {
-    scps_checkpoint *c;
-    if (scps__checkpoint_open(dir, &c, &err)) {
-      fprintf(stderr, "scps-admin: %s\n", err.msg);
-      return 1;
-    }
-    const scps_topology *t = scps__checkpoint_topology(c);
-    int64_t from = (int64_t)t->num_processes * t->sc_per_process, to = P * S;
-    mem = t->sc_memory_bytes * ((from + to - 1) / to);
-    scps__checkpoint_close(c);
-  }
-  scps_topology to = {(int32_t)P, (int32_t)S, mem};
-  scps_checkpoint_stats st = {0};
-  if (scps__checkpoint_export_topology(dir, &to, out, &st, &err)) {
+  scps_checkpoint *c;
+  if (scps__checkpoint_open(dir, &c, &err)) {
     fprintf(stderr, "scps-admin: %s\n", err.msg);
     return 1;
   }
-  printf("%s -> %s: %ld x %ld SparseCores, %d files, %lld bytes in %.2f s\n", dir, out, P, S, st.files,
-         (long long)st.bytes, st.seconds);
+  const scps_topology *t = scps__checkpoint_topology(c);
+  const bool same = !P || (P == t->num_processes && S == t->sc_per_process);
+  if (!P) {
+    P = t->num_processes;
+    S = t->sc_per_process;
+  }
+  if (!mem) {
+    int64_t from = (int64_t)t->num_processes * t->sc_per_process, to = P * S;
+    mem = t->sc_memory_bytes * ((from + to - 1) / to);
+  }
+  scps__checkpoint_close(c);
+  scps_topology to = {(int32_t)P, (int32_t)S, mem};
+  scps_checkpoint_stats st = {0};
+  /* The source's topology (no --sc-memory): its SparseCores grown as the
+   * new formats need. */
+  const bool grow = same && !mem_set;
+  if (scps__checkpoint_export_as(dir, grow ? NULL : &to, changes, n_changes, out, &st, &err)) {
+    fprintf(stderr, "scps-admin: %s\n", err.msg);
+    return 1;
+  }
+  printf("%s -> %s: %ld x %ld SparseCores, %d storage changes, %d files, %lld bytes in %.2f s\n", dir, out, P, S,
+         n_changes, st.files, (long long)st.bytes, st.seconds);
   return 0;
 }
 
@@ -308,7 +359,8 @@ static const command commands[] = {
     {"checkpoint list", "list the checkpoints under a directory", list_usage, run_list},
     {"checkpoint verify", "check every file of a checkpoint against its checksum", verify_usage,
      run_verify},
-    {"checkpoint convert", "reshard a checkpoint for another topology", convert_usage, run_convert},
+    {"checkpoint convert", "reshard a checkpoint for another topology or storage formats", convert_usage,
+     run_convert},
     {"checkpoint export", "write a table or slot as a .npy array", export_usage, run_export},
     {"rows", "print given ids' rows and optimizer slots as the servers hold them", scps_admin_rows_usage,
      scps__admin_rows},

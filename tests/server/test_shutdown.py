@@ -290,6 +290,30 @@ def test_sc_memory(env):
                                                            for c in st.sparse_cores]))
 
 
+def test_sc_memory_storage(env):
+    """A table that does not fit in float32 (1000 ids padded to 1008 over 2
+    SparseCores: 504 rows x 64 x 4 bytes, no slots: 129024 bytes each)
+    starts when declared in e4m3 (64 code bytes and a scale byte a row:
+    32760 bytes), and Stats counts the smaller rows."""
+    table = {"name": "mem", "vocabulary_size": 1000, "embedding_dim": 64, "combiner": "sum",
+             "optimizer": {"type": "sgd", "learning_rate": 0.1}, "initializer": {"type": "zeros"}}
+    feature = [{"name": "f", "table": "mem", "valency": 1}]
+    cap = 100 << 10
+    refused = env.server(env.write_config("f32", 8, [table], feature), extra=["--sc-memory", str(cap)])
+    rc, out, err = refused.run_to_exit()
+    env.check(rc == 1 and "'mem'" in err and "129024" in err,
+              "float32 in --sc-memory %d: exit %s, expected 1 naming the stack and 129024 bytes: %r" % (cap, rc, err))
+    small = dict(table, storage_format="e4m3")
+    fits = env.server(env.write_config("e4m3", 8, [small], feature), extra=["--sc-memory", str(cap)]).wait_ready()
+    st = fits.stub().Stats(env.pb.StatsRequest(), timeout=30)
+    used = [c.memory_used_bytes for c in st.sparse_cores]
+    env.check(all(32760 <= u < 32760 + 4096 for u in used), "e4m3: memory used %s, expected 32760 bytes rounded "
+              "up to the arena's alignment" % used)
+    cfg = fits.stub().GetConfig(env.pb.GetConfigRequest(), timeout=30)
+    env.check(cfg.cluster.tables[0].storage_format == "e4m3", "GetConfig's table: storage_format %r"
+              % cfg.cluster.tables[0].storage_format)
+
+
 def test_port_in_use(env):
     cfg = small_config(env)
     first = env.server(cfg).wait_ready()
@@ -419,5 +443,5 @@ def test_bad_config(env):
 
 if __name__ == "__main__":
     main("test_shutdown", [test_sigterm_drains, test_sigint_drains, test_drain_timeout, test_second_signal,
-                           test_signal_during_startup, test_sc_memory,
+                           test_signal_during_startup, test_sc_memory, test_sc_memory_storage,
                            test_port_in_use, test_pin_sparsecores, test_flags, test_bad_config])

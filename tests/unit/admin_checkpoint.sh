@@ -2,8 +2,9 @@
 # scps-admin's checkpoint commands on a real checkpoint (written by
 # ckpt_fixture, 2 x 2 SparseCores, shared-tables.json): export of every table
 # and slot loads in numpy equal to the rows read through the engine; convert
-# to 1 x 3 then verify and export give the same arrays; export --process of
-# one process's part alone; list shows the step;
+# to 1 x 3 then verify and export give the same arrays; convert to e4m3 and
+# bfloat16 and back; export --process of one process's part alone; list
+# shows the step;
 # a flipped byte makes verify fail naming the file.
 #   admin_checkpoint.sh SCPS_ADMIN CKPT_FIXTURE WORKLOAD
 set -euo pipefail
@@ -79,6 +80,51 @@ grep -q "manifest.p1.json" "$tmp/err" || fail "incomplete checkpoint message: $(
 "$admin" checkpoint convert "$dir" --to-processes 1 --to-sc-per-process 3 --out "$tmp/conv" || fail "convert"
 "$admin" checkpoint verify "$tmp/conv/step-000000000017" || fail "verify of the converted checkpoint"
 check_exports "$tmp/conv/step-000000000017" "$tmp/npy-conv" || fail "export after convert"
+
+# Storage formats: items' rows to e4m3 and users' linear slot to bfloat16
+# (smaller files, every value within the format's rounding of the original,
+# the other arrays unchanged), then back to float32: the same values again.
+"$admin" checkpoint convert "$dir" --storage items=e4m3 --storage users.linear=bfloat16 --out "$tmp/c8" \
+  || fail "convert to e4m3 and bfloat16"
+c8=$tmp/c8/step-000000000017
+"$admin" checkpoint verify "$c8" || fail "verify of the e4m3 checkpoint"
+"$admin" checkpoint convert "$c8" --storage items=float32 --storage users.linear=float32 --out "$tmp/c32" \
+  || fail "convert back to float32"
+for d in "$c8" "$tmp/c32/step-000000000017"; do
+  n=$(basename "$(dirname "$d")")
+  mkdir -p "$tmp/npy-$n"
+  "$admin" checkpoint export "$d" --table items --out "$tmp/npy-$n/items.npy" >/dev/null || fail "export items of $n"
+  "$admin" checkpoint export "$d" --table users --slot linear --out "$tmp/npy-$n/linear.npy" >/dev/null \
+    || fail "export linear of $n"
+  "$admin" checkpoint export "$d" --table users --out "$tmp/npy-$n/users.npy" >/dev/null || fail "export users of $n"
+done
+/usr/bin/python3 - "$tmp" "$dir" "$c8" <<'PY' || fail "storage conversion"
+import os, sys, numpy as np
+tmp, src, c8 = sys.argv[1:4]
+dump = f"{tmp}/dump"
+items = np.fromfile(f"{dump}/items.f32", dtype="<f4").reshape(50000, 32)
+linear = np.fromfile(f"{dump}/users.slot1.f32", dtype="<f4").reshape(20000, 24)
+users = np.fromfile(f"{dump}/users.f32", dtype="<f4").reshape(20000, 24)
+for n in ("c8", "c32"):
+    i8, l16, u = (np.load(f"{tmp}/npy-{n}/{k}.npy") for k in ("items", "linear", "users"))
+    assert np.array_equal(u, users), f"{n}: users' rows changed"
+    # e4m3 keeps 3 mantissa bits: within 2^-4 relative of each value, or of the row's scale
+    scale = np.abs(items).max(axis=1, keepdims=True)
+    assert np.all(np.abs(i8 - items) <= np.maximum(np.abs(items) * 2**-4, scale * 2**-9)), f"{n}: items off"
+    assert not np.array_equal(i8, items), f"{n}: items not rounded"
+    assert np.all(np.abs(l16 - linear) <= np.abs(linear) * 2**-8), f"{n}: linear off"
+    if n == "c8":
+        first = (i8, l16)
+    else:
+        assert np.array_equal(i8, first[0]) and np.array_equal(l16, first[1]), "float32 again: values changed"
+size = lambda d: sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d) if f.endswith(".bin"))
+assert size(c8) < size(src), (size(c8), size(src))
+print("storage conversion: %d -> %d data bytes, values within the formats' rounding" % (size(src), size(c8)))
+PY
+if "$admin" checkpoint convert "$dir" --storage items.velocity=e4m3 --out "$tmp/cx" 2>"$tmp/err"; then
+  fail "convert of a slot sgd does not have"
+fi
+grep -q "no optimizer slot 'velocity'" "$tmp/err" || fail "unknown slot message: $(cat "$tmp/err")"
 
 # Errors: an unknown slot or table, a flipped byte.
 if "$admin" checkpoint export "$dir" --table items --slot accumulator --out "$tmp/x.npy" 2>"$tmp/err"; then
