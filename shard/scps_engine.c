@@ -449,7 +449,7 @@ void scps__engine_gather_each(scps_engine *e, int stack, const scps_coo *coo, in
   const uint32_t per = (uint32_t)(SCPS_GATHER_SINK_FLOATS / dim);
   for (uint32_t smp = first; smp < l.end;) {
     const uint32_t n = l.end - smp < per ? l.end - smp : per;
-    for (uint32_t j = 0; j < n; j++) scps__pool_sample(&l, smp + j, dim, buf + (size_t)j * dim);
+    for (uint32_t j = 0; j < n; j++) gather_sample(e, stack, &l, smp + j, buf + (size_t)j * dim);
     sink(ctx, smp, n, buf);
     smp += n;
   }

@@ -186,15 +186,20 @@ static void ref_wire(const scps_wirefmt *f, float *v, size_t rows, size_t dim, u
  * order, written here from the shards and the partitions alone. */
 static void ref_rows_rounded(ref *r, int p, int st, float *blk) {
   const size_t dim = (size_t)r->layout->stacks[st].dim;
-  float row[SCPS_DIM_MAX];
   for (int k = 0; k < r->S; k++) {
     const scps_coo *coo = scps__prep_coo(r->prep, st, p * r->S + k);
-    const float *shard = scps__engine_shard(r->eng[p], st, k);
+    /* The partition's distinct rows, in its order, as the engine reads
+     * them (decoded from a table's storage format), then rounded. */
+    float *rows = malloc(sizeof(float) * (coo->n + 1) * dim);
+    if (!rows) return;
+    scps__engine_copy_rows(r->eng[p], st, k, coo, rows);
+    size_t d = 0;
     for (size_t i = 0; i < coo->n; i++) {
-      memcpy(row, shard + (size_t)coo->rows[i] * dim, dim * sizeof(float));
-      ref_wire(&r->act, row, 1, dim, 0, 0);
-      for (size_t c = 0; c < dim; c++) blk[(size_t)coo->samples[i] * dim + c] += coo->gains[i] * row[c];
+      d += i > 0 && coo->rows[i] != coo->rows[i - 1];
+      if (i == 0 || coo->rows[i] != coo->rows[i - 1]) ref_wire(&r->act, rows + d * dim, 1, dim, 0, 0);
+      for (size_t c = 0; c < dim; c++) blk[(size_t)coo->samples[i] * dim + c] += coo->gains[i] * rows[d * dim + c];
     }
+    free(rows);
   }
 }
 
@@ -513,8 +518,8 @@ out:
  * of these small ones on the receiving thread (--inline-lookup-entries).
  * answer: how the servers answer lookups (distinct rows are pooled by the
  * client; in float32 bit for bit as pooled answers). */
-static void run_topology(const scps_workload *w, int P, int S, bool declare, const char *wire, bool workers,
-                         scps_answer_mode answer, scps_gradient_mode gradients) {
+static void run_topology(const scps_workload *w, const char *w_json, int P, int S, bool declare, const char *wire,
+                         bool workers, scps_answer_mode answer, scps_gradient_mode gradients) {
   char what[128];
   const bool f32 = !strcmp(wire, "float32");
   snprintf(what, sizeof what, "%dx%d%s%s%s, %s answers, pushes by %s", P, S, f32 ? "" : " ", f32 ? "" : wire,
@@ -531,7 +536,7 @@ static void run_topology(const scps_workload *w, int P, int S, bool declare, con
   manual m = {NULL, NULL, NULL};
   int64_t one[48];
   memset(&r, 0, sizeof r);
-  CHECK(scps_it_init(&cl, config_json, P, S) == 0);
+  CHECK(scps_it_init(&cl, w_json, P, S) == 0);
   if (workers) {
     cl.extra[0] = "--inline-lookup-entries";
     cl.extra[1] = "0";
@@ -754,6 +759,34 @@ out:
   scps__workload_destroy(w);
 }
 
+/* config_json with t_sgd_a in bfloat16, t_adam in e4m3 with its slots
+ * in bfloat16 and e5m2, t_ftrl in e3m4 rounded to nearest (malloc'd). */
+static char *with_storage(const char *json) {
+  static const struct {
+    const char *at, *add;
+  } edits[] = {{"{\"name\": \"t_sgd_a\", ", "\"storage_format\": \"bfloat16\", "},
+               {"{\"name\": \"t_adam\", ", "\"storage_format\": \"e4m3\", \"slot_formats\": "
+                                          "{\"momentum\": \"bfloat16\", \"velocity\": \"e5m2\"}, "},
+               {"{\"name\": \"t_ftrl\", ", "\"storage_format\": \"e3m4\", \"storage_rounding\": \"nearest\", "}};
+  char *out = malloc(strlen(json) + 512), *w = out;
+  const char *r = json;
+  if (!out) return NULL;
+  for (size_t i = 0; i < sizeof edits / sizeof edits[0]; i++) {
+    const char *at = strstr(r, edits[i].at);
+    if (!at) {
+      free(out);
+      return NULL;
+    }
+    at += strlen(edits[i].at);
+    memcpy(w, r, (size_t)(at - r));
+    w += at - r;
+    w += sprintf(w, "%s", edits[i].add);
+    r = at;
+  }
+  strcpy(w, r);
+  return out;
+}
+
 int main(void) {
   scps_error err;
   scps_workload *w = NULL;
@@ -761,19 +794,33 @@ int main(void) {
   if (w) {
     /* Pushes by sample and by row give bit-identical tables in float32, so
      * every float32 run checks against the same by-sample reference. */
-    run_topology(w, 1, 4, true, "float32", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
-    run_topology(w, 1, 4, false, "float32", true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_ROW);
-    run_topology(w, 1, 4, false, "float32", false, SCPS_ANSWER_AUTO, SCPS_GRADIENTS_AUTO);
-    run_topology(w, 3, 2, false, "float32", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
-    run_topology(w, 3, 2, false, "float32", true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_AUTO);
-    run_topology(w, 3, 2, false, "bfloat16", true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
-    run_topology(w, 3, 2, false, "bfloat16", false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_SAMPLE);
+    run_topology(w, config_json, 1, 4, true, "float32", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
+    run_topology(w, config_json, 1, 4, false, "float32", true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, config_json, 1, 4, false, "float32", false, SCPS_ANSWER_AUTO, SCPS_GRADIENTS_AUTO);
+    run_topology(w, config_json, 3, 2, false, "float32", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, config_json, 3, 2, false, "float32", true, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_AUTO);
+    run_topology(w, config_json, 3, 2, false, "bfloat16", true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, config_json, 3, 2, false, "bfloat16", false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_SAMPLE);
     /* eXmY: the servers' activations rounded to nearest, the client's
      * gradients stochastically, each against the references above. */
-    run_topology(w, 3, 2, false, "e4m3/e3m0s", true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
-    run_topology(w, 3, 2, false, "e2m1s/e5m2", false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_ROW);
-    run_topology(w, 1, 4, false, "e3m4b5", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, config_json, 3, 2, false, "e4m3/e3m0s", true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
+    run_topology(w, config_json, 3, 2, false, "e2m1s/e5m2", false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_ROW);
+    run_topology(w, config_json, 1, 4, false, "e3m4b5", false, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
   }
+  /* Tables stored in bfloat16 and eXmY (t_adam's slots too), served and
+   * checked in float32 and over an eXmY wire: the engines on both sides
+   * keep the same encoded rows and round updates with the same draws. */
+  scps_workload *ws = NULL;
+  char *stored = with_storage(config_json);
+  CHECK(stored != NULL);
+  if (stored) CHECK_OK(scps__workload_parse(stored, strlen(stored), &ws, &err), &err);
+  if (ws) {
+    run_topology(ws, stored, 3, 2, false, "float32", true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_SAMPLE);
+    run_topology(ws, stored, 3, 2, false, "e4m3/e3m0s", true, SCPS_ANSWER_POOLED, SCPS_GRADIENTS_BY_ROW);
+    run_topology(ws, stored, 1, 4, false, "e5m2s", false, SCPS_ANSWER_DISTINCT_ROWS, SCPS_GRADIENTS_BY_SAMPLE);
+  }
+  scps__workload_destroy(ws);
+  free(stored);
   run_twins(&(twin_case){"3x2 rows pooled in place", in_place_json, "pooled answers", 3, 5, false,
                          {SCPS_ANSWER_POOLED, SCPS_ANSWER_DISTINCT_ROWS}, {0, 0}, 0});
   run_twins(&(twin_case){"1x2 pushes by row in items", split_json, "pushes by sample", 1, 8, true,
