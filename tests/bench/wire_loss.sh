@@ -9,7 +9,7 @@
 # float32/e3m0 for e3m0 gradients alone, e2m1s ...), or storage:FORMAT[:nearest]
 # for every table held in SparseCore memory in FORMAT (its "storage_format";
 # rounded stochastically, or to nearest with :nearest). Default cases:
-# bfloat16 e4m3 e5m2 float32/e3m0 e2m1s storage:e4m3 storage:e3m2
+# bfloat16 e4m3 e5m2 float32/e3m0 float32/e3m0s e2m1s storage:e4m3 storage:e3m2
 # storage:e3m2:nearest (storage cases only where the server takes them).
 # Prints each case's held-out log-loss and AUC against float32's and its
 # verdict: no harm when its log-loss is at most 0.5% (wire) or 1% (storage)
@@ -25,7 +25,7 @@ shared=${SCPS_SHARED_DIR:-$(dirname "$repo")/shared}
 workload=$repo/deploy/workloads/ctr-demo.json
 steps=2000
 json=$repo/build-bench/bench-wire-loss.json
-cases="bfloat16 e4m3 e5m2 float32/e3m0 e2m1s storage:e4m3 storage:e3m2 storage:e3m2:nearest"
+cases="bfloat16 e4m3 e5m2 float32/e3m0 float32/e3m0s e2m1s storage:e4m3 storage:e3m2 storage:e3m2:nearest"
 while [ $# -gt 0 ]; do
   case "$1" in
     --workload) workload=${2:?--workload needs a file}; shift 2 ;;
