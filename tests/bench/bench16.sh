@@ -7,7 +7,8 @@
 # - CPU time per batch (scps-bench-client --server-pid), one batch at a time,
 #   dlrm8 and criteo26 at 1 process x 8 SparseCores, float32, lookup and
 #   train, answers through shared memory (auto), through shared memory left in
-#   place (--view, lookup only) and over loopback TCP (off), in ROUNDS rounds
+#   place (--view, lookup only) and over loopback TCP (off), and with an
+#   8-bit wire (e4m3:auto, e4m3:off; issue 31), in ROUNDS rounds
 #   (default 3) whose order alternates; then the engine's in-process gather
 #   and update of the same batches (the floor);
 # - serving-small-batch, 16 scps-loadgen clients, at 1x8 and 2x4: the
@@ -45,15 +46,18 @@ for w in dlrm8 criteo26; do
   wl=$D/wl/$w.json
   el "$w CPU per batch, 1x$H, $ROUNDS rounds"
   start "$wl" 1 "$H"
-  ways=(auto view off)
+  ways=(auto view off e4m3:auto e4m3:off)
   for ((r = 0; r < ROUNDS; r++)); do
     for m in lookup train; do
-      order=("${ways[@]}"); [ $((r % 2)) = 0 ] || order=(off view auto)
+      order=("${ways[@]}"); [ $((r % 2)) = 0 ] || order=(e4m3:off e4m3:auto off view auto)
       for way in "${order[@]}"; do
         [ "$m/$way" = train/view ] && continue
+        fmt=float32 how=$way
+        [ "${way%%:*}" = e4m3 ] && fmt=e4m3 how=${way#e4m3:}
         echo -n "{\"cpu\":1,\"w\":\"$w\",\"mode\":\"$m\",\"way\":\"$way\",\"round\":$r} " >>"$X"
         taskset -c "$CLI" timeout 90 "$B/scps-bench-client" --servers "$servers" --workload "$wl" --mode $m \
-          --batches 40 --prep-threads "$H" --shared-memory "${way/view/auto}" $([ $way = view ] && echo --view) \
+          --batches 40 --prep-threads "$H" --wire-format "$fmt" --shared-memory "${how/view/auto}" \
+          $([ $how = view ] && echo --view) \
           --server-pid "${pids[0]}" 2>/dev/null | tail -1 | tee -a "$X" | cut -c1-300
       done
     done

@@ -124,7 +124,7 @@ def main():
         if mode != "lookup":
             continue
         mid = sorted(xs, key=lambda x: x["ms_per_batch_median"])[len(xs) // 2]
-        lookup_row(f"bench16.sh {w} 1x8 float32 {way} (median of {len(xs)})", w, mid)
+        lookup_row(f"bench16.sh {w} 1x8 {way if ':' in way else 'float32 ' + way} (median of {len(xs)})", w, mid)
         print(f"{'':44s} rounds: " + ", ".join(f"{x['ms_per_batch_median']:.3f}" for x in xs))
 
     print("\n== in flight: samples/s at depth D over the slower stage alone (issue 30: >= 0.9)")
@@ -148,7 +148,7 @@ def main():
         if mode == "train":
             t = torch[(w, "train")]["samples_per_s"]
             med = statistics.median(x["samples_per_s"] for x in xs)
-            print(f"{w:9s} 1x8 float32 depth 1, bench16.sh, {way}: {med:9.0f} samples/s (median of {len(xs)}), "
+            print(f"{w:9s} 1x8 {'' if ':' in way else 'float32 '}depth 1, bench16.sh, {way}: {med:9.0f} samples/s (median of {len(xs)}), "
                   f"{med / t:6.2f}x PyTorch")
 
     if serving:
