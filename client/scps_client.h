@@ -183,8 +183,8 @@ typedef struct scps_client_options {
    * optional bias "bN" and an optional "s" for a scale per row ("e4m3",
    * "e5m2", "e3m0b-2", "e2m1s"). eXmY activations are each server's
    * partial sums rounded to nearest; eXmY gradients are rounded
-   * stochastically (unbiased; the draws a function of step, stack and
-   * position); both are decoded back to float32 exactly, arithmetic stays
+   * stochastically (unbiased; the draws a function of step, stack, server
+   * for sums by row, and position); both are decoded back to float32 exactly, arithmetic stays
    * float32. Needs servers of wire_revision 3 (create fails with
    * SCPS_EMISMATCH naming one below). Empty (the default): wire_format.
    * scps_client_options_set_wire_format fills both from one text. */

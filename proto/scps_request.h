@@ -32,7 +32,7 @@ typedef struct scps_req_bytes {
 
 /* scps.v1.StackPartitions. */
 typedef struct scps_req_partitions {
-  char *stack; /* NUL-terminated; "" when absent */
+  char *stack; /* NUL-terminated; NULL when absent */
   /* The first max_sc_offsets values of the field (scps__request_decode):
    * n_sc_offsets counts them all, so a request can be told it has too
    * many without the server keeping them. */

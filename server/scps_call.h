@@ -49,7 +49,7 @@ struct scps_call {
   float *gather_scratch;    /* Lookup, pooled stacks: worker k's at gather_scratch + k * gather_stride */
   size_t gather_stride;     /* floats */
   scps_wirefmt wire;        /* format of the activations or gradients */
-  atomic_bool encode_failed; /* Lookup: an activation could not be encoded (NaN in eXmY) */
+  atomic_int encode_failed; /* Lookup: 1 + the index in stacks of one with a value eXmY cannot encode (NaN) */
   int64_t rows_updated[64]; /* per local SparseCore */
   atomic_bool grads_bad;    /* ApplyGradients: one of them is not finite */
   /* ApplyGradients: the first row sum that overflowed, found by worker 0

@@ -19,7 +19,8 @@ typedef struct call_stack {
   bool grads_bf16;
   scps_req_span grad_src;   /* ApplyGradients: where they lie in grad_msg */
   const scps_slices *grad_msg; /* the request's slices, or the call's shm_msg */
-  float *act;               /* Lookup in float32 or eXmY: total_sample_count x dim, the process's partial */
+  float *act;               /* Lookup in float32: total_sample_count x dim, the process's partial; in eXmY
+                             * the distinct rows before they are encoded (pooled eXmY: unused) */
   uint8_t *encoded;         /* Lookup in bfloat16 or eXmY: the same values as sent (scps_wirefmt rows) */
   /* Lookup answered with distinct rows (LookupRequest.distinct_rows): act
    * or encoded holds them instead, partition k's from row_start[k] on. */

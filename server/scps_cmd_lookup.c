@@ -91,7 +91,7 @@ static void lookup_sc(scps_job *job, int32_t k) {
         encode_sink sink = {&c->wire, cs->encoded, dim, scps__wirefmt_row_bytes(&c->wire, dim), false};
         scps__engine_gather_each(s->engine, cs->stack, cs->coo, s->S, first, end, gather_encode, &sink,
                                 c->gather_scratch + (size_t)k * c->gather_stride);
-        if (sink.failed) atomic_store(&c->encode_failed, true);
+        if (sink.failed) atomic_store(&c->encode_failed, i + 1);
       } else if (bf16)
         scps__engine_gather_bf16(s->engine, cs->stack, cs->coo, s->S, first, end, cs->encoded,
                                 c->gather_scratch + (size_t)k * c->gather_stride);
@@ -103,7 +103,7 @@ static void lookup_sc(scps_job *job, int32_t k) {
     if (exmy && cs->distinct && scps__wirefmt_encode(&c->wire, cs->act + (size_t)first * dim, end - first, dim,
                                     cs->encoded + (size_t)first * scps__wirefmt_row_bytes(&c->wire, dim), 0, 0,
                                     NULL))
-      atomic_store(&c->encode_failed, true);
+      atomic_store(&c->encode_failed, i + 1);
     atomic_fetch_add(&s->sc_stats[cs->stack * s->S + k].ids_looked_up, (long long)cs->coo[k].n);
     record_partition_stats(s, cs, k);
   }
@@ -161,12 +161,18 @@ static void lookup_tc(scps_job *job) {
     scps__call_finish(c, GRPC_STATUS_CANCELLED, "Lookup: cancelled by the server's shutdown", NULL, 0);
     return;
   }
-  if (atomic_load(&c->encode_failed)) {
-    char name[SCPS_WIREFMT_NAME_MAX];
+  const int failed = atomic_load(&c->encode_failed);
+  if (failed) {
+    /* A NaN: a row that is not finite (restored from a checkpoint written
+     * before such updates were refused), or products past float32 summed
+     * to one; eXmY has no code for it. */
+    const call_stack *cs = &c->stacks[failed - 1];
+    char name[SCPS_WIREFMT_NAME_MAX], msg[SCPS_STACK_NAME_MAX + 320];
     scps__wirefmt_name(&c->wire, name);
-    char msg[128];
-    snprintf(msg, sizeof msg, "Lookup: an activation summed to NaN, which %s cannot carry", name);
-    scps__call_finish(c, GRPC_STATUS_INTERNAL, msg, NULL, 0);
+    snprintf(msg, sizeof msg, "Lookup: stack '%s' gave a NaN %s, which %s cannot carry: a row of it is not finite "
+             "(restore a good checkpoint), or its gains times its rows overflow float32; nothing was sent",
+             s->layout->stacks[cs->stack].name, cs->distinct ? "row" : "activation", name);
+    scps__call_finish(c, GRPC_STATUS_FAILED_PRECONDITION, msg, NULL, 0);
     return;
   }
   if (c->shm_at) {
@@ -240,7 +246,8 @@ static void lookup_place(scps_call *c) {
   if (!c->shm_seg) c->shm_at = NULL;
 }
 
-/* Floats of gather scratch (scps__engine_gather, scps__engine_gather_bf16)
+/* Floats of gather scratch (scps__engine_gather, scps__engine_gather_bf16,
+ * scps__engine_gather_each)
  * one SparseCore worker needs for its slice of each stack answered pooled,
  * one stack after another: the largest. */
 static size_t lookup_gather_scratch(const scps_call *c) {
@@ -320,7 +327,7 @@ void scps__cmd_lookup(scps_call *c) {
     return;
   }
   lookup_place(c);
-  atomic_init(&c->encode_failed, false);
+  atomic_init(&c->encode_failed, 0);
   size_t scratch = 0;
   for (int i = 0; i < c->n_stacks; i++) scratch += lookup_scratch(c, &c->stacks[i], c->shm_at != NULL);
   c->gather_stride = lookup_gather_scratch(c);

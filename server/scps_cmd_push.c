@@ -31,10 +31,10 @@ static void decode_rows_apart(const scps_wirefmt *f, const uint8_t *src, size_t 
       for (size_t j = 0; j < dim; j++) dst[r * dim + j] = INFINITY;
 }
 
-/* Worker k's share of every stack's gradients (an equal run of values),
- * out of the request's slices into the stack's buffer: float32, bfloat16
- * widened on the way, or bfloat16 as it came for a stack by sample
- * (grads_bf16), whose update widens them itself. Returns whether any value
+/* Worker k's share of every stack's gradients (an equal run of values; in
+ * eXmY of whole rows), out of the request's slices into the stack's buffer:
+ * float32, bfloat16 or eXmY widened on the way, or bfloat16 as it came for
+ * a stack by sample (grads_bf16), whose update widens them itself. Returns whether any value
  * is not finite: all exponent bits set, tested branch-free per block; the
  * largest magnitude of the stacks by sample goes to c->grad_mag[k]. */
 static bool read_gradients(scps_call *c, int32_t k) {
@@ -489,11 +489,23 @@ static grpc_status_code take_placement(scps_call *c, uint64_t placed, char *msg,
 
 static void apply_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, size_t limit);
 
-/* Floats of scratch a stack's gradients take (at most what its bytes, with
- * placed of them in a segment, can decode to): the same at admission and
- * when laid out. */
+/* Floats of scratch a stack's gradients take: at most what its bytes, with
+ * placed of them in a segment, can decode to, and at most what the stack
+ * it names can hold (total_sample_count x dim by sample, a vector per listed
+ * row by row), so a narrow format's claimed bytes cannot reserve more than
+ * a well-formed request needs (a stack the server does not hold: none; the
+ * request is refused before anything is written). The same at admission
+ * and when laid out. */
 static size_t stack_values(const scps_call *c, const scps_req_stack *sg, uint64_t placed) {
-  return scps__wirefmt_values_max(&c->wire, sg->gradients.len + sg->row_gradients.len + (size_t)placed);
+  const size_t most = scps__wirefmt_values_max(&c->wire, sg->gradients.len + sg->row_gradients.len + (size_t)placed);
+  const int st = sg->has_partitions && sg->partitions.stack
+                     ? scps__layout_find_stack(c->srv->layout, sg->partitions.stack) : -1;
+  if (st < 0) return 0;
+  const scps_stack_layout *sl = &c->srv->layout->stacks[st];
+  const size_t rows = sg->row_gradients.len ? sg->partitions.rows.len / sizeof(uint32_t)
+                                            : (size_t)sl->total_sample_count;
+  const size_t cap = rows * (size_t)sl->dim;
+  return most < cap ? most : cap;
 }
 
 void scps__cmd_push(scps_call *c) {

@@ -441,6 +441,7 @@ void scps__engine_gather_bf16(scps_engine *e, int stack, const scps_coo *coo, in
 
 /* Runs of samples pooled into a buffer on the stack, each run handed to
  * the sink while it is still in L1. */
+_Static_assert(SCPS_DIM_MAX <= SCPS_GATHER_SINK_FLOATS, "a run holds at least one sample");
 void scps__engine_gather_each(scps_engine *e, int stack, const scps_coo *coo, int32_t n_sc, uint32_t first,
                              uint32_t end, scps_gather_sink sink, void *ctx, void *scratch) {
   const size_t dim = (size_t)e->layout->stacks[stack].dim;

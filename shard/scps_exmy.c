@@ -278,7 +278,9 @@ static uint32_t codes_rne32(const float *restrict src, size_t n, uint16_t *restr
     sum = ax + magic;
     uint32_t sbits;
     memcpy(&sbits, &sum, sizeof sbits);
-    const uint32_t normal = ((a + half + ((a >> sh) & 1)) >> sh) - p.rebias32;
+    /* the code's low bit is that of the shifted bits less rebias32 (for
+     * Y = 0 rebias32's own low bit counts) */
+    const uint32_t normal = ((a + half + (((a >> sh) ^ p.rebias32) & 1)) >> sh) - p.rebias32;
     const uint32_t is_normal = 0u - (uint32_t)(a >= p.minnormal32);
     const uint32_t q = (normal & is_normal) | ((sbits - p.magic32) & ~is_normal);
     c[i] = (uint16_t)(q | (u >> 31) << p.sbit);

@@ -215,7 +215,9 @@ static void test_encode_sweep(void) {
     int x, y, bias, scale;
   } more[] = {{3, 0, -5, 0},  {3, 0, 3, -40}, {3, 0, 3, 100}, {2, 1, 1, -128}, {3, 1, 20, 7},
               {4, 3, 7, -90}, {4, 3, -112, 0}, {5, 2, 15, 90}, {0, 3, 0, -10},  {0, 7, 149, 0},
-              {0, 4, -100, 3}, {8, 3, 128, -128}, {1, 2, 0, 126}, {6, 5, -20, 30}};
+              {0, 4, -100, 3}, {8, 3, 128, -128}, {1, 2, 0, 126}, {6, 5, -20, 30},
+              /* Y = 0 with an even sub-bias (ties between exponents) */
+              {3, 0, -2, 0},  {3, 0, 3, 1},   {2, 0, 1, 2}};
   for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
     scps_exmy_format f;
     scps_ref_exmy ref;
