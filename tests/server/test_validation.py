@@ -1325,8 +1325,40 @@ def test_nonfinite_updates(env):
     env.check(np.array_equal(rows("s", 16)[0], s0), "sgd rows unchanged by the refused push")
 
 
+def test_exmy_nan(env):
+    """A pooled activation that sums to NaN (rows of 3e38 with gains 2 and
+    -2: inf + -inf) comes back NaN in float32, and in eXmY, which has no
+    code for it, as FAILED_PRECONDITION naming the stack."""
+    tables = [{"name": "big", "vocabulary_size": 16, "embedding_dim": 8, "combiner": "sum",
+               "optimizer": {"type": "sgd", "learning_rate": 0.1},
+               "initializer": {"type": "constant", "value": 3e38}}]
+    features = [{"name": "fb", "table": "big", "valency": 2, "weighted": True}]
+    cfg = env.write_config("exmy-nan", 4, tables, features)
+    srv = env.server(cfg).wait_ready()
+    cl = Cluster(env, [srv])
+    pb = env.pb
+    entries = cl.entries({"fb": [[(1, 2.0), (2, -2.0)], [(3, 1.0), (4, 1.0)], [], [(5, 1.0), (5, 1.0)]]})
+
+    def lookup(fmt):
+        req = pb.LookupRequest(config_fingerprint=cl.fingerprint, process_index=0,
+                               stacks=[cl.partitions(entries, 0, 0)])
+        if fmt:
+            req.activation_format = pb.FLOAT_FORMAT_EXMY
+            req.activation_exmy.CopyFrom(pb.ExmyFormat(exponent_bits=4, mantissa_bits=3))
+        return call_status(cl.stubs[0].Lookup, req, timeout=30)
+    got, details, resp = lookup(False)
+    acts = np.frombuffer(resp.stacks[0].activations, "<f4") if resp else np.zeros(0)
+    env.check(got == "OK" and acts.size == 32 and np.isnan(acts[:8]).all() and np.isinf(acts[8:16]).all(),
+              "float32: %s %r, sample 0 NaN and sample 1 inf: %s" % (got, details, acts[:16]))
+    got, details, _ = lookup(True)
+    ok = env.check(got == "FAILED_PRECONDITION" and "stack 'big'" in details and "NaN activation" in details
+                   and "e4m3" in details, "e4m3: %s %r" % (got, details))
+    if ok:
+        print("   ok eXmY NaN activation: %s: %s" % (got, details), flush=True)
+
+
 if __name__ == "__main__":
     main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
                              test_ftrl_rate, test_failed_checkpoint, test_padding_rows,
                              test_partition_limits, test_read_rows, test_read_rows_limit,
-                             test_initializer_spec, test_nonfinite_updates])
+                             test_initializer_spec, test_nonfinite_updates, test_exmy_nan])
