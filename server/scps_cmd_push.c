@@ -420,11 +420,11 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
                                         call_stack *cs, float *grads, size_t *placed_at, char *msg, size_t len) {
   const scps_stack_layout *sl = &c->srv->layout->stacks[cs->stack];
   const size_t row_bytes = scps__wirefmt_row_bytes(&c->wire, (size_t)sl->dim);
-  char name[SCPS_WIREFMT_NAME_MAX];
-  scps__wirefmt_name(&c->wire, name);
+  char name[SCPS_WIREFMT_NAME_MAX]; /* the format's, for the messages */
   if (cs->by_row) {
     size_t n = (size_t)cs->row_start[c->srv->S] * row_bytes;
     if (sg->row_gradients.len != n) {
+      scps__wirefmt_name(&c->wire, name);
       snprintf(msg, len, "%s.row_gradients: %zu bytes; stack '%s' lists %u rows, which need %u x %zu bytes (dim %d "
                "in %s) = %zu", field, sg->row_gradients.len, sl->name, cs->row_start[c->srv->S],
                cs->row_start[c->srv->S], row_bytes, sl->dim, name, n);
@@ -439,6 +439,7 @@ static grpc_status_code check_gradients(scps_call *c, const scps_req_stack *sg, 
   const bool placed = sg->placed_gradients != 0;
   const uint64_t got = placed ? sg->placed_gradients : sg->gradients.len;
   if (got != n) {
+    scps__wirefmt_name(&c->wire, name);
     snprintf(msg, len, "%s.%s: %llu bytes; stack '%s' needs total_sample_count %lld x %zu bytes (dim %d in %s) = %zu",
              field, placed ? "placed_gradients" : "gradients", (unsigned long long)got, sl->name,
              (long long)sl->total_sample_count, row_bytes, sl->dim, name, n);
