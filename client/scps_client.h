@@ -435,6 +435,62 @@ SCPS_EXTERN int scps_client_auto_checkpoint(scps_client *c, scps_client_checkpoi
 SCPS_EXTERN int scps_client_read_rows(scps_client *c, const char *table, const int64_t *ids, size_t n_ids, float *rows,
                                       float *slots, int64_t deadline_ms, scps_error *err);
 
+/* Top-k retrieval (scps.proto TopK; TPU-KNN): for each query vector, the
+ * k rows of a table with the highest score, as (id, score) pairs. */
+typedef enum scps_topk_score {
+  SCPS_TOPK_DOT = 0,            /* q . r */
+  SCPS_TOPK_COSINE = 1,         /* q . r / (|q| |r|); 0 for a row of zeros */
+  SCPS_TOPK_NEG_SQUARED_L2 = 2  /* -|q - r|^2: nearest first */
+} scps_topk_score;
+
+/* "dot", "cosine" or "l2" (as programs take it in --score). */
+SCPS_EXTERN int scps_topk_score_from_name(const char *name, scps_topk_score *out);
+SCPS_EXTERN const char *scps_topk_score_name(scps_topk_score s);
+
+typedef struct scps_topk_options {
+  int32_t k;                /* results per query, 1 <= k <= rows searched */
+  scps_topk_score score;
+  double recall_target;     /* expected recall in (0, 1]; 1: exact */
+  int64_t first_id, count;  /* rows searched: ids [first_id, first_id + count); count 0: all */
+  char query_format[32];    /* how queries travel: "" or "float32", "bfloat16", an eXmY name */
+} scps_topk_options;
+
+/* k 10, dot product, exact (recall 1), the whole table, float32 queries. */
+SCPS_EXTERN void scps_topk_options_init(scps_topk_options *o);
+
+/* What one TopK did besides its answer. */
+typedef struct scps_topk_info {
+  int32_t bins;          /* L each SparseCore reduced into; 0: exact */
+  int64_t rows_scanned;  /* rows scored per query, all servers */
+  double expected_recall;/* (L/k)(1 - (1 - 1/L)^k) for that L, 1 when exact */
+} scps_topk_info;
+
+/* The top k rows of `table` for each of n_queries query vectors
+ * (queries: n_queries x embedding_dim floats, row-major, finite): ids and
+ * scores get n_queries x k entries, each query's best first (score
+ * descending, then id ascending). Every server scores its own rows in
+ * float32, as they are after every push acknowledged before the call;
+ * libscps merges their candidates with an exact top-k. With recall_target
+ * below 1 each SparseCore keeps only the best row of each of L bins
+ * (scps.proto TopKRequest.recall_target), so each true top-k row is found
+ * with probability at least the target in expectation. info may be NULL.
+ * SCPS_EINVAL naming the option or the query value (unknown score, k
+ * outside [1, rows searched], recall outside (0, 1], a range outside the
+ * vocabulary, a value that is not finite, a format that is no format) and
+ * nothing is sent; SCPS_ENOENT for an unknown table; SCPS_EMISMATCH when a
+ * server is below wire_revision 4. */
+SCPS_EXTERN int scps_client_topk(scps_client *c, const char *table, const float *queries, size_t n_queries,
+                                 const scps_topk_options *o, int64_t *ids, float *scores, scps_topk_info *info,
+                                 int64_t deadline_ms, scps_error *err);
+
+/* The asynchronous form: checks as the blocking one does (returning the
+ * code without a message), then returns at once; done runs on a client
+ * thread once ids, scores and info are filled. queries is copied before
+ * this returns; ids, scores and info must stay valid until done. */
+SCPS_EXTERN int scps_client_topk_async(scps_client *c, const char *table, const float *queries, size_t n_queries,
+                                       const scps_topk_options *o, int64_t *ids, float *scores, scps_topk_info *info,
+                                       int64_t deadline_ms, scps_client_done done, void *ud);
+
 #ifdef __cplusplus
 }
 #endif

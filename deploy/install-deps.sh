@@ -11,6 +11,7 @@ packages=(
   redis-server redis-tools
   libssl-dev openssl
   libmicrohttpd-dev python3-prometheus-client
+  libopenblas-dev python3-faiss
   docker-compose
   clang libclang-rt-14-dev
   python3-dev python3-pytest python3-pip python3-venv python3-setuptools python3-wheel

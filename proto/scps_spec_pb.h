@@ -8,7 +8,7 @@
 
 /* GetConfigResponse.wire_revision of this build: the request forms its
  * scps-server takes and its libscps may send (scps.proto says which). */
-#define SCPS_WIRE_REVISION 3
+#define SCPS_WIRE_REVISION 4
 
 /* Most tables or features one ClusterSpec may carry. */
 #define SCPS_CLUSTER_MAX_TABLES 65536
