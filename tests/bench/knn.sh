@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# TopK retrieval (TPU-KNN) next to FAISS and the machine's roofline, one run:
+#   tests/bench/knn.sh [--rows N] [--dim D] [--queries Q] [--k LIST] [--recall R]
+#                      [--rounds R] [--threads T] [--quick] [--build DIR] [--out DIR]
+# Writes a retrieval workload (one table of N rows x D, default 1048576 x 64,
+# normal initializer, SGD) and runs scps-bench-knn on it over loopback,
+# (a) 1 server process x 2 SparseCores, (b) 2 processes x 1 SparseCore, each
+# on a freshly started cluster: per k of LIST (default 10,100), exact and
+# approximate (recall target R, default 0.95), R timed calls (default 10)
+# of one batch of Q queries (default 256). The first run dumps the table and
+# the queries; tests/bench/knn_faiss.py then measures on those same vectors
+# with T threads (default 2): FAISS IndexFlatIP, IndexIVFFlat and
+# IndexHNSWFlat tuned to the same recall (with their build times), and the
+# roofline (sgemm of the same shape, a read of the table). Prints the
+# table of tests/bench/knn_report.py, with the issue's two verdicts, and
+# writes OUT/knn-results.json (OUT: build-bench/knn unless --out).
+# --quick: 65536 rows, 2 rounds, no HNSW (a smoke run, for ctest).
+# Builds scps-server and scps-bench-knn in build-bench/ (Release,
+# -march=native) unless --build DIR names a build tree that has them; a
+# full run holds /tmp/scps-bench.lock, as run.sh does, a quick one does not.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/../.." && pwd)
+shared=${SCPS_SHARED_DIR:-$(dirname "$repo")/shared}
+rows=1048576 dim=64 queries=256 ks=10,100 recall=0.95 rounds=10 threads=2 quick=0 own_build="" out=""
+args=("$@")
+die() { echo "knn.sh: $*" >&2; exit 2; }
+rows_set=0 rounds_set=0
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --rows) rows=${2:?--rows needs a number}; rows_set=1; shift 2 ;;
+    --dim) dim=${2:?--dim needs a number}; shift 2 ;;
+    --queries) queries=${2:?--queries needs a number}; shift 2 ;;
+    --k) ks=${2:?--k needs a list}; shift 2 ;;
+    --recall) recall=${2:?--recall needs a number}; shift 2 ;;
+    --rounds) rounds=${2:?--rounds needs a number}; rounds_set=1; shift 2 ;;
+    --threads) threads=${2:?--threads needs a number}; shift 2 ;;
+    --quick) quick=1; shift ;;
+    --build) own_build=$(cd "${2:?--build needs a folder}" && pwd); shift 2 ;;
+    --out) out=${2:?--out needs a folder}; shift 2 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option '$1' (try --help)" ;;
+  esac
+done
+if [ "$quick" = 1 ]; then
+  [ "$rows_set" = 1 ] || rows=65536
+  [ "$rounds_set" = 1 ] || rounds=2
+fi
+for v in rows dim queries rounds threads; do
+  case "${!v}" in ''|*[!0-9]*|0) die "--$v '${!v}' is not a positive integer" ;; esac
+done
+case "$ks" in ''|*[!0-9,]*|,*|*,|*,,*) die "--k '$ks' is not a comma list of positive integers" ;; esac
+awk -v r="$recall" 'BEGIN { exit !(r + 0 > 0 && r + 0 <= 1 && r ~ /^[0-9.]+$/) }' || die "--recall '$recall' is not in (0, 1]"
+
+# A full run holds the lock so nothing else timed shares the cores.
+if [ "$quick" = 0 ] && [ -z "${SCPS_BENCH_SUITE_LOCKED:-}" ]; then
+  echo "knn.sh: waiting for /tmp/scps-bench.lock" >&2
+  SCPS_BENCH_SUITE_LOCKED=1 exec flock /tmp/scps-bench.lock "$0" ${args[@]+"${args[@]}"}
+fi
+
+. "$repo/tests/bench/lib.sh"
+if [ -n "$own_build" ]; then
+  build=$own_build
+else
+  echo "knn.sh: building in $build" >&2
+  scps_bench_build scps-server scps-bench-knn
+fi
+for b in server/scps-server tests/bench/scps-bench-knn; do
+  [ -x "$build/$b" ] || die "'$build/$b' is missing (build it, or leave out --build)"
+done
+out=${out:-$build/knn}
+rm -rf "$out"
+mkdir -p "$out"
+started=$(date +%s)
+log() { echo "knn.sh [$(($(date +%s) - started))s]: $*" >&2; }
+
+# The table's values come from the servers' initializer; FAISS gets them
+# as the servers hold them (scps-bench-knn --dump-table).
+wl=$out/knn-workload.json
+cat >"$wl" <<EOF
+{
+ "name": "knn-retrieval",
+ "description": "One table of $rows rows x $dim float32, N(0, 1/$dim) rows, for TopK retrieval (tests/bench/knn.sh).",
+ "batch_size": 16,
+ "ids": {"distribution": "uniform", "seed": 1},
+ "tables": [
+  {
+   "name": "items",
+   "vocabulary_size": $rows,
+   "embedding_dim": $dim,
+   "combiner": "sum",
+   "optimizer": {"type": "sgd", "learning_rate": 0.01},
+   "initializer": {"type": "normal", "stddev": $(awk -v d="$dim" 'BEGIN { printf "%.6f", 1 / sqrt(d) }'), "seed": 7}
+  }
+ ],
+ "features": [{"name": "item", "table": "items", "valency": 1}]
+}
+EOF
+
+# Room for the rows and the servers' scratch, whatever the split.
+sc_memory=$(((rows * dim * 4 / 1073741824 + 2)))G
+cleanup() { if declare -F scps_cluster_stop >/dev/null; then scps_cluster_stop; fi; }
+trap cleanup EXIT
+run=0
+for topo in 1x2 2x1; do
+  procs=${topo%x*} sc=${topo#*x}
+  log "scps: $procs server process(es) x $sc SparseCore(s), $rows x $dim, k $ks, $rounds rounds"
+  # Sourced anew per cluster: its scratch directory goes with each stop.
+  . "$repo/deploy/cluster.sh"
+  trap cleanup EXIT
+  SCPS_CLUSTER_FLAGS=("${SCPS_BENCH_SERVER_FLAGS[@]}")
+  scps_cluster_start "$build/server/scps-server" "$wl" "$procs" "$sc" "$sc_memory"
+  dump=()
+  [ "$run" != 0 ] || dump=(--dump-table "$out/table.f32" --dump-queries "$out/queries.f32")
+  "$build/tests/bench/scps-bench-knn" --servers "$SCPS_CLUSTER_SERVERS" --table items --queries "$queries" \
+    --k "$ks" --recall "$recall" --rounds "$rounds" ${dump[@]+"${dump[@]}"} >"$out/scps-$topo.json"
+  scps_cluster_stop
+  run=$((run + 1))
+done
+
+faiss_args=(--table "$out/table.f32" --queries "$out/queries.f32" --rows "$rows" --dim "$dim"
+  --threads "$threads" --k "$ks" --recall "$recall" --rounds "$rounds")
+# libgomp's idle workers spin (OMP_WAIT_POLICY active) and then take cores
+# from OpenBLAS's threads in the flat search's sgemm, or sleep (passive) and
+# are slow to wake: the flat index is measured both ways and the report
+# takes FAISS's better figure.
+log "FAISS (OMP_WAIT_POLICY passive): flat, IVF$([ "$quick" = 1 ] && echo "" || echo ", HNSW"), roofline; $threads threads"
+OMP_WAIT_POLICY=passive /usr/bin/python3 "$repo/tests/bench/knn_faiss.py" "${faiss_args[@]}" \
+  $([ "$quick" = 1 ] && echo "--skip hnsw") >"$out/faiss.json"
+log "FAISS (OMP_WAIT_POLICY active): flat"
+OMP_WAIT_POLICY=active /usr/bin/python3 "$repo/tests/bench/knn_faiss.py" "${faiss_args[@]}" \
+  --skip ivf,hnsw,roofline >"$out/faiss-active.json"
+
+log "done; the table:"
+echo
+/usr/bin/python3 "$repo/tests/bench/knn_report.py" "$out" --json "$out/knn-results.json" \
+  --seconds "$(($(date +%s) - started))" $([ "$quick" = 1 ] && echo "--quick")
