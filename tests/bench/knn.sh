@@ -72,6 +72,9 @@ out=${out:-$build/knn}
 rm -rf "$out"
 mkdir -p "$out"
 started=$(date +%s)
+# Untimed work of others does not take the lock: how busy the cores were
+# before and after goes beside the figures (not in a quick run).
+[ "$quick" = 1 ] || scps_bench_cpu_busy >"$out/busy-start.txt"
 log() { echo "knn.sh [$(($(date +%s) - started))s]: $*" >&2; }
 
 # The table's values come from the servers' initializer; FAISS gets them
@@ -132,6 +135,7 @@ OMP_WAIT_POLICY=active /usr/bin/python3 "$repo/tests/bench/knn_faiss.py" "${fais
   --skip ivf,hnsw,roofline >"$out/faiss-active.json"
 
 log "done; the table:"
+[ "$quick" = 1 ] || scps_bench_cpu_busy >"$out/busy-end.txt"
 echo
 /usr/bin/python3 "$repo/tests/bench/knn_report.py" "$out" --json "$out/knn-results.json" \
   --seconds "$(($(date +%s) - started))" $([ "$quick" = 1 ] && echo "--quick")

@@ -178,6 +178,15 @@ def main():
               f"({'meets' if best.get('target_flat') else 'misses'} >= 1.0x), "
               f"{fmt(best['roofline_fraction'] and 100 * best['roofline_fraction'])}% of the roofline bound "
               f"({'meets' if best.get('target_roofline') else 'misses'} >= 50%).")
+    busy = {}
+    for when in ("start", "end"):
+        path = os.path.join(a.out, f"busy-{when}.txt")
+        if os.path.exists(path):
+            busy[when] = int(open(path).read().strip())
+    if busy:
+        print()
+        print(f"Cores busy over 2 s before the run {busy.get('start', '?')}%, after it {busy.get('end', '?')}% "
+              "(others' untimed work does not take the bench lock).")
     if missing:
         print()
         print("Missing (a step failed): " + ", ".join(missing))
@@ -185,7 +194,8 @@ def main():
         with open(a.json, "w") as f:
             json.dump(dict(rows=rows, dim=dim, queries=queries, recall_target=target, roofline=roof,
                            roofline_bound_gflops=bound, intensity=intensity, scps=results,
-                           faiss=[dict(v) for v in faiss.values()], missing=missing, seconds=a.seconds), f, indent=1)
+                           faiss=[dict(v) for v in faiss.values()], missing=missing, seconds=a.seconds,
+                           cpu_busy_percent=busy), f, indent=1)
     if missing:
         sys.exit(1)
 

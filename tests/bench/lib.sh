@@ -14,6 +14,16 @@ scps_bench_build() {
   cmake --build "$build" -j2 --target "$@" >/dev/null
 }
 
+# scps_bench_cpu_busy: how busy the host's cores were over the next 2 s,
+# in percent: the untimed work of others (builds, tests) does not take the
+# bench lock, so the scripts report it beside their figures.
+scps_bench_cpu_busy() {
+  local a b
+  a=$(head -1 /proc/stat); sleep 2; b=$(head -1 /proc/stat)
+  echo "$a $b" | awk '{n = (NF - 2) / 2; for (i = 2; i <= n + 1; i++) { t0 += $i; t1 += $(i + n + 1) }
+    idle = ($(n + 1 + 5) + $(n + 1 + 6)) - ($5 + $6); printf "%.0f\n", 100 * (1 - idle / (t1 - t0)) }'
+}
+
 # scps_bench_option OPTION VALUE: the options of the scripts that run one
 # workload on one server (cpu.sh, callgrind.sh) into workload, sc, batches,
 # mode, wire and own_build; returns 1 for an option it does not know.

@@ -77,13 +77,7 @@ mkdir -p "$out"
 started=$(date +%s)
 # Untimed work of others (builds, tests) does not take the lock: how busy
 # the cores were over 2 s before and after the run goes into the results.
-cpu_busy() {
-  local a b
-  a=$(head -1 /proc/stat); sleep 2; b=$(head -1 /proc/stat)
-  echo "$a $b" | awk '{n = (NF - 2) / 2; for (i = 2; i <= n + 1; i++) { t0 += $i; t1 += $(i + n + 1) }
-    idle = ($(n + 1 + 5) + $(n + 1 + 6)) - ($5 + $6); printf "%.0f\n", 100 * (1 - idle / (t1 - t0)) }'
-}
-cpu_busy >"$out/busy-start.txt"
+scps_bench_cpu_busy >"$out/busy-start.txt"
 log() { echo "run.sh [$(($(date +%s) - started))s]: $*" >&2; }
 
 log "building in $build"
@@ -202,7 +196,7 @@ if runs serving; then
 fi
 
 log "done; the table:"
-cpu_busy >"$out/busy-end.txt"
+scps_bench_cpu_busy >"$out/busy-end.txt"
 echo
 /usr/bin/python3 "$repo/tests/bench/report.py" "$out" "$build/bench-results.json" --workloads $workloads \
   --batches "$batches" --rounds "$rounds" --seconds "$(($(date +%s) - started))"
