@@ -183,6 +183,7 @@ static int check_config(scps_client *c, int p, const rpc *r, scps_error *err) {
                           "needs 3): upgrade it, or use float32 or bfloat16",
                           p, a, m->wire_revision);
   if (p == 0 || rev < c->wire_revision) c->wire_revision = rev;
+  c->servers[p].wire_revision = rev;
   if (rev < 1 && c->gradients == SCPS_GRADIENTS_AUTO) c->gradients = SCPS_GRADIENTS_BY_SAMPLE;
   if (m->max_message_bytes > 0 && (c->max_message_bytes == 0 || m->max_message_bytes < c->max_message_bytes))
     c->max_message_bytes = m->max_message_bytes;

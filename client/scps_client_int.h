@@ -35,6 +35,7 @@ typedef struct server {
   bool has_checkpoint_dir; /* GetConfig's checkpoint_dir is set */
   int64_t step;            /* GetConfig's last_step at connect; -1: none */
   uint64_t state_id;       /* GetConfig's state_id at connect, sent with every push */
+  uint32_t wire_revision;  /* GetConfig's wire_revision at connect (at most this build's) */
   scps_shm_link shm;       /* shared-memory answers, when linked */
 } server;
 
@@ -162,6 +163,7 @@ struct op {
   atomic_bool checkpoint_due; /* ApplyGradients: some server asked for a checkpoint */
   scps_client_checkpoint_result *result; /* Checkpoint: filled on success */
   float **acts;
+  void *topk;             /* TopK: the merge's state (scps_client_topk.c), freed with o */
   const float **view_out; /* scps_client_lookup_view: where each feature's activations are */
   scps_client_done done;
   void *ud;

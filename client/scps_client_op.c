@@ -62,6 +62,7 @@ void scps__client_op_destroy(op *o) {
     if (r->reply) protobuf_c_message_free_unpacked(r->reply, NULL);
   }
   free(o->acts);
+  free(o->topk);
   free(o);
   pthread_mutex_lock(&c->mu);
   c->in_flight--;
@@ -268,9 +269,10 @@ static void rpc_done(rpc *r) {
     drop_shared_pieces(r);
     schedule_retry(r, scps__client_op_now_ns());
     return;
-  } else if ((st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED) && o->method == SCPS_M_LOOKUP &&
+  } else if ((st == GRPC_STATUS_UNAVAILABLE || st == GRPC_STATUS_CANCELLED) &&
+             (o->method == SCPS_M_LOOKUP || o->method == SCPS_M_TOPK) &&
              scps__client_op_now_ns() + r->backoff_ms * 1000000 < o->deadline_ns) {
-    /* Lookups are idempotent: try again after a short backoff. CANCELLED
+    /* Lookups (and TopK) are idempotent: try again after a short backoff. CANCELLED
      * comes from a draining server cancelling calls that arrive after its
      * drain (this client cancels none), so it is retried like UNAVAILABLE. */
     if (r->response) grpc_byte_buffer_destroy(r->response);

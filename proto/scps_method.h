@@ -20,6 +20,7 @@
   XX(READ_ROWS, SCPS, ReadRows, read_rows_request, read_rows_response)                          \
   XX(LIST_CHECKPOINTS, SCPS, ListCheckpoints, list_checkpoints_request, list_checkpoints_response) \
   XX(RESTORE, SCPS, Restore, restore_request, restore_response)                                 \
+  XX(TOPK, SCPS, TopK, top_krequest, top_kresponse)                                             \
   XX(GRPC_HEALTH_CHECK, GRPC_HEALTH, Check, health_check_request, health_check_response)
 
 typedef enum scps_method {

@@ -23,6 +23,7 @@ static const int method_role[SCPS_M_COUNT] = {
     [SCPS_M_GET_CONFIG] = SCPS_ROLE_TRAINING, [SCPS_M_LOOKUP] = SCPS_ROLE_TRAINING,
     [SCPS_M_APPLY_GRADIENTS] = SCPS_ROLE_TRAINING, [SCPS_M_STATS] = SCPS_ROLE_TRAINING,
     [SCPS_M_HEALTH] = SCPS_ROLE_TRAINING, [SCPS_M_CHECKPOINT] = SCPS_ROLE_ADMIN,
+    [SCPS_M_TOPK] = SCPS_ROLE_TRAINING,
     [SCPS_M_GRPC_HEALTH_CHECK] = ROLE_ANYONE,
 };
 
@@ -46,6 +47,7 @@ void scps__call_free(scps_call *c) {
   if (c->scratch) scps__scratch_give(c->srv->scratch, c->scratch, c->scratch_cap);
   if (c->charged) scps__budget_release(c->srv->budget, c->charged);
   scps__slices_free(&c->shm_msg);
+  free(c->topk);
   if (c->shm_seg) scps__shm_release(c->srv->shm, c->shm_seg);
   free(c);
 }

@@ -89,6 +89,8 @@ struct scps_call {
   /* ApplyGradients by sample through shared memory: its range of the
    * segment as slices, where those stacks' grad_src lie. */
   scps_slices shm_msg;
+  /* TopK: the call's scan state (scps_cmd_topk.c), freed with the call. */
+  struct scps_topk_call *topk;
 };
 
 /* Finishes a call: status, optional message text, optional packed response

@@ -217,7 +217,7 @@ bool scps__restore_refused(scps_call *c) {
     scps__call_finish(c, GRPC_STATUS_FAILED_PRECONDITION, msg, NULL, 0);
     return true;
   }
-  if (c->method == SCPS_M_LOOKUP && atomic_load(&s->restoring)) {
+  if ((c->method == SCPS_M_LOOKUP || c->method == SCPS_M_TOPK) && atomic_load(&s->restoring)) {
     snprintf(msg, sizeof msg, "process %d is loading a checkpoint (Restore); retry", s->opts.process_index);
     scps__call_finish(c, GRPC_STATUS_UNAVAILABLE, msg, NULL, 0);
     return true;

@@ -14,6 +14,7 @@
 #include "scps_cmd_lookup.h"
 #include "scps_cmd_push.h"
 #include "scps_cmd_rows.h"
+#include "scps_cmd_topk.h"
 #include "scps_cmd_stats.h"
 #include "scps_cpus.h"
 #include "scps_fingerprint.h"
@@ -38,6 +39,7 @@ static const scps_call_handler dispatch[SCPS_M_COUNT] = {
     [SCPS_M_READ_ROWS] = scps__cmd_rows_read,
     [SCPS_M_LIST_CHECKPOINTS] = scps__cmd_checkpoint_list,
     [SCPS_M_RESTORE] = scps__cmd_checkpoint_restore,
+    [SCPS_M_TOPK] = scps__cmd_topk,
     [SCPS_M_GRPC_HEALTH_CHECK] = scps__cmd_grpc_health_check,
 };
 

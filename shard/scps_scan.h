@@ -1,0 +1,48 @@
+/* scps_scan: one SparseCore's scan for TopK: its rows scored block by block
+ * against a batch of queries (BLAS sgemm), reduced into bins or a top-k. */
+#ifndef SCPS_SCAN_H
+#define SCPS_SCAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "scps_knn.h"
+
+typedef struct scps_scan_config {
+  scps_knn_score score;
+  int32_t m, dim, k;     /* queries, their values, results wanted */
+  int64_t bins;          /* L (scps__knn_bins), or 0: an exact top-k */
+  const float *queries;  /* m x dim, prepared (scps__knn_prepare_queries) */
+  const float *qsq;      /* m: |q|^2 (squared L2 only) */
+} scps_scan_config;
+
+/* Rows a block may hold: a block's scores stay near the cache. */
+int32_t scps__scan_block_rows(int32_t m);
+
+/* Bytes of memory a scan of c needs (any alignment of 64 is enough). */
+size_t scps__scan_bytes(const scps_scan_config *c);
+
+typedef struct scps_scan {
+  scps_scan_config c;
+  int32_t block;       /* scps__scan_block_rows */
+  int64_t next;        /* ordinal of the next row scanned */
+  float *tile;         /* m x block scores */
+  float *norm;         /* block: |r|^2, or 1/|r| for cosine */
+  float *bin_score;    /* m x bins */
+  int32_t *bin_row;    /* m x bins: ordinal, -1 while the bin is empty */
+  scps_knn_best *best; /* m */
+} scps_scan;
+
+/* Lays the scan out in mem (scps__scan_bytes of it); nothing scanned yet. */
+void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem);
+
+/* Scores the scan's next n rows (n <= s->block): row j's dim values at
+ * rows + j * ld; their ordinals are s->next .. s->next + n - 1, which rank
+ * ties (a lower ordinal first) and, with bins, place row o in bin o mod L. */
+void scps__scan_block(scps_scan *s, const float *rows, size_t ld, int32_t n);
+
+/* Query i's best min(k, kept) candidates in order (score descending, then
+ * ordinal ascending) into score and ordinal; returns how many. */
+int32_t scps__scan_take(scps_scan *s, int32_t i, float *score, int64_t *ordinal);
+
+#endif
