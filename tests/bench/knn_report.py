@@ -124,8 +124,11 @@ def main():
                 if r is None:
                     return "-"
                 if not r.get("reached"):
-                    return "not run: " + r.get("reason", "") if r.get("skipped") else f"recall {r['recall']:.3f} max"
-                return f"{fmt(r['qps'])} ({param} {r['value']}; {r['build_s']:.1f})"
+                    return f"recall {r['recall']:.3f} at most"
+                on = ""
+                if r.get("rows_indexed", rows) < rows:
+                    on = f"; on the first {r['rows_indexed']:,} rows"
+                return f"{fmt(r['qps'])} ({param} {r['value']}; {r['build_s']:.1f}{on})"
 
             print(f"| {k} | {mode} | {fmt(s['1x2'] and s['1x2']['qps'])} | {fmt(s['2x1'] and s['2x1']['qps'])} "
                   f"| {rec} | {bins} | {fmt(flat and flat['qps'])} | {index_cell('ivf', 'nprobe')} "
@@ -141,6 +144,12 @@ def main():
                                     p90_ms=s[t]["p90_ms"], recall=s[t]["recall"], bins=s[t]["bins"],
                                     expected_recall=s[t]["expected_recall"], faiss_flat_qps=flat and flat["qps"],
                                     ratio_to_flat=ratio[t], gflops=gflops, gbps=gbps, roofline_fraction=frac))
+    for k in ks:
+        r = faiss.get(("hnsw", k))
+        if r and r.get("subset_reason"):
+            print()
+            print(f"HNSW: {r['subset_reason']}.")
+            break
     print()
     if roof:
         print(f"Roofline: sgemm of {queries} queries x {dim} and blocks of {roof['sgemm_block']} rows "
