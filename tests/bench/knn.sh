@@ -8,12 +8,14 @@
 # on a freshly started cluster: per k of LIST (default 10,100), exact and
 # approximate (recall target R, default 0.95), R timed calls (default 10)
 # of one batch of Q queries (default 256). The first run dumps the table and
-# the queries; tests/bench/knn_faiss.py then measures on those same vectors
-# with T threads (default 2): FAISS IndexFlatIP, IndexIVFFlat and
-# IndexHNSWFlat tuned to the same recall (with their build times), and the
-# roofline (sgemm of the same shape, a read of the table). Prints the
-# table of tests/bench/knn_report.py, with the issue's two verdicts, and
-# writes OUT/knn-results.json (OUT: build-bench/knn unless --out).
+# the queries; tests/bench/knn_faiss.py measures on those same vectors with
+# T threads (default 2): FAISS IndexFlatIP and the roofline (sgemm of the
+# same shape, a read of the table) right after each cluster (libgomp's
+# OMP_WAIT_POLICY passive after the first, active after the second), then
+# IndexIVFFlat and IndexHNSWFlat tuned to the same recall, with their build
+# times. Prints the table of tests/bench/knn_report.py (FAISS's best flat
+# figure, the best peaks), with the issue's two verdicts, and writes
+# OUT/knn-results.json (OUT: build-bench/knn unless --out).
 # --quick: 65536 rows, 2 rounds, no HNSW (a smoke run, for ctest).
 # Builds scps-server and scps-bench-knn in build-bench/ (Release,
 # -march=native) unless --build DIR names a build tree that has them; a
@@ -38,7 +40,7 @@ while [ $# -gt 0 ]; do
     --quick) quick=1; shift ;;
     --build) own_build=$(cd "${2:?--build needs a folder}" && pwd); shift 2 ;;
     --out) out=${2:?--out needs a folder}; shift 2 ;;
-    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) die "unknown option '$1' (try --help)" ;;
   esac
 done
@@ -104,6 +106,12 @@ EOF
 sc_memory=$(((rows * dim * 4 / 1073741824 + 2)))G
 cleanup() { if declare -F scps_cluster_stop >/dev/null; then scps_cluster_stop; fi; }
 trap cleanup EXIT
+faiss_args=(--threads "$threads" --k "$ks" --recall "$recall" --rounds "$rounds")
+# FAISS on the table and queries the first cluster dumped (raw float32).
+faiss() {
+  /usr/bin/python3 "$repo/tests/bench/knn_faiss.py" --table "$out/table.f32" --queries "$out/queries.f32" \
+    --rows "$rows" --dim "$dim" "${faiss_args[@]}" "$@"
+}
 run=0
 for topo in 1x2 2x1; do
   procs=${topo%x*} sc=${topo#*x}
@@ -118,21 +126,21 @@ for topo in 1x2 2x1; do
   "$build/tests/bench/scps-bench-knn" --servers "$SCPS_CLUSTER_SERVERS" --table items --queries "$queries" \
     --k "$ks" --recall "$recall" --rounds "$rounds" ${dump[@]+"${dump[@]}"} >"$out/scps-$topo.json"
   scps_cluster_stop
+  # FAISS flat and the roofline right after each cluster, so that what
+  # else the machine runs weighs on both sides alike. libgomp's idle
+  # workers spin (OMP_WAIT_POLICY active), taking cores from OpenBLAS's
+  # threads in the flat search's sgemm, or sleep (passive) and are slow to
+  # wake: the flat index is measured each way once; the report takes
+  # FAISS's best flat figure and the best peaks.
+  policy=$([ "$run" = 0 ] && echo passive || echo active)
+  log "FAISS flat and the roofline (OMP_WAIT_POLICY $policy), $threads threads"
+  OMP_WAIT_POLICY=$policy faiss --skip ivf,hnsw >"$out/faiss-flat-$policy.json"
   run=$((run + 1))
 done
 
-faiss_args=(--table "$out/table.f32" --queries "$out/queries.f32" --rows "$rows" --dim "$dim"
-  --threads "$threads" --k "$ks" --recall "$recall" --rounds "$rounds")
-# libgomp's idle workers spin (OMP_WAIT_POLICY active) and then take cores
-# from OpenBLAS's threads in the flat search's sgemm, or sleep (passive) and
-# are slow to wake: the flat index is measured both ways and the report
-# takes FAISS's better figure.
-log "FAISS (OMP_WAIT_POLICY passive): flat, IVF$([ "$quick" = 1 ] && echo "" || echo ", HNSW"), roofline; $threads threads"
-OMP_WAIT_POLICY=passive /usr/bin/python3 "$repo/tests/bench/knn_faiss.py" "${faiss_args[@]}" \
-  $([ "$quick" = 1 ] && echo "--skip hnsw") >"$out/faiss.json"
-log "FAISS (OMP_WAIT_POLICY active): flat"
-OMP_WAIT_POLICY=active /usr/bin/python3 "$repo/tests/bench/knn_faiss.py" "${faiss_args[@]}" \
-  --skip ivf,hnsw,roofline >"$out/faiss-active.json"
+skip=$([ "$quick" = 1 ] && echo hnsw, || echo "")flat,roofline
+log "FAISS IVF$([ "$quick" = 1 ] || echo " and HNSW") tuned to recall $recall (OMP_WAIT_POLICY passive), $threads threads"
+OMP_WAIT_POLICY=passive faiss --skip "$skip" >"$out/faiss-index.json"
 
 log "done; the table:"
 [ "$quick" = 1 ] || scps_bench_cpu_busy >"$out/busy-end.txt"

@@ -4,7 +4,7 @@
   knn_faiss.py --table FILE --queries FILE --rows N --dim D [--threads T]
                [--k 10,100] [--recall 0.95] [--rounds R] [--skip hnsw,ivf,roofline]
                [--hnsw-budget-s S] [--hnsw-m M] [--hnsw-ef-construction E]
-               [--ivf-train 65536]
+               [--ivf-train 65536] [--index-budget-s S]
 
 Both files are raw little-endian float32, row-major: the table N x D and the
 queries Q x D (Q from the file's size). With T threads (FAISS's OpenMP and
@@ -17,17 +17,21 @@ each:
     --ivf-train rows) and IndexHNSWFlat (inner product, M 16,
     efConstruction 40): build time (train + add), then per k the smallest
     nprobe / efSearch whose recall@k against the flat ids reaches the
-    target, and its queries/s. HNSW's build time is first estimated from a
-    65536-row build; when the estimate for N rows is above --hnsw-budget-s
-    (default 180), HNSW is built on the largest power-of-two multiple of
-    65536 first rows the budget allows instead, its recall measured against
-    the flat index of those rows, and its lines say so (rows_indexed,
-    subset_reason).
-  * The roofline: the best GFLOP/s of numpy's float32 matmul of the same
-    shape (queries Q x D times D x a block of rows, over the whole table,
-    blocks of 4096 to 65536 rows, output reused), a square sgemm for
-    reference, and the best read rate of the table (numpy sum and a BLAS dot
-    with ones, T threads on slices; numpy releases the GIL for both).
+    target, and its queries/s (the median of R timed searches; fewer, 3 at
+    least, where R would take over --index-budget-s, default 30). HNSW's
+    build time is first estimated from a 65536-row build; when the estimate
+    for N rows is above --hnsw-budget-s (default 180), HNSW is built on the
+    largest power-of-two multiple of 65536 first rows the budget allows
+    instead, its recall measured against the flat index of those rows, and
+    its lines say so (rows_indexed, subset_reason).
+  * The roofline, each figure the fastest of its rounds: the GFLOP/s of
+    numpy's float32 matmul of the same shape (the Q x D queries times the
+    transpose of a block of rows, or the block times the queries'
+    transpose, over the whole table, blocks of 4096 to 65536 rows, output
+    reused; the best), a square sgemm for reference, and the read rate of
+    the table (numpy sum and a BLAS dot with ones, T threads on slices;
+    both release the GIL; the best).
+--skip takes a comma list of flat, ivf, hnsw, roofline.
 """
 
 import argparse
@@ -51,6 +55,7 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=10)
     p.add_argument("--skip", default="")
     p.add_argument("--hnsw-budget-s", type=float, default=180.0)
+    p.add_argument("--index-budget-s", type=float, default=30.0)
     p.add_argument("--hnsw-m", type=int, default=16)
     p.add_argument("--hnsw-ef-construction", type=int, default=40)
     p.add_argument("--ivf-train", type=int, default=65536)
@@ -103,10 +108,16 @@ def load(path, dim, rows=None):
     return np.fromfile(path, dtype="<f4").reshape(n, dim)
 
 
-def timed(fn, rounds, best=False):
+def timed(fn, rounds, best=False, budget_s=None):
     """fn once to warm up, then the median and p90 of `rounds` timed calls (s);
-    best: the fastest call and the median instead (a peak is the best seen)."""
+    best: the fastest call and the median instead (a peak is the best seen).
+    budget_s: fewer rounds (3 at least) where the warm-up says they would take
+    longer, for searches of seconds each."""
+    t0 = time.perf_counter()
     fn()
+    warm = time.perf_counter() - t0
+    if budget_s is not None and warm * rounds > budget_s:
+        rounds = max(3, int(budget_s / max(warm, 1e-9)))
     t = []
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -173,7 +184,7 @@ def tuned(name, index, param, set_param, lo, hi, build_s, truth, extra):
             log(f"{name} k {k}: {param} up to {hi} reaches recall {r:.4f} only")
             continue
         set_param(v)
-        med, p90 = timed(lambda: index.search(xq, k), ARGS.rounds)
+        med, p90 = timed(lambda: index.search(xq, k), ARGS.rounds, budget_s=ARGS.index_budget_s)
         emit(**base(index=name, k=k, build_s=build_s, reached=True, param=param, value=v, recall=r,
                     median_ms=med * 1e3, p90_ms=p90 * 1e3, qps=xq.shape[0] / med, **extra))
         log(f"{name} k {k}: {param} {v}, recall {r:.4f}, {med * 1e3:.2f} ms, {xq.shape[0] / med:.0f} queries/s")
@@ -244,8 +255,10 @@ flat = faiss.IndexFlatIP(ARGS.dim)
 flat.add(xb)
 flat_build = time.perf_counter() - t0
 truth = {}
+indexes = not {"ivf", "hnsw"} <= ARGS.skip
 for k in ARGS.k:
-    truth[k] = flat.search(xq, k)[1]
+    if indexes:
+        truth[k] = flat.search(xq, k)[1]
     if "flat" not in ARGS.skip:
         med, p90 = timed(lambda: flat.search(xq, k), ARGS.rounds)
         emit(**base(index="flat", k=k, build_s=flat_build, reached=True, recall=1.0, median_ms=med * 1e3,
