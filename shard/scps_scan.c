@@ -20,7 +20,7 @@ static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t scps__scan_bytes(const scps_scan_config *c) {
   const size_t m = (size_t)c->m, block = (size_t)scps__scan_block_rows(c->m);
-  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(m * sizeof(float)) +
+  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(block) + up64(m * sizeof(float)) +
          up64((size_t)c->dim * sizeof(float)) + up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t))) +
          up64(m * sizeof(scps_knn_best)) + m * up64(scps__knn_best_bytes(c->k));
 }
@@ -57,6 +57,8 @@ void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
   p += up64((size_t)s->block * sizeof(float));
   s->rnorm = (float *)(void *)p;
   p += up64((size_t)s->block * sizeof(float));
+  s->hit = p;
+  p += up64((size_t)s->block);
   s->slack = (float *)(void *)p;
   p += up64(m * sizeof(float));
   s->buf = (float *)(void *)p;
@@ -139,9 +141,31 @@ static void reduce_bins(scps_scan *s, int32_t i, const float *restrict t, int32_
 static void keep_best(scps_scan *s, int32_t i, const float *restrict t, const float *rows, size_t ld, int32_t n) {
   scps_knn_best *b = &s->best[i];
   const float *q = s->c.queries + (size_t)i * (size_t)s->c.dim;
-  for (int32_t j = 0; j < n; j++) {
-    if (b->full && !(t[j] + bound(s, i, s->rnorm[j]) >= b->th_score)) continue;
+  int32_t j = 0;
+  /* Until k rows are kept every row is; then the block is first sieved in
+   * one straight loop against the threshold as it stood, which can only
+   * have risen since (the loop after it checks again). */
+  for (; j < n && !b->full; j++)
     scps__knn_best_add(b, scps__scan_score(s->c.score, q, rows + (size_t)j * ld, s->c.dim), s->next + j);
+  if (j == n) return;
+  const float th = b->th_score, *restrict rn = s->rnorm;
+  uint8_t *restrict hit = s->hit;
+  int32_t hits = 0;
+  if (s->c.score == SCPS_KNN_DOT) {
+    const float e = s->slack[i];
+    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e * rn[x] >= th;
+  } else if (s->c.score == SCPS_KNN_COSINE) {
+    const float e = s->slack[i];
+    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e >= th;
+  } else {
+    const float qn = sqrtf(s->c.qsq[i]), e = (float)((2.0 * s->c.dim + 8.0) * 0x1p-23);
+    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e * (qn + rn[x]) * (qn + rn[x]) >= th;
+  }
+  for (int32_t x = j; hits && x < n; x++) {
+    if (!hit[x]) continue;
+    hits--;
+    if (!(t[x] + bound(s, i, rn[x]) >= b->th_score)) continue;
+    scps__knn_best_add(b, scps__scan_score(s->c.score, q, rows + (size_t)x * ld, s->c.dim), s->next + x);
   }
 }
 

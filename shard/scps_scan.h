@@ -43,6 +43,7 @@ typedef struct scps_scan {
   float *norm;         /* block: |r|^2 */
   float *rnorm;        /* block: |r| */
   float max_rnorm;     /* the largest |r| scanned */
+  uint8_t *hit;        /* block: the rows an exact top-k scores again */
   float *slack;        /* m: how far an sgemm score of query i may lie from the exact one, per unit of row norm */
   float *buf;          /* dim: a row fetched again */
   float *bin_score;    /* m x bins */
