@@ -468,9 +468,12 @@ typedef struct scps_topk_info {
 /* The top k rows of `table` for each of n_queries query vectors
  * (queries: n_queries x embedding_dim floats, row-major, finite): ids and
  * scores get n_queries x k entries, each query's best first (score
- * descending, then id ascending). Every server scores its own rows in
- * float32, as they are after every push acknowledged before the call;
- * libscps merges their candidates with an exact top-k. With recall_target
+ * descending, then id ascending). Every server scores its own rows as they
+ * are after every push acknowledged before the call (each score summed in
+ * double and rounded once to float32, scps.proto TopKScore); libscps
+ * merges their candidates with an exact top-k. A row whose score is NaN
+ * (values past float32's range) is never answered: such an answer ends
+ * with id -1, score NaN. With recall_target
  * below 1 each SparseCore keeps only the best row of each of L bins
  * (scps.proto TopKRequest.recall_target), so each true top-k row is found
  * with probability at least the target in expectation. info may be NULL.

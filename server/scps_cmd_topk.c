@@ -25,6 +25,11 @@ typedef struct topk_sc {
   int64_t *id;     /* m x kept */
   void *scan_mem;  /* scps__scan_bytes */
   float *decode;   /* block x stack dim: rows decoded from their storage format, or NULL */
+  /* Where the rows are, for rescoring bins' best rows (topk_row). */
+  const float *shard;
+  const uint8_t *codes;
+  const scps_storage_codec *codec;
+  size_t sdim;
 } topk_sc;
 
 typedef struct scps_topk_call {
@@ -33,7 +38,7 @@ typedef struct scps_topk_call {
   scps_knn_score score;
   int64_t bins;           /* L for the cluster's rows searched; 0: exact */
   int64_t rows;           /* rows this process scans */
-  float *queries, *qsq;   /* m x dim decoded and prepared; m */
+  float *queries, *prepared, *qsq; /* m x dim as sent, and prepared for the sgemm; m */
   float *answer_score;    /* m x answer_k */
   int64_t *answer_id;     /* m x answer_k */
   size_t bytes;           /* scratch the call needs */
@@ -156,8 +161,7 @@ static grpc_status_code topk_check(scps_call *c, const Scps__V1__TopKRequest *re
   tk->score = (scps_knn_score)req->score;
   tk->bins = scps__knn_bins(count, req->k, req->recall_target);
   const size_t m = (size_t)tk->m, sdim = (size_t)l->stacks[tk->stack].dim;
-  const bool f32 = l->stacks[tk->stack].storage.kind == SCPS_STORAGE_F32;
-  size_t bytes = up64(m * (size_t)dim * sizeof(float)) + up64(m * sizeof(float));
+  size_t bytes = 2 * up64(m * (size_t)dim * sizeof(float)) + up64(m * sizeof(float));
   int64_t all = 0;
   for (int32_t k = 0; k < s->S; k++) {
     topk_sc *ts = &tk->sc[k];
@@ -168,11 +172,11 @@ static grpc_status_code topk_check(scps_call *c, const Scps__V1__TopKRequest *re
     ts->kept = (int32_t)(ts->n < answer_k ? ts->n : answer_k);
     all += ts->kept;
     tk->rows += ts->n;
-    const scps_scan_config cfg = {tk->score, tk->m, tk->dim, tk->k, ts->bins, NULL, NULL};
+    const scps_scan_config cfg = {.score = tk->score, .m = tk->m, .dim = tk->dim, .k = tk->k, .bins = ts->bins};
     bytes += up64(m * sizeof(int32_t)) + up64(m * (size_t)ts->kept * (sizeof(float) + sizeof(int64_t)));
     if (ts->n) {
       bytes += up64(scps__scan_bytes(&cfg));
-      if (!f32) bytes += up64((size_t)scps__scan_block_rows(tk->m) * sdim * sizeof(float));
+      bytes += up64((size_t)scps__scan_block_rows(tk->m) * sdim * sizeof(float));
     }
   }
   tk->answer_k = (int32_t)(all < answer_k ? all : answer_k);
@@ -185,9 +189,10 @@ static grpc_status_code topk_check(scps_call *c, const Scps__V1__TopKRequest *re
 static void topk_lay_out(scps_topk_call *tk, const scps_server *s, uint8_t *base) {
   const size_t m = (size_t)tk->m;
   const size_t sdim = (size_t)s->layout->stacks[tk->stack].dim;
-  const bool f32 = s->layout->stacks[tk->stack].storage.kind == SCPS_STORAGE_F32;
   uint8_t *p = base;
   tk->queries = (float *)(void *)p;
+  p += up64(m * (size_t)tk->dim * sizeof(float));
+  tk->prepared = (float *)(void *)p;
   p += up64(m * (size_t)tk->dim * sizeof(float));
   tk->qsq = (float *)(void *)p;
   p += up64(m * sizeof(float));
@@ -199,17 +204,27 @@ static void topk_lay_out(scps_topk_call *tk, const scps_server *s, uint8_t *base
     ts->score = (float *)(void *)(p + m * (size_t)ts->kept * sizeof(int64_t));
     p += up64(m * (size_t)ts->kept * (sizeof(float) + sizeof(int64_t)));
     if (ts->n) {
-      const scps_scan_config cfg = {tk->score, tk->m, tk->dim, tk->k, ts->bins, NULL, NULL};
+      const scps_scan_config cfg = {.score = tk->score, .m = tk->m, .dim = tk->dim, .k = tk->k, .bins = ts->bins};
       ts->scan_mem = p;
       p += up64(scps__scan_bytes(&cfg));
-      if (!f32) {
-        ts->decode = (float *)(void *)p;
-        p += up64((size_t)scps__scan_block_rows(tk->m) * sdim * sizeof(float));
-      }
+      /* Decoded rows of a block, or (float32 too) the row a bin's best is
+       * fetched into for rescoring. */
+      ts->decode = (float *)(void *)p;
+      p += up64((size_t)scps__scan_block_rows(tk->m) * sdim * sizeof(float));
     }
   }
   tk->answer_id = (int64_t *)(void *)p;
   tk->answer_score = (float *)(void *)(p + m * (size_t)tk->answer_k * sizeof(int64_t));
+}
+
+/* A row of the scan again (ordinal o), as it is in memory or decoded. */
+static const float *topk_row(void *ctx, int64_t o, float *buf) {
+  (void)buf;
+  const topk_sc *ts = ctx;
+  const int64_t row = ts->local_row + o;
+  if (ts->shard) return ts->shard + (size_t)row * ts->sdim;
+  scps__storage_decode_row(ts->codec, ts->codes + (size_t)row * ts->codec->row_bytes, ts->decode);
+  return ts->decode;
 }
 
 /* On SparseCore worker k: its rows as they are now (every push queued
@@ -224,14 +239,20 @@ static void topk_sc_run(scps_job *job, int32_t k) {
     memset(ts->count, 0, sizeof *ts->count * (size_t)tk->m);
     return;
   }
-  const scps_scan_config cfg = {tk->score, tk->m, tk->dim, tk->k, ts->bins, tk->queries, tk->qsq};
-  scps_scan scan;
-  scps__scan_init(&scan, &cfg, ts->scan_mem);
   const scps_storage_codec *codec = scps__engine_codec(s->engine, tk->stack, 0);
   const size_t sdim = (size_t)s->layout->stacks[tk->stack].dim;
   pthread_rwlock_rdlock(&s->sc_locks[k]);
   const float *shard = scps__engine_shard(s->engine, tk->stack, k);
   const uint8_t *codes = scps__engine_codes(s->engine, tk->stack, k, 0);
+  ts->shard = shard;
+  ts->codes = codes;
+  ts->codec = codec;
+  ts->sdim = sdim;
+  const scps_scan_config cfg = {.score = tk->score, .m = tk->m, .dim = tk->dim, .k = tk->k, .bins = ts->bins,
+                                .queries = tk->queries, .prepared = tk->prepared, .qsq = tk->qsq,
+                                .row = topk_row, .row_ctx = ts};
+  scps_scan scan;
+  scps__scan_init(&scan, &cfg, ts->scan_mem);
   for (int64_t o = 0; o < ts->n; o += scan.block) {
     const int32_t nb = (int32_t)(ts->n - o < scan.block ? ts->n - o : scan.block);
     const int64_t row = ts->local_row + o;
@@ -243,13 +264,13 @@ static void topk_sc_run(scps_job *job, int32_t k) {
       scps__scan_block(&scan, ts->decode, sdim, nb);
     }
   }
-  pthread_rwlock_unlock(&s->sc_locks[k]);
   for (int32_t i = 0; i < tk->m; i++) {
     float *sc = ts->score + (size_t)i * (size_t)ts->kept;
     int64_t *id = ts->id + (size_t)i * (size_t)ts->kept;
     ts->count[i] = scps__scan_take(&scan, i, sc, id);
     for (int32_t j = 0; j < ts->count[i]; j++) id[j] = ts->first_id + id[j] * N;
   }
+  pthread_rwlock_unlock(&s->sc_locks[k]);
 }
 
 /* On a TensorCore worker: every SparseCore's candidates merged per query
@@ -324,7 +345,8 @@ static void topk_admitted(scps_budget_waiter *w, bool admitted, size_t in_use, s
       topk_reply(c, GRPC_STATUS_INVALID_ARGUMENT, msg);
       return;
     }
-  scps__knn_prepare_queries(tk->score, tk->queries, (size_t)tk->m, (size_t)tk->dim, tk->qsq);
+  memcpy(tk->prepared, tk->queries, sizeof *tk->queries * values);
+  scps__knn_prepare_queries(tk->score, tk->prepared, (size_t)tk->m, (size_t)tk->dim, tk->qsq);
   c->job.sc_fn = topk_sc_run;
   c->job.tc_fn = topk_tc_run;
   c->job.data = c;

@@ -145,6 +145,6 @@ void scps__knn_prepare_queries(scps_knn_score score, float *q, size_t m, size_t 
       const float inv = 1.0f / sqrtf(s);
       for (size_t c = 0; c < dim; c++) v[c] *= inv;
     }
-    if (qsq) qsq[i] = s;
+    if (qsq) qsq[i] = score == SCPS_KNN_COSINE && s > 0 ? 1.0f : s;
   }
 }

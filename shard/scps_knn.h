@@ -68,9 +68,9 @@ int32_t scps__knn_best_take(scps_knn_best *b, float *score, int64_t *row);
 int32_t scps__knn_merge(int n, const int32_t *len, const float *const *score, const int64_t *const *id, int32_t k,
                        float *out_score, int64_t *out_id);
 
-/* Queries prepared for scoring, in place (m x dim floats): cosine divides
- * each by its norm (a zero query stays zero); qsq[i] gets |q_i|^2 for the
- * squared L2 (may be NULL otherwise). */
+/* Queries prepared for the sgemm, in place (m x dim floats): cosine
+ * divides each by its norm (a zero query stays zero); qsq[i] gets the
+ * prepared query's |q_i|^2 (may be NULL). */
 void scps__knn_prepare_queries(scps_knn_score score, float *q, size_t m, size_t dim, float *qsq);
 
 #endif

@@ -20,9 +20,22 @@ static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t scps__scan_bytes(const scps_scan_config *c) {
   const size_t m = (size_t)c->m, block = (size_t)scps__scan_block_rows(c->m);
-  return up64(m * block * sizeof(float)) + up64(block * sizeof(float)) +
-         up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t))) + up64(m * sizeof(scps_knn_best)) +
-         m * up64(scps__knn_best_bytes(c->k));
+  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(block) + up64(m * sizeof(float)) +
+         up64((size_t)c->dim * sizeof(float)) + up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t))) +
+         up64(m * sizeof(scps_knn_best)) + m * up64(scps__knn_best_bytes(c->k));
+}
+
+float scps__scan_score(scps_knn_score score, const float *q, const float *r, int32_t dim) {
+  double d = 0, qq = 0, rr = 0;
+  for (int32_t c = 0; c < dim; c++) {
+    d += (double)q[c] * (double)r[c];
+    qq += (double)q[c] * (double)q[c];
+    rr += (double)r[c] * (double)r[c];
+  }
+  if (score == SCPS_KNN_DOT) return (float)d;
+  if (score == SCPS_KNN_COSINE) return qq > 0 && rr > 0 ? (float)(d / sqrt(qq * rr)) : 0.0f;
+  const double v = qq + rr - 2 * d;
+  return v > 0 ? (float)-v : 0.0f;
 }
 
 /* Each SparseCore worker scans its own rows: OpenBLAS's own threads would
@@ -37,10 +50,19 @@ void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
   s->c = *c;
   s->block = scps__scan_block_rows(c->m);
   s->next = 0;
+  s->max_rnorm = 0;
   s->tile = (float *)(void *)p;
   p += up64(m * (size_t)s->block * sizeof(float));
   s->norm = (float *)(void *)p;
   p += up64((size_t)s->block * sizeof(float));
+  s->rnorm = (float *)(void *)p;
+  p += up64((size_t)s->block * sizeof(float));
+  s->hit = p;
+  p += up64((size_t)s->block);
+  s->slack = (float *)(void *)p;
+  p += up64(m * sizeof(float));
+  s->buf = (float *)(void *)p;
+  p += up64((size_t)c->dim * sizeof(float));
   s->bin_score = (float *)(void *)p;
   s->bin_row = (int32_t *)(void *)(p + m * (size_t)c->bins * sizeof(float));
   p += up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t)));
@@ -50,26 +72,39 @@ void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
   for (size_t i = 0; i < m; i++) {
     scps__knn_best_init(&s->best[i], c->k, p);
     p += up64(scps__knn_best_bytes(c->k));
+    /* A float32 sum of dim products, in any order, lies within about
+     * dim x 2^-24 x |q| |r| of the exact one; twice that and a few units
+     * more cover the norms and the score's own steps. */
+    s->slack[i] = (float)((2.0 * c->dim + 8.0) * 0x1p-23 * sqrt((double)c->qsq[i]));
   }
 }
 
-/* Row j's squared norm, or for cosine 1/|r| (0 for a zero row, whose
- * scores are then 0). */
+/* How far query i's sgemm score of a row of norm rn may be from its exact
+ * score. */
+static inline float bound(const scps_scan *s, int32_t i, float rn) {
+  if (s->c.score == SCPS_KNN_DOT) return s->slack[i] * rn;
+  if (s->c.score == SCPS_KNN_COSINE) return s->slack[i];
+  const float qn = sqrtf(s->c.qsq[i]), e = (float)((2.0 * s->c.dim + 8.0) * 0x1p-23);
+  return e * (qn + rn) * (qn + rn);
+}
+
 static void row_norms(scps_scan *s, const float *rows, size_t ld, int32_t n) {
   const size_t dim = (size_t)s->c.dim;
   for (int32_t j = 0; j < n; j++) {
     const float *r = rows + (size_t)j * ld;
     float q = 0;
     for (size_t c = 0; c < dim; c++) q += r[c] * r[c];
-    s->norm[j] = s->c.score != SCPS_KNN_COSINE ? q : q > 0 ? 1.0f / sqrtf(q) : 0.0f;
+    s->norm[j] = q;
+    s->rnorm[j] = sqrtf(q);
+    if (s->rnorm[j] > s->max_rnorm) s->max_rnorm = s->rnorm[j];
   }
 }
 
-/* The block's scores of query i from its dot products, in place. */
+/* The block's float32 scores of query i from its dot products, in place. */
 static void finish_scores(const scps_scan *s, int32_t i, float *restrict t, int32_t n) {
-  const float *restrict nr = s->norm;
+  const float *restrict nr = s->norm, *restrict rn = s->rnorm;
   if (s->c.score == SCPS_KNN_COSINE) {
-    for (int32_t j = 0; j < n; j++) t[j] *= nr[j];
+    for (int32_t j = 0; j < n; j++) t[j] = rn[j] > 0 ? t[j] / rn[j] : 0.0f;
   } else if (s->c.score == SCPS_KNN_NEG_SQUARED_L2) {
     const float qq = s->c.qsq[i];
     for (int32_t j = 0; j < n; j++) {
@@ -101,21 +136,50 @@ static void reduce_bins(scps_scan *s, int32_t i, const float *restrict t, int32_
   }
 }
 
+/* Exact top-k: a row whose sgemm score, give or take its rounding bound,
+ * may still reach query i's k best is scored exactly and offered. */
+static void keep_best(scps_scan *s, int32_t i, const float *restrict t, const float *rows, size_t ld, int32_t n) {
+  scps_knn_best *b = &s->best[i];
+  const float *q = s->c.queries + (size_t)i * (size_t)s->c.dim;
+  int32_t j = 0;
+  /* Until k rows are kept every row is; then the block is first sieved in
+   * one straight loop against the threshold as it stood, which can only
+   * have risen since (the loop after it checks again). */
+  for (; j < n && !b->full; j++)
+    scps__knn_best_add(b, scps__scan_score(s->c.score, q, rows + (size_t)j * ld, s->c.dim), s->next + j);
+  if (j == n) return;
+  const float th = b->th_score, *restrict rn = s->rnorm;
+  uint8_t *restrict hit = s->hit;
+  int32_t hits = 0;
+  if (s->c.score == SCPS_KNN_DOT) {
+    const float e = s->slack[i];
+    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e * rn[x] >= th;
+  } else if (s->c.score == SCPS_KNN_COSINE) {
+    const float e = s->slack[i];
+    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e >= th;
+  } else {
+    const float qn = sqrtf(s->c.qsq[i]), e = (float)((2.0 * s->c.dim + 8.0) * 0x1p-23);
+    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e * (qn + rn[x]) * (qn + rn[x]) >= th;
+  }
+  for (int32_t x = j; hits && x < n; x++) {
+    if (!hit[x]) continue;
+    hits--;
+    if (!(t[x] + bound(s, i, rn[x]) >= b->th_score)) continue;
+    scps__knn_best_add(b, scps__scan_score(s->c.score, q, rows + (size_t)x * ld, s->c.dim), s->next + x);
+  }
+}
+
 void scps__scan_block(scps_scan *s, const float *rows, size_t ld, int32_t n) {
   if (n <= 0) return;
   const int32_t m = s->c.m;
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, s->c.dim, 1.0f, s->c.queries, s->c.dim, rows, (int)ld,
-              0.0f, s->tile, n);
-  if (s->c.score != SCPS_KNN_DOT) row_norms(s, rows, ld, n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, s->c.dim, 1.0f, s->c.prepared, s->c.dim, rows,
+              (int)ld, 0.0f, s->tile, n);
+  row_norms(s, rows, ld, n);
   for (int32_t i = 0; i < m; i++) {
     float *t = s->tile + (size_t)i * (size_t)n;
     finish_scores(s, i, t, n);
-    if (s->c.bins) {
-      reduce_bins(s, i, t, n);
-    } else {
-      scps_knn_best *b = &s->best[i];
-      for (int32_t j = 0; j < n; j++) scps__knn_best_add(b, t[j], s->next + j);
-    }
+    if (s->c.bins) reduce_bins(s, i, t, n);
+    else keep_best(s, i, t, rows, ld, n);
   }
   s->next += n;
 }
@@ -126,8 +190,13 @@ int32_t scps__scan_take(scps_scan *s, int32_t i, float *score, int64_t *ordinal)
     const int64_t L = s->c.bins;
     const float *bs = s->bin_score + (size_t)i * (size_t)L;
     const int32_t *br = s->bin_row + (size_t)i * (size_t)L;
-    for (int64_t j = 0; j < L; j++)
-      if (br[j] >= 0) scps__knn_best_add(b, bs[j], br[j]);
+    const float *q = s->c.queries + (size_t)i * (size_t)s->c.dim;
+    const float most = bound(s, i, s->max_rnorm);
+    for (int64_t j = 0; j < L; j++) {
+      if (br[j] < 0 || (b->full && !(bs[j] + most >= b->th_score))) continue;
+      const float *r = s->c.row(s->c.row_ctx, br[j], s->buf);
+      scps__knn_best_add(b, scps__scan_score(s->c.score, q, r, s->c.dim), br[j]);
+    }
   }
   return scps__knn_best_take(b, score, ordinal);
 }

@@ -8,13 +8,26 @@
 
 #include "scps_knn.h"
 
+/* The scan's row of ordinal o (dim floats), for rescoring a bin's best at
+ * the end: a pointer into memory or into buf (dim floats) holding it. */
+typedef const float *(*scps_scan_row_fn)(void *ctx, int64_t o, float *buf);
+
 typedef struct scps_scan_config {
   scps_knn_score score;
   int32_t m, dim, k;     /* queries, their values, results wanted */
   int64_t bins;          /* L (scps__knn_bins), or 0: an exact top-k */
-  const float *queries;  /* m x dim, prepared (scps__knn_prepare_queries) */
-  const float *qsq;      /* m: |q|^2 (squared L2 only) */
+  const float *queries;  /* m x dim as asked (finite) */
+  const float *prepared; /* m x dim, prepared for the sgemm (scps__knn_prepare_queries) */
+  const float *qsq;      /* m: |q|^2 of the prepared queries */
+  scps_scan_row_fn row;  /* with bins: the rows again */
+  void *row_ctx;
 } scps_scan_config;
+
+/* A row's score as the answer gives it: q and r summed in double in column
+ * order (products of floats are exact there), the score formed in double
+ * and rounded once to float32, so equal rows score equal wherever they lie
+ * and whatever BLAS did. */
+float scps__scan_score(scps_knn_score score, const float *q, const float *r, int32_t dim);
 
 /* Rows a block may hold: a block's scores stay near the cache. */
 int32_t scps__scan_block_rows(int32_t m);
@@ -27,7 +40,12 @@ typedef struct scps_scan {
   int32_t block;       /* scps__scan_block_rows */
   int64_t next;        /* ordinal of the next row scanned */
   float *tile;         /* m x block scores */
-  float *norm;         /* block: |r|^2, or 1/|r| for cosine */
+  float *norm;         /* block: |r|^2 */
+  float *rnorm;        /* block: |r| */
+  float max_rnorm;     /* the largest |r| scanned */
+  uint8_t *hit;        /* block: the rows an exact top-k scores again */
+  float *slack;        /* m: how far an sgemm score of query i may lie from the exact one, per unit of row norm */
+  float *buf;          /* dim: a row fetched again */
   float *bin_score;    /* m x bins */
   int32_t *bin_row;    /* m x bins: ordinal, -1 while the bin is empty */
   scps_knn_best *best; /* m */
@@ -42,7 +60,11 @@ void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem);
 void scps__scan_block(scps_scan *s, const float *rows, size_t ld, int32_t n);
 
 /* Query i's best min(k, kept) candidates in order (score descending, then
- * ordinal ascending) into score and ordinal; returns how many. */
+ * ordinal ascending) into score and ordinal; returns how many. The sgemm's
+ * float32 scores only choose candidates (each bin's best; with a bound on
+ * their rounding error, rows that may reach the top k); every candidate
+ * is then scored again by scps__scan_score, which alone ranks and is
+ * answered. */
 int32_t scps__scan_take(scps_scan *s, int32_t i, float *score, int64_t *ordinal);
 
 #endif

@@ -80,7 +80,7 @@ def test_wire_revision(env):
     srvs = [env.server(cfg, index=p, num_processes=2).wait_ready() for p in range(2)]
     for p, srv in enumerate(srvs):
         got = srv.stub().GetConfig(env.pb.GetConfigRequest(), timeout=30).wire_revision
-        env.check(got == 3, "process %d: GetConfig wire_revision %d, expected 3" % (p, got))
+        env.check(got == 4, "process %d: GetConfig wire_revision %d, expected 4" % (p, got))
     # eXmY formats: taken by processes of revision 3, refused by libscps,
     # naming the process, when one reports 2.
     for rev in (None, 2):
