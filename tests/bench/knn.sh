@@ -9,11 +9,11 @@
 # approximate (recall target R, default 0.95), R timed calls (default 10)
 # of one batch of Q queries (default 256). The first run dumps the table and
 # the queries; tests/bench/knn_faiss.py measures on those same vectors with
-# T threads (default 2): FAISS IndexFlatIP and the roofline (sgemm of the
-# same shape, a read of the table) right after each cluster (libgomp's
-# OMP_WAIT_POLICY passive after the first, active after the second), then
-# IndexIVFFlat and IndexHNSWFlat tuned to the same recall, with their build
-# times. Prints the table of tests/bench/knn_report.py (FAISS's best flat
+# T threads (default 2): FAISS IndexFlatIP (libgomp's OMP_WAIT_POLICY
+# passive after the first cluster, active after the second) and the
+# roofline (sgemm of the same shape, a read of the table) right after each
+# cluster, then IndexIVFFlat and IndexHNSWFlat tuned to the same recall,
+# with their build times. Prints the table of tests/bench/knn_report.py (FAISS's best flat
 # figure, the best peaks), with the two verdicts, and writes
 # OUT/knn-results.json (OUT: build-bench/knn unless --out).
 # --quick: 65536 rows, 2 rounds, no HNSW (a smoke run, for ctest).
@@ -71,8 +71,9 @@ for b in server/scps-server tests/bench/scps-bench-knn; do
   [ -x "$build/$b" ] || die "'$build/$b' is missing (build it, or leave out --build)"
 done
 out=${out:-$build/knn}
-rm -rf "$out"
 mkdir -p "$out"
+rm -f "$out"/scps-*.json "$out"/faiss-*.json "$out"/busy-*.txt "$out"/knn-results.json "$out"/table.f32 \
+  "$out"/queries.f32 "$out"/knn-workload.json
 started=$(date +%s)
 # Untimed work of others does not take the lock: how busy the cores were
 # before and after goes beside the figures (not in a quick run).
@@ -131,10 +132,12 @@ for topo in 1x2 2x1; do
   # workers spin (OMP_WAIT_POLICY active), taking cores from OpenBLAS's
   # threads in the flat search's sgemm, or sleep (passive) and are slow to
   # wake: the flat index is measured each way once; the report takes
-  # FAISS's best flat figure and the best peaks.
+  # FAISS's best flat figure and the best peaks. The roofline runs in a
+  # process whose OpenMP workers never spin.
   policy=$([ "$run" = 0 ] && echo passive || echo active)
-  log "FAISS flat and the roofline (OMP_WAIT_POLICY $policy), $threads threads"
-  OMP_WAIT_POLICY=$policy faiss --skip ivf,hnsw >"$out/faiss-flat-$policy.json"
+  log "FAISS flat (OMP_WAIT_POLICY $policy) and the roofline, $threads threads"
+  OMP_WAIT_POLICY=$policy faiss --skip ivf,hnsw,roofline >"$out/faiss-flat-$policy.json"
+  OMP_WAIT_POLICY=passive faiss --skip flat,ivf,hnsw >"$out/faiss-roofline-$run.json"
   run=$((run + 1))
 done
 

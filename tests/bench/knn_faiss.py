@@ -19,8 +19,10 @@ each:
     nprobe / efSearch whose recall@k against the flat ids reaches the
     target, and its queries/s (the median of R timed searches; fewer, 3 at
     least, where R would take over --index-budget-s, default 30). HNSW's
-    build time is first estimated from a 65536-row build; when the estimate
-    for N rows is above --hnsw-budget-s (default 180), HNSW is built on the
+    build time is first estimated from builds of 32768 and 65536 rows (time
+    as a power of the rows, the power fitted to those two, within [1, 2]);
+    when the estimate for N rows is above --hnsw-budget-s (default 180),
+    HNSW is built on the
     largest power-of-two multiple of 65536 first rows the budget allows
     instead, its recall measured against the flat index of those rows, and
     its lines say so (rows_indexed, subset_reason).
@@ -294,11 +296,14 @@ if "hnsw" not in ARGS.skip:
         return h, time.perf_counter() - t0
 
     probe = min(ARGS.rows, 65536)
+    half_s = hnsw_build(probe // 2)[1] if probe >= 2048 else None
     h, probe_s = hnsw_build(probe)
+    # A row's insertion costs more as the graph grows (depth, cache misses):
+    # the growth exponent from the two probes, kept within [1, 2].
+    growth = 1.0 if half_s is None else min(2.0, max(1.0, math.log(probe_s / max(half_s, 1e-9)) / math.log(2)))
 
     def estimate(n):
-        # Insertion costs grow with the graph's depth, about log n.
-        return probe_s * n / probe * math.log(n) / math.log(max(probe, 2))
+        return probe_s * (n / probe) ** growth
     extra = dict(M=m, efConstruction=efc, estimated_build_s=estimate(ARGS.rows))
     n_h = ARGS.rows
     if probe < n_h and estimate(n_h) > ARGS.hnsw_budget_s:
@@ -307,7 +312,8 @@ if "hnsw" not in ARGS.skip:
         while n_h * 2 <= ARGS.rows and estimate(n_h * 2) <= ARGS.hnsw_budget_s:
             n_h *= 2
         extra["subset_reason"] = (f"a build of all {ARGS.rows} rows is estimated at {estimate(ARGS.rows):.0f} s "
-                                  f"({probe} rows took {probe_s:.1f} s), above --hnsw-budget-s "
+                                  f"({probe // 2} and {probe} rows took {half_s:.1f} and {probe_s:.1f} s), "
+                                  f"above --hnsw-budget-s "
                                   f"{ARGS.hnsw_budget_s:.0f}: built on the first {n_h} rows, recall against "
                                   f"the flat index of those rows")
         log(f"hnsw: {extra['subset_reason']}")
@@ -326,7 +332,7 @@ if "hnsw" not in ARGS.skip:
 
     def set_ef(v):
         h.hnsw.efSearch = v
-    tuned("hnsw", h, "efSearch", set_ef, None, 4096, build, truth_h, dict(rows_indexed=n_h, **extra))
+    tuned("hnsw", h, "efSearch", set_ef, None, 8192, build, truth_h, dict(rows_indexed=n_h, **extra))
     del h
 
 if "roofline" not in ARGS.skip:

@@ -5,8 +5,9 @@
 
 OUT holds scps-1x2.json and scps-2x1.json (scps-bench-knn: 1 process x 2
 SparseCores, 2 processes x 1), faiss-flat-passive.json and
-faiss-flat-active.json (knn_faiss.py's flat index and roofline, under
-OMP_WAIT_POLICY passive and active) and faiss-index.json (IVF, HNSW). Prints
+faiss-flat-active.json (knn_faiss.py's flat index under OMP_WAIT_POLICY
+passive and active), faiss-roofline-0.json and -1.json (the roofline after
+each cluster) and faiss-index.json (IVF, HNSW). Prints
 markdown: per k and mode, scps's queries/s and recall next to FAISS's flat
 (the better of the two wait policies), IVF and HNSW indexes (with their build
 times), the ratio to FAISS flat; then the scan's attained GFLOP/s
@@ -56,7 +57,8 @@ def main():
             scps[(topo, r["k"], r["mode"])] = r
     faiss = {}
     roofs = []
-    for name in ("faiss-flat-passive.json", "faiss-flat-active.json", "faiss-index.json"):
+    for name in ("faiss-flat-passive.json", "faiss-flat-active.json", "faiss-roofline-0.json",
+                 "faiss-roofline-1.json", "faiss-index.json"):
         for r in lines(os.path.join(a.out, name)):
             if r.get("bench") == "roofline":
                 roofs.append(r)
