@@ -101,6 +101,17 @@ def test_input_forms(client):
     assert (a[0] == b[0]).all() and (a[1] == b[1]).all()
 
 
+def test_cosine_of_huge_and_tiny_queries(client):
+    # |q|^2 past float32's range (1e19 x 4) or below its smallest value
+    # (1e-30 x 4): cosine depends on the direction only.
+    q = np.random.default_rng(8).standard_normal((3, D)).astype(np.float32)
+    ids, scores = client.topk("t", q, k=6, score="cosine")
+    for scale in (1e19, 1e-30):
+        i2, s2 = client.topk("t", q * np.float32(scale), k=6, score="cosine")
+        assert (i2 == ids).all(), (scale, i2, ids)
+        np.testing.assert_allclose(s2, scores, rtol=1e-6)
+
+
 Q = np.zeros((2, D), np.float32)
 Q_NAN = Q.copy()
 Q_NAN[1, 3] = np.nan
