@@ -107,6 +107,18 @@ static const char usage[] =
     "(within a second): requests out are answered or time out, and the report\n"
     "covers the run so far.\n";
 
+/* getopt_long values of the topk flags: above every character, below the
+ * security flags'. */
+enum {
+  FLAG_TABLE = 1000,
+  FLAG_K,
+  FLAG_SCORE,
+  FLAG_RECALL,
+  FLAG_QUERIES_PER_CALL,
+  FLAG_QUERY_FORMAT,
+  FLAG_RECALL_SAMPLE
+};
+
 static void on_stop_signal(int sig) {
   (void)sig;
   scps__loadgen_stop();
@@ -184,13 +196,13 @@ int main(int argc, char **argv) {
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
-                                       {"table", required_argument, 0, 1000},
-                                       {"k", required_argument, 0, 1001},
-                                       {"score", required_argument, 0, 1002},
-                                       {"recall", required_argument, 0, 1003},
-                                       {"queries-per-call", required_argument, 0, 1004},
-                                       {"query-format", required_argument, 0, 1005},
-                                       {"recall-sample", required_argument, 0, 1006},
+                                       {"table", required_argument, 0, FLAG_TABLE},
+                                       {"k", required_argument, 0, FLAG_K},
+                                       {"score", required_argument, 0, FLAG_SCORE},
+                                       {"recall", required_argument, 0, FLAG_RECALL},
+                                       {"queries-per-call", required_argument, 0, FLAG_QUERIES_PER_CALL},
+                                       {"query-format", required_argument, 0, FLAG_QUERY_FORMAT},
+                                       {"recall-sample", required_argument, 0, FLAG_RECALL_SAMPLE},
                                        SCPS_SECURITY_LONG_OPTIONS,
                                        {0, 0, 0, 0}};
   static scps_security_flags sec; /* static: reachable whichever way main returns */
@@ -278,29 +290,29 @@ int main(int argc, char **argv) {
     case 'j': json = optarg; break;
     case 'p': plot = optarg; break;
     case 'q': quiet = true; break;
-    case 1000: o.table = optarg; topk_flag = "--table"; break;
-    case 1001:
+    case FLAG_TABLE: o.table = optarg; topk_flag = "--table"; break;
+    case FLAG_K:
       if (parse_int(optarg, 1, INT32_MAX, &n)) return bad_flag("--k '%s': expected results per query >= 1", optarg);
       o.topk.k = (int32_t)n;
       topk_flag = "--k";
       break;
-    case 1002:
+    case FLAG_SCORE:
       if (scps_topk_score_from_name(optarg, &o.topk.score))
         return bad_flag("--score '%s': expected dot, cosine or l2", optarg);
       topk_flag = "--score";
       break;
-    case 1003:
+    case FLAG_RECALL:
       if (parse_double(optarg, 0.0, 1.0, &o.topk.recall_target) || !(o.topk.recall_target > 0))
         return bad_flag("--recall '%s': expected an expected recall in (0, 1] (1: exact)", optarg);
       topk_flag = "--recall";
       break;
-    case 1004:
+    case FLAG_QUERIES_PER_CALL:
       if (parse_int(optarg, 1, 1 << 20, &n))
         return bad_flag("--queries-per-call '%s': expected a number of queries from 1 to 1048576", optarg);
       o.queries_per_call = (int)n;
       topk_flag = "--queries-per-call";
       break;
-    case 1005: {
+    case FLAG_QUERY_FORMAT: {
       scps_client_options probe;
       scps_error e;
       scps_client_options_init(&probe);
@@ -312,7 +324,7 @@ int main(int argc, char **argv) {
       topk_flag = "--query-format";
       break;
     }
-    case 1006:
+    case FLAG_RECALL_SAMPLE:
       if (parse_int(optarg, 0, INT32_MAX, &n))
         return bad_flag("--recall-sample '%s': expected a number of calls >= 0 (0: no recall measured)", optarg);
       o.recall_sample = (int)n;
