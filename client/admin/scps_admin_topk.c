@@ -82,9 +82,10 @@ static float *parse_query(const char *text, size_t *n) {
     char *end;
     errno = 0;
     float x = strtof(p, &end);
-    if (end == p || errno == ERANGE || (*end && *end != ',')) {
-      fprintf(stderr, "scps-admin: --query '%s': value %zu ('%.*s') is not a number\n", text, *n + 1,
-              (int)strcspn(p, ","), p);
+    /* ERANGE: beyond float32 (inf), or below its normal range (kept). */
+    if (end == p || (errno == ERANGE && isinf(x)) || (*end && *end != ',')) {
+      fprintf(stderr, "scps-admin: --query '%s': value %zu ('%.*s') is not a %s\n", text, *n + 1,
+              (int)strcspn(p, ","), p, end == p || (*end && *end != ',') ? "number" : "float32 (out of range)");
       free(v);
       return NULL;
     }

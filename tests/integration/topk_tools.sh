@@ -123,6 +123,7 @@ bad_admin "query_format 'e4m3' needs an embedding_dim that is a multiple of 8" -
   --query-id 1 --query-format e4m3
 bad_admin "--query '1,2': 2 values; table 'a' has embedding_dim 16" "${a[@]}" --query 1,2
 bad_admin "--query '1,x'" "${a[@]}" --query 1,x
+bad_admin "value 2 ('1e39') is not a float32 (out of range)" "${a[@]}" --query 0,1e39
 bad_admin "queries[0][1] = nan" "${a[@]}" --query 0,nan,0,0,0,0,0,0,0,0,0,0,0,0,0,0
 bad_admin "--queries '$tmp/bad.bin': 10 bytes" "${a[@]}" --queries "$tmp/bad.bin"
 bad_admin "--queries '$tmp/none.bin'" "${a[@]}" --queries "$tmp/none.bin"
