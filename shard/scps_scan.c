@@ -88,14 +88,17 @@ static inline float bound(const scps_scan *s, int32_t i, float rn) {
   return e * (qn + rn) * (qn + rn);
 }
 
+/* Summed in double: a float32 sum of squares overflows for rows longer
+ * than about 1.8e19 (and loses rows shorter than about 1e-23), where |r|
+ * itself is still a float. */
 static void row_norms(scps_scan *s, const float *rows, size_t ld, int32_t n) {
   const size_t dim = (size_t)s->c.dim;
   for (int32_t j = 0; j < n; j++) {
     const float *r = rows + (size_t)j * ld;
-    float q = 0;
-    for (size_t c = 0; c < dim; c++) q += r[c] * r[c];
-    s->norm[j] = q;
-    s->rnorm[j] = sqrtf(q);
+    double q = 0;
+    for (size_t c = 0; c < dim; c++) q += (double)r[c] * (double)r[c];
+    s->norm[j] = (float)q;
+    s->rnorm[j] = (float)sqrt(q);
     if (s->rnorm[j] > s->max_rnorm) s->max_rnorm = s->rnorm[j];
   }
 }

@@ -1422,7 +1422,7 @@ def test_topk(env):
             ("another cluster's fingerprint", topk(config_fingerprint=b"\x01" * 32), "FAILED_PRECONDITION",
              ["config_fingerprint"]),
             ("answer over the message limit", topk(num_queries=200, queries=f32(np.ones((200, 8))), k=500),
-             "RESOURCE_EXHAUSTED", ["num_queries 200 x k 500", "bytes of answer", str(MAX_MB << 20),
+             "RESOURCE_EXHAUSTED", ["num_queries 200 x 500 candidates (k 500)", "bytes of answer", str(MAX_MB << 20),
                                     "max_message_bytes"]),
     ):
         v.expect("TopK " + what, "TopK", req, code, needles)
