@@ -462,7 +462,8 @@ SCPS_EXTERN void scps_topk_options_init(scps_topk_options *o);
 typedef struct scps_topk_info {
   int32_t bins;          /* L each SparseCore reduced into; 0: exact */
   int64_t rows_scanned;  /* rows scored per query, all servers */
-  double expected_recall;/* (L/k)(1 - (1 - 1/L)^k) for that L, 1 when exact */
+  double expected_recall;/* (L/k)(1 - (1 - 1/L)^k) for that L, 1 when exact: a floor, as
+                          * every SparseCore keeps L bins of its own rows */
 } scps_topk_info;
 
 /* The top k rows of `table` for each of n_queries query vectors

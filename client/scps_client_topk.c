@@ -1,6 +1,7 @@
 /* scps_client_topk: TopK: the same queries to every server, each answering
  * its best rows, merged here with an exact top-k. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -127,7 +128,11 @@ static int topk_start(scps_client *c, const char *table, const float *queries, s
     return scps_error_set(err, SCPS_EINVAL, "scps_client_topk: k %d not in [1, %lld], the rows searched of table "
                           "'%s'", o->k, (long long)count, spec->name);
   scps_wirefmt fmt;
-  if (scps__wirefmt_parse(o->query_format[0] ? o->query_format : "float32", &fmt, err)) return SCPS_EINVAL;
+  if (scps__wirefmt_parse(o->query_format[0] ? o->query_format : "float32", &fmt, err)) {
+    char why[sizeof err->msg];
+    snprintf(why, sizeof why, "%s", err->msg);
+    return scps_error_set(err, SCPS_EINVAL, "scps_client_topk: query_format: %s", why);
+  }
   if (fmt.kind == SCPS_WIREFMT_EXMY && dim % 8)
     return scps_error_set(err, SCPS_EINVAL, "scps_client_topk: query_format '%s' needs an embedding_dim that is a "
                           "multiple of 8; table '%s' has %zu", o->query_format, spec->name, dim);

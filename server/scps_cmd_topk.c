@@ -139,13 +139,6 @@ static grpc_status_code topk_check(scps_call *c, const Scps__V1__TopKRequest *re
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   const int64_t answer_k = req->k;
-  const double answer = (double)req->num_queries * (double)answer_k * 12.0 + 64.0;
-  if (answer > (double)s->opts.max_message_bytes) {
-    snprintf(msg, len, "num_queries %u x k %u x 12 bytes: %.0f bytes of answer, over this process's message limit "
-             "%lld (max_message_bytes): send fewer queries at a time", req->num_queries, req->k, answer,
-             (long long)s->opts.max_message_bytes);
-    return GRPC_STATUS_RESOURCE_EXHAUSTED;
-  }
 
   scps_topk_call *tk = calloc(1, sizeof *tk + sizeof tk->sc[0] * (size_t)s->S);
   if (!tk) {
@@ -182,6 +175,14 @@ static grpc_status_code topk_check(scps_call *c, const Scps__V1__TopKRequest *re
   tk->answer_k = (int32_t)(all < answer_k ? all : answer_k);
   bytes += up64(m * (size_t)tk->answer_k * (sizeof(float) + sizeof(int64_t)));
   tk->bytes = bytes;
+  /* What this process answers: its candidates, at most k a query. */
+  const double answer = (double)req->num_queries * (double)tk->answer_k * 12.0 + 64.0;
+  if (answer > (double)s->opts.max_message_bytes) {
+    snprintf(msg, len, "num_queries %u x %d candidates (k %u) x 12 bytes: %.0f bytes of answer, over this "
+             "process's message limit %lld (max_message_bytes): send fewer queries at a time", req->num_queries,
+             tk->answer_k, req->k, answer, (long long)s->opts.max_message_bytes);
+    return GRPC_STATUS_RESOURCE_EXHAUSTED;
+  }
   return GRPC_STATUS_OK;
 }
 

@@ -141,10 +141,19 @@ void scps__knn_prepare_queries(scps_knn_score score, float *q, size_t m, size_t 
   for (size_t i = 0; i < m; i++) {
     float *v = q + i * dim, s = 0;
     for (size_t c = 0; c < dim; c++) s += v[c] * v[c];
-    if (score == SCPS_KNN_COSINE && s > 0) {
-      const float inv = 1.0f / sqrtf(s);
-      for (size_t c = 0; c < dim; c++) v[c] *= inv;
+    if (score == SCPS_KNN_COSINE) {
+      /* The norm in double: a finite query's float32 sum of squares
+       * overflows to inf above |q| ~ 1.8e19 (1 / inf zeroes the query)
+       * and underflows to 0 below ~1e-23 (left unnormalised), either way
+       * scoring every row alike. */
+      double d = 0;
+      for (size_t c = 0; c < dim; c++) d += (double)v[c] * (double)v[c];
+      if (d > 0) {
+        const double inv = 1.0 / sqrt(d);
+        for (size_t c = 0; c < dim; c++) v[c] = (float)(v[c] * inv);
+      }
+      s = d > 0 ? 1.0f : 0.0f;
     }
-    if (qsq) qsq[i] = score == SCPS_KNN_COSINE && s > 0 ? 1.0f : s;
+    if (qsq) qsq[i] = s;
   }
 }

@@ -88,14 +88,17 @@ static inline float bound(const scps_scan *s, int32_t i, float rn) {
   return e * (qn + rn) * (qn + rn);
 }
 
+/* Summed in double: a float32 sum of squares overflows for rows longer
+ * than about 1.8e19 (and loses rows shorter than about 1e-23), where |r|
+ * itself is still a float. */
 static void row_norms(scps_scan *s, const float *rows, size_t ld, int32_t n) {
   const size_t dim = (size_t)s->c.dim;
   for (int32_t j = 0; j < n; j++) {
     const float *r = rows + (size_t)j * ld;
-    float q = 0;
-    for (size_t c = 0; c < dim; c++) q += r[c] * r[c];
-    s->norm[j] = q;
-    s->rnorm[j] = sqrtf(q);
+    double q = 0;
+    for (size_t c = 0; c < dim; c++) q += (double)r[c] * (double)r[c];
+    s->norm[j] = (float)q;
+    s->rnorm[j] = (float)sqrt(q);
     if (s->rnorm[j] > s->max_rnorm) s->max_rnorm = s->rnorm[j];
   }
 }
@@ -114,11 +117,16 @@ static void finish_scores(const scps_scan *s, int32_t i, float *restrict t, int3
   }
 }
 
-/* PartialReduce: ordinal o goes to bin o mod L, which keeps its best score
- * (the first of equal ones: the lower ordinal). The block is cut where the
+/* PartialReduce: ordinal o goes to bin o mod L, which keeps its best
+ * score. The sgemm gives equal rows values that differ by its rounding,
+ * so a bin keeps its first row (the lower ordinal) unless a later one
+ * scores above it by more than the rounding could: equal rows then keep
+ * the first, as the exact ranking does, and a bin's row is never worse
+ * than its best by more than twice that bound. The block is cut where the
  * bins wrap so each run is one straight, vectorisable loop. */
 static void reduce_bins(scps_scan *s, int32_t i, const float *restrict t, int32_t n) {
   const int64_t L = s->c.bins;
+  const float tol = bound(s, i, s->max_rnorm);
   float *bs = s->bin_score + (size_t)i * (size_t)L;
   int32_t *br = s->bin_row + (size_t)i * (size_t)L;
   for (int32_t j = 0; j < n;) {
@@ -128,7 +136,7 @@ static void reduce_bins(scps_scan *s, int32_t i, const float *restrict t, int32_
     int32_t *restrict vr = br + b0;
     const float *restrict v = t + j;
     for (int32_t c = 0; c < run; c++) {
-      const int take = v[c] > vs[c] || (vr[c] < 0 && v[c] == v[c]);
+      const int take = v[c] > vs[c] + tol || (vr[c] < 0 && v[c] == v[c]);
       vs[c] = take ? v[c] : vs[c];
       vr[c] = take ? (int32_t)o + c : vr[c];
     }

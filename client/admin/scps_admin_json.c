@@ -1,6 +1,7 @@
 #include "scps_admin_json.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -113,4 +114,13 @@ void scps__admin_json_fields(scps_jsonw *w, const ProtobufCMessage *m) {
     }
     scps__jsonw_printf(w, "]");
   }
+}
+
+int scps__admin_json_print(scps_jsonw *w) {
+  scps_error err;
+  int rc = scps__jsonw_finish(w, "the JSON answer", &err);
+  if (rc) fprintf(stderr, "scps-admin: %s\n", err.msg);
+  else fputs(w->buf, stdout);
+  scps__jsonw_free(w);
+  return rc ? 1 : 0;
 }

@@ -14,4 +14,8 @@
  * null, messages as objects and repeated fields as arrays. */
 void scps__admin_json_fields(scps_jsonw *w, const ProtobufCMessage *m);
 
+/* Prints w's text on stdout, or on stderr why it could not be written,
+ * and frees w: the exit status, 0 or 1. */
+int scps__admin_json_print(scps_jsonw *w);
+
 #endif

@@ -11,6 +11,7 @@
 
 #include "scps_admin_online.h"
 #include "scps_admin_rows.h"
+#include "scps_admin_topk.h"
 #include "scps_admin_restore.h"
 #include "scps_checkpoint.h"
 #include "scps_checkpoint_export.h"
@@ -364,6 +365,8 @@ static const command commands[] = {
     {"checkpoint export", "write a table or slot as a .npy array", export_usage, run_export},
     {"rows", "print given ids' rows and optimizer slots as the servers hold them", scps_admin_rows_usage,
      scps__admin_rows},
+    {"topk", "print the rows of a table that score highest against query vectors", scps_admin_topk_usage,
+     scps__admin_topk},
     {"checkpoint restore", "bring every process of a cluster to one step it holds a checkpoint of",
      scps_admin_restore_usage, scps__admin_restore},
 };

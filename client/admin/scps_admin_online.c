@@ -107,7 +107,7 @@ static void target_free(target *t) {
   scps__security_flags_free(&t->sec);
 }
 
-static int bad(const char *usage, const char *fmt, const char *arg) {
+int scps__admin_bad(const char *usage, const char *fmt, const char *arg) {
   fprintf(stderr, "scps-admin: ");
   fprintf(stderr, fmt, arg);
   fprintf(stderr, "\n%s", usage);
@@ -135,40 +135,42 @@ static int parse_target(int argc, char **argv, const char *usage, bool save, tar
     switch (ch) {
     case 's': servers = optarg; break;
     case 'd':
-      if (scps__parse_long("--deadline-ms", optarg, 1, 86400000, &t->deadline_ms, &e)) return bad(usage, "%s", e.msg);
+      if (scps__parse_long("--deadline-ms", optarg, 1, 86400000, &t->deadline_ms, &e))
+        return scps__admin_bad(usage, "%s", e.msg);
       break;
     case 'n':
-      if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--step");
+      if (!save) return scps__admin_bad(usage, "%s is for 'checkpoint save' only", "--step");
       if (scps__parse_long("--step", optarg, 0, LONG_MAX, &t->step, &e))
-        return bad(usage, "%s", e.msg);
+        return scps__admin_bad(usage, "%s", e.msg);
       break;
     case 'j':
-      if (save) return bad(usage, "%s is not for 'checkpoint save'", "--json");
+      if (save) return scps__admin_bad(usage, "%s is not for 'checkpoint save'", "--json");
       t->json = true;
       break;
     case 'g':
-      if (save) return bad(usage, "%s is for 'health' only", "--grpc");
+      if (save) return scps__admin_bad(usage, "%s is for 'health' only", "--grpc");
       t->grpc = true;
       break;
     case 'D':
-      if (!save) return bad(usage, "%s is for 'checkpoint save' only", "--dir");
-      if (scps__confine_check("--dir", optarg, 4000, &e)) return bad(usage, "%s", e.msg);
+      if (!save) return scps__admin_bad(usage, "%s is for 'checkpoint save' only", "--dir");
+      if (scps__confine_check("--dir", optarg, 4000, &e)) return scps__admin_bad(usage, "%s", e.msg);
       t->dir = optarg;
       break;
     default:
       rc = scps__security_flags_parse(&t->sec, "scps-admin", ch, optarg, &e);
-      if (rc < 0) return bad(usage, "%s", e.msg);
+      if (rc < 0) return scps__admin_bad(usage, "%s", e.msg);
       if (rc == 0) {
         fputs(usage, stderr);
         return 2;
       }
     }
   }
-  if (optind < argc) return bad(usage, "unexpected argument '%s'", argv[optind]);
-  if (!servers) return bad(usage, "%s is required", "--servers");
+  if (optind < argc) return scps__admin_bad(usage, "unexpected argument '%s'", argv[optind]);
+  if (!servers) return scps__admin_bad(usage, "%s is required", "--servers");
   t->list = strdup(servers);
-  if (!t->list) return bad(usage, "%s", "out of memory");
-  if (scps_address_list_split(t->list, t->addr, MAX_SERVERS, &t->n, &e)) return bad(usage, "--servers: %s", e.msg);
+  if (!t->list) return scps__admin_bad(usage, "%s", "out of memory");
+  if (scps_address_list_split(t->list, t->addr, MAX_SERVERS, &t->n, &e))
+    return scps__admin_bad(usage, "--servers: %s", e.msg);
   return 0;
 }
 
@@ -208,7 +210,7 @@ typedef struct question {
 static int for_each_server(int argc, char **argv, const char *usage, const question *q, const question *grpc) {
   target t;
   int rc = parse_target(argc, argv, usage, false, &t);
-  if (!rc && t.grpc && !grpc) rc = bad(usage, "%s is for 'health' only", "--grpc");
+  if (!rc && t.grpc && !grpc) rc = scps__admin_bad(usage, "%s is for 'health' only", "--grpc");
   if (rc) {
     target_free(&t);
     return rc;

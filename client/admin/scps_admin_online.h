@@ -16,4 +16,8 @@ int scps__admin_stats(int argc, char **argv);
 int scps__admin_config(int argc, char **argv);
 int scps__admin_save(int argc, char **argv);
 
+/* "scps-admin: " and fmt with arg on stderr, then the command's usage:
+ * returns 2, the exit status for bad arguments. */
+int scps__admin_bad(const char *usage, const char *fmt, const char *arg);
+
 #endif

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "scps_client_engine.h"
+#include "scps_admin_json.h"
+#include "scps_admin_online.h"
 #include "scps_jsonw.h"
 #include "scps_security_flags.h"
 #include "scps_units.h"
@@ -30,12 +32,7 @@ const char scps_admin_rows_usage[] =
     "                     per id its row and slots (float32 values, exact)\n"
     "  --deadline-ms N    how long to wait for the servers (default 10000)\n" SCPS_SECURITY_USAGE;
 
-static int bad(const char *fmt, const char *arg) {
-  fprintf(stderr, "scps-admin: ");
-  fprintf(stderr, fmt, arg);
-  fprintf(stderr, "\n%s", scps_admin_rows_usage);
-  return 2;
-}
+static int bad(const char *fmt, const char *arg) { return scps__admin_bad(scps_admin_rows_usage, fmt, arg); }
 
 /* "3,5,10-20" into *ids (malloc'd, *n of them); 0, or -1 after saying why. */
 static int parse_ids(const char *list, int64_t **ids, size_t *n) {
@@ -107,12 +104,7 @@ static int print_json(const scps_table_spec *spec, const int64_t *ids, size_t n,
     scps__jsonw_printf(&w, "}");
   }
   scps__jsonw_printf(&w, "]}\n");
-  scps_error err;
-  int rc = scps__jsonw_finish(&w, "the JSON answer", &err);
-  if (rc) fprintf(stderr, "scps-admin: %s\n", err.msg);
-  else fputs(w.buf, stdout);
-  scps__jsonw_free(&w);
-  return rc ? 1 : 0;
+  return scps__admin_json_print(&w);
 }
 
 static void print_text(const scps_table_spec *spec, const int64_t *ids, size_t n, const float *rows,
@@ -144,23 +136,14 @@ static int rows_run(const char *servers, const char *table, const char *id_list,
     return bad("--ids '%s': expected ids >= 0 and ranges FIRST-LAST, comma-separated, at most 1000000 ids",
                id_list);
   }
-  char *list = strdup(servers);
-  const char *addr[MAX_SERVERS];
-  int n_servers = 0;
-  if (!list || scps_address_list_split(list, addr, MAX_SERVERS, &n_servers, &err)) {
-    free(list);
-    free(ids);
-    return bad("--servers: %s", list ? err.msg : "out of memory");
-  }
-  scps_client_options o;
-  scps_client_options_init(&o);
-  o.servers = addr;
-  o.n_servers = n_servers;
-  o.connect_timeout_ms = deadline_ms;
-  o.security = *security;
   scps_client *c = NULL;
   float *rows = NULL, *slots = NULL;
-  int rc = scps_client_create(&o, &c, &err);
+  bool bad_list;
+  int rc = scps__admin_connect(servers, security, deadline_ms, &c, &bad_list, &err);
+  if (bad_list) {
+    free(ids);
+    return bad("%s", err.msg);
+  }
   const scps_table_spec *spec = NULL;
   if (!rc) {
     const scps_layout *l = scps__client_layout(c);
@@ -188,8 +171,34 @@ static int rows_run(const char *servers, const char *table, const char *id_list,
   free(rows);
   free(slots);
   free(ids);
-  free(list);
   return status;
+}
+
+int scps__admin_connect(const char *servers, const scps_client_security *security, long timeout_ms,
+                        scps_client **c, bool *bad_list, scps_error *err) {
+  *c = NULL;
+  *bad_list = false;
+  char *list = strdup(servers);
+  const char *addr[MAX_SERVERS];
+  int n_servers = 0;
+  if (!list) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  int rc = scps_address_list_split(list, addr, MAX_SERVERS, &n_servers, err);
+  if (rc) {
+    char msg[sizeof err->msg];
+    snprintf(msg, sizeof msg, "%s", err->msg);
+    scps_error_set(err, rc, "--servers: %s", msg);
+    *bad_list = true;
+  } else {
+    scps_client_options o;
+    scps_client_options_init(&o);
+    o.servers = addr;
+    o.n_servers = n_servers;
+    o.connect_timeout_ms = timeout_ms;
+    o.security = *security;
+    rc = scps_client_create(&o, c, err);
+  }
+  free(list); /* the client keeps copies of the addresses */
+  return rc;
 }
 
 int scps__admin_rows(int argc, char **argv) {

@@ -1,8 +1,10 @@
+#include "scps_client_engine.h"
 #include "scps_clock.h"
 #include "scps_loadgen.h"
 #include "scps_step.h"
 
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -27,10 +29,10 @@ const char *scps__loadgen_status_name(int code) {
   return code <= 0 && -code < SCPS_LOADGEN_CODES ? status_names[-code] : "UNKNOWN";
 }
 
-static const char *const mode_names[] = {"lookup", "train", "mixed"};
+static const char *const mode_names[] = {"lookup", "train", "mixed", "topk"};
 
 int scps__loadgen_mode_from_name(const char *name, scps_loadgen_mode *out) {
-  for (int m = 0; m < 3; m++)
+  for (int m = 0; m < 4; m++)
     if (!strcmp(name, mode_names[m])) {
       *out = (scps_loadgen_mode)m;
       return 0;
@@ -48,6 +50,8 @@ static struct timespec to_ts(int64_t ns) {
 /* What requests of one phase (warm-up or measured) amounted to. */
 typedef struct lg_stats {
   int64_t ok, samples, ids;
+  double recall_sum;     /* topk: sampled queries' recall, summed */
+  int64_t recall_queries; /* topk: queries sampled */
   int64_t errors[SCPS_LOADGEN_CODES];
   scps_hist hist;     /* latency of OK requests */
   scps_hist err_hist; /* latency of failed requests */
@@ -58,6 +62,8 @@ static void stats_add(lg_stats *dst, const lg_stats *src) {
   dst->ok += src->ok;
   dst->samples += src->samples;
   dst->ids += src->ids;
+  dst->recall_sum += src->recall_sum;
+  dst->recall_queries += src->recall_queries;
   for (int k = 0; k < SCPS_LOADGEN_CODES; k++) dst->errors[k] += src->errors[k];
   scps__hist_merge(&dst->hist, &src->hist);
   scps__hist_merge(&dst->err_hist, &src->err_hist);
@@ -79,6 +85,13 @@ typedef struct lg_client {
   scps_batch *b[BATCHES_PER_CLIENT];
   int64_t ids[BATCHES_PER_CLIENT];
   float **acts, **grads;
+  /* topk mode: each batch's queries (queries_per_call x dim), the answer
+   * and the exact answer of a recall sample (queries_per_call x k). */
+  float *queries[BATCHES_PER_CLIENT];
+  int64_t *answer_ids, *exact_ids, *sorted;
+  float *scores, *exact_scores;
+  scps_topk_info info;
+  int64_t calls; /* topk: measured calls answered OK */
   uint64_t rng;
   int64_t step;
   pthread_mutex_t mu; /* guards warm and meas, which the ticker drains */
@@ -117,7 +130,81 @@ static void client_free(lg_client *cl) {
   }
   free(cl->acts);
   free(cl->grads);
+  for (int k = 0; k < BATCHES_PER_CLIENT; k++) free(cl->queries[k]);
+  free(cl->answer_ids);
+  free(cl->exact_ids);
+  free(cl->sorted);
+  free(cl->scores);
+  free(cl->exact_scores);
   pthread_mutex_destroy(&cl->mu);
+}
+
+static double next_unit(uint64_t *s) {
+  *s ^= *s << 13;
+  *s ^= *s >> 7;
+  *s ^= *s << 17;
+  return (double)(*s >> 11) * 0x1p-53;
+}
+
+/* A standard Gaussian (Box-Muller) from the client's generator. */
+static float next_gaussian(uint64_t *s) {
+  double u = next_unit(s), v = next_unit(s);
+  return (float)(sqrt(-2.0 * log(1.0 - u)) * cos(2.0 * M_PI * v));
+}
+
+/* topk mode: the client's queries and answers, and one exact call before
+ * the load, which fails the setup (not every request) for options the
+ * table rules out and gives what libscps reports of the call. */
+static int topk_init(lg_client *cl, scps_error *err) {
+  const scps_loadgen_options *o = cl->g->o;
+  const scps_layout *l = scps__client_layout(cl->c);
+  const int t = scps__find_table(l->table_specs, l->n_tables, o->table);
+  if (t < 0) return scps_error_set(err, SCPS_ENOENT, "--table '%s': the servers serve no such table", o->table);
+  const size_t m = (size_t)o->queries_per_call, dim = (size_t)l->table_specs[t].embedding_dim,
+               answer = m * (size_t)o->topk.k;
+  for (int k = 0; k < BATCHES_PER_CLIENT; k++) {
+    if (!(cl->queries[k] = malloc(sizeof(float) * m * dim))) return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+    for (size_t v = 0; v < m * dim; v++) cl->queries[k][v] = next_gaussian(&cl->rng);
+  }
+  cl->answer_ids = malloc(sizeof *cl->answer_ids * answer);
+  cl->exact_ids = malloc(sizeof *cl->exact_ids * answer);
+  cl->sorted = malloc(sizeof *cl->sorted * (size_t)o->topk.k);
+  cl->scores = malloc(sizeof *cl->scores * answer);
+  cl->exact_scores = malloc(sizeof *cl->exact_scores * answer);
+  if (!cl->answer_ids || !cl->exact_ids || !cl->sorted || !cl->scores || !cl->exact_scores)
+    return scps_error_set(err, SCPS_ENOMEM, "out of memory");
+  return scps_client_topk(cl->c, o->table, cl->queries[0], m, &o->topk, cl->answer_ids, cl->scores, &cl->info,
+                          o->connect_timeout_ms, err);
+}
+
+static int cmp_id(const void *a, const void *b) {
+  const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* topk mode: batch k's queries sent again with recall 1; the sum over
+ * its queries of |ids ∩ exact ids| / k (ids -1, places a query's NaN
+ * scores left empty, never count) into *sum. */
+static int topk_recall(lg_client *cl, int k, double *sum, scps_error *err) {
+  const scps_loadgen_options *o = cl->g->o;
+  scps_topk_options exact = o->topk;
+  exact.recall_target = 1.0;
+  int rc = scps_client_topk(cl->c, o->table, cl->queries[k], (size_t)o->queries_per_call, &exact, cl->exact_ids,
+                            cl->exact_scores, NULL, o->deadline_ms, err);
+  if (rc) return rc;
+  const size_t K = (size_t)o->topk.k;
+  *sum = 0;
+  for (size_t i = 0; i < (size_t)o->queries_per_call; i++) {
+    memcpy(cl->sorted, cl->exact_ids + i * K, sizeof *cl->sorted * K);
+    qsort(cl->sorted, K, sizeof *cl->sorted, cmp_id);
+    size_t found = 0;
+    for (size_t j = 0; j < K; j++) {
+      const int64_t id = cl->answer_ids[i * K + j];
+      found += id >= 0 && bsearch(&id, cl->sorted, K, sizeof *cl->sorted, cmp_id);
+    }
+    *sum += (double)found / (double)K;
+  }
+  return 0;
 }
 
 /* Connects client i and preprocesses its batches (its own generator seed,
@@ -134,7 +221,7 @@ static int client_init(lg *g, int i, scps_error *err) {
   scps_client_options_init(&co);
   co.servers = o->servers;
   co.n_servers = o->n_servers;
-  co.expected_config = g->expected.buf;
+  co.expected_config = w ? g->expected.buf : NULL;
   co.policy = SCPS_LIMIT_ERROR;
   co.connect_timeout_ms = o->connect_timeout_ms;
   if (o->wire_format) scps_client_options_set_wire_format(&co, o->wire_format, NULL);
@@ -147,6 +234,7 @@ static int client_init(lg *g, int i, scps_error *err) {
   co.security = o->security;
   int rc = scps_client_create(&co, &cl->c, err);
   if (rc) return rc;
+  if (o->mode == SCPS_LOADGEN_TOPK) return topk_init(cl, err);
   /* Training resumes after the step the servers hold (they agree), as a
    * trainer does. */
   cl->step = scps_client_step(cl->c) + 1;
@@ -183,17 +271,13 @@ static int client_init(lg *g, int i, scps_error *err) {
   return rc;
 }
 
-static double next_unit(uint64_t *s) {
-  *s ^= *s << 13;
-  *s ^= *s >> 7;
-  *s ^= *s << 17;
-  return (double)(*s >> 11) * 0x1p-53;
-}
-
 /* One request: a lookup and, when training, the push of its gradients, both
  * within deadline_ms of the send. */
 static int request(lg_client *cl, int k, bool train, int64_t sent, scps_error *err) {
   const scps_loadgen_options *o = cl->g->o;
+  if (o->mode == SCPS_LOADGEN_TOPK)
+    return scps_client_topk(cl->c, o->table, cl->queries[k], (size_t)o->queries_per_call, &o->topk,
+                            cl->answer_ids, cl->scores, NULL, o->deadline_ms, err);
   int rc = scps_client_lookup(cl->c, cl->b[k], cl->acts, o->deadline_ms, err);
   if (rc || !train) return rc;
   int64_t left = o->deadline_ms - (scps__clock_ns() - sent) / 1000000;
@@ -212,7 +296,7 @@ static void record(lg_client *cl, int k, bool measured, int rc, int64_t latency,
   scps__hist_record(&s->lag, (uint64_t)(lag > 0 ? lag : 0));
   if (!rc) {
     s->ok++;
-    s->samples += g->o->workload->batch_size;
+    s->samples += g->o->mode == SCPS_LOADGEN_TOPK ? g->o->queries_per_call : g->o->workload->batch_size;
     s->ids += cl->ids[k];
     scps__hist_record(&s->hist, (uint64_t)latency);
   } else {
@@ -299,6 +383,17 @@ static void *client_main(void *arg) {
     int64_t sent = scps__clock_ns();
     int rc = request(cl, k, train, sent, &err);
     record(cl, k, measured, rc, scps__clock_ns() - due, sent - due, &err);
+    /* A recall sample, after the measured call and outside its latency
+     * (closed loop, it delays the client's next call; open loop, it shows
+     * as that call's send lag). A sample that fails is left out. */
+    double sum;
+    if (!rc && measured && o->mode == SCPS_LOADGEN_TOPK && o->recall_sample > 0 &&
+        cl->calls++ % o->recall_sample == 0 && !topk_recall(cl, k, &sum, &err)) {
+      pthread_mutex_lock(&cl->mu);
+      cl->meas.recall_sum += sum;
+      cl->meas.recall_queries += o->queries_per_call;
+      pthread_mutex_unlock(&cl->mu);
+    }
   }
   pthread_mutex_lock(&g->mu);
   if (--g->running == 0) g->last_done = scps__clock_ns();
@@ -429,7 +524,7 @@ int scps__loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, 
     return scps_error_set(err, SCPS_ENOMEM, "out of memory");
   }
   g->o = o;
-  g->n_features = o->workload->n_features;
+  g->n_features = o->workload ? o->workload->n_features : 0;
   g->clients = clients;
   pthread_mutex_init(&g->mu, NULL);
   atomic_init(&g->based, false);
@@ -441,9 +536,11 @@ int scps__loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, 
 
   int rc = 0, inited = 0, started = 0;
   scps__jsonw_init(&g->expected);
-  rc = scps__workload_write_specs(o->workload->tables, o->workload->n_tables, o->workload->features,
-                                 o->workload->n_features, &g->expected, err);
-  if (!rc) rc = scps__jsonw_finish(&g->expected, "the expected declaration", err);
+  if (o->workload) {
+    rc = scps__workload_write_specs(o->workload->tables, o->workload->n_tables, o->workload->features,
+                                   o->workload->n_features, &g->expected, err);
+    if (!rc) rc = scps__jsonw_finish(&g->expected, "the expected declaration", err);
+  }
   for (; !rc && inited < o->concurrency; inited++) {
     scps_error e;
     scps_error_clear(&e);
@@ -502,6 +599,9 @@ int scps__loadgen_run(const scps_loadgen_options *o, scps_loadgen_result **out, 
     res->latency = tk->total.hist;
     res->error_latency = tk->total.err_hist;
     res->send_lag = tk->total.lag;
+    res->recall_sum = tk->total.recall_sum;
+    res->recall_queries = tk->total.recall_queries;
+    res->topk_info = clients[0].info;
   }
   for (int i = 0; i < inited; i++) client_free(&clients[i]);
   pthread_cond_destroy(&g->cv);

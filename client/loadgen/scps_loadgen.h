@@ -13,7 +13,8 @@
 typedef enum scps_loadgen_mode {
   SCPS_LOADGEN_LOOKUP = 0, /* a request is one Lookup */
   SCPS_LOADGEN_TRAIN = 1,  /* Lookup, then ApplyGradients of the same batch */
-  SCPS_LOADGEN_MIXED = 2   /* train with probability train_fraction, else lookup */
+  SCPS_LOADGEN_MIXED = 2,  /* train with probability train_fraction, else lookup */
+  SCPS_LOADGEN_TOPK = 3    /* a request is one TopK of queries_per_call random queries */
 } scps_loadgen_mode;
 
 int scps__loadgen_mode_from_name(const char *name, scps_loadgen_mode *out);
@@ -25,7 +26,7 @@ const char *scps__loadgen_mode_name(scps_loadgen_mode m);
 const char *scps__loadgen_status_name(int code);
 
 typedef struct scps_loadgen_options {
-  const scps_workload *workload;
+  const scps_workload *workload; /* may be NULL in topk mode: then any cluster serving the table */
   const char *const *servers;
   int n_servers;
   scps_loadgen_mode mode;
@@ -44,6 +45,15 @@ typedef struct scps_loadgen_options {
   int cq_threads;             /* each client's completion-queue threads (scps_client_options) */
   bool progress;              /* a line on stderr every second */
   scps_client_security security; /* every client's TLS and token (scps_client_options) */
+  /* topk mode: each request is a TopK of table with these options
+   * (first_id and count: the rows searched) over queries_per_call query
+   * vectors, standard Gaussian values drawn from a seed of the client's
+   * index; every recall_sample-th answered call of a client (0: none) is
+   * sent again with recall 1, unmeasured, to measure the recall. */
+  const char *table;
+  scps_topk_options topk;
+  int queries_per_call;
+  int recall_sample;
 } scps_loadgen_options;
 
 /* One second of the measured run. */
@@ -77,6 +87,14 @@ typedef struct scps_loadgen_result {
   scps_hist send_lag;
   scps_loadgen_second *timeline;
   int n_timeline;
+  /* topk mode: samples counts the queries of the calls answered OK; the
+   * recall measured is recall_sum / recall_queries, each sampled query's
+   * |approximate ids ∩ exact ids| / k; bins, rows_scanned and
+   * expected_recall are what libscps reported (scps_topk_info) for the
+   * call each client made before the load. */
+  double recall_sum;
+  int64_t recall_queries;
+  scps_topk_info topk_info;
 } scps_loadgen_result;
 
 /* Connects concurrency clients, generates and preprocesses each one's

@@ -20,18 +20,35 @@
 
 static const char usage[] =
     "usage: scps-loadgen --workload FILE --servers HOST:PORT[,HOST:PORT...] --mode lookup|train|mixed [options]\n"
+    "       scps-loadgen [--workload FILE] --servers HOST:PORT[,HOST:PORT...] --mode topk --table NAME [options]\n"
     "Drives a running scps cluster with the workload's batches (a file in the\n"
-    "format of shared/workloads/*.json) and reports what it sustained.\n"
+    "format of shared/workloads/*.json), or with top-k queries, and reports what\n"
+    "it sustained.\n"
     "\n"
     "  --workload FILE        tables, features, batch size and id distribution; the\n"
     "                         cluster must serve the same tables and features\n"
+    "                         (optional in topk mode: then any cluster serving --table)\n"
     "  --servers LIST         every server process, in process-index order\n"
     "  --mode M               lookup: a request is one Lookup of a batch;\n"
     "                         train: a Lookup, then ApplyGradients of that batch\n"
     "                         (each client counts its own steps, from the one\n"
     "                         after the step the servers hold);\n"
-    "                         mixed: train with probability --train-fraction, else lookup\n"
+    "                         mixed: train with probability --train-fraction, else lookup;\n"
+    "                         topk: a request is one TopK call of --queries-per-call\n"
+    "                         query vectors (standard Gaussian values, seeded by the\n"
+    "                         client's index) against --table\n"
     "  --train-fraction F     mixed only: share of train requests, in [0, 1] (default 0.1)\n"
+    "  --table NAME           topk: the table searched\n"
+    "  --k N                  topk: results per query (default 10)\n"
+    "  --score S              topk: dot (default), cosine or l2\n"
+    "  --recall R             topk: expected recall in (0, 1] (default 1: exact)\n"
+    "  --queries-per-call N   topk: queries in each TopK call (default 256)\n"
+    "  --query-format F       topk: how queries travel: float32 (default), bfloat16\n"
+    "                         or an eXmY format (embedding_dim a multiple of 8)\n"
+    "  --recall-sample N      topk: one answered call in N of each client is sent\n"
+    "                         again with --recall 1, outside its latency, and the\n"
+    "                         overlap |approximate ids & exact ids| / k averaged over\n"
+    "                         its queries: the measured recall (default 20; 0: none)\n"
     "  --concurrency C        clients, each with its own libscps client and\n"
     "                         connections, one request out at a time (default 1)\n"
     "  --rate R               open loop: R requests/s over all clients, each client\n"
@@ -71,7 +88,8 @@ static const char usage[] =
     SCPS_SECURITY_USAGE
     "\n"
     "Each client preprocesses 4 batches of its own before the load and cycles\n"
-    "through them. The report (stdout) gives requests/s (answered OK or not),\n"
+    "through them (topk: 4 sets of queries). The report (stdout) gives\n"
+    "requests/s (answered OK or not),\n"
     "samples/s and ids/s of requests answered OK, open loop the requests due\n"
     "before the end that were never sent (their clients still waiting for an\n"
     "answer: the run ends at --duration), payload MB/s sent and received (1 MB = 10^6 bytes),\n"
@@ -81,11 +99,25 @@ static const char usage[] =
     "--deadline-ms counts: open loop, the time it was due but waited for its\n"
     "client's previous request is send lag, not part of it). --json adds a\n"
     "per-second timeline: requests/s, OK and failed requests ended in that second,\n"
-    "p50 and p99 of the OK ones. Exit status:\n"
+    "p50 and p99 of the OK ones. In topk mode the report gives calls/s and\n"
+    "queries/s instead of samples and ids, and the recall measured beside the\n"
+    "expected recall libscps reports for the bins the servers used. Exit status:\n"
     "0 after a run (even with errors), 1 when the run could not start, 2 for bad flags.\n"
     "SIGINT or SIGTERM ends the run early, as --duration running out would then\n"
     "(within a second): requests out are answered or time out, and the report\n"
     "covers the run so far.\n";
+
+/* getopt_long values of the topk flags: above every character, below the
+ * security flags'. */
+enum {
+  FLAG_TABLE = 1000,
+  FLAG_K,
+  FLAG_SCORE,
+  FLAG_RECALL,
+  FLAG_QUERIES_PER_CALL,
+  FLAG_QUERY_FORMAT,
+  FLAG_RECALL_SAMPLE
+};
 
 static void on_stop_signal(int sig) {
   (void)sig;
@@ -137,7 +169,12 @@ int main(int argc, char **argv) {
                             .warmup_s = 1.0,
                             .deadline_ms = 5000,
                             .connect_timeout_ms = 10000,
-                            .cq_threads = 1};
+                            .cq_threads = 1,
+                            .queries_per_call = 256,
+                            .recall_sample = 20};
+  scps_topk_options_init(&o.topk);
+  /* The last flag given of each kind, for the check that it fits --mode. */
+  const char *topk_flag = NULL, *batch_flag = NULL;
   static const struct option opts[] = {{"workload", required_argument, 0, 'w'},
                                        {"servers", required_argument, 0, 's'},
                                        {"mode", required_argument, 0, 'm'},
@@ -159,6 +196,13 @@ int main(int argc, char **argv) {
                                        {"quiet", no_argument, 0, 'q'},
                                        {"help", no_argument, 0, 'h'},
                                        {"version", no_argument, 0, 'V'},
+                                       {"table", required_argument, 0, FLAG_TABLE},
+                                       {"k", required_argument, 0, FLAG_K},
+                                       {"score", required_argument, 0, FLAG_SCORE},
+                                       {"recall", required_argument, 0, FLAG_RECALL},
+                                       {"queries-per-call", required_argument, 0, FLAG_QUERIES_PER_CALL},
+                                       {"query-format", required_argument, 0, FLAG_QUERY_FORMAT},
+                                       {"recall-sample", required_argument, 0, FLAG_RECALL_SAMPLE},
                                        SCPS_SECURITY_LONG_OPTIONS,
                                        {0, 0, 0, 0}};
   static scps_security_flags sec; /* static: reachable whichever way main returns */
@@ -171,7 +215,7 @@ int main(int argc, char **argv) {
     case 's': servers_arg = optarg; break;
     case 'm':
       if (scps__loadgen_mode_from_name(optarg, &o.mode))
-        return bad_flag("--mode '%s': expected lookup, train or mixed", optarg);
+        return bad_flag("--mode '%s': expected lookup, train, mixed or topk", optarg);
       have_mode = true;
       break;
     case 'f':
@@ -203,6 +247,7 @@ int main(int argc, char **argv) {
         return bad_flag("--warmup '%s': expected seconds in [0, 1e7]", optarg);
       break;
     case 'W':
+      batch_flag = "--wire-format";
       {
         scps_client_options probe;
         scps_error e;
@@ -212,14 +257,17 @@ int main(int argc, char **argv) {
       }
       break;
     case 'A':
+      batch_flag = "--answer";
       if (scps_answer_mode_from_name(optarg, &o.answer))
         return bad_flag("--answer '%s': expected auto, pooled or rows", optarg);
       break;
     case 'G':
+      batch_flag = "--gradients";
       if (scps_gradient_mode_from_name(optarg, &o.gradients))
         return bad_flag("--gradients '%s': expected auto, sample or row", optarg);
       break;
     case 'M':
+      batch_flag = "--shared-memory";
       if (strcmp(optarg, "auto") && strcmp(optarg, "off"))
         return bad_flag("--shared-memory '%s': expected auto or off", optarg);
       o.shared_memory = strcmp(optarg, "off") ? SCPS_SHM_AUTO : SCPS_SHM_OFF;
@@ -242,6 +290,46 @@ int main(int argc, char **argv) {
     case 'j': json = optarg; break;
     case 'p': plot = optarg; break;
     case 'q': quiet = true; break;
+    case FLAG_TABLE: o.table = optarg; topk_flag = "--table"; break;
+    case FLAG_K:
+      if (parse_int(optarg, 1, INT32_MAX, &n)) return bad_flag("--k '%s': expected results per query >= 1", optarg);
+      o.topk.k = (int32_t)n;
+      topk_flag = "--k";
+      break;
+    case FLAG_SCORE:
+      if (scps_topk_score_from_name(optarg, &o.topk.score))
+        return bad_flag("--score '%s': expected dot, cosine or l2", optarg);
+      topk_flag = "--score";
+      break;
+    case FLAG_RECALL:
+      if (parse_double(optarg, 0.0, 1.0, &o.topk.recall_target) || !(o.topk.recall_target > 0))
+        return bad_flag("--recall '%s': expected an expected recall in (0, 1] (1: exact)", optarg);
+      topk_flag = "--recall";
+      break;
+    case FLAG_QUERIES_PER_CALL:
+      if (parse_int(optarg, 1, 1 << 20, &n))
+        return bad_flag("--queries-per-call '%s': expected a number of queries from 1 to 1048576", optarg);
+      o.queries_per_call = (int)n;
+      topk_flag = "--queries-per-call";
+      break;
+    case FLAG_QUERY_FORMAT: {
+      scps_client_options probe;
+      scps_error e;
+      scps_client_options_init(&probe);
+      if (strlen(optarg) >= sizeof o.topk.query_format || strchr(optarg, '/') ||
+          scps_client_options_set_wire_format(&probe, optarg, &e))
+        return bad_flag("--query-format '%s': expected float32, bfloat16 or an eXmY format (e4m3, e5m2, ...)",
+                        optarg);
+      snprintf(o.topk.query_format, sizeof o.topk.query_format, "%s", optarg);
+      topk_flag = "--query-format";
+      break;
+    }
+    case FLAG_RECALL_SAMPLE:
+      if (parse_int(optarg, 0, INT32_MAX, &n))
+        return bad_flag("--recall-sample '%s': expected a number of calls >= 0 (0: no recall measured)", optarg);
+      o.recall_sample = (int)n;
+      topk_flag = "--recall-sample";
+      break;
     case 'h': fputs(usage, stdout); return 0;
     case 'V': printf("scps-loadgen %s\n", scps_version()); return 0;
     case ':': return bad_flag("%s needs a value", argv[optind - 1]);
@@ -254,9 +342,13 @@ int main(int argc, char **argv) {
     }
   }
   if (optind < argc) return bad_flag("unexpected argument '%s'", argv[optind]);
-  if (!workload_path) return bad_flag("--workload is required");
+  if (!have_mode) return bad_flag("--mode is required (lookup, train, mixed or topk)");
+  const bool topk = o.mode == SCPS_LOADGEN_TOPK;
+  if (!workload_path && !topk) return bad_flag("--workload is required");
   if (!servers_arg) return bad_flag("--servers is required");
-  if (!have_mode) return bad_flag("--mode is required (lookup, train or mixed)");
+  if (topk && !o.table) return bad_flag("--table is required with --mode topk");
+  if (topk && batch_flag) return bad_flag("%s is not for --mode topk (--query-format is its queries')", batch_flag);
+  if (!topk && topk_flag) return bad_flag("%s is for --mode topk only", topk_flag);
   if (have_fraction && o.mode != SCPS_LOADGEN_MIXED)
     return bad_flag("--train-fraction is for --mode mixed only");
   if (have_duration && o.requests > 0) return bad_flag("--duration and --requests: give one of them");
@@ -281,7 +373,7 @@ int main(int argc, char **argv) {
   }
   scps_memtune_apply();
   scps_workload *w = NULL;
-  int rc = scps__workload_load(workload_path, &w, &err);
+  int rc = workload_path ? scps__workload_load(workload_path, &w, &err) : 0;
   if (rc) {
     fprintf(stderr, "scps-loadgen: %s\n", err.msg);
     return 1;
@@ -301,7 +393,9 @@ int main(int argc, char **argv) {
     scps__workload_destroy(w);
     return 1;
   }
-  scps_loadgen_report rep = {.workload = w->name[0] ? w->name : base_name(workload_path), .options = &o, .result = res};
+  scps_loadgen_report rep = {.workload = !w ? o.table : w->name[0] ? w->name : base_name(workload_path),
+                             .options = &o,
+                             .result = res};
   scps__loadgen_report_text(&rep, stdout);
   int status = 0;
   if (json && scps__loadgen_report_write_json(&rep, json, &err)) {

@@ -12,6 +12,15 @@ static double per_s(double n, const scps_loadgen_result *res) {
 
 static double ms(uint64_t ns) { return (double)ns * 1e-6; }
 
+static const char *query_format(const scps_loadgen_options *o) {
+  return o->topk.query_format[0] ? o->topk.query_format : "float32";
+}
+
+/* topk mode: the recall measured against exact answers (0 without any sample). */
+static double measured_recall(const scps_loadgen_result *res) {
+  return res->recall_queries ? res->recall_sum / (double)res->recall_queries : 0.0;
+}
+
 static void latencies(const scps_hist *h, double out[6]) {
   out[0] = ms(scps__hist_quantile(h, 0.5));
   out[1] = ms(scps__hist_quantile(h, 0.9));
@@ -29,16 +38,30 @@ void scps__loadgen_report_text(const scps_loadgen_report *r, FILE *f) {
     snprintf(loop, sizeof loop, "open loop at %.6g req/s", o->rate);
   else
     snprintf(loop, sizeof loop, "closed loop");
+  const bool topk = o->mode == SCPS_LOADGEN_TOPK;
   fprintf(f, "scps-loadgen: %s, %s", r->workload, scps__loadgen_mode_name(o->mode));
   if (o->mode == SCPS_LOADGEN_MIXED) fprintf(f, " (train fraction %.3g)", o->train_fraction);
-  fprintf(f, ", %d client%s, %s, %s wire, %s answers, %s gradients\n", o->concurrency,
-          o->concurrency == 1 ? "" : "s", loop, (o->wire_format ? o->wire_format : "float32"), scps_answer_mode_name(o->answer),
-          scps_gradient_mode_name(o->gradients));
-  fprintf(f, "  duration    %.3f s\n", res->duration_s);
+  if (topk)
+    fprintf(f, " (table %s, k %d, %s, recall target %.6g, %d queries a call, %s queries)", o->table, o->topk.k,
+            scps_topk_score_name(o->topk.score), o->topk.recall_target, o->queries_per_call, query_format(o));
+  fprintf(f, ", %d client%s, %s", o->concurrency, o->concurrency == 1 ? "" : "s", loop);
+  if (!topk)
+    fprintf(f, ", %s wire, %s answers, %s gradients", (o->wire_format ? o->wire_format : "float32"),
+            scps_answer_mode_name(o->answer), scps_gradient_mode_name(o->gradients));
+  fprintf(f, "\n  duration    %.3f s\n", res->duration_s);
   fprintf(f, "  requests    %lld (%lld ok, %lld errors)\n", (long long)res->requests, (long long)res->ok,
           (long long)(res->requests - res->ok));
-  fprintf(f, "  throughput  %.1f req/s, %.0f samples/s, %.0f ids/s\n", per_s((double)res->requests, res),
-          per_s((double)res->samples, res), per_s((double)res->ids, res));
+  if (topk) {
+    fprintf(f, "  throughput  %.1f calls/s, %.0f queries/s\n", per_s((double)res->requests, res),
+            per_s((double)res->samples, res));
+    fprintf(f, "  recall      measured %.4f over %lld queries (one call in %d also sent exact), expected %.4f "
+            "(%d bins, %lld rows scanned a query)\n", measured_recall(res), (long long)res->recall_queries,
+            o->recall_sample, res->topk_info.expected_recall, res->topk_info.bins,
+            (long long)res->topk_info.rows_scanned);
+  } else {
+    fprintf(f, "  throughput  %.1f req/s, %.0f samples/s, %.0f ids/s\n", per_s((double)res->requests, res),
+            per_s((double)res->samples, res), per_s((double)res->ids, res));
+  }
   fprintf(f, "  traffic     sent %.2f MB/s, received %.2f MB/s\n", per_s((double)res->bytes_sent, res) * 1e-6,
           per_s((double)res->bytes_received, res) * 1e-6);
   double l[6];
@@ -93,7 +116,7 @@ void scps__loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
                        " \"mb_per_s_sent\": %.6f,\n \"mb_per_s_received\": %.6f,\n"
                        " \"latency_ms\": {\"p50\": %.6f, \"p90\": %.6f, \"p99\": %.6f, \"p99.9\": %.6f, \"max\": %.6f, "
                        "\"mean\": %.6f},\n \"error_latency_ms\": {\"p50\": %.6f, \"p99\": %.6f, \"max\": %.6f},\n"
-                       " \"send_lag_ms\": {\"p50\": %.6f, \"p99\": %.6f, \"max\": %.6f},\n \"timeline\": [",
+                       " \"send_lag_ms\": {\"p50\": %.6f, \"p99\": %.6f, \"max\": %.6f},",
                     per_s((double)res->requests, res), per_s((double)res->samples, res), per_s((double)res->ids, res),
                     (unsigned long long)res->bytes_sent, (unsigned long long)res->bytes_received,
                     per_s((double)res->bytes_sent, res) * 1e-6, per_s((double)res->bytes_received, res) * 1e-6, l[0],
@@ -101,6 +124,21 @@ void scps__loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w) {
                     ms(scps__hist_quantile(&res->error_latency, 0.99)), ms(res->error_latency.max),
                     ms(scps__hist_quantile(&res->send_lag, 0.5)),
                     ms(scps__hist_quantile(&res->send_lag, 0.99)), ms(res->send_lag.max));
+  if (o->mode == SCPS_LOADGEN_TOPK) {
+    scps__jsonw_printf(w, "\n \"table\": ");
+    scps__jsonw_string(w, o->table);
+    scps__jsonw_printf(w, ",\n \"k\": %d,\n \"score\": \"%s\",\n \"recall_target\": %.6g,\n \"queries_per_call\": %d,\n"
+                          " \"query_format\": \"%s\",\n \"recall_sample\": %d,\n \"queries\": %lld,\n"
+                          " \"calls_per_s\": %.3f,\n \"queries_per_s\": %.3f,\n \"recall_measured\": %.6f,\n"
+                          " \"recall_queries\": %lld,\n \"recall_expected\": %.6f,\n \"bins\": %d,\n"
+                          " \"rows_scanned\": %lld,\n \"timeline\": [",
+                       o->topk.k, scps_topk_score_name(o->topk.score), o->topk.recall_target, o->queries_per_call,
+                       query_format(o), o->recall_sample, (long long)res->samples, per_s((double)res->requests, res),
+                       per_s((double)res->samples, res), measured_recall(res), (long long)res->recall_queries,
+                       res->topk_info.expected_recall, res->topk_info.bins, (long long)res->topk_info.rows_scanned);
+  } else {
+    scps__jsonw_printf(w, "\n \"timeline\": [");
+  }
   for (int i = 0; i < res->n_timeline; i++) {
     const scps_loadgen_second *s = &res->timeline[i];
     scps__jsonw_printf(w,

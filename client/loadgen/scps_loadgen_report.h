@@ -23,7 +23,11 @@ void scps__loadgen_report_text(const scps_loadgen_report *r, FILE *f);
  * p99.9, max, mean} of OK requests, error_latency_ms {p50, p99, max} of
  * failed ones (0 without any), send_lag_ms {p50, p99, max}, timeline [{t,
  * requests_per_s, ok, errors, p50, p99}] (ok and errors: requests that
- * ended in that second), and the run's settings. */
+ * ended in that second), and the run's settings; in topk mode also table,
+ * k, score, recall_target, queries_per_call, query_format, recall_sample,
+ * queries (of the calls answered OK), calls_per_s, queries_per_s,
+ * recall_measured (over recall_queries queries), recall_expected, bins and
+ * rows_scanned (samples count queries, ids none). */
 void scps__loadgen_report_json(const scps_loadgen_report *r, scps_jsonw *w);
 
 /* Writes the JSON to path; SCPS_EIO naming the path on failure. */

@@ -1,4 +1,4 @@
-/* scps_client_topk against real clusters (1 process x 2 SparseCores, 3 x 2):
+/* scps_client_topk against real clusters (1 process x 1 SparseCore, 1 x 2, 3 x 2):
  * exact answers equal a double-precision brute force (integer-valued rows
  * written by pushes, so dot products and squared distances are exact in
  * float32, with rows repeated four times so every score ties; all-equal
@@ -308,8 +308,11 @@ static void run_cluster(int procs, int sc) {
     CHECK_OK(scps_client_topk(c, "vecs", q, (size_t)M, &t, ids, scores, NULL, 30000, &err), &err);
     check_exact_close(what, t.score, q, M, vecs, VECS_DIM, 0, VECS, t.k, ids, scores);
   }
-  const struct { int k; double r; } cases[4] = {{10, 0.9}, {10, 0.95}, {50, 0.9}, {1, 0.9}};
-  for (int ci = 0; ci < 4; ci++) {
+  /* (N, k, target) triples: the whole table, and a range of it. */
+  const struct { int k; double r; int64_t first, count; } cases[6] = {
+      {10, 0.9, 0, 0}, {10, 0.95, 0, 0}, {50, 0.9, 0, 0}, {1, 0.9, 0, 0}, {20, 0.85, 5000, 10000}, {100, 0.95, 0, 0}};
+  for (int ci = 0; ci < 6; ci++) {
+    const int64_t rows_searched = cases[ci].count ? cases[ci].count : VECS;
     double hits = 0, expect = 0;
     int64_t bins = 0;
     const int rounds = 5;
@@ -317,6 +320,8 @@ static void run_cluster(int procs, int sc) {
       for (int i = 0; i < M * VECS_DIM; i++) q[i] = gauss();
       scps_topk_options_init(&t);
       t.k = cases[ci].k;
+      t.first_id = cases[ci].first;
+      t.count = cases[ci].count;
       CHECK_OK(scps_client_topk(c, "vecs", q, (size_t)M, &t, ids2, scores2, NULL, 30000, &err), &err);
       t.recall_target = cases[ci].r;
       CHECK_OK(scps_client_topk(c, "vecs", q, (size_t)M, &t, ids, scores, &info, 30000, &err), &err);
@@ -327,13 +332,13 @@ static void run_cluster(int procs, int sc) {
     const double recall = hits / rounds, n = (double)rounds * M * cases[ci].k;
     /* Three standard errors of a mean of n Bernoulli draws at the expectation. */
     const double margin = 3 * sqrt(expect * (1 - expect) / n) + 1e-9;
-    CHECKF(bins == scps__knn_bins(VECS, cases[ci].k, cases[ci].r), "k %d r %g: bins %lld", cases[ci].k,
+    CHECKF(bins == scps__knn_bins(rows_searched, cases[ci].k, cases[ci].r), "k %d r %g: bins %lld", cases[ci].k,
            cases[ci].r, (long long)bins);
     CHECKF(recall >= expect - margin && recall >= cases[ci].r,
            "%dx%d vecs k %d target %g: recall %.4f, expected %.4f (L %lld), margin %.4f", procs, sc, cases[ci].k,
            cases[ci].r, recall, expect, (long long)bins, margin);
-    printf("%dx%d vecs k %d target %.2f: L %lld, expected recall %.4f, measured %.4f over %.0f\n", procs, sc,
-           cases[ci].k, cases[ci].r, (long long)bins, expect, recall, n);
+    printf("%dx%d vecs N %lld k %d target %.2f: L %lld, expected recall %.4f, measured %.4f over %.0f\n", procs, sc,
+           (long long)rows_searched, cases[ci].k, cases[ci].r, (long long)bins, expect, recall, n);
   }
 
   /* A row pushed just before a TopK is found by it: row 12345 moves far
@@ -423,6 +428,8 @@ out:
 }
 
 int main(void) {
+  /* One SparseCore keeps exactly L bins: recall near the formula itself. */
+  run_cluster(1, 1);
   run_cluster(1, 2);
   run_cluster(3, 2);
   return scps_test_finish("test_topk");

@@ -29,8 +29,8 @@ TOKENS = "# roles and tokens\n\nadmin %s\ntraining\t%s   \n" % (ADMIN, TRAINING)
 # UNAVAILABLE, or DEADLINE_EXCEEDED when the deadline comes first.
 NO_CONNECTION = ("UNAVAILABLE", "DEADLINE_EXCEEDED")
 
-METHODS = ("GetConfig", "Lookup", "ApplyGradients", "Stats", "Health", "Checkpoint")
-TRAINING_METHODS = ("GetConfig", "Lookup", "ApplyGradients", "Stats", "Health")
+METHODS = ("GetConfig", "Lookup", "ApplyGradients", "Stats", "Health", "Checkpoint", "TopK")
+TRAINING_METHODS = ("GetConfig", "Lookup", "ApplyGradients", "Stats", "Health", "TopK")
 
 
 def read(path):
@@ -70,7 +70,9 @@ def requests(env, cluster, step):
         apply.stacks.append(pb.StackGradients(partitions=cluster.partitions(entries, 0, st), gradients=f32(grads)))
     return {"GetConfig": pb.GetConfigRequest(), "Lookup": cluster.lookup_request(entries, 0),
             "ApplyGradients": apply, "Stats": pb.StatsRequest(), "Health": pb.HealthRequest(),
-            "Checkpoint": pb.CheckpointRequest(config_fingerprint=cluster.fingerprint, process_index=0, step=step)}
+            "Checkpoint": pb.CheckpointRequest(config_fingerprint=cluster.fingerprint, process_index=0, step=step),
+            "TopK": pb.TopKRequest(config_fingerprint=cluster.fingerprint, process_index=0, table="t", num_queries=1,
+                                   queries=f32([0.5] * 8), k=3, recall_target=1.0)}
 
 
 def test_roles(env):

@@ -264,7 +264,7 @@ def test_single_server(env):
         env.check((s.max_ids_limit, s.max_unique_ids_limit) == (lim, lim), "stack %s limits in Stats" % name)
     methods = {m.method: m for m in st.methods}
     env.check(sorted(methods) == sorted(["GetConfig", "Lookup", "ApplyGradients", "Stats", "Health", "Checkpoint",
-                                             "ReadRows", "ListCheckpoints", "Restore", "Check"]),
+                                             "ReadRows", "ListCheckpoints", "Restore", "Check", "TopK"]),
               "Stats methods %s" % sorted(methods))
     env.check(st.checkpoints.saves == 0 and st.checkpoints.last_step == -1 and not st.checkpoints.saving,
               "Stats checkpoints of a server that never saved: %s" % st.checkpoints)

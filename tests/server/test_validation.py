@@ -1357,8 +1357,79 @@ def test_exmy_nan(env):
         print("   ok eXmY NaN activation: %s: %s" % (got, details), flush=True)
 
 
+def bf16(values):
+    """float32 values as bfloat16 bytes (truncated: the test's values are exact)."""
+    return (np.asarray(values, np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+
+
+def test_topk(env):
+    """TopK through the stubs generated from scps.proto: a valid call, then
+    every invalid one refused with the status the proto promises, naming the
+    field and value, tables unchanged."""
+    cfg = env.write_config("topk", BATCH, TABLES, FEATURES)
+    srv = env.server(cfg, extra=["--max-message-mb", str(MAX_MB)]).wait_ready()
+    v = Validation(env, srv)
+    pb = v.pb
+    env.check(hasattr(v.stub, "TopK") and hasattr(pb, "TopKRequest"), "the generated stubs have TopK")
+    q = np.random.default_rng(21).standard_normal((2, 8)).astype(np.float32)
+
+    def topk(**kw):
+        args = dict(config_fingerprint=v.cl.fingerprint, process_index=0, table="a", num_queries=2,
+                    queries=f32(q), k=5, recall_target=1.0)
+        args.update(kw)
+        return pb.TopKRequest(**args)
+    got, details, r = call_status(v.stub.TopK, topk(), timeout=30)
+    ok = env.check(got == "OK" and r.num_queries == 2 and r.candidates == 5 and len(r.ids) == 10 and
+                   len(r.scores) == 40 and r.bins == 0 and r.rows_scanned == 500,
+                   "a valid TopK: %s %r %s" % (got, details, r))
+    if ok:
+        print("   ok TopK of 2 queries, k 5: ids %s" % list(r.ids[:5]), flush=True)
+    nan = q.copy()
+    nan[1, 3] = np.nan
+    nan_bf16 = q.copy()
+    nan_bf16[0, 2] = np.nan
+    exmy = pb.ExmyFormat(exponent_bits=4, mantissa_bits=3)
+    invalid = "INVALID_ARGUMENT"
+    for what, req, code, needles in (
+            ("unknown table", topk(table="zz"), invalid, ["table", "'zz'"]),
+            ("queries 4 bytes short", topk(queries=f32(q)[:-4]), invalid,
+             ["queries: 60 bytes", "num_queries 2", "embedding_dim 8", "64 in all"]),
+            ("queries for 3 queries, num_queries 2", topk(queries=f32(np.zeros((3, 8)))), invalid,
+             ["queries: 96 bytes", "num_queries 2"]),
+            ("num_queries 0", topk(num_queries=0, queries=b""), invalid, ["num_queries: 0"]),
+            ("k 0", topk(k=0), invalid, ["k: 0 not in [1, 500]"]),
+            ("k above the rows", topk(k=501), invalid, ["k: 501 not in [1, 500]", "'a'"]),
+            ("k above the range's rows", topk(k=6, first_id=10, count=5), invalid, ["k: 6 not in [1, 5]"]),
+            ("NaN in a float32 query", topk(queries=f32(nan)), invalid, ["queries[1][3] = nan", "finite"]),
+            ("NaN in a bfloat16 query", topk(queries=bf16(nan_bf16), query_format=pb.FLOAT_FORMAT_BFLOAT16), invalid,
+             ["queries[0][2] = nan", "finite"]),
+            ("recall_target 0", topk(recall_target=0.0), invalid, ["recall_target: 0 not in (0, 1]"]),
+            ("recall_target -0.1", topk(recall_target=-0.1), invalid, ["recall_target: -0.1 not in (0, 1]"]),
+            ("recall_target 1.5", topk(recall_target=1.5), invalid, ["recall_target: 1.5 not in (0, 1]"]),
+            ("recall_target NaN", topk(recall_target=math.nan), invalid, ["recall_target: nan not in (0, 1]"]),
+            ("range past the vocabulary", topk(first_id=490, count=20), invalid,
+             ["first_id 490, count 20", "[0, 500)", "'a'"]),
+            ("first_id -1", topk(first_id=-1, count=5), invalid, ["first_id -1, count 5"]),
+            ("count -3", topk(first_id=0, count=-3), invalid, ["first_id 0, count -3"]),
+            ("first_id past the end", topk(first_id=500, count=1), invalid, ["first_id 500, count 1"]),
+            ("first_id with count 0", topk(first_id=5), invalid, ["first_id 5 with count 0"]),
+            ("score 7", topk(score=7), invalid, ["score: 7"]),
+            ("eXmY queries on embedding_dim 12", topk(table="b", queries=bytes(2 * 13),
+                                                      query_format=pb.FLOAT_FORMAT_EXMY, query_exmy=exmy), invalid,
+             ["query_format", "multiple of 8", "'b'", "12"]),
+            ("eXmY without its ExmyFormat", topk(query_format=pb.FLOAT_FORMAT_EXMY), invalid, ["query_format"]),
+            ("ExmyFormat with float32", topk(query_exmy=exmy), invalid, ["query_format"]),
+            ("another cluster's fingerprint", topk(config_fingerprint=b"\x01" * 32), "FAILED_PRECONDITION",
+             ["config_fingerprint"]),
+            ("answer over the message limit", topk(num_queries=200, queries=f32(np.ones((200, 8))), k=500),
+             "RESOURCE_EXHAUSTED", ["num_queries 200 x 500 candidates (k 500)", "bytes of answer", str(MAX_MB << 20),
+                                    "max_message_bytes"]),
+    ):
+        v.expect("TopK " + what, "TopK", req, code, needles)
+
+
 if __name__ == "__main__":
     main("test_validation", [test_invalid_requests, test_gain_forms, test_row_gradients, test_large_messages,
                              test_ftrl_rate, test_failed_checkpoint, test_padding_rows,
                              test_partition_limits, test_read_rows, test_read_rows_limit,
-                             test_initializer_spec, test_nonfinite_updates, test_exmy_nan])
+                             test_initializer_spec, test_nonfinite_updates, test_exmy_nan, test_topk])

@@ -5,7 +5,7 @@
     acts = client.lookup({"user": scps.Ragged(ids, offsets=offsets), "item": dense_ids})
     client.push(prepared_batch, grads, step)
 
-:class:`Client` (lookups, pushes, their async forms, checkpoints, stats),
+:class:`Client` (lookups, pushes, their async forms, top-k retrieval, checkpoints, stats),
 the input forms :class:`Ragged`, :class:`Dense`, :class:`KeyedJagged`, the
 exceptions :class:`Error` and its subclasses; ``scps.torch`` (imported on
 demand) holds the PyTorch module and the pipelined training loop.

@@ -4,7 +4,7 @@
  * with messages that name the feature, and hands their memory to libscps
  * without copying; it checks again only what memory safety needs (item
  * size, contiguity, writability, element counts). Every call into libscps
- * that can wait (connect, prepare, lookup, push, checkpoint, read_rows, a
+ * that can wait (connect, prepare, lookup, push, checkpoint, read_rows, topk, a
  * future's wait) runs with the GIL released. Asynchronous operations never
  * call into Python from libscps's threads: their done callback only records
  * the status and signals a condition variable that the waiting Python
@@ -612,6 +612,57 @@ static PyObject *Client_read_rows(ClientObject *self, PyObject *args) {
   Py_RETURN_NONE;
 }
 
+/* topk(table, queries float32 [n x width], n, k, score, recall_target, first_id, count, query_format or
+ * None, ids int64 out [n x k], scores float32 out [n x k], deadline_ms) -> dict of the call's info */
+static PyObject *Client_topk(ClientObject *self, PyObject *args) {
+  const char *table, *score, *format;
+  PyObject *queries, *ids, *scores;
+  Py_ssize_t n;
+  int k;
+  double recall;
+  long long first, count, deadline;
+  if (!PyArg_ParseTuple(args, "sOnisdLLzOOL", &table, &queries, &n, &k, &score, &recall, &first, &count, &format,
+                        &ids, &scores, &deadline) ||
+      live(self))
+    return NULL;
+  scps_topk_options o;
+  scps_topk_options_init(&o);
+  o.k = k;
+  o.recall_target = recall;
+  o.first_id = first;
+  o.count = count;
+  if (scps_topk_score_from_name(score, &o.score))
+    return PyErr_Format(PyExc_ValueError, "score '%s': expected 'dot', 'cosine' or 'l2'", score);
+  if (format && strlen(format) >= sizeof o.query_format)
+    return PyErr_Format(PyExc_ValueError, "query_format '%s': too long for a format name", format);
+  if (format) snprintf(o.query_format, sizeof o.query_format, "%s", format);
+  /* libscps reads n x the table's width: the width of a feature of it. */
+  int width = -1;
+  for (int i = 0; i < scps_client_n_features(self->c); i++)
+    if (!strcmp(scps_client_feature_table(self->c, i), table)) width = scps_client_feature_width(self->c, i);
+  if (width < 0) return PyErr_Format(PyExc_ValueError, "table '%s': no feature of the servers looks it up", table);
+  if (n < 1 || k < 1) return PyErr_Format(PyExc_ValueError, "n %zd, k %d: expected >= 1", n, k);
+  views vs = {0};
+  void *pq, *pi, *ps;
+  int rc = view_of(&vs, queries, 4, n * width, false, "queries", &pq, NULL);
+  if (!rc) rc = view_of(&vs, ids, 8, n * k, true, "ids", &pi, NULL);
+  if (!rc) rc = view_of(&vs, scores, 4, n * k, true, "scores", &ps, NULL);
+  if (!rc && (!pq || !pi || !ps)) {
+    PyErr_SetString(PyExc_ValueError, "queries, ids and scores: None");
+    rc = -1;
+  }
+  scps_topk_info info;
+  scps_error err;
+  if (!rc) {
+    Py_BEGIN_ALLOW_THREADS rc = scps_client_topk(self->c, table, pq, (size_t)n, &o, pi, ps, &info, deadline, &err);
+    Py_END_ALLOW_THREADS if (rc) raise_status(rc, err.msg);
+  }
+  views_release(&vs);
+  if (rc) return NULL;
+  return Py_BuildValue("{s:i,s:L,s:d}", "bins", (int)info.bins, "rows_scanned", (long long)info.rows_scanned,
+                       "expected_recall", info.expected_recall);
+}
+
 static PyMethodDef Client_methods[] = {
     {"close", (PyCFunction)Client_close, METH_NOARGS, "Waits for operations in flight and closes the channels."},
     {"features", (PyCFunction)Client_features, METH_NOARGS, "[(name, table, width, batch_size, vocabulary)]"},
@@ -623,6 +674,8 @@ static PyMethodDef Client_methods[] = {
     {"checkpoint", (PyCFunction)Client_checkpoint, METH_VARARGS, "checkpoint(step, directory, deadline_ms)"},
     {"auto_checkpoint", (PyCFunction)Client_auto_checkpoint, METH_NOARGS, "the latest automatic checkpoint"},
     {"read_rows", (PyCFunction)Client_read_rows, METH_VARARGS, "read_rows(table, ids, rows, slots, deadline_ms)"},
+    {"topk", (PyCFunction)Client_topk, METH_VARARGS,
+     "topk(table, queries, n, k, score, recall_target, first_id, count, query_format, ids, scores, deadline_ms)"},
     {NULL, NULL, 0, NULL}};
 
 static PyMethodDef Op_methods[] = {

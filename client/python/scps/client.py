@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _scps, admin
 from .errors import from_status, invalid
-from .inputs import batch_inputs, float_arrays
+from .inputs import batch_inputs, float_arrays, is_torch
 
 _scps.set_error_factory(from_status)
 
@@ -358,6 +358,73 @@ class Client:
         room = np.empty(ids.size * _MAX_SLOTS * width, dtype=np.float32)
         self._c.read_rows(table, ids, rows, room, self._deadline(deadline_ms))
         return rows, room[:ids.size * num_slots * width].reshape(ids.size, num_slots, width)
+
+    def topk(self, table: str, queries: Any, k: int = 10, score: str = "dot", recall_target: float = 1.0,
+             first_id: int = 0, count: int = 0, query_format: Optional[str] = None, *, with_info: bool = False,
+             deadline_ms: Optional[int] = None):
+        """The ``k`` rows of ``table`` that score highest against each query
+        (scps_client_topk, the TopK RPC): every server scores its own rows
+        as they are now, in float32, and the client merges their candidates.
+
+        ``queries``: float32 [n, width] (width: the table's embedding dim),
+        or anything numpy converts to that (other float dtypes, lists, a CPU
+        torch tensor); a 1-D array is one query. ``score``: "dot" (q . r),
+        "cosine" or "l2" (-|q - r|^2, nearest first). ``recall_target`` in
+        (0, 1]: 1 is exact; below 1 each SparseCore keeps only the best row
+        of each of L bins (TPU-KNN), L chosen so that the expected recall is
+        at least the target. ``first_id``, ``count``: search ids
+        [first_id, first_id + count) only (count 0: the whole table,
+        first_id 0). ``query_format``: how queries travel, None or
+        "float32", "bfloat16", an eXmY format ("e4m3"; width a multiple
+        of 8).
+
+        Returns ``(ids, scores)``: int64 and float32 [n, k], each query's
+        best first (score descending, ties by lower id); for a 1-D query
+        [k] each. A query whose scores were NaN for some rows can come back
+        short: its missing places have id -1 and score NaN. With
+        ``with_info`` a third element, a dict: ``bins`` (L; 0 when exact),
+        ``rows_scanned`` (rows scored per query, all servers) and
+        ``expected_recall``. Bad input (unknown table or score, k outside
+        [1, rows searched], recall outside (0, 1], a range outside the
+        vocabulary, a value that is not finite) raises
+        :class:`scps.InvalidArgument` naming it; nothing is sent."""
+        tables = self.config.tables
+        if table not in tables:
+            raise invalid("table %r: the servers declare %s" % (table, ", ".join(sorted(tables))))
+        if score not in ("dot", "cosine", "l2"):
+            raise invalid("score %r: expected 'dot', 'cosine' or 'l2'" % (score,))
+        if query_format is not None and not isinstance(query_format, str):
+            raise invalid("query_format %r: expected a format name such as 'bfloat16' or None" % (query_format,))
+        for name, v in (("k", k), ("first_id", first_id), ("count", count)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise invalid("%s %r: expected an integer" % (name, v))
+        if not 1 <= k < 2 ** 31:
+            raise invalid("k %r: expected an integer in [1, 2^31)" % (k,))
+        try:
+            recall = float(recall_target)
+        except (TypeError, ValueError):
+            raise invalid("recall_target %r: expected a number in (0, 1]" % (recall_target,)) from None
+        width = tables[table].width
+        if is_torch(queries):
+            queries = queries.detach().cpu().numpy()
+        try:
+            q = np.ascontiguousarray(queries, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise invalid("queries: not convertible to a float32 array (%s)" % e) from None
+        one = q.ndim == 1
+        if one:
+            q = q.reshape(1, -1)
+        if q.ndim != 2 or q.shape[0] < 1 or q.shape[1] != width:
+            raise invalid("queries: shape %s, expected [n, %d] with n >= 1 (or [%d] for one query): table %r has "
+                          "embedding dim %d" % (tuple(np.shape(queries)), width, width, table, width))
+        n = q.shape[0]
+        ids = np.empty((n, int(k)), dtype=np.int64)
+        scores = np.empty((n, int(k)), dtype=np.float32)
+        info = self._c.topk(table, q, n, int(k), score, recall, int(first_id), int(count), query_format, ids, scores,
+                            self._deadline(deadline_ms))
+        if one:
+            ids, scores = ids[0], scores[0]
+        return (ids, scores, info) if with_info else (ids, scores)
 
     def stats(self, *, deadline_ms: int = 5000) -> List[Dict[str, Any]]:
         """Every server's Stats, as ``scps-admin stats --json`` prints them."""
