@@ -25,11 +25,6 @@ typedef struct topk_sc {
   int64_t *id;     /* m x kept */
   void *scan_mem;  /* scps__scan_bytes */
   float *decode;   /* block x stack dim: rows decoded from their storage format, or NULL */
-  /* Where the rows are, for rescoring bins' best rows (topk_row). */
-  const float *shard;
-  const uint8_t *codes;
-  const scps_storage_codec *codec;
-  size_t sdim;
 } topk_sc;
 
 typedef struct scps_topk_call {
@@ -169,7 +164,8 @@ static grpc_status_code topk_check(scps_call *c, const Scps__V1__TopKRequest *re
     bytes += up64(m * sizeof(int32_t)) + up64(m * (size_t)ts->kept * (sizeof(float) + sizeof(int64_t)));
     if (ts->n) {
       bytes += up64(scps__scan_bytes(&cfg));
-      bytes += up64((size_t)scps__scan_block_rows(tk->m) * sdim * sizeof(float));
+      if (l->stacks[tk->stack].storage.kind != SCPS_STORAGE_F32)
+        bytes += up64((size_t)scps__scan_block_rows(tk->m) * sdim * sizeof(float));
     }
   }
   tk->answer_k = (int32_t)(all < answer_k ? all : answer_k);
@@ -190,6 +186,7 @@ static grpc_status_code topk_check(scps_call *c, const Scps__V1__TopKRequest *re
 static void topk_lay_out(scps_topk_call *tk, const scps_server *s, uint8_t *base) {
   const size_t m = (size_t)tk->m;
   const size_t sdim = (size_t)s->layout->stacks[tk->stack].dim;
+  const bool f32 = s->layout->stacks[tk->stack].storage.kind == SCPS_STORAGE_F32;
   uint8_t *p = base;
   tk->queries = (float *)(void *)p;
   p += up64(m * (size_t)tk->dim * sizeof(float));
@@ -208,24 +205,14 @@ static void topk_lay_out(scps_topk_call *tk, const scps_server *s, uint8_t *base
       const scps_scan_config cfg = {.score = tk->score, .m = tk->m, .dim = tk->dim, .k = tk->k, .bins = ts->bins};
       ts->scan_mem = p;
       p += up64(scps__scan_bytes(&cfg));
-      /* Decoded rows of a block, or (float32 too) the row a bin's best is
-       * fetched into for rescoring. */
-      ts->decode = (float *)(void *)p;
-      p += up64((size_t)scps__scan_block_rows(tk->m) * sdim * sizeof(float));
+      if (!f32) {
+        ts->decode = (float *)(void *)p;
+        p += up64((size_t)scps__scan_block_rows(tk->m) * sdim * sizeof(float));
+      }
     }
   }
   tk->answer_id = (int64_t *)(void *)p;
   tk->answer_score = (float *)(void *)(p + m * (size_t)tk->answer_k * sizeof(int64_t));
-}
-
-/* A row of the scan again (ordinal o), as it is in memory or decoded. */
-static const float *topk_row(void *ctx, int64_t o, float *buf) {
-  (void)buf;
-  const topk_sc *ts = ctx;
-  const int64_t row = ts->local_row + o;
-  if (ts->shard) return ts->shard + (size_t)row * ts->sdim;
-  scps__storage_decode_row(ts->codec, ts->codes + (size_t)row * ts->codec->row_bytes, ts->decode);
-  return ts->decode;
 }
 
 /* On SparseCore worker k: its rows as they are now (every push queued
@@ -245,13 +232,8 @@ static void topk_sc_run(scps_job *job, int32_t k) {
   pthread_rwlock_rdlock(&s->sc_locks[k]);
   const float *shard = scps__engine_shard(s->engine, tk->stack, k);
   const uint8_t *codes = scps__engine_codes(s->engine, tk->stack, k, 0);
-  ts->shard = shard;
-  ts->codes = codes;
-  ts->codec = codec;
-  ts->sdim = sdim;
   const scps_scan_config cfg = {.score = tk->score, .m = tk->m, .dim = tk->dim, .k = tk->k, .bins = ts->bins,
-                                .queries = tk->queries, .prepared = tk->prepared, .qsq = tk->qsq,
-                                .row = topk_row, .row_ctx = ts};
+                                .queries = tk->queries, .prepared = tk->prepared, .qsq = tk->qsq};
   scps_scan scan;
   scps__scan_init(&scan, &cfg, ts->scan_mem);
   for (int64_t o = 0; o < ts->n; o += scan.block) {

@@ -47,6 +47,20 @@ void scps__knn_best_init(scps_knn_best *b, int32_t k, void *mem) {
   b->th_row = 0;
   b->row = mem;
   b->score = (float *)(b->row + b->cap);
+  b->keep = NULL;
+  b->keep_ctx = NULL;
+}
+
+/* Drops the entries keep refuses. */
+static void drop_stale(scps_knn_best *b) {
+  if (!b->keep) return;
+  int32_t n = 0;
+  for (int32_t i = 0; i < b->n; i++)
+    if (b->keep(b->keep_ctx, b->row[i])) {
+      b->score[n] = b->score[i];
+      b->row[n++] = b->row[i];
+    }
+  b->n = n;
 }
 
 /* Sorts entries [lo, hi) of b by scps__knn_before: insertion sort below a
@@ -97,6 +111,7 @@ static void select_sorted(scps_knn_best *b, int32_t lo, int32_t hi, int32_t need
 }
 
 void scps__knn_best_compact(scps_knn_best *b) {
+  drop_stale(b);
   if (b->n <= b->k) return;
   select_sorted(b, 0, b->n, b->k);
   b->n = b->k;
@@ -106,6 +121,7 @@ void scps__knn_best_compact(scps_knn_best *b) {
 }
 
 int32_t scps__knn_best_take(scps_knn_best *b, float *score, int64_t *row) {
+  drop_stale(b);
   const int32_t n = b->n < b->k ? b->n : b->k;
   select_sorted(b, 0, b->n, n);
   b->n = n;

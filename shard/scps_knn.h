@@ -42,6 +42,11 @@ typedef struct scps_knn_best {
   int64_t th_row;
   float *score;     /* [cap] */
   int64_t *row;     /* [cap] */
+  /* NULL, or which entries still count: an entry whose row keep(ctx, row)
+   * refuses is dropped before the buffer selects (a bin's row that a
+   * later one has displaced). */
+  bool (*keep)(const void *ctx, int64_t row);
+  const void *keep_ctx;
 } scps_knn_best;
 
 size_t scps__knn_best_bytes(int32_t k);

@@ -20,9 +20,8 @@ static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t scps__scan_bytes(const scps_scan_config *c) {
   const size_t m = (size_t)c->m, block = (size_t)scps__scan_block_rows(c->m);
-  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(block) + up64(m * sizeof(float)) +
-         up64((size_t)c->dim * sizeof(float)) + up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t))) +
-         up64(m * sizeof(scps_knn_best)) + m * up64(scps__knn_best_bytes(c->k));
+  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(block) + up64(m * sizeof(float)) + up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t))) +
+         up64(m * sizeof(scps_knn_best)) + up64(m * sizeof(scps_scan_bins)) + m * up64(scps__knn_best_bytes(c->k));
 }
 
 float scps__scan_score(scps_knn_score score, const float *q, const float *r, int32_t dim) {
@@ -43,6 +42,12 @@ float scps__scan_score(scps_knn_score score, const float *q, const float *r, int
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_one_thread(void) { openblas_set_num_threads(1); }
 
+/* Whether ordinal o is still its bin's best (scps_knn_best.keep). */
+static bool bin_keeps(const void *ctx, int64_t o) {
+  const scps_scan_bins *q = ctx;
+  return q->row[o % q->bins] == (int32_t)o;
+}
+
 void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
   pthread_once(&blas_once, blas_one_thread);
   uint8_t *p = mem;
@@ -61,17 +66,22 @@ void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
   p += up64((size_t)s->block);
   s->slack = (float *)(void *)p;
   p += up64(m * sizeof(float));
-  s->buf = (float *)(void *)p;
-  p += up64((size_t)c->dim * sizeof(float));
   s->bin_score = (float *)(void *)p;
   s->bin_row = (int32_t *)(void *)(p + m * (size_t)c->bins * sizeof(float));
   p += up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t)));
   for (size_t i = 0; i < m * (size_t)c->bins; i++) s->bin_row[i] = -1;
   s->best = (scps_knn_best *)(void *)p;
   p += up64(m * sizeof(scps_knn_best));
+  s->query_bins = (scps_scan_bins *)(void *)p;
+  p += up64(m * sizeof(scps_scan_bins));
   for (size_t i = 0; i < m; i++) {
     scps__knn_best_init(&s->best[i], c->k, p);
     p += up64(scps__knn_best_bytes(c->k));
+    if (c->bins) {
+      s->query_bins[i] = (scps_scan_bins){s->bin_row + i * (size_t)c->bins, c->bins};
+      s->best[i].keep = bin_keeps;
+      s->best[i].keep_ctx = &s->query_bins[i];
+    }
     /* A float32 sum of dim products, in any order, lies within about
      * dim x 2^-24 x |q| |r| of the exact one; twice that and a few units
      * more cover the norms and the score's own steps. */
@@ -117,44 +127,37 @@ static void finish_scores(const scps_scan *s, int32_t i, float *restrict t, int3
   }
 }
 
-/* PartialReduce: ordinal o goes to bin o mod L, which keeps its best
- * score. The sgemm gives equal rows values that differ by its rounding,
- * so a bin keeps its first row (the lower ordinal) unless a later one
- * scores above it by more than the rounding could: equal rows then keep
- * the first, as the exact ranking does, and a bin's row is never worse
- * than its best by more than twice that bound. The block is cut where the
- * bins wrap so each run is one straight, vectorisable loop. */
-static void reduce_bins(scps_scan *s, int32_t i, const float *restrict t, int32_t n) {
-  const int64_t L = s->c.bins;
-  const float tol = bound(s, i, s->max_rnorm);
-  float *bs = s->bin_score + (size_t)i * (size_t)L;
-  int32_t *br = s->bin_row + (size_t)i * (size_t)L;
-  for (int32_t j = 0; j < n;) {
-    const int64_t o = s->next + j, b0 = o % L;
-    const int32_t run = (int32_t)(n - j < L - b0 ? n - j : L - b0);
-    float *restrict vs = bs + b0;
-    int32_t *restrict vr = br + b0;
-    const float *restrict v = t + j;
-    for (int32_t c = 0; c < run; c++) {
-      const int take = v[c] > vs[c] + tol || (vr[c] < 0 && v[c] == v[c]);
-      vs[c] = take ? v[c] : vs[c];
-      vr[c] = take ? (int32_t)o + c : vr[c];
-    }
-    j += run;
+/* Offers row o (sgemm value v) to query i's k best. With bins it counts
+ * only as its bin's new best (PartialReduce: ordinal o goes to bin o mod
+ * L): a bin keeps its first row unless a later one's value is above it by
+ * more than twice the sgemm's rounding bound, so equal rows keep the first
+ * (the lower ordinal), as the exact ranking does, and a row that displaces
+ * another is better by its exact score too. */
+static void offer(scps_scan *s, int32_t i, float v, const float *row, int64_t o, float tol) {
+  if (s->c.bins) {
+    const int64_t L = s->c.bins, bin = o % L;
+    float *bs = s->bin_score + (size_t)i * (size_t)L + (size_t)bin;
+    int32_t *br = s->bin_row + (size_t)i * (size_t)L + (size_t)bin;
+    if (!(*br < 0 ? v == v : v > *bs + tol)) return;
+    *bs = v;
+    *br = (int32_t)o;
   }
+  scps__knn_best_add(&s->best[i], scps__scan_score(s->c.score, s->c.queries + (size_t)i * (size_t)s->c.dim, row,
+                                                  s->c.dim), o);
 }
 
-/* Exact top-k: a row whose sgemm score, give or take its rounding bound,
- * may still reach query i's k best is scored exactly and offered. */
+/* Query i's rows of the block: a row whose sgemm value, give or take its
+ * rounding bound, may still reach the k best is offered (scored exactly);
+ * the others cannot change the answer, binned or not (a bin's best below
+ * the k-th best of the bins' bests stays below it, since bins only rise). */
 static void keep_best(scps_scan *s, int32_t i, const float *restrict t, const float *rows, size_t ld, int32_t n) {
   scps_knn_best *b = &s->best[i];
-  const float *q = s->c.queries + (size_t)i * (size_t)s->c.dim;
+  const float tol = s->c.bins ? 2 * bound(s, i, s->max_rnorm) : 0;
   int32_t j = 0;
-  /* Until k rows are kept every row is; then the block is first sieved in
-   * one straight loop against the threshold as it stood, which can only
-   * have risen since (the loop after it checks again). */
-  for (; j < n && !b->full; j++)
-    scps__knn_best_add(b, scps__scan_score(s->c.score, q, rows + (size_t)j * ld, s->c.dim), s->next + j);
+  /* Until k rows are kept every row is offered; then the block is first
+   * sieved in one straight loop against the threshold as it stood, which
+   * can only have risen since (the loop after it checks again). */
+  for (; j < n && !b->full; j++) offer(s, i, t[j], rows + (size_t)j * ld, s->next + j, tol);
   if (j == n) return;
   const float th = b->th_score, *restrict rn = s->rnorm;
   uint8_t *restrict hit = s->hit;
@@ -173,7 +176,7 @@ static void keep_best(scps_scan *s, int32_t i, const float *restrict t, const fl
     if (!hit[x]) continue;
     hits--;
     if (!(t[x] + bound(s, i, rn[x]) >= b->th_score)) continue;
-    scps__knn_best_add(b, scps__scan_score(s->c.score, q, rows + (size_t)x * ld, s->c.dim), s->next + x);
+    offer(s, i, t[x], rows + (size_t)x * ld, s->next + x, tol);
   }
 }
 
@@ -186,25 +189,11 @@ void scps__scan_block(scps_scan *s, const float *rows, size_t ld, int32_t n) {
   for (int32_t i = 0; i < m; i++) {
     float *t = s->tile + (size_t)i * (size_t)n;
     finish_scores(s, i, t, n);
-    if (s->c.bins) reduce_bins(s, i, t, n);
-    else keep_best(s, i, t, rows, ld, n);
+    keep_best(s, i, t, rows, ld, n);
   }
   s->next += n;
 }
 
 int32_t scps__scan_take(scps_scan *s, int32_t i, float *score, int64_t *ordinal) {
-  scps_knn_best *b = &s->best[i];
-  if (s->c.bins) {
-    const int64_t L = s->c.bins;
-    const float *bs = s->bin_score + (size_t)i * (size_t)L;
-    const int32_t *br = s->bin_row + (size_t)i * (size_t)L;
-    const float *q = s->c.queries + (size_t)i * (size_t)s->c.dim;
-    const float most = bound(s, i, s->max_rnorm);
-    for (int64_t j = 0; j < L; j++) {
-      if (br[j] < 0 || (b->full && !(bs[j] + most >= b->th_score))) continue;
-      const float *r = s->c.row(s->c.row_ctx, br[j], s->buf);
-      scps__knn_best_add(b, scps__scan_score(s->c.score, q, r, s->c.dim), br[j]);
-    }
-  }
-  return scps__knn_best_take(b, score, ordinal);
+  return scps__knn_best_take(&s->best[i], score, ordinal);
 }

@@ -8,10 +8,6 @@
 
 #include "scps_knn.h"
 
-/* The scan's row of ordinal o (dim floats), for rescoring a bin's best at
- * the end: a pointer into memory or into buf (dim floats) holding it. */
-typedef const float *(*scps_scan_row_fn)(void *ctx, int64_t o, float *buf);
-
 typedef struct scps_scan_config {
   scps_knn_score score;
   int32_t m, dim, k;     /* queries, their values, results wanted */
@@ -19,8 +15,6 @@ typedef struct scps_scan_config {
   const float *queries;  /* m x dim as asked (finite) */
   const float *prepared; /* m x dim, prepared for the sgemm (scps__knn_prepare_queries) */
   const float *qsq;      /* m: |q|^2 of the prepared queries */
-  scps_scan_row_fn row;  /* with bins: the rows again */
-  void *row_ctx;
 } scps_scan_config;
 
 /* A row's score as the answer gives it: q and r summed in double in column
@@ -35,6 +29,13 @@ int32_t scps__scan_block_rows(int32_t m);
 /* Bytes of memory a scan of c needs (any alignment of 64 is enough). */
 size_t scps__scan_bytes(const scps_scan_config *c);
 
+/* One query's bins, as its running top-k asks whether a row is still its
+ * bin's best. */
+typedef struct scps_scan_bins {
+  const int32_t *row;
+  int64_t bins;
+} scps_scan_bins;
+
 typedef struct scps_scan {
   scps_scan_config c;
   int32_t block;       /* scps__scan_block_rows */
@@ -45,10 +46,10 @@ typedef struct scps_scan {
   float max_rnorm;     /* the largest |r| scanned */
   uint8_t *hit;        /* block: the rows an exact top-k scores again */
   float *slack;        /* m: how far an sgemm score of query i may lie from the exact one, per unit of row norm */
-  float *buf;          /* dim: a row fetched again */
   float *bin_score;    /* m x bins */
   int32_t *bin_row;    /* m x bins: ordinal, -1 while the bin is empty */
   scps_knn_best *best; /* m */
+  scps_scan_bins *query_bins; /* m */
 } scps_scan;
 
 /* Lays the scan out in mem (scps__scan_bytes of it); nothing scanned yet. */
@@ -61,10 +62,10 @@ void scps__scan_block(scps_scan *s, const float *rows, size_t ld, int32_t n);
 
 /* Query i's best min(k, kept) candidates in order (score descending, then
  * ordinal ascending) into score and ordinal; returns how many. The sgemm's
- * float32 scores only choose candidates (each bin's best; with a bound on
- * their rounding error, rows that may reach the top k); every candidate
- * is then scored again by scps__scan_score, which alone ranks and is
- * answered. */
+ * float32 values only choose candidates (with a bound on their rounding
+ * error, rows that may reach the top k, or be a bin's best there); each
+ * candidate is scored again by scps__scan_score, which alone ranks and is
+ * answered. With bins, the answer is the k best of the bins' bests. */
 int32_t scps__scan_take(scps_scan *s, int32_t i, float *score, int64_t *ordinal);
 
 #endif

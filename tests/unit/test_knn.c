@@ -151,12 +151,6 @@ static void test_best_and_merge(void) {
 enum { ROWS = 3000, DIM = 24, M = 9 };
 static float rows[ROWS * DIM];
 
-static const float *row_at(void *ctx, int64_t o, float *buf) {
-  (void)ctx;
-  (void)buf;
-  return rows + o * DIM;
-}
-
 static void test_scan(void) {
   float q[M * DIM], prepared[M * DIM], qsq[M];
   for (int i = 0; i < ROWS; i++)
@@ -175,7 +169,7 @@ static void test_scan(void) {
       memcpy(prepared, q, sizeof q);
       scps__knn_prepare_queries(kinds[si], prepared, M, DIM, qsq);
       const scps_scan_config cfg = {.score = kinds[si], .m = M, .dim = DIM, .k = k, .bins = mode ? 256 : 0,
-                                    .queries = q, .prepared = prepared, .qsq = qsq, .row = row_at};
+                                    .queries = q, .prepared = prepared, .qsq = qsq};
       void *mem = malloc(scps__scan_bytes(&cfg));
       scps_scan s;
       scps__scan_init(&s, &cfg, mem);
