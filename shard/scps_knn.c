@@ -47,16 +47,43 @@ void scps__knn_best_init(scps_knn_best *b, int32_t k, void *mem) {
   b->th_row = 0;
   b->row = mem;
   b->score = (float *)(b->row + b->cap);
-  b->keep = NULL;
-  b->keep_ctx = NULL;
+  b->bins = 0;
+  b->slot = NULL;
 }
 
-/* Drops the entries keep refuses. */
-static void drop_stale(scps_knn_best *b) {
-  if (!b->keep) return;
+/* Open addressing over at least twice the entries: a power of two. */
+static int32_t slots_for(int32_t n) {
+  int32_t size = 16;
+  while (size < 2 * n) size *= 2;
+  return size;
+}
+
+size_t scps__knn_bins_bytes(int32_t k) { return ((size_t)slots_for(2 * k) + 2 * (size_t)k) * sizeof(int32_t); }
+
+/* The slot of row's bin: the one holding an entry of that bin, or the
+ * empty one where it would go. */
+static int32_t bin_slot(const scps_knn_best *b, int64_t bin, int32_t mask) {
+  uint64_t h = (uint64_t)bin * 0x9e3779b97f4a7c15ull;
+  int32_t at = (int32_t)(h >> 40) & mask;
+  while (b->slot[at] && b->row[b->slot[at] - 1] % b->bins != bin) at = (at + 1) & mask;
+  return at;
+}
+
+/* Binned: keeps only the best entry of each bin. */
+static void drop_binmates(scps_knn_best *b) {
+  if (!b->bins || b->n < 2) return;
+  const int32_t size = slots_for(b->n), mask = size - 1;
+  memset(b->slot, 0, sizeof *b->slot * (size_t)size);
+  for (int32_t i = 0; i < b->n; i++) {
+    const int32_t at = bin_slot(b, b->row[i] % b->bins, mask), j = b->slot[at] - 1;
+    if (j < 0 || scps__knn_before(b->score[i], b->row[i], b->score[j], b->row[j])) b->slot[at] = i + 1;
+  }
+  /* Which to keep, all found before any entry moves (the probes read rows). */
+  int32_t *keep = b->slot + size;
+  for (int32_t i = 0; i < b->n; i++) keep[i] = b->slot[bin_slot(b, b->row[i] % b->bins, mask)] == i + 1;
   int32_t n = 0;
   for (int32_t i = 0; i < b->n; i++)
-    if (b->keep(b->keep_ctx, b->row[i])) {
+    if (keep[i]) {
       b->score[n] = b->score[i];
       b->row[n++] = b->row[i];
     }
@@ -111,7 +138,7 @@ static void select_sorted(scps_knn_best *b, int32_t lo, int32_t hi, int32_t need
 }
 
 void scps__knn_best_compact(scps_knn_best *b) {
-  drop_stale(b);
+  drop_binmates(b);
   if (b->n <= b->k) return;
   select_sorted(b, 0, b->n, b->k);
   b->n = b->k;
@@ -121,7 +148,7 @@ void scps__knn_best_compact(scps_knn_best *b) {
 }
 
 int32_t scps__knn_best_take(scps_knn_best *b, float *score, int64_t *row) {
-  drop_stale(b);
+  drop_binmates(b);
   const int32_t n = b->n < b->k ? b->n : b->k;
   select_sorted(b, 0, b->n, n);
   b->n = n;

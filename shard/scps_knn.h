@@ -34,7 +34,13 @@ static inline bool scps__knn_before(float sa, int64_t ia, float sb, int64_t ib) 
 /* The best k of a stream of (score, row) candidates, in any order: a
  * buffer of up to 2k entries that drops everything not above the k-th best
  * once it is full, so most candidates cost one compare. Memory: callers'
- * (scps__knn_best_bytes), one per query. */
+ * (scps__knn_best_bytes), one per query.
+ *
+ * Binned (bins = L), it answers the best k of the bins' bests, where a
+ * stream that leaves out only rows below the k-th best at the time they
+ * come loses nothing: such a row can be neither in the answer nor the
+ * best of a bin that is (the row above it in its bin, or in k other
+ * bins, stays). */
 typedef struct scps_knn_best {
   int32_t k, cap, n;
   bool full;        /* k kept once: th_score, th_row is the k-th best */
@@ -42,15 +48,19 @@ typedef struct scps_knn_best {
   int64_t th_row;
   float *score;     /* [cap] */
   int64_t *row;     /* [cap] */
-  /* NULL, or which entries still count: an entry whose row keep(ctx, row)
-   * refuses is dropped before the buffer selects (a bin's row that a
-   * later one has displaced). */
-  bool (*keep)(const void *ctx, int64_t row);
-  const void *keep_ctx;
+  /* 0, or L: the rows fall into bins (row mod L) and the buffer keeps the
+   * best of each bin only, the others dropped before it selects
+   * (PartialReduce). slot: scps__knn_bins_bytes(k) of scratch, which every
+   * buffer of one thread may share. */
+  int64_t bins;
+  int32_t *slot;
 } scps_knn_best;
 
 size_t scps__knn_best_bytes(int32_t k);
 void scps__knn_best_init(scps_knn_best *b, int32_t k, void *mem);
+
+/* Scratch a binned buffer of k needs while it selects. */
+size_t scps__knn_bins_bytes(int32_t k);
 
 void scps__knn_best_compact(scps_knn_best *b);
 

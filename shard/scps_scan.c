@@ -20,17 +20,31 @@ static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t scps__scan_bytes(const scps_scan_config *c) {
   const size_t m = (size_t)c->m, block = (size_t)scps__scan_block_rows(c->m);
-  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(block) + up64(m * sizeof(float)) + up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t))) +
-         up64(m * sizeof(scps_knn_best)) + up64(m * sizeof(scps_scan_bins)) + m * up64(scps__knn_best_bytes(c->k));
+  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(block) + up64(m * sizeof(float)) + up64(scps__knn_bins_bytes(c->k)) +
+         up64(m * sizeof(scps_knn_best)) + m * up64(scps__knn_best_bytes(c->k));
 }
 
 float scps__scan_score(scps_knn_score score, const float *q, const float *r, int32_t dim) {
-  double d = 0, qq = 0, rr = 0;
-  for (int32_t c = 0; c < dim; c++) {
-    d += (double)q[c] * (double)r[c];
-    qq += (double)q[c] * (double)q[c];
-    rr += (double)r[c] * (double)r[c];
+  /* Four interleaved partial sums (column c into sum c mod 4, the tail
+   * into the first), added pairwise: one fixed order, four times shorter
+   * chains of dependent adds than a running sum. */
+  double d4[4] = {0}, q4[4] = {0}, r4[4] = {0};
+  int32_t c = 0;
+  for (; c + 4 <= dim; c += 4)
+    for (int l = 0; l < 4; l++) {
+      const double x = q[c + l], y = r[c + l];
+      d4[l] += x * y;
+      q4[l] += x * x;
+      r4[l] += y * y;
+    }
+  for (; c < dim; c++) {
+    const double x = q[c], y = r[c];
+    d4[0] += x * y;
+    q4[0] += x * x;
+    r4[0] += y * y;
   }
+  const double d = (d4[0] + d4[1]) + (d4[2] + d4[3]), qq = (q4[0] + q4[1]) + (q4[2] + q4[3]),
+               rr = (r4[0] + r4[1]) + (r4[2] + r4[3]);
   if (score == SCPS_KNN_DOT) return (float)d;
   if (score == SCPS_KNN_COSINE) return qq > 0 && rr > 0 ? (float)(d / sqrt(qq * rr)) : 0.0f;
   const double v = qq + rr - 2 * d;
@@ -41,12 +55,6 @@ float scps__scan_score(scps_knn_score score, const float *q, const float *r, int
  * only contend with the other workers for the same cores. */
 static pthread_once_t blas_once = PTHREAD_ONCE_INIT;
 static void blas_one_thread(void) { openblas_set_num_threads(1); }
-
-/* Whether ordinal o is still its bin's best (scps_knn_best.keep). */
-static bool bin_keeps(const void *ctx, int64_t o) {
-  const scps_scan_bins *q = ctx;
-  return q->row[o % q->bins] == (int32_t)o;
-}
 
 void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
   pthread_once(&blas_once, blas_one_thread);
@@ -66,22 +74,15 @@ void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
   p += up64((size_t)s->block);
   s->slack = (float *)(void *)p;
   p += up64(m * sizeof(float));
-  s->bin_score = (float *)(void *)p;
-  s->bin_row = (int32_t *)(void *)(p + m * (size_t)c->bins * sizeof(float));
-  p += up64(m * (size_t)c->bins * (sizeof(float) + sizeof(int32_t)));
-  for (size_t i = 0; i < m * (size_t)c->bins; i++) s->bin_row[i] = -1;
+  int32_t *slot = (int32_t *)(void *)p;
+  p += up64(scps__knn_bins_bytes(c->k));
   s->best = (scps_knn_best *)(void *)p;
   p += up64(m * sizeof(scps_knn_best));
-  s->query_bins = (scps_scan_bins *)(void *)p;
-  p += up64(m * sizeof(scps_scan_bins));
   for (size_t i = 0; i < m; i++) {
     scps__knn_best_init(&s->best[i], c->k, p);
     p += up64(scps__knn_best_bytes(c->k));
-    if (c->bins) {
-      s->query_bins[i] = (scps_scan_bins){s->bin_row + i * (size_t)c->bins, c->bins};
-      s->best[i].keep = bin_keeps;
-      s->best[i].keep_ctx = &s->query_bins[i];
-    }
+    s->best[i].bins = c->bins;
+    s->best[i].slot = slot;
     /* A float32 sum of dim products, in any order, lies within about
      * dim x 2^-24 x |q| |r| of the exact one; twice that and a few units
      * more cover the norms and the score's own steps. */
@@ -127,37 +128,22 @@ static void finish_scores(const scps_scan *s, int32_t i, float *restrict t, int3
   }
 }
 
-/* Offers row o (sgemm value v) to query i's k best. With bins it counts
- * only as its bin's new best (PartialReduce: ordinal o goes to bin o mod
- * L): a bin keeps its first row unless a later one's value is above it by
- * more than twice the sgemm's rounding bound, so equal rows keep the first
- * (the lower ordinal), as the exact ranking does, and a row that displaces
- * another is better by its exact score too. */
-static void offer(scps_scan *s, int32_t i, float v, const float *row, int64_t o, float tol) {
-  if (s->c.bins) {
-    const int64_t L = s->c.bins, bin = o % L;
-    float *bs = s->bin_score + (size_t)i * (size_t)L + (size_t)bin;
-    int32_t *br = s->bin_row + (size_t)i * (size_t)L + (size_t)bin;
-    if (!(*br < 0 ? v == v : v > *bs + tol)) return;
-    *bs = v;
-    *br = (int32_t)o;
-  }
+/* Offers row o to query i's k best, scored exactly. */
+static void offer(scps_scan *s, int32_t i, const float *row, int64_t o) {
   scps__knn_best_add(&s->best[i], scps__scan_score(s->c.score, s->c.queries + (size_t)i * (size_t)s->c.dim, row,
                                                   s->c.dim), o);
 }
 
 /* Query i's rows of the block: a row whose sgemm value, give or take its
  * rounding bound, may still reach the k best is offered (scored exactly);
- * the others cannot change the answer, binned or not (a bin's best below
- * the k-th best of the bins' bests stays below it, since bins only rise). */
+ * the others cannot change the answer, binned or not (scps_knn_best). */
 static void keep_best(scps_scan *s, int32_t i, const float *restrict t, const float *rows, size_t ld, int32_t n) {
   scps_knn_best *b = &s->best[i];
-  const float tol = s->c.bins ? 2 * bound(s, i, s->max_rnorm) : 0;
   int32_t j = 0;
   /* Until k rows are kept every row is offered; then the block is first
    * sieved in one straight loop against the threshold as it stood, which
    * can only have risen since (the loop after it checks again). */
-  for (; j < n && !b->full; j++) offer(s, i, t[j], rows + (size_t)j * ld, s->next + j, tol);
+  for (; j < n && !b->full; j++) offer(s, i, rows + (size_t)j * ld, s->next + j);
   if (j == n) return;
   const float th = b->th_score, *restrict rn = s->rnorm;
   uint8_t *restrict hit = s->hit;
@@ -176,7 +162,7 @@ static void keep_best(scps_scan *s, int32_t i, const float *restrict t, const fl
     if (!hit[x]) continue;
     hits--;
     if (!(t[x] + bound(s, i, rn[x]) >= b->th_score)) continue;
-    offer(s, i, t[x], rows + (size_t)x * ld, s->next + x, tol);
+    offer(s, i, rows + (size_t)x * ld, s->next + x);
   }
 }
 

@@ -17,10 +17,10 @@ typedef struct scps_scan_config {
   const float *qsq;      /* m: |q|^2 of the prepared queries */
 } scps_scan_config;
 
-/* A row's score as the answer gives it: q and r summed in double in column
- * order (products of floats are exact there), the score formed in double
- * and rounded once to float32, so equal rows score equal wherever they lie
- * and whatever BLAS did. */
+/* A row's score as the answer gives it: q . r, |q|^2 and |r|^2 summed in
+ * double in one fixed order (products of floats are exact there), the
+ * score formed in double and rounded once to float32, so equal rows score
+ * equal wherever they lie and whatever BLAS did. */
 float scps__scan_score(scps_knn_score score, const float *q, const float *r, int32_t dim);
 
 /* Rows a block may hold: a block's scores stay near the cache. */
@@ -28,13 +28,6 @@ int32_t scps__scan_block_rows(int32_t m);
 
 /* Bytes of memory a scan of c needs (any alignment of 64 is enough). */
 size_t scps__scan_bytes(const scps_scan_config *c);
-
-/* One query's bins, as its running top-k asks whether a row is still its
- * bin's best. */
-typedef struct scps_scan_bins {
-  const int32_t *row;
-  int64_t bins;
-} scps_scan_bins;
 
 typedef struct scps_scan {
   scps_scan_config c;
@@ -46,10 +39,7 @@ typedef struct scps_scan {
   float max_rnorm;     /* the largest |r| scanned */
   uint8_t *hit;        /* block: the rows an exact top-k scores again */
   float *slack;        /* m: how far an sgemm score of query i may lie from the exact one, per unit of row norm */
-  float *bin_score;    /* m x bins */
-  int32_t *bin_row;    /* m x bins: ordinal, -1 while the bin is empty */
-  scps_knn_best *best; /* m */
-  scps_scan_bins *query_bins; /* m */
+  scps_knn_best *best; /* m, binned with bins */
 } scps_scan;
 
 /* Lays the scan out in mem (scps__scan_bytes of it); nothing scanned yet. */
@@ -63,9 +53,11 @@ void scps__scan_block(scps_scan *s, const float *rows, size_t ld, int32_t n);
 /* Query i's best min(k, kept) candidates in order (score descending, then
  * ordinal ascending) into score and ordinal; returns how many. The sgemm's
  * float32 values only choose candidates (with a bound on their rounding
- * error, rows that may reach the top k, or be a bin's best there); each
- * candidate is scored again by scps__scan_score, which alone ranks and is
- * answered. With bins, the answer is the k best of the bins' bests. */
+ * error, rows that may reach the top k); each candidate is scored again by
+ * scps__scan_score, which alone ranks and is answered. With bins, the
+ * answer is the k best of the bins' bests (row o in bin o mod L), ranked
+ * by that score: PartialReduce, bin by bin as if every row were scored
+ * exactly. */
 int32_t scps__scan_take(scps_scan *s, int32_t i, float *score, int64_t *ordinal);
 
 #endif

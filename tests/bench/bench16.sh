@@ -13,12 +13,18 @@
 #   and update of the same batches (the floor);
 # - serving-small-batch, 16 scps-loadgen clients, at 1x8 and 2x4: the
 #   closed-loop peak, 70% of it open loop twice, the peak again; at 1x8 also
-#   over TCP (--shared-memory off), its own peak and 70% of that.
+#   over TCP (--shared-memory off), its own peak and 70% of that;
+# - retrieval (issue 32), when the bundle has scps-bench-knn
+#   (shared/bench16/bundle.sh scps-bench-knn): TopK over KNN_ROWS (default
+#   4194304) x 64 rows at 1x8 and 2x4, k 10 and 100, exact and approximate
+#   at recall 0.95, 256 queries; then, on the clients' half, numpy's sgemm
+#   and table read (the roofline) and FAISS flat where that python3 has
+#   faiss (PYTHON picks the python3).
 # Each figure is one JSON line in $OUT/extra.jsonl (OUT defaults to /tmp/out),
 # prefixed by what it measured; tests/bench/bench16_report.py turns
 # results.jsonl and extra.jsonl into the tables of BENCHMARKS.md.
 set -u
-case "${1:-}" in -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
+case "${1:-}" in -h|--help) sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;; esac
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 D=$repo/.bench16; B=$D/bin
 [ -x "$B/scps-server" ] || { echo "bench16.sh: no bundle in $D; run shared/bench16/bundle.sh first" >&2; exit 2; }
@@ -93,4 +99,29 @@ for topo in "1 $H" "2 $((H/2))"; do
   fi
   stop
 done
+if [ -x "$B/scps-bench-knn" ]; then
+  KR=${KNN_ROWS:-4194304}; kd=$(mktemp -d); kw=$kd/knn.json
+  # knn.sh's workload: rows N(0, 1/64), SGD, one univalent feature.
+  printf '%s\n' '{"name": "knn-retrieval", "batch_size": 16, "ids": {"distribution": "uniform", "seed": 1},' \
+    ' "tables": [{"name": "items", "vocabulary_size": '"$KR"', "embedding_dim": 64, "combiner": "sum",' \
+    '   "optimizer": {"type": "sgd", "learning_rate": 0.01},' \
+    '   "initializer": {"type": "normal", "stddev": 0.125, "seed": 7}}],' \
+    ' "features": [{"name": "item", "table": "items", "valency": 1}]}' >"$kw"
+  for topo in "1 $H" "2 $((H/2))"; do
+    set -- $topo; P=$1; S=$2
+    el "retrieval ${P}x$S, $KR rows x 64"
+    start "$kw" "$P" "$S"
+    dump=(); [ "$P" = 1 ] && dump=(--dump-table "$kd/table.f32" --dump-queries "$kd/queries.f32")
+    taskset -c "$CLI" timeout 600 "$B/scps-bench-knn" --servers "$servers" --table items --k 10,100 --recall 0.95 \
+      --rounds 10 ${dump[@]+"${dump[@]}"} 2>/dev/null | sed "s/^/{\"knn\":1,\"P\":$P,\"S\":$S} /" | tee -a "$X" | cut -c1-160
+    stop
+  done
+  PY=${PYTHON:-python3}; skip=ivf,hnsw
+  "$PY" -c "import faiss" 2>/dev/null || skip=flat,ivf,hnsw
+  el "retrieval: the roofline$([ "$skip" = ivf,hnsw ] && echo " and FAISS flat"), $H threads"
+  taskset -c "$CLI" env OMP_WAIT_POLICY=passive "$PY" "$repo/tests/bench/knn_faiss.py" --table "$kd/table.f32" \
+    --queries "$kd/queries.f32" --rows "$KR" --dim 64 --threads "$H" --k 10,100 --rounds 10 --skip "$skip" \
+    2>/dev/null | sed 's/^/{"knn":2} /' | tee -a "$X" | cut -c1-160
+  rm -rf "$kd"
+fi
 el done

@@ -70,7 +70,7 @@ def main():
         elif x.get("anchor") == "torch-rpc-ps":
             rpc[(x["workload"], x["mode"])] = x
     limits = dict(zip(("dlrm8", "criteo26"), limit.values()))
-    cpu, eng16, serving = [], {}, {}
+    cpu, eng16, serving, knn, knn_other = [], {}, {}, [], []
     xp = os.path.join(d, "extra.jsonl")
     for line in open(xp) if os.path.exists(xp) else ():
         tag, x = split_line(line)
@@ -83,6 +83,10 @@ def main():
                 eng16[(tag["w"], e["phase"])] = e
         elif "serving" in tag:
             serving[tag["phase"]] = x
+        elif tag.get("knn") == 1:
+            knn.append((tag, x))
+        elif tag.get("knn") == 2:
+            knn_other.append(x)
 
     def wire_ms(n):
         """Milliseconds for n bytes at the loopback rate measured nearest n."""
@@ -157,6 +161,21 @@ def main():
             l, lag = r["latency_ms"], r["send_lag_ms"]
             print(f"{phase:16s} {r['requests_per_s']:8.0f} req/s  p50 {l['p50']:7.3f}  p90 {l.get('p90', 0):7.3f}  "
                   f"p99 {l['p99']:7.3f} ms  p99/p50 {l['p99'] / l['p50']:6.2f}  send lag p99 {lag['p99']:.2f} ms")
+
+    if knn:
+        # Issue 32: approximate at >= 1.0x FAISS flat, and within 2x of the roofline bound.
+        roof = [o for o in knn_other if o.get("bench") == "roofline"]
+        flat = {o["k"]: o for o in knn_other if o.get("index") == "flat"}
+        peak = max(o["sgemm_gflops"] for o in roof) if roof else None
+        print("\n== retrieval (issue 32): TopK, 256 queries" + (f"; sgemm roofline {peak:.1f} GFLOP/s, table read "
+              f"{max(o['read_gbps'] for o in roof):.1f} GB/s (clients' half)" if roof else "; no roofline measured"))
+        for tag, x in knn:
+            gf = 2 * x["queries"] * x["rows_scanned"] * x["dim"] / (x["median_ms"] / 1e3) / 1e9
+            f = flat.get(x["k"])
+            print(f"{tag['P']}x{tag['S']} {x['mode']:6s} k {x['k']:3d}: {x['qps']:8.1f} queries/s, median "
+                  f"{x['median_ms']:8.2f} ms, recall {x['recall']:.4f} (L {x['bins']}, expected "
+                  f"{x['expected_recall']:.4f}), {gf:6.1f} GFLOP/s" + (f" = {gf / peak:.2f} of the roofline" if peak else "")
+                  + (f", {x['qps'] / f['qps']:.2f}x FAISS flat ({f['qps']:.1f})" if f else ", FAISS not on this host"))
 
     if cpu:
         print("\n== CPU per batch (core-ms), one at a time, 1x8: client + server over the gather's CPU + 2 memcpy")
