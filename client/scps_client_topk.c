@@ -78,6 +78,10 @@ static int topk_outcome(op *o, int first, int failures, scps_error *err) {
     float *os = ts->scores + i * (size_t)ts->k;
     int64_t *oi = ts->ids + i * (size_t)ts->k;
     int32_t got = scps__knn_merge(n, len, sc, id, ts->k, os, oi);
+    if (got < 0) {
+      rc = scps_error_set(err, SCPS_ENOMEM, "scps_client_topk: out of memory merging %d servers' answers", n);
+      break;
+    }
     for (; got < ts->k; got++) {
       os[got] = NAN;
       oi[got] = -1;
@@ -124,9 +128,9 @@ static int topk_start(scps_client *c, const char *table, const float *queries, s
     return scps_error_set(err, SCPS_EINVAL, "scps_client_topk: first_id %lld, count %lld: the range must lie in "
                           "[0, %lld), the vocabulary of table '%s'", (long long)o->first_id, (long long)o->count,
                           (long long)vocab, spec->name);
-  if (o->k < 1 || o->k > count)
+  if (o->k < 1 || o->k > count || o->k > (1 << 30))
     return scps_error_set(err, SCPS_EINVAL, "scps_client_topk: k %d not in [1, %lld], the rows searched of table "
-                          "'%s'", o->k, (long long)count, spec->name);
+                          "'%s' (and at most 2^30)", o->k, (long long)count, spec->name);
   scps_wirefmt fmt;
   if (scps__wirefmt_parse(o->query_format[0] ? o->query_format : "float32", &fmt, err)) {
     char why[sizeof err->msg];

@@ -114,7 +114,9 @@ static grpc_status_code topk_check(scps_call *c, const Scps__V1__TopKRequest *re
              (long long)req->first_id, (long long)req->count, (long long)vocab, spec->name);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
-  if (req->k < 1 || (int64_t)req->k > count) {
+  /* Beyond 2^30 the running top-k's 2k entries would not fit an int32
+   * (and no message could carry such an answer). */
+  if (req->k < 1 || (int64_t)req->k > count || req->k > (1u << 30)) {
     snprintf(msg, len, "k: %u not in [1, %lld], the rows searched of table '%s'", req->k, (long long)count,
              spec->name);
     return GRPC_STATUS_INVALID_ARGUMENT;
@@ -275,7 +277,7 @@ static void topk_tc_run(scps_job *job) {
     }
     float *os = tk->answer_score + (size_t)i * (size_t)tk->answer_k;
     int64_t *oi = tk->answer_id + (size_t)i * (size_t)tk->answer_k;
-    int32_t got = scps__knn_merge(S, len, sc, id, tk->answer_k, os, oi);
+    int32_t got = scps__knn_merge(S, len, sc, id, tk->answer_k, os, oi); /* S <= 64: never -1 */
     for (; got < tk->answer_k; got++) {
       os[got] = NAN;
       oi[got] = -1;
@@ -288,7 +290,12 @@ static void topk_tc_run(scps_job *job) {
   r.ids = tk->answer_id;
   r.scores.data = (uint8_t *)tk->answer_score;
   r.scores.len = r.n_ids * sizeof(float);
-  r.bins = (uint32_t)tk->bins;
+  /* The bins some SparseCore used: 0 where every one held no more rows
+   * than L and answered exactly. */
+  int64_t used = 0;
+  for (int k = 0; k < S; k++)
+    if (tk->sc[k].bins > used) used = tk->sc[k].bins;
+  r.bins = (uint32_t)used;
   r.rows_scanned = tk->rows;
   scps__call_finish_packed(c, &r.base);
 }

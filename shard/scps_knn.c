@@ -139,7 +139,9 @@ static void select_sorted(scps_knn_best *b, int32_t lo, int32_t hi, int32_t need
 
 void scps__knn_best_compact(scps_knn_best *b) {
   drop_binmates(b);
-  if (b->n <= b->k) return;
+  /* Binned, k entries may be all that stay (one a bin, L = k): they still
+   * set the threshold, or the sieve would never start. */
+  if (b->n < b->k) return;
   select_sorted(b, 0, b->n, b->k);
   b->n = b->k;
   b->full = true;
@@ -165,8 +167,8 @@ int32_t scps__knn_best_take(scps_knn_best *b, float *score, int64_t *row) {
 int32_t scps__knn_merge(int n, const int32_t *len, const float *const *score, const int64_t *const *id, int32_t k,
                        float *out_score, int64_t *out_id) {
   /* Few lists (SparseCores, servers): a linear pick of the best head. */
-  int32_t at[256] = {0}, got = 0;
-  if (n > 256) n = 256;
+  int32_t on_stack[256] = {0}, *at = n <= 256 ? on_stack : calloc((size_t)n, sizeof *at), got = 0;
+  if (!at) return -1;
   while (got < k) {
     int best = -1;
     for (int j = 0; j < n; j++)
@@ -177,26 +179,26 @@ int32_t scps__knn_merge(int n, const int32_t *len, const float *const *score, co
     out_score[got] = score[best][at[best]];
     out_id[got++] = id[best][at[best]++];
   }
+  if (at != on_stack) free(at);
   return got;
 }
 
 void scps__knn_prepare_queries(scps_knn_score score, float *q, size_t m, size_t dim, float *qsq) {
   for (size_t i = 0; i < m; i++) {
-    float *v = q + i * dim, s = 0;
-    for (size_t c = 0; c < dim; c++) s += v[c] * v[c];
+    /* The norm in double: a finite query's float32 sum of squares
+     * overflows to inf above |q| ~ 1.8e19 (1 / inf zeroes the query) and
+     * underflows to 0 below ~1e-23 (left unnormalised), either way scoring
+     * every row alike. */
+    float *v = q + i * dim;
+    double d = 0;
+    for (size_t c = 0; c < dim; c++) d += (double)v[c] * (double)v[c];
     if (score == SCPS_KNN_COSINE) {
-      /* The norm in double: a finite query's float32 sum of squares
-       * overflows to inf above |q| ~ 1.8e19 (1 / inf zeroes the query)
-       * and underflows to 0 below ~1e-23 (left unnormalised), either way
-       * scoring every row alike. */
-      double d = 0;
-      for (size_t c = 0; c < dim; c++) d += (double)v[c] * (double)v[c];
       if (d > 0) {
         const double inv = 1.0 / sqrt(d);
         for (size_t c = 0; c < dim; c++) v[c] = (float)(v[c] * inv);
       }
-      s = d > 0 ? 1.0f : 0.0f;
+      d = d > 0 ? 1.0 : 0.0;
     }
-    if (qsq) qsq[i] = s;
+    if (qsq) qsq[i] = (float)d;
   }
 }

@@ -78,8 +78,8 @@ int32_t scps__knn_best_take(scps_knn_best *b, float *score, int64_t *row);
 
 /* Merges n lists, each sorted by scps__knn_before (list j: len[j] entries
  * at score[j], id[j]), into the best min(k, all) in order; returns how
- * many. Ids equal across lists are distinct candidates (the lists come
- * from disjoint rows). */
+ * many, or -1 without memory (more than 256 lists). Ids equal across
+ * lists are distinct candidates (the lists come from disjoint rows). */
 int32_t scps__knn_merge(int n, const int32_t *len, const float *const *score, const int64_t *const *id, int32_t k,
                        float *out_score, int64_t *out_id);
 

@@ -1,6 +1,7 @@
 #include "scps_scan.h"
 
 #include <cblas.h>
+#include <float.h>
 #include <math.h>
 #include <pthread.h>
 #include <string.h>
@@ -20,7 +21,7 @@ static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 size_t scps__scan_bytes(const scps_scan_config *c) {
   const size_t m = (size_t)c->m, block = (size_t)scps__scan_block_rows(c->m);
-  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(block) + up64(m * sizeof(float)) + up64(scps__knn_bins_bytes(c->k)) +
+  return up64(m * block * sizeof(float)) + 2 * up64(block * sizeof(float)) + up64(block) + 2 * up64(m * sizeof(float)) + up64(scps__knn_bins_bytes(c->k)) +
          up64(m * sizeof(scps_knn_best)) + m * up64(scps__knn_best_bytes(c->k));
 }
 
@@ -45,10 +46,12 @@ float scps__scan_score(scps_knn_score score, const float *q, const float *r, int
   }
   const double d = (d4[0] + d4[1]) + (d4[2] + d4[3]), qq = (q4[0] + q4[1]) + (q4[2] + q4[3]),
                rr = (r4[0] + r4[1]) + (r4[2] + r4[3]);
+  /* A NaN (only from a row that is not finite) is never answered. */
+  if (d != d || qq != qq || rr != rr) return NAN;
   if (score == SCPS_KNN_DOT) return (float)d;
   if (score == SCPS_KNN_COSINE) return qq > 0 && rr > 0 ? (float)(d / sqrt(qq * rr)) : 0.0f;
   const double v = qq + rr - 2 * d;
-  return v > 0 ? (float)-v : 0.0f;
+  return v != v ? NAN : v > 0 ? (float)-v : 0.0f;
 }
 
 /* Each SparseCore worker scans its own rows: OpenBLAS's own threads would
@@ -74,6 +77,11 @@ void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
   p += up64((size_t)s->block);
   s->slack = (float *)(void *)p;
   p += up64(m * sizeof(float));
+  s->qnorm = (float *)(void *)p;
+  p += up64(m * sizeof(float));
+  /* Products and sums below float32's normal range lose absolute, not
+   * relative, precision: at most a few units of FLT_MIN a value. */
+  s->floor = (float)(c->dim + 8) * FLT_MIN;
   int32_t *slot = (int32_t *)(void *)p;
   p += up64(scps__knn_bins_bytes(c->k));
   s->best = (scps_knn_best *)(void *)p;
@@ -86,17 +94,23 @@ void scps__scan_init(scps_scan *s, const scps_scan_config *c, void *mem) {
     /* A float32 sum of dim products, in any order, lies within about
      * dim x 2^-24 x |q| |r| of the exact one; twice that and a few units
      * more cover the norms and the score's own steps. */
-    s->slack[i] = (float)((2.0 * c->dim + 8.0) * 0x1p-23 * sqrt((double)c->qsq[i]));
+    double qq = 0;
+    for (int32_t col = 0; col < c->dim; col++) {
+      const double x = c->prepared[i * (size_t)c->dim + (size_t)col];
+      qq += x * x;
+    }
+    s->qnorm[i] = (float)sqrt(qq);
+    s->slack[i] = (float)((2.0 * c->dim + 8.0) * 0x1p-23 * sqrt(qq));
   }
 }
 
 /* How far query i's sgemm score of a row of norm rn may be from its exact
  * score. */
 static inline float bound(const scps_scan *s, int32_t i, float rn) {
-  if (s->c.score == SCPS_KNN_DOT) return s->slack[i] * rn;
-  if (s->c.score == SCPS_KNN_COSINE) return s->slack[i];
-  const float qn = sqrtf(s->c.qsq[i]), e = (float)((2.0 * s->c.dim + 8.0) * 0x1p-23);
-  return e * (qn + rn) * (qn + rn);
+  if (s->c.score == SCPS_KNN_DOT) return s->slack[i] * rn + s->floor;
+  if (s->c.score == SCPS_KNN_COSINE) return s->slack[i] + s->floor;
+  const float qn = s->qnorm[i], e = (float)((2.0 * s->c.dim + 8.0) * 0x1p-23);
+  return e * (qn + rn) * (qn + rn) + s->floor;
 }
 
 /* Summed in double: a float32 sum of squares overflows for rows longer
@@ -118,7 +132,8 @@ static void row_norms(scps_scan *s, const float *rows, size_t ld, int32_t n) {
 static void finish_scores(const scps_scan *s, int32_t i, float *restrict t, int32_t n) {
   const float *restrict nr = s->norm, *restrict rn = s->rnorm;
   if (s->c.score == SCPS_KNN_COSINE) {
-    for (int32_t j = 0; j < n; j++) t[j] = rn[j] > 0 ? t[j] / rn[j] : 0.0f;
+    /* A row longer than FLT_MAX (finite values) has rn inf: NaN, a hit. */
+    for (int32_t j = 0; j < n; j++) t[j] = rn[j] > 0 ? (rn[j] <= FLT_MAX ? t[j] / rn[j] : NAN) : 0.0f;
   } else if (s->c.score == SCPS_KNN_NEG_SQUARED_L2) {
     const float qq = s->c.qsq[i];
     for (int32_t j = 0; j < n; j++) {
@@ -148,20 +163,23 @@ static void keep_best(scps_scan *s, int32_t i, const float *restrict t, const fl
   const float th = b->th_score, *restrict rn = s->rnorm;
   uint8_t *restrict hit = s->hit;
   int32_t hits = 0;
+  /* Written as "not below", so a value that is NaN (an overflow in float
+   * somewhere) counts as a hit and the exact score decides. */
+  const float fl = s->floor;
   if (s->c.score == SCPS_KNN_DOT) {
     const float e = s->slack[i];
-    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e * rn[x] >= th;
+    for (int32_t x = j; x < n; x++) hits += hit[x] = !(t[x] + (e * rn[x] + fl) < th);
   } else if (s->c.score == SCPS_KNN_COSINE) {
-    const float e = s->slack[i];
-    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e >= th;
+    const float e = s->slack[i] + fl;
+    for (int32_t x = j; x < n; x++) hits += hit[x] = !(t[x] + e < th);
   } else {
-    const float qn = sqrtf(s->c.qsq[i]), e = (float)((2.0 * s->c.dim + 8.0) * 0x1p-23);
-    for (int32_t x = j; x < n; x++) hits += hit[x] = t[x] + e * (qn + rn[x]) * (qn + rn[x]) >= th;
+    const float qn = s->qnorm[i], e = (float)((2.0 * s->c.dim + 8.0) * 0x1p-23);
+    for (int32_t x = j; x < n; x++) hits += hit[x] = !(t[x] + (e * (qn + rn[x]) * (qn + rn[x]) + fl) < th);
   }
   for (int32_t x = j; hits && x < n; x++) {
     if (!hit[x]) continue;
     hits--;
-    if (!(t[x] + bound(s, i, rn[x]) >= b->th_score)) continue;
+    if (t[x] + bound(s, i, rn[x]) < b->th_score) continue;
     offer(s, i, rows + (size_t)x * ld, s->next + x);
   }
 }

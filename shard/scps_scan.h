@@ -39,6 +39,8 @@ typedef struct scps_scan {
   float max_rnorm;     /* the largest |r| scanned */
   uint8_t *hit;        /* block: the rows an exact top-k scores again */
   float *slack;        /* m: how far an sgemm score of query i may lie from the exact one, per unit of row norm */
+  float *qnorm;        /* m: |q| of the prepared queries, from a double sum */
+  float floor;         /* the bound's absolute part, for values below float32's normal range */
   scps_knn_best *best; /* m, binned with bins */
 } scps_scan;
 

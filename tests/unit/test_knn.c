@@ -141,6 +141,21 @@ static void test_best_and_merge(void) {
   for (int i = 0; !bad && i < got; i++) bad = id[i] != all[i].id;
   CHECK(!bad);
   CHECK(scps__knn_merge(3, len, sp, ip, 1000, score, id) == 317);
+  /* More lists than fit on the stack (a cluster of 300 servers). */
+  enum { LISTS = 300 };
+  static float one_s[LISTS];
+  static int64_t one_i[LISTS];
+  static int32_t one_len[LISTS];
+  static const float *lsp[LISTS];
+  static const int64_t *lip[LISTS];
+  for (int j = 0; j < LISTS; j++) {
+    one_s[j] = (float)j;
+    one_i[j] = j;
+    one_len[j] = 1;
+    lsp[j] = &one_s[j];
+    lip[j] = &one_i[j];
+  }
+  CHECK(scps__knn_merge(LISTS, one_len, lsp, lip, 3, score, id) == 3 && id[0] == 299 && id[1] == 298 && id[2] == 297);
   free(all);
   free(score);
   free(id);
@@ -233,7 +248,62 @@ static void test_scan(void) {
   free(want);
 }
 
+/* One scan of rows r (n x dim) for query q, k 1: the ordinal answered. */
+static int64_t scan_one(scps_knn_score score, const float *q, int dim, const float *r, int n, int64_t bins,
+                        bool *full) {
+  float prepared[8], qsq[1], sc[4];
+  int64_t ord[4];
+  memcpy(prepared, q, sizeof(float) * (size_t)dim);
+  scps__knn_prepare_queries(score, prepared, 1, (size_t)dim, qsq);
+  const scps_scan_config cfg = {.score = score, .m = 1, .dim = dim, .k = 1, .bins = bins, .queries = q,
+                                .prepared = prepared, .qsq = qsq};
+  void *mem = malloc(scps__scan_bytes(&cfg));
+  scps_scan s;
+  scps__scan_init(&s, &cfg, mem);
+  for (int o = 0; o < n; o += s.block) scps__scan_block(&s, r + (size_t)o * (size_t)dim, (size_t)dim, n - o < s.block ? n - o : s.block);
+  if (full) *full = s.best[0].full;
+  const int got = scps__scan_take(&s, 0, sc, ord);
+  free(mem);
+  return got ? ord[0] : -1;
+}
+
+/* Values at the edges of float32, where the sgemm's values or the norms
+ * overflow or underflow: the exact score still decides (the reviewer's
+ * cases). */
+static void test_extremes(void) {
+  enum { N = 8 };
+  float r[N * 2];
+  /* Dot, |q| 2.8e19: a zero row (score 0) beats rows of negative score,
+   * though the sieve's bound (inf x 0) is NaN for it. */
+  const float qd[2] = {2e19f, 2e19f};
+  for (int i = 0; i < N; i++) r[2 * i] = r[2 * i + 1] = -(float)(i + 1);
+  r[2 * 5] = r[2 * 5 + 1] = 0;
+  CHECK(scan_one(SCPS_KNN_DOT, qd, 2, r, N, 0, NULL) == 5);
+  /* L2 with a query of 2e19: the row equal to it is nearest. */
+  const float ql[2] = {2e19f, 0};
+  for (int i = 0; i < N; i++) r[2 * i] = (float)i, r[2 * i + 1] = (float)i;
+  r[2 * 6] = 2e19f, r[2 * 6 + 1] = 0;
+  CHECK(scan_one(SCPS_KNN_NEG_SQUARED_L2, ql, 2, r, N, 0, NULL) == 6);
+  /* Cosine with a row longer than FLT_MAX (finite values): its angle wins. */
+  const float qc[2] = {1, 0};
+  for (int i = 0; i < N; i++) r[2 * i] = 1, r[2 * i + 1] = (float)(i + 2);
+  r[2 * 4] = 3e38f, r[2 * 4 + 1] = 3e38f;
+  CHECK(scan_one(SCPS_KNN_COSINE, qc, 2, r, N, 0, NULL) == 4);
+  /* Dot with a query of 1e-30: products far below float32's normal range. */
+  const float qt[2] = {1e-30f, 1e-30f};
+  for (int i = 0; i < N; i++) r[2 * i] = (float)i * 1e-9f, r[2 * i + 1] = 1e-9f;
+  CHECK(scan_one(SCPS_KNN_DOT, qt, 2, r, N, 0, NULL) == N - 1);
+  /* Binned with L = k (a low recall target clamps L to k): the running
+   * top-k still fills, so the sieve starts. */
+  float big[4096 * 2];
+  for (int i = 0; i < 4096; i++) big[2 * i] = (float)((i * 37) % 1000), big[2 * i + 1] = 0;
+  bool full = false;
+  CHECK(scan_one(SCPS_KNN_DOT, qc, 2, big, 4096, 1, &full) >= 0);
+  CHECK(full);
+}
+
 int main(void) {
+  test_extremes();
   test_bins();
   test_best_and_merge();
   test_scan();
