@@ -4,10 +4,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The ids of [first, first + count) local SparseCore k of this process
- * holds of table t (scps__layout_held_in_range). */
+/* Ids of [first, first + count) that local SparseCore k of this process
+ * holds of table t: those congruent to (sc - rotation) mod N. */
 static int64_t held_in_range(const scps_server *s, int t, int32_t k, int64_t first, int64_t count, int64_t *start) {
-  return scps__layout_held_in_range(s->layout, t, s->opts.process_index * s->S + k, first, count, start);
+  const scps_layout *l = s->layout;
+  const int64_t N = l->num_sc, sc = (int64_t)s->opts.process_index * s->S + k;
+  const int64_t residue = ((sc - l->tables[t].shard_rotation) % N + N) % N;
+  const int64_t a = first + ((residue - first % N) % N + N) % N;
+  *start = a;
+  return a < first + count ? (first + count - a + N - 1) / N : 0;
 }
 
 static int cmp_id(const void *x, const void *y) {

@@ -44,10 +44,15 @@ static size_t up64(size_t n) { return (n + 63) & ~(size_t)63; }
 
 static void topk_reply(scps_call *c, grpc_status_code st, const char *msg) { scps__call_finish(c, st, msg, NULL, 0); }
 
-/* The ids of [first, first + count) local SparseCore k of this process
- * holds of table t (scps__layout_held_in_range). */
+/* The ids of [first, first + count) local SparseCore k holds: those
+ * congruent to (sc - rotation) mod N, from *start on. */
 static int64_t held_in_range(const scps_server *s, int t, int32_t k, int64_t first, int64_t count, int64_t *start) {
-  return scps__layout_held_in_range(s->layout, t, s->opts.process_index * s->S + k, first, count, start);
+  const scps_layout *l = s->layout;
+  const int64_t N = l->num_sc, sc = (int64_t)s->opts.process_index * s->S + k;
+  const int64_t residue = ((sc - l->tables[t].shard_rotation) % N + N) % N;
+  const int64_t a = first + ((residue - first % N) % N + N) % N;
+  *start = a;
+  return a < first + count ? (first + count - a + N - 1) / N : 0;
 }
 
 static grpc_status_code query_format(const Scps__V1__TopKRequest *req, scps_wirefmt *f, char *msg, size_t len) {

@@ -341,15 +341,6 @@ int scps__layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t 
   return SCPS_ERANGE;
 }
 
-int64_t scps__layout_held_in_range(const scps_layout *l, int t, int32_t sc, int64_t first, int64_t count,
-                                  int64_t *start) {
-  const int64_t N = l->num_sc;
-  const int64_t residue = (((int64_t)sc - l->tables[t].shard_rotation) % N + N) % N;
-  const int64_t a = first + ((residue - first % N) % N + N) % N;
-  *start = a;
-  return a < first + count ? (first + count - a + N - 1) / N : 0;
-}
-
 int64_t scps__layout_rows_held(const scps_layout *l, int t, int32_t sc) {
   const scps_table_layout *tl = &l->tables[t];
   int64_t residue = ((int64_t)sc - tl->shard_rotation) % l->num_sc;

@@ -102,12 +102,6 @@ int scps__layout_row_to_id(const scps_layout *l, int stack, int32_t sc, int64_t 
  * ones past this count are padding (its vocabulary ends first). */
 int64_t scps__layout_rows_held(const scps_layout *l, int t, int32_t sc);
 
-/* The ids of [first, first + count) of table t that global SparseCore sc
- * holds: those congruent to (sc - rotation) mod N, *start the first of
- * them; returns how many (consecutive local rows from *start's). */
-int64_t scps__layout_held_in_range(const scps_layout *l, int t, int32_t sc, int64_t first, int64_t count,
-                                  int64_t *start);
-
 /* Bytes one SparseCore needs for a stack's rows plus optimizer slots. */
 int64_t scps__layout_stack_bytes_per_sc(const scps_layout *l, int stack);
 
